@@ -1,0 +1,159 @@
+"""The control-plane interface: rank 0 broadcasts (method, args) messages to ranks 1..world_size-1.
+
+A backend is a pair of classes:
+
+* a :class:`ControlPlane` (driver side), built by rank 0 *before* the workers are spawned; and
+* a :class:`WorkerEndpoint` per worker, created by ``ControlPlane.endpoint(rank)``, pickled into the
+  spawned worker's arguments, and opened there with :meth:`WorkerEndpoint.open`.
+
+Backends move opaque bytes (``_send_bytes`` / ``_recv_bytes``); framing, time stamps and statistics live
+here, once, so every backend is measured the same way. A message is ``pickle((send_ns, method, args))``
+where ``send_ns`` is ``time.monotonic_ns()`` taken by rank 0 just before serialising; CLOCK_MONOTONIC is one
+clock for every process of a host, so ``recv_ns - send_ns`` on a worker is the one-way latency.
+
+Backends know nothing of models or of processes: liveness of the peers is a callback that the owner
+installs (``ControlPlane.liveness_check`` / ``WorkerEndpoint.liveness_check``); every blocking wait calls it
+at least every ``POLL_S`` seconds and stops with its exception.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from abc import ABC, abstractmethod
+from array import array
+from typing import Any, Callable
+
+EXIT = "exit"
+POLL_S = 0.05  # how often a blocked wait re-checks liveness (s)
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane cannot deliver: a peer is gone or a wait timed out."""
+
+
+class PeerGone(ControlPlaneError):
+    """The process on the other side of the control plane has exited."""
+
+
+def _no_check() -> None:
+    return None
+
+
+class ControlStats:
+    """Per-message samples kept by one side: sizes (bytes) and durations (ns), as compact int64 arrays."""
+
+    def __init__(self) -> None:
+        self.nbytes = array("q")
+        self.ns = array("q")
+
+    def add(self, nbytes: int, ns: int) -> None:
+        self.nbytes.append(nbytes)
+        self.ns.append(ns)
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return {"nbytes": self.nbytes.tolist(), "ns": self.ns.tolist()}
+
+
+class ControlPlane(ABC):
+    """Driver (rank 0) side of a control plane for ``world_size`` ranks.
+
+    Args:
+        world_size: number of ranks including rank 0 (>= 1; with 1 nothing is ever sent).
+        timeout_s: longest wait for a worker to take a message before :class:`ControlPlaneError` (s).
+    Attributes:
+        send_stats: per ``send`` the message size (bytes) and the send cost, serialise + write (ns).
+    """
+
+    name = "base"
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        self.world_size = world_size
+        self.num_workers = world_size - 1
+        self.timeout_s = timeout_s
+        self.liveness_check: Callable[[], None] = _no_check
+        self.send_stats = ControlStats()
+
+    def send(self, method: str, *args: Any) -> int:
+        """Broadcast ``method(*args)`` to every worker; returns the message size in bytes.
+
+        Raises:
+            ControlPlaneError: a worker did not take the message in time, or the liveness check failed.
+        """
+        t0 = time.monotonic_ns()
+        payload = pickle.dumps((t0, method, args), protocol=pickle.HIGHEST_PROTOCOL)
+        if self.num_workers:
+            self._send_bytes(payload)
+        self.send_stats.add(len(payload), time.monotonic_ns() - t0)
+        return len(payload)
+
+    def send_exit(self) -> None:
+        """Tell every worker to leave its command loop (best effort: errors are swallowed)."""
+        try:
+            self.send(EXIT)
+        except Exception:
+            pass
+
+    @abstractmethod
+    def endpoint(self, rank: int) -> "WorkerEndpoint":
+        """The picklable receiving end for worker ``rank`` (1 <= rank < world_size)."""
+
+    @abstractmethod
+    def _send_bytes(self, payload: bytes) -> None:
+        """Deliver ``payload`` to every worker, intact and in order."""
+
+    def close(self) -> None:
+        """Release what the driver owns (segments, pipes, groups). Idempotent."""
+
+    def _deadline_wait(self, ready: Callable[[float], bool], what: str) -> None:
+        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise after ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while not ready(POLL_S):
+            self.liveness_check()
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"{self.name}: timed out after {self.timeout_s:.0f} s waiting for {what}")
+
+
+class WorkerEndpoint(ABC):
+    """Worker side: receives the messages rank 0 sends, in order.
+
+    Attributes:
+        rank: this worker's rank.
+        recv_stats: per message its size (bytes) and one-way latency, receive-done minus send-start (ns).
+    """
+
+    name = "base"
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.liveness_check: Callable[[], None] = _no_check
+        self.recv_stats = ControlStats()
+
+    def open(self) -> None:
+        """Attach to the transport; called once inside the worker process."""
+
+    def recv(self) -> tuple[str, tuple]:
+        """Block until the next message; return ``(method, args)``.
+
+        Raises:
+            PeerGone / ControlPlaneError: from the liveness check while waiting (the driver died).
+        """
+        payload = self._recv_bytes()
+        send_ns, method, args = pickle.loads(payload)
+        self.recv_stats.add(len(payload), time.monotonic_ns() - send_ns)
+        return method, args
+
+    @abstractmethod
+    def _recv_bytes(self) -> bytes:
+        """Block (calling ``liveness_check`` every ``POLL_S``) until one whole message has arrived."""
+
+    def close(self) -> None:
+        """Detach from the transport. Idempotent."""
+
+    def _wait(self, ready: Callable[[float], bool]) -> None:
+        """Call ``ready(POLL_S)`` until it returns True, checking liveness in between; waits without bound
+        while the driver lives (an idle engine sends nothing for as long as it likes)."""
+        while not ready(POLL_S):
+            self.liveness_check()

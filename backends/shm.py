@@ -1,0 +1,128 @@
+"""``shm``: one SharedMemory segment plus, per worker, a "ready" Event and an "ack" Event.
+
+This is nano-vllm's design with its three faults removed:
+
+* the segment name is unique per run (``tpcp_<pid>_<random>``), never a fixed one;
+* every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before it
+  writes again, so an unread message is never overwritten;
+* a message larger than the segment is sent as consecutive chunks, so any size arrives (nano-vllm's
+  fixed 1 MiB buffer fails on a large prefill batch).
+
+Segment layout: bytes [0, 8) total message length, [8, 16) chunk offset, [16, 24) chunk length (all
+little-endian u64), chunk data from byte 64.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import secrets
+import struct
+from multiprocessing import shared_memory
+
+from .base import ControlPlane, WorkerEndpoint
+
+HEADER = struct.Struct("<QQQ")
+DATA_OFFSET = 64
+DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm; larger messages are chunked
+
+
+class ShmControlPlane(ControlPlane):
+    """SharedMemory + Event control plane (driver side).
+
+    Args:
+        world_size, timeout_s: see :class:`ControlPlane`.
+        segment_bytes: size of the shared segment (bytes, > 64); messages above ``segment_bytes - 64``
+            travel in several chunks.
+    """
+
+    name = "shm"
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
+        super().__init__(world_size, timeout_s)
+        if segment_bytes <= DATA_OFFSET:
+            raise ValueError(f"segment_bytes must be > {DATA_OFFSET}, got {segment_bytes}")
+        ctx = mp.get_context("spawn")
+        self.shm = None
+        if self.num_workers:
+            name = f"tpcp_{os.getpid()}_{secrets.token_hex(4)}"
+            self.shm = shared_memory.SharedMemory(name=name, create=True, size=segment_bytes)
+        self.capacity = segment_bytes - DATA_OFFSET
+        self.ready = [ctx.Event() for _ in range(self.num_workers)]
+        self.acks = [ctx.Event() for _ in range(self.num_workers)]
+        for ack in self.acks:
+            ack.set()  # the segment starts free
+
+    def endpoint(self, rank: int) -> "ShmEndpoint":
+        return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
+
+    def _all_acked(self, timeout: float) -> bool:
+        return all(ack.wait(timeout if i == 0 else 0) for i, ack in enumerate(self.acks))
+
+    def _send_bytes(self, payload: bytes) -> None:
+        total = len(payload)
+        view = memoryview(payload)
+        buf = self.shm.buf
+        offset = 0
+        while True:
+            n = min(self.capacity, total - offset)
+            self._deadline_wait(self._all_acked, "workers to read the previous chunk")
+            for ack in self.acks:
+                ack.clear()
+            buf[DATA_OFFSET:DATA_OFFSET + n] = view[offset:offset + n]
+            HEADER.pack_into(buf, 0, total, offset, n)
+            for ready in self.ready:
+                ready.set()
+            offset += n
+            if offset >= total:
+                return
+
+    def close(self) -> None:
+        if self.shm is not None:
+            shm, self.shm = self.shm, None
+            shm.close()
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class ShmEndpoint(WorkerEndpoint):
+    """Worker side of :class:`ShmControlPlane`."""
+
+    name = "shm"
+
+    def __init__(self, rank: int, segment_name: str, ready, ack):
+        super().__init__(rank)
+        self.segment_name = segment_name
+        self.ready, self.ack = ready, ack
+        self.shm = None
+
+    def open(self) -> None:
+        self.shm = shared_memory.SharedMemory(name=self.segment_name)
+
+    def _recv_bytes(self) -> bytes:
+        buf = self.shm.buf
+        out = None
+        while True:
+            self._wait(self.ready.wait)
+            self.ready.clear()
+            total, offset, n = HEADER.unpack_from(buf, 0)
+            if out is None:
+                if offset == 0 and n == total:  # the common case: one chunk, one copy
+                    data = bytes(buf[DATA_OFFSET:DATA_OFFSET + n])
+                    self.ack.set()
+                    return data
+                out = bytearray(total)
+            out[offset:offset + n] = buf[DATA_OFFSET:DATA_OFFSET + n]
+            self.ack.set()
+            if offset + n >= total:
+                return bytes(out)
+
+    def close(self) -> None:
+        if self.shm is not None:
+            shm, self.shm = self.shm, None
+            shm.close()
+
+
+CONTROL_PLANE = ShmControlPlane

@@ -1,0 +1,13 @@
+"""A tensor-parallel LLM inference engine (nano-vllm's multi-process design) with a pluggable control plane.
+
+    from engine import LLM, SamplingParams
+    with LLM("/path/to/qwen3", tensor_parallel_size=2, control="shm") as llm:
+        out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=16))
+"""
+
+from .config import ConfigError, EngineConfig
+from .llm_engine import LLM
+from .sampling_params import SamplingParams
+from .worker_group import WorkerError
+
+__all__ = ["LLM", "SamplingParams", "EngineConfig", "ConfigError", "WorkerError"]

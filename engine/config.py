@@ -1,0 +1,157 @@
+"""Engine configuration, validated in the calling process before anything is spawned."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from backends import available as available_control_planes
+
+CPU_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+CUDA_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ConfigError(ValueError):
+    """Bad engine input; the message is one line that says what to change."""
+
+
+@dataclass
+class EngineConfig:
+    """Everything an engine run needs; each rank gets a copy.
+
+    Attributes:
+        model: directory of a Hugging Face Qwen3 checkpoint (config.json + *.safetensors).
+        tensor_parallel_size: number of ranks (one process per device); must divide the attention heads,
+            the KV heads and the vocabulary size.
+        control: control-plane backend name (see ``backends.available()``).
+        control_options: extra keyword arguments for that backend's constructor.
+        device: "auto" (cuda when available), "cpu" or "cuda".
+        dtype: "auto" (bfloat16 on cuda, float32 on cpu), "float32", "bfloat16" or "float16" (cuda only).
+        kvcache_block_size: tokens per KV-cache block, a power of two in [16, 256].
+        num_kvcache_blocks: KV blocks per rank; -1 sizes it from memory (the minimum over ranks is used).
+        gpu_memory_utilization: fraction of GPU memory the engine may fill, weights + activations + KV.
+        cpu_kvcache_bytes: KV-cache budget per rank on CPU when ``num_kvcache_blocks`` is -1 (bytes).
+        max_num_seqs: most sequences in one batch.
+        max_num_batched_tokens: most tokens in one prefill batch (>= max_model_len).
+        max_model_len: longest sequence, prompt + output (tokens); capped by the model's position limit.
+        enforce_eager: never capture CUDA graphs.
+        timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
+        startup_timeout_s: longest wait for the workers to start and load their shards (s).
+        seed: seed of rank 0's sampling generator.
+    """
+
+    model: str
+    tensor_parallel_size: int = 1
+    control: str = "shm"
+    control_options: dict = field(default_factory=dict)
+    device: str = "auto"
+    dtype: str = "auto"
+    kvcache_block_size: int = 256
+    num_kvcache_blocks: int = -1
+    gpu_memory_utilization: float = 0.9
+    cpu_kvcache_bytes: int = 2 << 30
+    max_num_seqs: int = 512
+    max_num_batched_tokens: int = 16384
+    max_model_len: int = 4096
+    enforce_eager: bool = False
+    timeout_s: float = 60.0
+    startup_timeout_s: float = 600.0
+    seed: int = 0
+    hf_config: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.model = os.path.abspath(os.path.expanduser(str(self.model)))
+        self.hf_config = read_hf_config(self.model)
+        self._check_parallelism()
+        self._check_device_and_dtype()
+        self._check_cache_and_batching()
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return CUDA_DTYPES[self.dtype]
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = self.hf_config.get("eos_token_id")
+        return eos[0] if isinstance(eos, list) else eos
+
+    def _check_parallelism(self) -> None:
+        tp, hf = self.tensor_parallel_size, self.hf_config
+        if not isinstance(tp, int) or tp < 1:
+            raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
+        for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
+            if hf[key] % tp:
+                raise ConfigError(f"tensor_parallel_size={tp} does not divide {key}={hf[key]} of {self.model}")
+        if self.control not in available_control_planes():
+            raise ConfigError(f"unknown control plane {self.control!r}; "
+                              f"available: {', '.join(available_control_planes())}")
+
+    def _check_device_and_dtype(self) -> None:
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.device == "cuda":
+            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if self.tensor_parallel_size > n:
+                raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} needs that many GPUs; "
+                                  f"{n} visible")
+        if self.dtype == "auto":
+            self.dtype = "bfloat16" if self.device == "cuda" else "float32"
+        allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
+        if self.dtype not in allowed:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use one of {sorted(allowed)}")
+
+    def _check_cache_and_batching(self) -> None:
+        bs = self.kvcache_block_size
+        if not (16 <= bs <= 256 and bs & (bs - 1) == 0):
+            raise ConfigError(f"kvcache_block_size must be a power of two in [16, 256], got {bs}")
+        self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
+        if self.max_num_batched_tokens < self.max_model_len:
+            raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
+                              f"max_model_len={self.max_model_len}")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                    "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings")
+
+
+def read_hf_config(path: str) -> dict:
+    """Read ``path/config.json`` of a Qwen3 checkpoint into a plain dict with ``head_dim`` and
+    ``rope_theta`` filled in (transformers 5 keeps the latter in ``rope_parameters``).
+
+    Raises:
+        ConfigError: missing directory, missing/unreadable config.json, no safetensors file, not Qwen3,
+            a required key missing, or RoPE scaling (unsupported).
+    """
+    if not os.path.isdir(path):
+        raise ConfigError(f"checkpoint directory not found: {path}")
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ConfigError(f"no config.json in checkpoint directory {path}")
+    try:
+        with open(cfg_path) as f:
+            hf = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot read {cfg_path}: {e}") from None
+    if hf.get("model_type") != "qwen3":
+        raise ConfigError(f"{cfg_path}: model_type {hf.get('model_type')!r} is not supported (only 'qwen3')")
+    missing = [k for k in REQUIRED_HF_KEYS if k not in hf]
+    if missing:
+        raise ConfigError(f"{cfg_path} lacks {', '.join(missing)}")
+    if not any(name.endswith(".safetensors") for name in os.listdir(path)):
+        raise ConfigError(f"no *.safetensors file in checkpoint directory {path}")
+    hf.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ConfigError(f"{cfg_path}: RoPE scaling {rope} is not supported")
+    hf["rope_theta"] = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    hf.setdefault("tie_word_embeddings", False)
+    return hf

@@ -1,0 +1,77 @@
+"""Attention over the paged KV cache, with torch's scaled_dot_product_attention.
+
+The step's new K/V are first written into the cache at their slots (slot = block_id * block_size +
+offset); then every sequence's whole context is gathered from the cache through its block table, so
+prefix-cache hits, chunked contexts and decode all take the same path. Queries are padded to
+``[B, Lq_max]`` and contexts to ``[B, Lk_max]``; the boolean mask allows key j for query i of a sequence
+when j <= position(i) and j < context length (causal, with the cached prefix visible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step inputs shared by every attention layer.
+
+    Attributes:
+        slot_mapping: ``[N]`` int64, cache slot of each new token.
+        block_tables: ``[B, max_blocks]`` int64, padded with 0 (masked out).
+        q_pad_index: ``[N]`` int64, where each new token sits in the padded ``[B * Lq_max]`` queries.
+        mask: ``[B, 1, Lq_max, Lk_max]`` bool, True = may attend.
+        num_seqs, max_q_len, max_k_len: B, Lq_max, Lk_max.
+    """
+
+    slot_mapping: torch.Tensor
+    block_tables: torch.Tensor
+    q_pad_index: torch.Tensor
+    mask: torch.Tensor
+    num_seqs: int
+    max_q_len: int
+    max_k_len: int
+
+
+class Attention(nn.Module):
+    """Multi-head attention with grouped KV heads over the paged cache.
+
+    ``k_cache`` / ``v_cache`` are ``[num_blocks, block_size, num_kv_heads, head_dim]`` tensors set by the
+    model runner once the number of blocks is known.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        self.k_cache = self.v_cache = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``."""
+        store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        B, Lq, Lk, D = meta.num_seqs, meta.max_q_len, meta.max_k_len, self.head_dim
+        qp = q.new_zeros(B * Lq, self.num_heads, D)
+        qp[meta.q_pad_index] = q
+        qp = qp.view(B, Lq, self.num_heads, D).transpose(1, 2)
+        kp = gather_context(self.k_cache, meta.block_tables, Lk)
+        vp = gather_context(self.v_cache, meta.block_tables, Lk)
+        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=meta.mask, scale=self.scale,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Write k/v ``[N, Hkv, D]`` into the caches at ``slot_mapping`` ``[N]``."""
+    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+
+
+def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
+    """cache ``[num_blocks, bs, H, D]``, block_tables ``[B, nb]`` -> ``[B, H, max_len, D]``."""
+    B, nb = block_tables.shape
+    ctx = cache[block_tables].view(B, nb * cache.shape[1], *cache.shape[2:])[:, :max_len]
+    return ctx.transpose(1, 2)

@@ -1,0 +1,108 @@
+"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3).
+
+Each parameter carries a ``weight_loader(param, src, *shard_id)`` that reads only this rank's rows or
+columns of the checkpoint tensor. ``src`` is a safetensors slice (``get_shape()``, ``src[a:b]``,
+``src[:, a:b]``), so a rank never reads the other ranks' shards from disk.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .parallel import all_reduce, shard_range, tp_size
+
+
+def check_shape(src, expected: tuple[int, ...]) -> None:
+    """Raises ValueError when the checkpoint tensor's shape differs from ``expected``."""
+    shape = tuple(src.get_shape())
+    if shape != tuple(expected):
+        raise ValueError(f"shape {list(shape)} in the checkpoint, expected {list(expected)}")
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T with W's output rows split over ranks: in ``[N, in]``, out ``[N, out / tp]`` (no
+    communication; the next RowParallelLinear consumes the shard)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        start, end = shard_range(out_features, "ColumnParallelLinear out_features")
+        self.weight = nn.Parameter(torch.empty(end - start, in_features), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(end - start), requires_grad=False)
+            self.bias.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, src) -> None:
+        check_shape(src, (self.out_features, *param.shape[1:]))
+        start, end = shard_range(self.out_features, "ColumnParallelLinear out_features")
+        param.data.copy_(src[start:end])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel projections of one input fused into one matmul (gate_proj + up_proj).
+    Each rank's weight is the concatenation of its shard of every part: ``[sum(out_i) / tp, in]``."""
+
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False):
+        self.output_sizes = list(output_sizes)
+        super().__init__(in_features, sum(output_sizes), bias)
+
+    def weight_loader(self, param: nn.Parameter, src, shard_id: int) -> None:
+        full = self.output_sizes[shard_id]
+        check_shape(src, (full, *param.shape[1:]))
+        start, end = shard_range(full, "MergedColumnParallelLinear part")
+        offset = sum(self.output_sizes[:shard_id]) // tp_size()
+        param.data[offset:offset + end - start].copy_(src[start:end])
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """q, k and v projections fused; each rank holds ``num_heads / tp`` query heads and
+    ``num_kv_heads / tp`` key/value heads: weight ``[(Hq + 2 Hkv) / tp * head_dim, hidden]``."""
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
+        self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
+        self.output_sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+        super().__init__(hidden_size, sum(self.output_sizes), bias)
+
+    def weight_loader(self, param: nn.Parameter, src, shard_id: str) -> None:
+        idx = "qkv".index(shard_id)
+        full = self.output_sizes[idx]
+        check_shape(src, (full, *param.shape[1:]))
+        start, end = shard_range(full, f"QKVParallelLinear {shard_id} heads")
+        offset = sum(self.output_sizes[:idx]) // tp_size()
+        param.data[offset:offset + end - start].copy_(src[start:end])
+
+
+class RowParallelLinear(nn.Module):
+    """y = x W^T with W's input columns split over ranks: in ``[N, in / tp]``, out ``[N, out]`` summed
+    over ranks by one all_reduce. A bias is added once, after the reduction."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        start, end = shard_range(in_features, "RowParallelLinear in_features")
+        self.weight = nn.Parameter(torch.empty(out_features, end - start), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
+            self.bias.weight_loader = self.bias_loader
+
+    def weight_loader(self, param: nn.Parameter, src) -> None:
+        check_shape(src, (self.out_features, self.in_features))
+        start, end = shard_range(self.in_features, "RowParallelLinear in_features")
+        param.data.copy_(src[:, start:end])
+
+    def bias_loader(self, param: nn.Parameter, src) -> None:
+        check_shape(src, (self.out_features,))
+        param.data.copy_(src[:])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = all_reduce(F.linear(x, self.weight))
+        return y if self.bias is None else y + self.bias

@@ -1,0 +1,191 @@
+"""The user-facing engine: rank 0's driver loop over the scheduler, the control plane and the model runner."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from backends import get_control_plane
+
+from .block_manager import BlockManager
+from .config import ConfigError, EngineConfig
+from .layers.sampler import sample
+from .loader import check_checkpoint
+from .model_runner import ModelRunner
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .sequence import Sequence
+from .worker import RESET_CONTROL_STATS
+from .worker_group import WorkerGroup
+
+
+@dataclass
+class StepRecord:
+    """One engine step: kind, batch size, new tokens, wall time (s) and rank 0's control-plane send (ns)."""
+
+    is_prefill: bool
+    num_seqs: int
+    num_tokens: int
+    duration_s: float
+    send_ns: int
+    message_bytes: int
+
+
+class LLM:
+    """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in spawned workers.
+
+    ``LLM(model_path, tensor_parallel_size=1, control="shm", device="auto", dtype="auto", **options)``;
+    options are the other :class:`EngineConfig` fields (kvcache_block_size, num_kvcache_blocks,
+    max_num_seqs, max_num_batched_tokens, max_model_len, enforce_eager, ...).
+
+    Raises:
+        ConfigError: bad configuration or checkpoint, found before any process is spawned.
+        WorkerError: a worker failed while starting.
+    Use as a context manager, or call :meth:`shutdown` (also registered with atexit).
+    """
+
+    def __init__(self, model: str, tensor_parallel_size: int = 1, control: str = "shm", device: str = "auto",
+                 dtype: str = "auto", **options):
+        self.config = EngineConfig(model=model, tensor_parallel_size=tensor_parallel_size, control=control,
+                                   device=device, dtype=dtype, **options)
+        check_checkpoint(self.config.model, self.config.hf_config)
+        self.control = self.group = self.runner = None
+        self._closed = False
+        atexit.register(self.shutdown)
+        try:
+            cfg = self.config
+            self.control = get_control_plane(cfg.control)(cfg.tensor_parallel_size, timeout_s=cfg.timeout_s,
+                                                          **cfg.control_options)
+            self.group = WorkerGroup(cfg, self.control)
+            self.control.liveness_check = self.group.check
+            self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for)
+        except BaseException:
+            self.shutdown()
+            raise
+        self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
+        self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
+                                   self.config.max_model_len, self.block_manager, self.config.eos_token_id)
+        self.generator = torch.Generator(device=self.runner.device).manual_seed(self.config.seed)
+        self.steps: list[StepRecord] = []
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    @property
+    def num_kvcache_blocks(self) -> int:
+        return self.runner.num_kvcache_blocks
+
+    def call(self, method: str, *args):
+        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result.
+
+        Raises:
+            WorkerError: a worker failed (its traceback is in the message).
+        """
+        self.control.send(method, *args)
+        try:
+            return getattr(self.runner, method)(*args)
+        except Exception:
+            self.group.check(wait_s=2.0)  # a worker's failure explains ours: raise that one
+            raise
+
+    def _validate(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
+        cfg = self.config
+        if not prompts:
+            raise ConfigError("generate() needs at least one prompt")
+        if len(params) != len(prompts):
+            raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
+        vocab = cfg.hf_config["vocab_size"]
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            if not p:
+                raise ConfigError(f"prompt {i} is empty")
+            if len(p) >= cfg.max_model_len:
+                raise ConfigError(f"prompt {i} has {len(p)} tokens; max_model_len={cfg.max_model_len} leaves "
+                                  f"no room to generate")
+            if min(p) < 0 or max(p) >= vocab:
+                raise ConfigError(f"prompt {i} has a token id outside [0, {vocab})")
+            need = math.ceil(min(len(p) + sp.max_tokens, cfg.max_model_len) / cfg.kvcache_block_size)
+            if need > self.num_kvcache_blocks:
+                raise ConfigError(f"prompt {i} needs {need} KV blocks; the cache has {self.num_kvcache_blocks}")
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
+                 use_tqdm: bool = False) -> list[dict]:
+        """Generate for every prompt; returns, in input order, dicts with ``token_ids`` (generated ids),
+        ``arrival_s`` and ``token_times_s`` (time.perf_counter() of arrival and of each token, s) and
+        ``num_preemptions``. Step records of this call are in ``self.steps``.
+
+        Raises:
+            ConfigError: bad prompts or parameters (checked before the first step).
+            WorkerError: a worker failed mid-run.
+        """
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params] * len(prompt_token_ids)
+        prompt_token_ids = [list(map(int, p)) for p in prompt_token_ids]
+        self._validate(prompt_token_ids, sampling_params)
+        now = time.perf_counter()
+        seqs = []
+        for p, sp in zip(prompt_token_ids, sampling_params):
+            seq = Sequence(p, sp, self.config.kvcache_block_size)
+            seq.arrival_s = now
+            seqs.append(seq)
+            self.scheduler.add(seq)
+        self.steps = []
+        bar = tqdm(total=len(seqs), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
+        while not self.scheduler.is_finished():
+            bar.update(len(self.step()))
+        bar.close()
+        return [{"token_ids": s.completion_token_ids, "arrival_s": s.arrival_s, "token_times_s": s.token_times_s,
+                 "num_preemptions": s.num_preemptions} for s in seqs]
+
+    def step(self) -> list[Sequence]:
+        """Schedule, run one forward on every rank, sample on rank 0. Returns the sequences that finished."""
+        t0 = time.perf_counter()
+        seqs, is_prefill = self.scheduler.schedule()
+        views = [s.step_view() for s in seqs]
+        logits = self.call("run", views, is_prefill)
+        temps = torch.tensor([s.temperature for s in seqs], dtype=torch.float32, device=logits.device)
+        token_ids = sample(logits, temps, self.generator).tolist()  # .tolist() synchronises the device
+        now = time.perf_counter()
+        finished = self.scheduler.postprocess(seqs, token_ids, now)
+        num_tokens = sum(len(v[2]) for v in views)
+        sent = self.control.send_stats
+        self.steps.append(StepRecord(is_prefill, len(seqs), num_tokens, now - t0, sent.ns[-1], sent.nbytes[-1]))
+        return finished
+
+    def reset_control_stats(self) -> None:
+        """Forget the control-plane samples so far (e.g. after a warm-up), on every rank."""
+        self.control.send(RESET_CONTROL_STATS)
+        self.control.send_stats = type(self.control.send_stats)()
+
+    def control_stats(self) -> dict:
+        """Control-plane samples: ``{"send": {...}, "recv": {rank: {...}}}`` with per-message ``nbytes``
+        and ``ns`` lists (send cost on rank 0, one-way latency on workers). Workers' samples arrive when
+        they exit, so this is complete only after :meth:`shutdown`."""
+        recv = dict(self.group.worker_stats) if self.group else {}
+        return {"send": self.control.send_stats.as_dict() if self.control else {}, "recv": recv}
+
+    def shutdown(self) -> None:
+        """Stop the workers (exit message, then terminate/kill after a timeout), tear down the process
+        group and free the control plane. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.shutdown)
+        if self.control is not None:
+            self.control.send_exit()
+        if self.runner is not None:
+            try:
+                self.runner.exit()
+            except Exception:
+                pass
+        if self.group is not None:
+            self.group.join(timeout_s=5.0)
+        if self.control is not None:
+            self.control.close()

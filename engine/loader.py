@@ -1,0 +1,104 @@
+"""Loading a Hugging Face safetensors checkpoint into the tensor-parallel model, each rank reading only
+its shard (safetensors slices read just the requested rows/columns from the memory-mapped file)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from safetensors import safe_open
+from torch import nn
+
+from .config import ConfigError
+
+
+def expected_tensors(hf: dict) -> dict[str, tuple[int, ...]]:
+    """Full (unsharded) shape of every tensor a Qwen3 checkpoint must hold, by checkpoint name."""
+    H, D, inter = hf["hidden_size"], hf["head_dim"], hf["intermediate_size"]
+    q, kv = hf["num_attention_heads"] * D, hf["num_key_value_heads"] * D
+    shapes = {"model.embed_tokens.weight": (hf["vocab_size"], H), "model.norm.weight": (H,)}
+    if not hf.get("tie_word_embeddings", False):
+        shapes["lm_head.weight"] = (hf["vocab_size"], H)
+    for i in range(hf["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+            p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+            p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+            p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,),
+            p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
+            p + "mlp.down_proj.weight": (H, inter),
+        })
+        if hf.get("attention_bias", False):
+            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                           p + "self_attn.v_proj.bias": (kv,)})
+    return shapes
+
+
+def checkpoint_files(path: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+
+
+def check_checkpoint(path: str, hf: dict) -> None:
+    """Read only the safetensors headers and check every expected tensor is present with its shape.
+
+    Raises:
+        ConfigError: a file is unreadable, a tensor is missing, or a shape is wrong (one line, naming it).
+    """
+    found: dict[str, tuple[int, ...]] = {}
+    for file in checkpoint_files(path):
+        try:
+            with safe_open(file, framework="pt") as f:
+                for name in f.keys():
+                    found[name] = tuple(f.get_slice(name).get_shape())
+        except Exception as e:  # safetensors raises its own error types for damaged headers
+            raise ConfigError(f"cannot read {file}: {e}") from None
+    for name, shape in expected_tensors(hf).items():
+        if name not in found:
+            raise ConfigError(f"checkpoint {path} lacks tensor {name}")
+        if found[name] != shape:
+            raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
+                              f"expected {list(shape)}")
+
+
+def default_weight_loader(param: nn.Parameter, src) -> None:
+    shape = tuple(src.get_shape())
+    if shape != tuple(param.shape):
+        raise ValueError(f"shape {list(shape)} in the checkpoint, expected {list(param.shape)}")
+    param.data.copy_(src[:])
+
+
+def load_weights(model: nn.Module, path: str) -> None:
+    """Copy this rank's shard of every checkpoint tensor into ``model``.
+
+    Raises:
+        ValueError: a tensor has the wrong shape, or a model parameter is in no checkpoint file.
+    """
+    packed = getattr(model, "packed_modules_mapping", {})
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    for file in checkpoint_files(path):
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                target, shard_id = name, None
+                for part, (fused, sid) in packed.items():
+                    if f".{part}." in name:
+                        target, shard_id = name.replace(f".{part}.", f".{fused}."), sid
+                        break
+                if target not in params:
+                    continue  # e.g. lm_head.weight saved beside tied embeddings
+                param = params[target]
+                loader = getattr(param, "weight_loader", None)
+                try:
+                    if loader is None:
+                        default_weight_loader(param, f.get_slice(name))
+                    elif shard_id is None:
+                        loader(param, f.get_slice(name))
+                    else:
+                        loader(param, f.get_slice(name), shard_id)
+                except ValueError as e:
+                    raise ValueError(f"{file}: tensor {name}: {e}") from None
+                loaded.add(target)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise ValueError(f"checkpoint {path} has no tensor for {', '.join(missing[:5])}")

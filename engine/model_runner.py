@@ -1,0 +1,131 @@
+"""One rank's share of the model: process group, weights, KV cache and the forward step."""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .config import EngineConfig
+from .loader import load_weights
+from .models.qwen3 import Qwen3ForCausalLM
+from .step_inputs import build_step_inputs
+
+
+class ModelRunner:
+    """Builds rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same
+    arguments each step (SPMD) so the collectives inside the forward line up.
+
+    Args:
+        config: the engine configuration (identical on every rank).
+        rank: this process's rank; rank 0 is the driver.
+        store: the run's torch.distributed TCPStore (rendezvous for the data-plane process group).
+        sync: ``sync(stage)`` is called at "joining" (before the process group forms) and "loaded" (before
+            the first collective): workers announce the stage, rank 0 waits for every worker, watching that
+            they are alive, so a worker that dies while starting is reported instead of hanging rank 0.
+    Attributes:
+        num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
+    """
+
+    def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None]):
+        self.config, self.rank = config, rank
+        self.world_size = config.tensor_parallel_size
+        self.block_size = config.kvcache_block_size
+        hf = config.hf_config
+        if config.device == "cuda":
+            self.device = torch.device("cuda", rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
+        sync("joining")
+        dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=store, rank=rank,
+                                world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
+        prev_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(config.torch_dtype)
+        try:
+            with torch.device(self.device):
+                self.model = Qwen3ForCausalLM(hf)
+        finally:
+            torch.set_default_dtype(prev_dtype)
+        load_weights(self.model, config.model)
+        self.model.eval()
+        sync("loaded")
+        self.kv_heads = hf["num_key_value_heads"] // self.world_size
+        self.head_dim = hf["head_dim"]
+        self.num_layers = hf["num_hidden_layers"]
+        num_blocks = torch.tensor([self._local_num_blocks()], dtype=torch.int64, device=self.device)
+        dist.all_reduce(num_blocks, op=dist.ReduceOp.MIN)
+        self.num_kvcache_blocks = int(num_blocks.item())
+        if self.num_kvcache_blocks < 1:
+            raise RuntimeError("no memory left for the KV cache (lower max_num_batched_tokens / max_num_seqs "
+                               "or raise gpu_memory_utilization)")
+        self._allocate_kv_cache(self.num_kvcache_blocks)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one KV block on this rank: K and V, all layers, local KV heads."""
+        elt = torch.empty(0, dtype=self.config.torch_dtype).element_size()
+        return 2 * self.num_layers * self.block_size * self.kv_heads * self.head_dim * elt
+
+    def _local_num_blocks(self) -> int:
+        cfg = self.config
+        if cfg.num_kvcache_blocks > 0:
+            return cfg.num_kvcache_blocks
+        useful = cfg.max_num_seqs * math.ceil(cfg.max_model_len / self.block_size)
+        if cfg.device == "cpu":
+            return max(1, min(useful, cfg.cpu_kvcache_bytes // self.block_bytes))
+        return min(useful, self._cuda_budget_bytes() // self.block_bytes)
+
+    def _cuda_budget_bytes(self) -> int:
+        """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use now,
+        minus the peak of a warm-up prefill of ``max_num_batched_tokens`` tokens, minus the K/V context
+        that decode attention gathers per layer for ``max_num_seqs`` sequences of ``max_model_len``."""
+        cfg = self.config
+        torch.cuda.synchronize()
+        self._allocate_kv_cache(math.ceil(cfg.max_num_batched_tokens / self.block_size) + cfg.max_num_seqs)
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        self._warmup()
+        activation_peak = torch.cuda.max_memory_allocated() - base
+        self._allocate_kv_cache(0)
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        elt = torch.empty(0, dtype=cfg.torch_dtype).element_size()
+        decode_gather = 2 * cfg.max_num_seqs * cfg.max_model_len * self.kv_heads * self.head_dim * elt
+        return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - decode_gather)
+
+    @torch.inference_mode()
+    def _warmup(self) -> None:
+        cfg = self.config
+        seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
+        num_seqs = max(1, min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len))
+        nb = math.ceil(seq_len / self.block_size)
+        views = [(seq_len, list(range(i * nb, (i + 1) * nb)), [0] * seq_len) for i in range(num_seqs)]
+        self.run(views, True)
+
+    def _allocate_kv_cache(self, num_blocks: int) -> None:
+        shape = (num_blocks, self.block_size, self.kv_heads, self.head_dim)
+        for attn in self.model.attention_layers():
+            attn.k_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
+            attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
+
+    @torch.inference_mode()
+    def run(self, views: list[tuple[int, list[int], list[int]]], is_prefill: bool) -> torch.Tensor | None:
+        """One forward step over ``views`` (``Sequence.step_view`` of each scheduled sequence).
+
+        Returns float32 logits ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on the
+        other ranks. ``is_prefill`` is informational (both kinds take the same path).
+        """
+        inputs = build_step_inputs(views, self.block_size, self.device)
+        hidden = self.model(inputs)
+        return self.model.compute_logits(hidden[inputs.logits_index])
+
+    def exit(self) -> None:
+        """Tear down the data-plane process group (idempotent)."""
+        if dist.is_initialized():
+            dist.destroy_process_group()

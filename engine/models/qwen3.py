@@ -1,0 +1,110 @@
+"""Qwen3 (dense) for causal LM: GQA attention with per-head q/k RMSNorm and RoPE, SwiGLU MLP, tied or
+untied embeddings. Parameter names follow the Hugging Face checkpoint, except the fused projections,
+which ``packed_modules_mapping`` maps back to their checkpoint parts."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers.attention import Attention
+from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from ..layers.norm import RMSNorm
+from ..layers.parallel import tp_size
+from ..layers.rotary import RotaryEmbedding
+from ..step_inputs import StepInputs
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, hf: dict):
+        super().__init__()
+        tp = tp_size()
+        self.head_dim = hf["head_dim"]
+        self.num_heads = hf["num_attention_heads"] // tp
+        self.num_kv_heads = hf["num_key_value_heads"] // tp
+        bias = hf.get("attention_bias", False)
+        self.qkv_proj = QKVParallelLinear(hf["hidden_size"], self.head_dim, hf["num_attention_heads"],
+                                          hf["num_key_value_heads"], bias)
+        self.o_proj = RowParallelLinear(hf["num_attention_heads"] * self.head_dim, hf["hidden_size"], bias)
+        self.q_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"])
+        self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"])
+        self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
+
+    def forward(self, positions, x, inputs: StepInputs, rotary: RotaryEmbedding):
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
+        q = self.q_norm(q.view(-1, self.num_heads, self.head_dim))
+        k = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim))
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        q, k = rotary(positions, q, k)
+        out = self.attn(q, k, v, inputs.attn)
+        return self.o_proj(out.flatten(1))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, hf: dict):
+        super().__init__()
+        inter = hf["intermediate_size"]
+        self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
+        self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, hf: dict):
+        super().__init__()
+        self.self_attn = Qwen3Attention(hf)
+        self.mlp = Qwen3MLP(hf)
+        self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
+
+    def forward(self, positions, h, inputs, rotary):
+        h = h + self.self_attn(positions, self.input_layernorm(h), inputs, rotary)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Qwen3Model(nn.Module):
+    def __init__(self, hf: dict):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(hf["vocab_size"], hf["hidden_size"])
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(hf) for _ in range(hf["num_hidden_layers"]))
+        self.norm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
+        self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
+
+    def forward(self, inputs: StepInputs) -> torch.Tensor:
+        h = self.embed_tokens(inputs.input_ids)
+        for layer in self.layers:
+            h = layer(inputs.positions, h, inputs, self.rotary)
+        return self.norm(h)
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> float32
+    logits ``[B, vocab]`` on rank 0 (None elsewhere)."""
+
+    packed_modules_mapping = {
+        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, hf: dict):
+        super().__init__()
+        self.model = Qwen3Model(hf)
+        self.tie_word_embeddings = bool(hf.get("tie_word_embeddings", False))
+        self.lm_head = ParallelLMHead(hf["vocab_size"], hf["hidden_size"])
+        if self.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, inputs: StepInputs) -> torch.Tensor:
+        return self.model(inputs)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        return self.lm_head(hidden)
+
+    def attention_layers(self) -> list[Attention]:
+        return [layer.self_attn.attn for layer in self.model.layers]

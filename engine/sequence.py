@@ -1,0 +1,78 @@
+"""A request as the scheduler sees it."""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+from itertools import count
+
+from .sampling_params import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+class Sequence:
+    """One request: its tokens (prompt, then generated), its block table and its timings.
+
+    Attributes:
+        token_ids: prompt followed by generated token ids.
+        num_cached_tokens: leading tokens whose KV is already in the cache (prefix-cache hits).
+        block_table: KV-cache block ids, one per ``block_size`` tokens.
+        prefill: True while the sequence needs a prefill (at first, and again after a preemption).
+        arrival_s / token_times_s: perf_counter() of arrival and of each generated token (rank 0 only,
+            never sent to workers).
+    """
+
+    _ids = count()
+
+    def __init__(self, token_ids: list[int], params: SamplingParams, block_size: int):
+        self.seq_id = next(Sequence._ids)
+        self.status = SequenceStatus.WAITING
+        self.token_ids = list(token_ids)
+        self.num_prompt_tokens = len(token_ids)
+        self.num_cached_tokens = 0
+        self.block_table: list[int] = []
+        self.block_size = block_size
+        self.temperature = params.temperature
+        self.max_tokens = params.max_tokens
+        self.ignore_eos = params.ignore_eos
+        self.prefill = True
+        self.num_preemptions = 0
+        self.arrival_s = 0.0
+        self.token_times_s: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def last_token(self) -> int:
+        return self.token_ids[-1]
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_blocks(self) -> int:
+        return (len(self.token_ids) + self.block_size - 1) // self.block_size
+
+    def block(self, i: int) -> list[int]:
+        """Token ids of block ``i`` (the last block may be partial)."""
+        return self.token_ids[i * self.block_size:(i + 1) * self.block_size]
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def step_view(self) -> tuple[int, list[int], list[int]]:
+        """What the model runners need of this sequence for one step, and all of it that goes on the
+        wire: ``(num_tokens, block_table, new_token_ids)``, where ``new_token_ids`` are the tokens not yet
+        in the KV cache in prefill, and only the last token in decode."""
+        new = self.token_ids[self.num_cached_tokens:] if self.prefill else self.token_ids[-1:]
+        return (len(self.token_ids), self.block_table, new)

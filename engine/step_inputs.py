@@ -1,0 +1,60 @@
+"""Turns one step's sequences into the model's input tensors (identically on every rank)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .layers.attention import AttentionMetadata
+
+
+@dataclass
+class StepInputs:
+    """input_ids / positions ``[N]`` int64, logits_index ``[B]`` (the last new token of each sequence)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    logits_index: torch.Tensor
+    attn: AttentionMetadata
+
+
+def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size: int,
+                      device: torch.device) -> StepInputs:
+    """``views``: per sequence ``(num_tokens, block_table, new_token_ids)`` (``Sequence.step_view``); the
+    new tokens are the last ``len(new_token_ids)`` of the sequence: its uncached tail in prefill, its
+    last token in decode."""
+    input_ids, positions, slots, q_pad_index = [], [], [], []
+    q_lens, k_lens = [], []
+    max_q = max(len(new) for _, _, new in views)
+    for b, (num_tokens, block_table, new) in enumerate(views):
+        start = num_tokens - len(new)
+        input_ids.extend(new)
+        positions.extend(range(start, num_tokens))
+        slots.extend(block_table[p // block_size] * block_size + p % block_size for p in range(start, num_tokens))
+        q_pad_index.extend(range(b * max_q, b * max_q + len(new)))
+        q_lens.append(len(new))
+        k_lens.append(num_tokens)
+    max_k = max(k_lens)
+    max_blocks = (max_k + block_size - 1) // block_size
+    tables = torch.zeros(len(views), max_blocks, dtype=torch.int64)
+    for b, (_, block_table, _) in enumerate(views):
+        tables[b, :len(block_table)] = torch.tensor(block_table[:max_blocks], dtype=torch.int64)
+    q_lens_t, k_lens_t = torch.tensor(q_lens), torch.tensor(k_lens)
+    # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0
+    # (never an all-False mask row, which would give NaN).
+    q_pos = (k_lens_t - q_lens_t).unsqueeze(1) + torch.arange(max_q).unsqueeze(0)
+    q_pos = torch.where(torch.arange(max_q).unsqueeze(0) < q_lens_t.unsqueeze(1), q_pos, 0)
+    k_pos = torch.arange(max_k)
+    mask = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < k_lens_t.view(-1, 1, 1))
+    logits_index = torch.cumsum(q_lens_t, 0) - 1
+
+    def dev(t):
+        return t.to(device, non_blocking=True)
+
+    attn = AttentionMetadata(slot_mapping=dev(torch.tensor(slots, dtype=torch.int64)), block_tables=dev(tables),
+                             q_pad_index=dev(torch.tensor(q_pad_index, dtype=torch.int64)),
+                             mask=dev(mask.unsqueeze(1)), num_seqs=len(views), max_q_len=max_q, max_k_len=max_k)
+    return StepInputs(input_ids=dev(torch.tensor(input_ids, dtype=torch.int64)),
+                      positions=dev(torch.tensor(positions, dtype=torch.int64)),
+                      logits_index=dev(logits_index), attn=attn)

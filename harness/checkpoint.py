@@ -1,0 +1,48 @@
+"""Preset checkpoints: a Qwen3 config materialised once with transformers (random weights, fixed seed),
+saved as config.json + model.safetensors in a cache directory, then loaded like any real checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+from filelock import FileLock
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tp-controlplane-bench", "models")
+
+
+def cache_dir() -> str:
+    """Where presets are kept: ``$TPCP_CACHE`` or ``~/.cache/tp-controlplane-bench/models``."""
+    return os.environ.get("TPCP_CACHE", DEFAULT_CACHE)
+
+
+def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
+    """Return the directory of preset ``name`` (Qwen3Config keyword arguments ``config``, weights drawn
+    with ``seed``), creating it on first use. Concurrent callers wait on a file lock; the directory is
+    written under a temporary name and renamed, so a crash never leaves a half-written checkpoint.
+    The directory name carries a hash of (config, seed): a changed preset gets a new directory.
+    """
+    root = root or cache_dir()
+    os.makedirs(root, exist_ok=True)
+    key = hashlib.sha256(json.dumps([config, seed], sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(root, f"{name}-{key}")
+    with FileLock(path + ".lock", timeout=600):
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return path
+        import torch
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
+                                                              else torch.float32)
+        tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return path
