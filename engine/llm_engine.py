@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from backends import get_control_plane
+from backends.base import ControlStats
 
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
@@ -20,7 +21,7 @@ from .model_runner import ModelRunner
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
-from .worker import RESET_CONTROL_STATS
+from .worker import REPORT_CONTROL_STATS
 from .worker_group import WorkerGroup
 
 
@@ -159,17 +160,19 @@ class LLM:
         self.steps.append(StepRecord(is_prefill, len(seqs), num_tokens, now - t0, sent.ns[-1], sent.nbytes[-1]))
         return finished
 
-    def reset_control_stats(self) -> None:
-        """Forget the control-plane samples so far (e.g. after a warm-up), on every rank."""
-        self.control.send(RESET_CONTROL_STATS)
-        self.control.send_stats = type(self.control.send_stats)()
+    def collect_control_stats(self) -> dict:
+        """Control-plane samples since the last collection, then start afresh on every rank:
+        ``{"send": {"nbytes": [...], "ns": [...]}, "recv": {rank: {"nbytes": [...], "ns": [...]}}}`` with
+        rank 0's send cost (serialise + write) and each worker's one-way latency per message (ns). The
+        collection message itself is in neither.
 
-    def control_stats(self) -> dict:
-        """Control-plane samples: ``{"send": {...}, "recv": {rank: {...}}}`` with per-message ``nbytes``
-        and ``ns`` lists (send cost on rank 0, one-way latency on workers). Workers' samples arrive when
-        they exit, so this is complete only after :meth:`shutdown`."""
-        recv = dict(self.group.worker_stats) if self.group else {}
-        return {"send": self.control.send_stats.as_dict() if self.control else {}, "recv": recv}
+        Raises:
+            WorkerError / TimeoutError: a worker failed or did not answer.
+        """
+        send, self.control.send_stats = self.control.send_stats, ControlStats()
+        self.control.send(REPORT_CONTROL_STATS)
+        self.control.send_stats = ControlStats()
+        return {"send": send.as_dict(), "recv": self.group.collect_stats()}
 
     def shutdown(self) -> None:
         """Stop the workers (exit message, then terminate/kill after a timeout), tear down the process

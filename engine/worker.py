@@ -15,16 +15,17 @@ from backends.base import ControlStats
 
 from .config import EngineConfig
 
-RESET_CONTROL_STATS = "reset_control_stats"
+REPORT_CONTROL_STATS = "report_control_stats"
 
 
 def worker_main(config: EngineConfig, rank: int, endpoint: WorkerEndpoint, store_port: int, reports) -> None:
     """Entry point of a spawned worker.
 
     Reports go to rank 0 on the ``reports`` queue: ``("error", rank, traceback_text)`` when anything
-    raises, ``("stats", rank, recv_stats)`` at a clean exit. The worker leaves on EXIT, when its parent
-    dies (checked while it waits for a command), or on an error; SIGINT is ignored so that Ctrl-C is
-    handled by rank 0 alone, which then shuts the workers down.
+    raises; ``("stats", rank, recv_stats)`` when asked by REPORT_CONTROL_STATS (without that message's
+    own sample; the samples then restart). The worker leaves on EXIT, when its parent dies (checked
+    while it waits for a command), or on an error. SIGINT is ignored so that Ctrl-C is handled by rank 0
+    alone, which then shuts the workers down.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = mp.parent_process()
@@ -45,10 +46,12 @@ def worker_main(config: EngineConfig, rank: int, endpoint: WorkerEndpoint, store
         while True:
             method, args = endpoint.recv()
             if method == EXIT:
-                reports.put(("stats", rank, endpoint.recv_stats.as_dict()))
                 break
-            if method == RESET_CONTROL_STATS:
-                endpoint.recv_stats = ControlStats()
+            if method == REPORT_CONTROL_STATS:
+                stats, endpoint.recv_stats = endpoint.recv_stats, ControlStats()
+                stats.nbytes.pop()
+                stats.ns.pop()
+                reports.put(("stats", rank, stats.as_dict()))
                 continue
             getattr(runner, method)(*args)
     except PeerGone:

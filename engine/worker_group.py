@@ -33,7 +33,7 @@ class WorkerGroup:
 
     Attributes:
         store: the run's TCPStore (rank 0 is its server).
-        worker_stats: ``{rank: recv_stats}`` received from workers that exited cleanly.
+        worker_stats: ``{rank: recv_stats}``, the last control-plane samples each worker reported.
     """
 
     def __init__(self, config: EngineConfig, control: ControlPlane):
@@ -92,6 +92,18 @@ class WorkerGroup:
                 raise TimeoutError(f"workers did not reach stage {stage!r} within "
                                    f"{timeout_s or self.config.startup_timeout_s:.0f} s")
             time.sleep(POLL_S)
+
+    def collect_stats(self) -> dict[int, dict]:
+        """Wait (checking liveness, at most ``config.timeout_s``) until every worker has reported its
+        control-plane samples after a REPORT_CONTROL_STATS message; returns and forgets them."""
+        deadline = time.monotonic() + self.config.timeout_s
+        while len(self.worker_stats) < len(self.procs):
+            self.check()
+            if time.monotonic() > deadline:
+                raise TimeoutError("workers did not report their control-plane statistics in time")
+            self._drain(POLL_S)
+        stats, self.worker_stats = self.worker_stats, {}
+        return stats
 
     def join(self, timeout_s: float = 5.0) -> None:
         """Wait up to ``timeout_s`` for the workers to exit (collecting their reports), then terminate and

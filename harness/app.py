@@ -1,0 +1,131 @@
+"""One harness job: build the engine, run the workload ``repeat`` times, append one CSV row per repeat."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from engine import LLM, ConfigError, SamplingParams
+
+from . import metrics
+from .checkpoint import materialize
+from .nvml_sampler import NvmlSampler
+from .results_csv import append_row
+from .schema import COLUMNS, SCHEMA_VERSION
+from .sysinfo import metadata
+from .workloads import Workload, build_workload
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def model_path(cfg: DictConfig) -> str:
+    """``model.path`` when set, else the preset materialised with transformers (cached)."""
+    if cfg.model.get("path"):
+        return os.path.abspath(os.path.expanduser(cfg.model.path))
+    return materialize(cfg.model.name, OmegaConf.to_container(cfg.model.preset), seed=cfg.seed)
+
+
+def base_row(cfg: DictConfig, device: str) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "engine": "tp", "control": cfg.control.name, "tp": cfg.tp,
+            "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
+            "seed": cfg.seed, **metadata()}
+
+
+def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) -> dict:
+    """One timed pass over the workload; returns the metric columns."""
+    llm.collect_control_stats()  # forget what came before (warm-up, previous repeat)
+    sampler.start()
+    start = time.perf_counter()
+    outputs = llm.generate(work.prompts, work.params, use_tqdm=progress)
+    end = time.perf_counter()
+    sampler.stop()
+    cache_hits = llm.block_manager.num_cache_hit_tokens
+    row = metrics.request_metrics(outputs, work.prompt_lens, start, end)
+    row.update(metrics.step_metrics(llm.steps))
+    row.update(metrics.control_metrics(llm.collect_control_stats(), llm.steps))
+    row.update(sampler.summary())
+    row.update({"preemptions": sum(o["num_preemptions"] for o in outputs), "prefix_cache_hit_tokens": cache_hits,
+                "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
+    return row
+
+
+def print_summary(row: dict, path: str) -> None:
+    def f(key, spec=".1f"):
+        v = row.get(key)
+        return "-" if v is None else format(v, spec)
+
+    print(f"\n[{row['status']}] control={row['control']} tp={row['tp']} model={row['model']} device={row['device']} "
+          f"workload={row['workload']} repeat={row.get('repeat')}")
+    if row["status"] != "ok":
+        print(f"  error: {row['error']}")
+    else:
+        print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, {f('req_s', '.2f')} req/s "
+              f"({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
+        print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
+              f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
+              f"{f('decode_step_ms_p50', '.2f')}")
+        print(f"  control     {row['ctrl_calls']} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
+              f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
+              f"{f('ctrl_decode_share_pct', '.2f')}% of decode time")
+        print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
+              f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
+    print(f"  row appended to {path}")
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    head = text[0] if text else type(e).__name__
+    return f"{type(e).__name__}: {head}" + (f" ... {text[-1].strip()}" if len(text) > 1 else "")
+
+
+def run_job(cfg: DictConfig) -> int:
+    """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input)."""
+    device = resolve_device(cfg.device)
+    results = os.path.join(os.path.abspath(cfg.results_dir), cfg.results_file)
+    row0 = base_row(cfg, device)
+    try:
+        path = model_path(cfg)
+        llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
+                  control_options=OmegaConf.to_container(cfg.control.get("options") or {}), seed=cfg.seed,
+                  **OmegaConf.to_container(cfg.llm))
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    row0["dtype"] = llm.config.dtype
+    code = 0
+    try:
+        work = build_workload(OmegaConf.to_container(cfg.workload), device, cfg.seed, llm.config.hf_config["vocab_size"])
+        if work.warmup:
+            llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+        gpus = list(range(cfg.tp)) if device == "cuda" else []
+        for r in range(cfg.repeat):
+            row = {**row0, "repeat": r, "status": "ok"}
+            sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
+            try:
+                row.update(timed_run(llm, work, sampler, cfg.progress))
+                row["gpu_name"] = sampler.gpu_name
+            except BaseException as e:
+                sampler.stop()
+                row.update(status="failed", error=one_line(e))
+                written = append_row(results, COLUMNS, row, SCHEMA_VERSION)
+                print_summary(row, written)
+                raise
+            written = append_row(results, COLUMNS, row, SCHEMA_VERSION)
+            print_summary(row, written)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    except Exception as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        code = 1
+    finally:
+        llm.shutdown()
+    return code

@@ -1,0 +1,91 @@
+"""Serving metrics from per-request token timestamps, named as the field names them (vLLM's
+benchmark_serving): TTFT, TPOT = (E2EL - TTFT) / (output_len - 1), ITL (every gap between consecutive
+tokens), E2EL; output / total token throughput and request throughput."""
+
+from __future__ import annotations
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+
+
+def summarize(values_ms, name: str) -> dict[str, float | None]:
+    """``{name_mean, name_p50, name_p90, name_p99}`` of ``values_ms``; None when there are no values."""
+    v = np.asarray(values_ms, dtype=np.float64)
+    out: dict[str, float | None] = {f"{name}_mean": float(v.mean()) if v.size else None}
+    for p in PERCENTILES:
+        out[f"{name}_p{p}"] = float(np.percentile(v, p)) if v.size else None
+    return out
+
+
+def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
+    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call.
+
+    Args:
+        outputs: ``LLM.generate`` results (``token_ids``, ``arrival_s``, ``token_times_s``).
+        prompt_lens: prompt length of each request (tokens).
+        start_s / end_s: perf_counter() around the call (s).
+    """
+    duration = end_s - start_s
+    out_tokens = sum(len(o["token_ids"]) for o in outputs)
+    ttft, tpot, itl, e2el = [], [], [], []
+    for o in outputs:
+        times = o["token_times_s"]
+        if not times:
+            continue
+        first, last = times[0] - o["arrival_s"], times[-1] - o["arrival_s"]
+        ttft.append(first * 1e3)
+        e2el.append(last * 1e3)
+        if len(times) > 1:
+            tpot.append((last - first) / (len(times) - 1) * 1e3)
+            itl.extend(np.diff(times) * 1e3)
+    row = {
+        "num_requests": len(outputs), "input_tokens": sum(prompt_lens), "output_tokens": out_tokens,
+        "duration_s": duration,
+        "output_tok_s": out_tokens / duration, "total_tok_s": (out_tokens + sum(prompt_lens)) / duration,
+        "req_s": len(outputs) / duration,
+    }
+    for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2el_ms", e2el)):
+        row.update(summarize(values, name))
+    return row
+
+
+def step_metrics(steps) -> dict:
+    """Decode step time p50/p99 (ms) and step counts from ``LLM.steps`` (StepRecord list)."""
+    decode = [s.duration_s * 1e3 for s in steps if not s.is_prefill]
+    return {
+        "prefill_steps": sum(1 for s in steps if s.is_prefill), "decode_steps": len(decode),
+        "decode_step_ms_p50": float(np.percentile(decode, 50)) if decode else None,
+        "decode_step_ms_p99": float(np.percentile(decode, 99)) if decode else None,
+    }
+
+
+def control_metrics(stats: dict, steps) -> dict:
+    """Control-plane columns from ``LLM.control_stats()`` after shutdown.
+
+    ``ctrl_oneway_us_*`` pools every worker's one-way latencies; ``ctrl_send_us_*`` is rank 0's serialise +
+    write cost. ``ctrl_decode_share_pct`` = sum over decode steps of the step message's slowest one-way
+    latency (the collectives cannot start before the last worker has its command) over the sum of decode
+    step times. Step i is message i: the harness resets the stats right before the timed run, whose only
+    messages are its steps (then the exit message).
+    """
+    send, recv = stats.get("send") or {}, stats.get("recv") or {}
+    nbytes, send_ns = send.get("nbytes", []), send.get("ns", [])
+    row = {"ctrl_calls": len(nbytes),
+           "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
+           "ctrl_bytes_max": int(max(nbytes)) if nbytes else None}
+    oneway = [np.asarray(r["ns"], dtype=np.float64) / 1e3 for r in recv.values()]
+    pooled = np.concatenate(oneway) if oneway else np.array([])
+    for p in (50, 99):
+        row[f"ctrl_oneway_us_p{p}"] = float(np.percentile(pooled, p)) if pooled.size else None
+        row[f"ctrl_send_us_p{p}"] = float(np.percentile(np.asarray(send_ns) / 1e3, p)) if send_ns else None
+    decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
+    decode_s = sum(steps[i].duration_s for i in decode_idx)
+    row["ctrl_decode_share_pct"] = None
+    if decode_idx and decode_s > 0:
+        if oneway and all(len(w) >= len(steps) for w in oneway):
+            worst_us = np.max(np.stack([w[:len(steps)] for w in oneway]), axis=0)
+            row["ctrl_decode_share_pct"] = 100.0 * float(worst_us[decode_idx].sum()) / 1e6 / decode_s
+        elif not oneway:
+            row["ctrl_decode_share_pct"] = 0.0
+    return row

@@ -1,0 +1,97 @@
+"""Block manager and scheduler: prefix caching by chained hashes, reference counts, preemption."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.block_manager import BlockManager
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+BS = 16
+
+
+def seq(tokens, max_tokens=8):
+    return Sequence(tokens, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True), BS)
+
+
+def test_shared_prefix_reuses_blocks_and_ref_counts():
+    bm = BlockManager(10, BS)
+    a, b = seq(list(range(40))), seq(list(range(32)) + [99] * 8)
+    bm.allocate(a)
+    bm.allocate(b)
+    assert a.block_table[:2] == b.block_table[:2]          # the two full shared blocks
+    assert a.block_table[2] != b.block_table[2]            # the partial third block differs
+    assert b.num_cached_tokens == 32 and a.num_cached_tokens == 0
+    assert [bm.blocks[i].ref_count for i in a.block_table[:2]] == [2, 2]
+    assert bm.num_free_blocks == 10 - 4
+    bm.deallocate(a)
+    assert [bm.blocks[i].ref_count for i in b.block_table[:2]] == [1, 1]
+    bm.deallocate(b)
+    assert bm.num_free_blocks == 10
+
+
+def test_freed_blocks_keep_their_hash_for_later_hits():
+    bm = BlockManager(4, BS)
+    a = seq(list(range(33)))
+    bm.allocate(a)
+    first_two = a.block_table[:2]
+    bm.deallocate(a)
+    c = seq(list(range(33)))
+    bm.allocate(c)
+    assert c.block_table[:2] == first_two and c.num_cached_tokens == 32
+
+
+def test_different_prefix_same_block_does_not_hit():
+    bm = BlockManager(8, BS)
+    a, b = seq(list(range(32))), seq([7] + list(range(1, 32)))
+    bm.allocate(a)
+    bm.allocate(b)
+    assert b.num_cached_tokens == 0  # block 1 is equal, but the chained hash of its prefix is not
+
+
+def test_fully_cached_prompt_recomputes_last_token():
+    bm = BlockManager(4, BS)
+    a, b = seq(list(range(32))), seq(list(range(32)))
+    bm.allocate(a)
+    bm.allocate(b)
+    assert b.num_cached_tokens == 31
+
+
+def test_decode_appends_block_and_registers_full_block():
+    bm = BlockManager(4, BS)
+    a = seq(list(range(16)))
+    bm.allocate(a)
+    a.append_token(5)                 # token 17 starts block 2
+    bm.may_append(a)
+    assert len(a.block_table) == 2
+    for t in range(15):
+        a.append_token(t)
+    bm.may_append(a)                  # block 2 is full now: it gets a hash
+    assert bm.blocks[a.block_table[1]].hash != -1
+
+
+def test_scheduler_preempts_by_recompute_and_finishes_everything():
+    bm = BlockManager(5, BS)
+    sched = Scheduler(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=256, block_manager=bm, eos_token_id=None)
+    seqs = [seq([i] * 16, max_tokens=40) for i in range(1, 4)]
+    for s in seqs:
+        sched.add(s)
+    steps = 0
+    while not sched.is_finished():
+        batch, _ = sched.schedule()
+        sched.postprocess(batch, [1] * len(batch), now_s=0.0)
+        steps += 1
+        assert steps < 1000
+    assert sched.num_preemptions > 0
+    assert all(s.num_completion_tokens == 40 for s in seqs)
+    assert bm.num_free_blocks == 5
+
+
+def test_scheduler_rejects_sequence_larger_than_cache():
+    bm = BlockManager(2, BS)
+    sched = Scheduler(8, 256, 256, bm, None)
+    sched.add(seq(list(range(40))))
+    with pytest.raises(RuntimeError, match="KV blocks"):
+        sched.schedule()

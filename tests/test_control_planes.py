@@ -1,0 +1,78 @@
+"""Conformance of every registered control plane: the same tests, parametrised over backends.available()."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import os
+import random
+
+import pytest
+
+from backends import available, get_control_plane
+from control_plane_worker import echo_worker
+
+SEGMENT = 1 << 16  # small segments for shm-like backends, so the chunking paths run
+
+
+def make(name: str, world_size: int):
+    cls = get_control_plane(name)
+    kwargs = {"segment_bytes": SEGMENT} if "segment_bytes" in cls.__init__.__code__.co_varnames else {}
+    return cls(world_size, timeout_s=30, **kwargs)
+
+
+def run_messages(name: str, world_size: int, payloads) -> list[tuple]:
+    """Send every payload to world_size - 1 workers; returns each worker's (rank, received, errors)."""
+    ctx = mp.get_context("spawn")
+    cp = make(name, world_size)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in range(1, world_size)]
+    for p in procs:
+        p.start()
+
+    def workers_alive():
+        dead = [p for p in procs if not p.is_alive()]
+        if dead:
+            raise RuntimeError(f"a test worker died with code {dead[0].exitcode}")
+
+    cp.liveness_check = workers_alive
+    count = 0
+    try:
+        for i, payload in enumerate(payloads):
+            cp.send("check", i, payload, hashlib.sha256(payload).hexdigest())
+            count += 1
+        cp.send_exit()
+        reports = sorted(results.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(10)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        cp.close()
+    for rank, received, errors in reports:
+        assert not errors, f"rank {rank}: {errors}"
+        assert received == count, f"rank {rank} got {received} of {count}"
+    return reports
+
+
+@pytest.mark.parametrize("name", available())
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_many_small_messages_arrive_in_order(name, world_size):
+    rng = random.Random(world_size)
+    payloads = (rng.randbytes(rng.randrange(0, 512)) for _ in range(2000))
+    run_messages(name, world_size, payloads)
+
+
+@pytest.mark.parametrize("name", available())
+def test_edge_sizes(name):
+    sizes = [0, 1, SEGMENT - 1, SEGMENT, SEGMENT + 1, 3 * SEGMENT + 7, 8 << 20]
+    run_messages(name, 3, (os.urandom(n) for n in sizes))
+
+
+@pytest.mark.parametrize("name", available())
+def test_world_size_one_sends_nothing(name):
+    cp = make(name, 1)
+    assert cp.send("run", [1, 2, 3]) == 0
+    cp.close()

@@ -1,0 +1,76 @@
+"""The Hydra command, run as a user runs it: a subprocess that appends a valid row; bad input fails fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness.schema import COLUMNS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def harness(*overrides, cache, timeout=300):
+    env = {**os.environ, "TPCP_CACHE": cache, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def spawned_children() -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines()[1:] if "multiprocessing.spawn" in line}
+
+
+def test_main_job_appends_a_valid_row(tmp_path, model_cache):
+    res = harness("control=shm", "tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
+                  cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert list(df.columns) == COLUMNS and len(df) == 1
+    row = df.iloc[0]
+    assert row.status == "ok" and row.control == "shm" and row.tp == 2 and row.device == "cpu"
+    assert row.output_tokens > 0 and row.output_tok_s > 0 and row.total_tok_s > row.output_tok_s
+    assert row.ttft_ms_p50 > 0 and row.e2el_ms_p99 >= row.e2el_ms_p50 >= row.ttft_ms_p50
+    assert row.ctrl_calls == row.prefill_steps + row.decode_steps and row.ctrl_oneway_us_p50 > 0
+    assert pd.isna(row.gpu_util_pct_mean)  # no NVML on a CPU machine: empty, not a crash
+    assert "row appended to" in res.stdout
+
+    res = harness("control=shm", "tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
+                  cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert len(df) == 2 and list(df.tp) == [2, 1]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["control=nope"], "unknown control 'nope'"),
+    (["workload=nope"], "unknown workload 'nope'"),
+    (["model=nope"], "unknown model 'nope'"),
+    (["tp=0"], "tp must be an integer >= 1"),
+    (["tp=3"], "does not divide num_attention_heads"),
+    (["model.path=/nonexistent/ckpt"], "checkpoint directory not found"),
+])
+def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
+    before = spawned_children()
+    res = harness(*overrides, "workload=smoke", f"results_dir={tmp_path}", cache=model_cache, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert spawned_children() <= before
+
+
+def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
+    broken = tmp_path / "ckpt"
+    broken.mkdir()
+    config = json.load(open(os.path.join(tiny_untied, "config.json")))
+    config["num_hidden_layers"] += 1  # the safetensors file lacks the last layer's tensors
+    (broken / "config.json").write_text(json.dumps(config))
+    os.symlink(os.path.join(tiny_untied, "model.safetensors"), broken / "model.safetensors")
+    res = harness(f"model.path={broken}", "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
+    assert res.returncode == 2
+    assert "lacks tensor model.layers.2." in res.stderr and len(res.stderr.strip().splitlines()) == 1
