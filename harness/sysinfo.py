@@ -12,7 +12,10 @@ import torch
 
 
 def git_commit(repo_dir: str) -> str | None:
-    """Short commit of ``repo_dir`` with ``-dirty`` when the tree has changes; None outside git."""
+    """Short commit of ``repo_dir`` with ``-dirty`` when the tree has changes; ``$TPCP_GIT_COMMIT`` when
+    the tree is a copy without .git (e.g. on a remote GPU machine); else None."""
+    if not os.path.isdir(os.path.join(repo_dir, ".git")):
+        return os.environ.get("TPCP_GIT_COMMIT")
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_dir, capture_output=True,
                              text=True, timeout=10).stdout.strip()

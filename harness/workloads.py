@@ -29,12 +29,13 @@ def random_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     exactly max_tokens tokens, so throughput does not depend on the model's weights)."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
-    prompts, params = [], []
-    for _ in range(w["num_seqs"]):
-        n = rng.randint(w["min_input_len"], w["max_input_len"])
-        prompts.append([rng.randint(0, top) for _ in range(n)])
-        params.append(SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
-                                     max_tokens=rng.randint(w["min_output_len"], w["max_output_len"])))
+    # Draw order as in nano-vllm's bench.py (all prompts, then all output lengths), so seed 0 gives its
+    # exact requests: 133,966 output tokens at the full size.
+    prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
+               for _ in range(w["num_seqs"])]
+    params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
+                             max_tokens=rng.randint(w["min_output_len"], w["max_output_len"]))
+              for _ in range(w["num_seqs"])]
     return Workload(w["name"], prompts, params, bool(w.get("warmup", True)))
 
 
