@@ -106,6 +106,10 @@ class ControlPlane(ABC):
     def _send_bytes(self, payload: bytes) -> None:
         """Deliver ``payload`` to every worker, intact and in order."""
 
+    def workers_started(self) -> None:
+        """Called once the worker processes are spawned (their endpoints pickled into them): a backend
+        may drop the driver's copies of the worker ends, or start connecting. Must not block long."""
+
     def close(self) -> None:
         """Release what the driver owns (segments, pipes, groups). Idempotent."""
 

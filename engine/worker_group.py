@@ -51,6 +51,7 @@ class WorkerGroup:
                             args=(config, rank, control.endpoint(rank), self.store.port, self.reports))
             p.start()
             self.procs[rank] = p
+        control.workers_started()
 
     def _drain(self, wait_s: float = 0.0) -> None:
         deadline = time.monotonic() + wait_s

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from backends import available
 from engine import LLM, SamplingParams
 from conftest import hf_greedy
 
@@ -63,3 +64,13 @@ def test_sampling_is_seeded_and_respects_max_tokens(tiny_untied):
     assert [o["token_ids"] for o in runs[0]] == [o["token_ids"] for o in runs[1]]
     assert [len(o["token_ids"]) for o in runs[0]] == [10, 3]
     assert all(len(o["token_times_s"]) == len(o["token_ids"]) for o in runs[0])
+
+
+@pytest.mark.parametrize("control", available())
+def test_every_control_plane_gives_identical_greedy_tokens(control, tiny_untied):
+    prompts = prompts_of_lengths([4, 30, 65], seed=3)
+    want = hf_greedy(tiny_untied, prompts, MAX_NEW)
+    with LLM(tiny_untied, tensor_parallel_size=2, control=control, device="cpu", kvcache_block_size=16,
+             max_model_len=256, max_num_batched_tokens=256) as llm:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
+    assert [o["token_ids"] for o in got] == want

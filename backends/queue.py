@@ -1,0 +1,58 @@
+"""``queue``: one multiprocessing Queue per worker (a pipe plus a feeder thread on the sending side).
+
+The driver's ``put`` hands the bytes to the queue's feeder thread and returns at once; the worker polls
+``get`` with a short timeout so that it notices a dead driver. Queues buffer, so no acknowledgement is
+needed for safety.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_mod
+
+from .base import POLL_S, ControlPlane, PeerGone, WorkerEndpoint
+
+
+class QueueControlPlane(ControlPlane):
+    """Driver side: ``world_size - 1`` spawn-context queues."""
+
+    name = "queue"
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0):
+        super().__init__(world_size, timeout_s)
+        ctx = mp.get_context("spawn")
+        self.queues = [ctx.Queue() for _ in range(self.num_workers)]
+
+    def endpoint(self, rank: int) -> "QueueEndpoint":
+        return QueueEndpoint(rank, self.queues[rank - 1])
+
+    def _send_bytes(self, payload: bytes) -> None:
+        self.liveness_check()  # put() never blocks, so this is where a dead worker is noticed
+        for q in self.queues:
+            q.put(payload)
+
+    def close(self) -> None:
+        for q in self.queues:
+            q.close()
+            q.cancel_join_thread()  # a dead reader must not block the driver's exit
+        self.queues = []
+
+
+class QueueEndpoint(WorkerEndpoint):
+    name = "queue"
+
+    def __init__(self, rank: int, q):
+        super().__init__(rank)
+        self.q = q
+
+    def _recv_bytes(self) -> bytes:
+        while True:
+            try:
+                return self.q.get(timeout=POLL_S)
+            except queue_mod.Empty:
+                self.liveness_check()
+            except (EOFError, OSError) as e:
+                raise PeerGone(f"queue closed: {e}") from None
+
+
+CONTROL_PLANE = QueueControlPlane
