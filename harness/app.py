@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from engine import LLM, ConfigError, SamplingParams
 
 from . import metrics
+from .broadcast import run_broadcast
 from .checkpoint import materialize
 from .nvml_sampler import NvmlSampler
 from .results_csv import append_row
@@ -31,6 +32,11 @@ def model_path(cfg: DictConfig) -> str:
     if cfg.model.get("path"):
         return os.path.abspath(os.path.expanduser(cfg.model.path))
     return materialize(cfg.model.name, OmegaConf.to_container(cfg.model.preset), seed=cfg.seed)
+
+
+def control_options(cfg: DictConfig) -> dict:
+    options = cfg.control.get("options")
+    return OmegaConf.to_container(options) if options is not None else {}
 
 
 def base_row(cfg: DictConfig, device: str) -> dict:
@@ -88,13 +94,49 @@ def one_line(e: BaseException) -> str:
 
 def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input)."""
+    if cfg.workload.get("kind") == "broadcast":
+        return run_broadcast_job(cfg)
+    return run_engine_job(cfg)
+
+
+def run_broadcast_job(cfg: DictConfig) -> int:
+    """``workload=broadcast``: one row per payload, no model, no GPU."""
+    results = os.path.join(os.path.abspath(cfg.results_dir), cfg.results_file)
+    row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
+    w = OmegaConf.to_container(cfg.workload)
+    options = control_options(cfg)
+    code = 0
+    for r in range(cfg.repeat):
+        try:
+            for result in run_broadcast(w, cfg.control.name, cfg.tp, options, cfg.llm.timeout_s, cfg.progress):
+                row = {**row0, "repeat": r, "status": "ok", **result}
+                print_broadcast(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except Exception as e:
+            row = {**row0, "repeat": r, "status": "failed", "error": one_line(e)}
+            append_row(results, COLUMNS, row, SCHEMA_VERSION)
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            code = 1
+    return code
+
+
+def print_broadcast(row: dict, path: str) -> None:
+    print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
+          f"{row['ctrl_oneway_us_p50'] or 0:9.1f} p99 {row['ctrl_oneway_us_p99'] or 0:9.1f} | send us p50 "
+          f"{row['ctrl_send_us_p50'] or 0:9.1f} p99 {row['ctrl_send_us_p99'] or 0:9.1f}  ({row['ctrl_calls']} msgs)")
+
+
+def run_engine_job(cfg: DictConfig) -> int:
+    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up."""
     device = resolve_device(cfg.device)
     results = os.path.join(os.path.abspath(cfg.results_dir), cfg.results_file)
     row0 = base_row(cfg, device)
     try:
         path = model_path(cfg)
         llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
-                  control_options=OmegaConf.to_container(cfg.control.get("options") or {}), seed=cfg.seed,
+                  control_options=control_options(cfg), seed=cfg.seed,
                   **OmegaConf.to_container(cfg.llm))
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -74,3 +74,17 @@ def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
     res = harness(f"model.path={broken}", "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
     assert res.returncode == 2
     assert "lacks tensor model.layers.2." in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
+    res = harness("-m", "workload=broadcast", "control=shm,gloo", "tp=2", f"results_dir={tmp_path}", "progress=false",
+                  "workload.messages=50", "workload.warmup=5", "workload.min_messages=5",
+                  "workload.decode_batches=[1,256]", "workload.prefill_batches=[[100,4096]]",
+                  "workload.raw_bytes=[0,2000000]", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert len(df) == 2 * 5 and set(df.control) == {"shm", "gloo"} and (df.status == "ok").all()
+    assert set(df.payload) == {"decode-1", "decode-256", "prefill-100x4096", "raw-0B", "raw-2000000B"}
+    big = df[df.payload == "prefill-100x4096"]
+    assert (big.payload_bytes > 1 << 20).all()  # larger than nano-vllm's 1 MiB buffer, delivered anyway
+    assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()

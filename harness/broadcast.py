@@ -1,0 +1,135 @@
+"""``workload=broadcast``: the control plane alone, no model.
+
+rank 0 and ``tp - 1`` spawned workers; per payload a warm-up, then N messages. Every message is paced as in
+the engine: after each one all ranks meet in a gloo barrier (the engine's collectives), then rank 0 waits
+``gap_us`` (its sampling and scheduling) so that workers are parked in their receive when the next message
+comes, as they are between real steps. Payloads are the engine's real step arguments (``Sequence.step_view``
+of decode and prefill batches) and raw byte strings.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch.distributed as dist
+from torch.distributed import TCPStore
+
+from backends import ControlPlane, get_control_plane
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+
+from .broadcast_worker import STEP, broadcast_worker
+
+
+def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
+    """``("run", views, is_prefill)`` exactly as the engine sends it for ``num_seqs`` sequences of
+    ``num_tokens`` tokens each (all of them new in prefill, only the last in decode)."""
+    rng = np.random.default_rng(seed)
+    views, next_block = [], 0
+    for _ in range(num_seqs):
+        s = Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
+        s.block_table = list(range(next_block, next_block + s.num_blocks))
+        next_block += s.num_blocks
+        s.prefill = prefill
+        views.append(s.step_view())
+    return ("run", views, prefill)
+
+
+def payloads(w: dict) -> list[tuple[str, tuple]]:
+    """``(name, (method, *args))`` for every payload of the workload config ``w``."""
+    bs = w["kvcache_block_size"]
+    out = [(f"decode-{b}", step_message(b, w["decode_context"], False, bs)) for b in w["decode_batches"]]
+    out += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
+    out += [(f"raw-{n}B", ("noop", os.urandom(n))) for n in w["raw_bytes"]]
+    return out
+
+
+class BroadcastGroup:
+    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers and a gloo barrier group."""
+
+    def __init__(self, control: str, tp: int, options: dict, timeout_s: float):
+        self.tp = tp
+        self.cp: ControlPlane = get_control_plane(control)(tp, timeout_s=timeout_s, **options)
+        ctx = mp.get_context("spawn")
+        self.store = TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+        self.reports = ctx.Queue()
+        self.procs = [ctx.Process(target=broadcast_worker, daemon=True, name=f"broadcast-worker-{r}",
+                                  args=(self.cp.endpoint(r), r, tp, self.store.port, timeout_s, self.reports))
+                      for r in range(1, tp)]
+        for p in self.procs:
+            p.start()
+        self.cp.workers_started()
+        self.cp.liveness_check = self.check
+        dist.init_process_group("gloo", store=self.store, rank=0, world_size=tp, timeout=timedelta(seconds=timeout_s))
+
+    def check(self) -> None:
+        dead = [(r, p.exitcode) for r, p in enumerate(self.procs, 1) if not p.is_alive()]
+        if dead:
+            raise RuntimeError(f"broadcast worker rank {dead[0][0]} exited with code {dead[0][1]}")
+
+    def run(self, message: tuple, count: int, gap_s: float) -> None:
+        for _ in range(count):
+            self.cp.send(*message)
+            dist.barrier()
+            if gap_s:
+                time.sleep(gap_s)
+
+    def collect(self) -> tuple[dict, dict]:
+        """rank 0's send samples and every worker's receive samples since the last collect (ns)."""
+        send, self.cp.send_stats = self.cp.send_stats, type(self.cp.send_stats)()
+        self.cp.send(STEP, "report")
+        dist.barrier()
+        recv = {}
+        for _ in self.procs:
+            rank, stats = self.reports.get(timeout=60)
+            recv[rank] = stats
+        self.cp.send_stats = type(self.cp.send_stats)()
+        return send.as_dict(), recv
+
+    def close(self) -> None:
+        self.cp.send_exit()
+        for p in self.procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(1)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.cp.close()
+        self.reports.close()
+        self.reports.join_thread()
+
+
+def latency_row(send: dict, recv: dict) -> dict:
+    """Percentiles (us) of one payload: one-way latency pooled over workers, rank 0's send cost."""
+    oneway = np.concatenate([np.asarray(r["ns"], dtype=np.float64) for r in recv.values()]) / 1e3 if recv else np.array([])
+    send_us = np.asarray(send["ns"], dtype=np.float64) / 1e3
+    row = {"ctrl_calls": len(send["ns"]), "ctrl_bytes_mean": float(np.mean(send["nbytes"])) if send["nbytes"] else None,
+           "ctrl_bytes_max": int(max(send["nbytes"])) if send["nbytes"] else None}
+    for p in (50, 99):
+        row[f"ctrl_oneway_us_p{p}"] = float(np.percentile(oneway, p)) if oneway.size else None
+        row[f"ctrl_send_us_p{p}"] = float(np.percentile(send_us, p)) if send_us.size else None
+    return row
+
+
+def run_broadcast(w: dict, control: str, tp: int, options: dict, timeout_s: float, progress: bool):
+    """Yields one result dict per payload: ``payload``, ``payload_bytes`` and the latency columns."""
+    from tqdm.auto import tqdm
+
+    group = BroadcastGroup(control, tp, options, timeout_s)
+    try:
+        items = payloads(w)
+        for name, message in tqdm(items, desc=f"broadcast {control} tp={tp}", disable=not progress):
+            group.run(message, w["warmup"], w["gap_us"] / 1e6)
+            nbytes = group.collect()[0]["nbytes"][0]
+            count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
+            group.run(message, count, w["gap_us"] / 1e6)
+            send, recv = group.collect()
+            yield {"payload": name, "payload_bytes": nbytes, **latency_row(send, recv)}
+    finally:
+        group.close()
