@@ -1,15 +1,27 @@
 """``pipe``: one one-way multiprocessing Pipe per worker; the driver writes the message to each in turn.
 
-``send_bytes`` blocks while a worker has not drained a large message (the pipe holds ~64 KiB), which is
-part of this design's cost; a dead worker surfaces as a broken pipe. After the workers start, the driver
-closes its copies of the read ends so that a dead reader really breaks the pipe.
+A pipe holds ~64 KiB, so writing a large message waits for the worker to drain it; that is part of this
+design's cost. The driver writes through a non-blocking descriptor, waiting with ``select`` in steps of
+POLL_S, so a dead worker (broken pipe) or one that stops reading (``timeout_s``) cannot block it forever.
+The framing is ``multiprocessing.Connection``'s (a 4-byte big-endian length, or -1 and an 8-byte length
+for messages over 2 GiB), so the worker reads with the ordinary ``recv_bytes``. After the workers start,
+the driver closes its copies of the read ends so that a dead reader really breaks the pipe.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import select
+import struct
+import time
 
-from .base import POLL_S, ControlPlane, PeerGone, WorkerEndpoint
+from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+
+
+def frame(n: int) -> bytes:
+    """multiprocessing.Connection's length header for an ``n``-byte message."""
+    return struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!i", -1) + struct.pack("!Q", n)
 
 
 class PipeControlPlane(ControlPlane):
@@ -23,6 +35,8 @@ class PipeControlPlane(ControlPlane):
         pairs = [ctx.Pipe(duplex=False) for _ in range(self.num_workers)]
         self.readers = [r for r, _ in pairs]
         self.writers = [w for _, w in pairs]
+        for w in self.writers:
+            os.set_blocking(w.fileno(), False)
 
     def endpoint(self, rank: int) -> "PipeEndpoint":
         return PipeEndpoint(rank, self.readers[rank - 1])
@@ -31,13 +45,32 @@ class PipeControlPlane(ControlPlane):
         for r in self.readers:
             r.close()
 
-    def _send_bytes(self, payload: bytes) -> None:
-        for rank, w in enumerate(self.writers, start=1):
+    def _write_all(self, rank: int, fd: int, data: memoryview) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while data:
             try:
-                w.send_bytes(payload)
-            except (BrokenPipeError, ConnectionResetError, OSError) as e:
+                n = os.write(fd, data)
+                data = data[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError) as e:
                 self.liveness_check()
                 raise PeerGone(f"pipe to rank {rank} is broken: {e}") from None
+            select.select([], [fd], [], POLL_S)
+            self.liveness_check()
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"pipe: rank {rank} read nothing for {self.timeout_s:.0f} s")
+
+    def _send_bytes(self, payload: bytes) -> None:
+        header = frame(len(payload))
+        for rank, w in enumerate(self.writers, start=1):
+            # Header and a small payload in one write: one wake-up for the reader.
+            if len(payload) < 65536:
+                self._write_all(rank, w.fileno(), memoryview(header + payload))
+            else:
+                self._write_all(rank, w.fileno(), memoryview(header))
+                self._write_all(rank, w.fileno(), memoryview(payload))
 
     def close(self) -> None:
         for c in self.writers + self.readers:

@@ -125,6 +125,15 @@ class ModelRunner:
         hidden = self.model(inputs)
         return self.model.compute_logits(hidden[inputs.logits_index])
 
+    def raise_on_rank(self, rank: int, message: str) -> None:
+        """Fault injection for tests and drills: raise ``RuntimeError(message)`` on ``rank`` only.
+
+        Raises:
+            RuntimeError: on that rank.
+        """
+        if self.rank == rank:
+            raise RuntimeError(message)
+
     def exit(self) -> None:
         """Tear down the data-plane process group (idempotent)."""
         if dist.is_initialized():

@@ -61,16 +61,26 @@ class WorkerGroup:
             except queue.Empty:
                 return
             (self.errors if kind == "error" else self.worker_stats)[rank] = payload
+            if kind == "error":
+                return
+
+    def _dead(self) -> dict[int, int]:
+        return {r: p.exitcode for r, p in self.procs.items() if not p.is_alive()}
 
     def check(self, wait_s: float = 0.0) -> None:
         """Raise :class:`WorkerError` if a worker reported an error or is no longer alive.
 
-        ``wait_s``: how long to wait for a dying worker's traceback to arrive (s).
+        ``wait_s``: how long to wait for a traceback from a worker that is still alive or exited on its
+        own (a worker killed by a signal sends none, so that is not waited for) (s).
         """
         self._drain()
-        dead = {r: p.exitcode for r, p in self.procs.items() if not p.is_alive()}
-        if not self.errors and dead:
-            self._drain(wait_s or 0.5)
+        dead = self._dead()
+        if not self.errors:
+            if any(code > 0 for code in dead.values()):  # exited on its own: its traceback may be in flight
+                self._drain(max(wait_s, 0.5))
+            elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
+                self._drain(wait_s)
+                dead = self._dead()
         if self.errors:
             rank = min(self.errors)
             raise WorkerError(rank, "\n" + self.errors[rank])

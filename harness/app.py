@@ -138,9 +138,17 @@ def run_engine_job(cfg: DictConfig) -> int:
         llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
                   control_options=control_options(cfg), seed=cfg.seed,
                   **OmegaConf.to_container(cfg.llm))
-    except (ConfigError, ValueError) as e:
+    except (ConfigError, ValueError, TypeError) as e:  # bad input: nothing was spawned, no row
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # the engine failed to start (e.g. a worker died): a failed row
+        row = {**row0, "repeat": 0, "status": "failed", "error": one_line(e)}
+        print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
     row0["dtype"] = llm.config.dtype
     code = 0
     try:

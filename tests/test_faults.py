@@ -1,0 +1,210 @@
+"""No hang, no leak: worker death, worker exceptions, signals to rank 0, concurrent runs, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from backends import available
+from engine import LLM, ConfigError, SamplingParams, WorkerError
+from test_harness_cli import ROOT, harness
+
+OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batched_tokens=1024)
+LONG = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid and fields[0] != "Z":
+                    out.append(int(entry))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def wait_until(predicate, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("control", available())
+def test_killed_worker_is_reported_within_5s(control, tiny_untied):
+    llm = LLM(tiny_untied, tensor_parallel_size=2, control=control, **OPTS)
+    victim = llm.group.procs[1]
+    killed_at = []
+
+    def kill():
+        time.sleep(0.5)
+        killed_at.append(time.monotonic())
+        os.kill(victim.pid, signal.SIGKILL)
+
+    threading.Thread(target=kill, daemon=True).start()
+    try:
+        with pytest.raises(WorkerError, match="rank 1"):
+            llm.generate([[1, 2, 3]] * 4, LONG)
+        assert time.monotonic() - killed_at[0] < 5.0
+    finally:
+        llm.shutdown()
+    assert not any(p.is_alive() for p in llm.group.procs.values())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("control", available())
+def test_worker_exception_carries_its_traceback(control, tiny_untied):
+    with LLM(tiny_untied, tensor_parallel_size=2, control=control, **OPTS) as llm:
+        llm.call("raise_on_rank", 1, "injected failure 4242")
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError) as err:
+            llm.generate([[1, 2, 3]], LONG)
+        assert time.monotonic() - t0 < 5.0
+    text = str(err.value)
+    assert "rank 1" in text and "injected failure 4242" in text and "Traceback" in text
+
+
+def start_long_run(tmp_path, cache, *extra):
+    env = {**os.environ, "TPCP_CACHE": cache}
+    return subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50", "progress=false",
+                             f"results_dir={tmp_path}", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_workers(proc) -> list[int]:
+    def spawned():
+        return [c for c in children(proc.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
+    wait_until(lambda: len(spawned()) >= 1 and os.path.exists(os.path.join("/proc", str(proc.pid))), 90, "workers")
+    time.sleep(3)  # let it get into the timed run
+    return spawned()
+
+
+def segments_of(pid: int) -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"tpcp_{pid}_")]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_rank0_stops_everything(sig, tmp_path, model_cache):
+    proc = start_long_run(tmp_path, model_cache)
+    workers = wait_for_workers(proc)
+    assert segments_of(proc.pid)
+    proc.send_signal(sig)
+    proc.communicate(timeout=10)
+    assert proc.returncode != 0
+    wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
+    assert not segments_of(proc.pid)
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert (df.status == "failed").sum() == 1 and df.status.iloc[-1] == "failed"
+
+
+@pytest.mark.timeout(180)
+def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model_cache):
+    proc = start_long_run(tmp_path, model_cache)
+    workers = wait_for_workers(proc)
+    proc.kill()
+    proc.communicate(timeout=10)
+    waited = wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 10, "orphans to exit")
+    assert waited < 10
+    wait_until(lambda: not segments_of(proc.pid), 10, "the resource tracker to unlink the segment")
+    res = harness("tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    pd.read_csv(tmp_path / "runs.csv")  # still parses
+
+
+@pytest.mark.timeout(240)
+def test_killed_worker_in_the_harness_writes_a_failed_row(tmp_path, model_cache):
+    proc = start_long_run(tmp_path, model_cache)
+    workers = wait_for_workers(proc)
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1, err[-2000:]
+    assert "rank 1" in err
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert df.status.iloc[-1] == "failed" and "rank 1" in df.error.iloc[-1]
+
+
+@pytest.mark.timeout(240)
+def test_two_runs_at_once_both_succeed(tmp_path, model_cache):
+    env = {**os.environ, "TPCP_CACHE": model_cache}
+    cmd = [sys.executable, "-m", "harness", "tp=2", "workload=smoke", "progress=false", f"results_dir={tmp_path}"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=200) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert len(df) == 2 and (df.status == "ok").all()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tensor_parallel_size=0), "tensor_parallel_size must be an integer >= 1"),
+    (dict(tensor_parallel_size=3), "does not divide num_attention_heads"),
+    (dict(tensor_parallel_size=8), "does not divide num_attention_heads"),
+    (dict(device="cuda"), "needs that many GPUs"),
+    (dict(control="carrier-pigeon"), "unknown control plane"),
+    (dict(dtype="float16"), "not supported on cpu"),
+    (dict(kvcache_block_size=100), "power of two"),
+    (dict(max_num_batched_tokens=64, max_model_len=128), "must be >= max_model_len"),
+])
+def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
+    before = children(os.getpid())
+    with pytest.raises(ConfigError, match=message):
+        LLM(tiny_untied, **{**dict(device="cpu"), **kwargs})
+    assert children(os.getpid()) == before
+
+
+def test_bad_checkpoints_fail_before_spawning(tmp_path, tiny_untied):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    with pytest.raises(ConfigError, match="not found"):
+        LLM(str(tmp_path / "missing"), device="cpu")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no config.json"):
+        LLM(str(tmp_path / "empty"), device="cpu")
+    tensors = load_file(os.path.join(tiny_untied, "model.safetensors"))
+    for name, change in [("missing", lambda t: t.pop("model.norm.weight")),
+                         ("shape", lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:-1].clone()}))]:
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copy(os.path.join(tiny_untied, "config.json"), d)
+        t = dict(tensors)
+        change(t)
+        save_file(t, str(d / "model.safetensors"))
+        with pytest.raises(ConfigError, match="model.norm.weight"):
+            LLM(str(d), device="cpu")
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg = json.load(open(os.path.join(tiny_untied, "config.json")))
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
+    with pytest.raises(ConfigError, match="only 'qwen3'"):
+        LLM(str(other), device="cpu")
+
+
+def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
+    with LLM(tiny_untied, tensor_parallel_size=2, **OPTS) as llm:
+        ok = SamplingParams(temperature=0, max_tokens=4)
+        for prompts, message in [([], "at least one prompt"), ([[]], "is empty"),
+                                 ([[1] * 512], "max_model_len"), ([[10 ** 6]], "outside")]:
+            with pytest.raises(ConfigError, match=message):
+                llm.generate(prompts, ok)
+        assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
+    for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
