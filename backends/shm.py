@@ -1,12 +1,16 @@
-"""``shm``: one SharedMemory segment plus, per worker, a "ready" Event and an "ack" Event.
+"""``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" signal.
 
-This is nano-vllm's design with its three faults removed:
+This is nano-vllm's design (SharedMemory + Event) with its faults removed:
 
 * the segment name is unique per run (``tpcp_<pid>_<random>``), never a fixed one;
 * every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before it
   writes again, so an unread message is never overwritten;
 * a message larger than the segment is sent as consecutive chunks, so any size arrives (nano-vllm's
-  fixed 1 MiB buffer fails on a large prefill batch).
+  fixed 1 MiB buffer fails on a large prefill batch);
+* the signals are counting semaphores rather than ``multiprocessing.Event``: ``Event.set()`` waits,
+  without a timeout, for every process asleep in ``wait()`` to wake (``Condition.notify``), so a worker that
+  is stopped or killed while waiting would block rank 0 forever. ``release()`` never blocks, and every
+  ``acquire`` here has a timeout and a liveness check.
 
 Segment layout: bytes [0, 8) total message length, [8, 16) chunk offset, [16, 24) chunk length (all
 little-endian u64), chunk data from byte 64.
@@ -27,8 +31,33 @@ DATA_OFFSET = 64
 DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm; larger messages are chunked
 
 
+def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
+    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists (a run whose whole process
+    group was killed leaves its segment behind: nobody was left to unlink it). Returns the names removed."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("_")
+        if len(parts) != 3 or parts[0] != "tpcp" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+        except PermissionError:  # alive, another user's
+            pass
+    return removed
+
+
 class ShmControlPlane(ControlPlane):
-    """SharedMemory + Event control plane (driver side).
+    """SharedMemory + semaphore control plane (driver side).
 
     Args:
         world_size, timeout_s: see :class:`ControlPlane`.
@@ -45,19 +74,15 @@ class ShmControlPlane(ControlPlane):
         ctx = mp.get_context("spawn")
         self.shm = None
         if self.num_workers:
+            remove_stale_segments()
             name = f"tpcp_{os.getpid()}_{secrets.token_hex(4)}"
             self.shm = shared_memory.SharedMemory(name=name, create=True, size=segment_bytes)
         self.capacity = segment_bytes - DATA_OFFSET
-        self.ready = [ctx.Event() for _ in range(self.num_workers)]
-        self.acks = [ctx.Event() for _ in range(self.num_workers)]
-        for ack in self.acks:
-            ack.set()  # the segment starts free
+        self.ready = [ctx.Semaphore(0) for _ in range(self.num_workers)]
+        self.acks = [ctx.Semaphore(1) for _ in range(self.num_workers)]  # 1 = the segment is free
 
     def endpoint(self, rank: int) -> "ShmEndpoint":
         return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
-
-    def _all_acked(self, timeout: float) -> bool:
-        return all(ack.wait(timeout if i == 0 else 0) for i, ack in enumerate(self.acks))
 
     def _send_bytes(self, payload: bytes) -> None:
         total = len(payload)
@@ -66,13 +91,12 @@ class ShmControlPlane(ControlPlane):
         offset = 0
         while True:
             n = min(self.capacity, total - offset)
-            self._deadline_wait(self._all_acked, "workers to read the previous chunk")
-            for ack in self.acks:
-                ack.clear()
+            for rank, ack in enumerate(self.acks, start=1):
+                self._deadline_wait(lambda t, a=ack: a.acquire(True, t), f"rank {rank} to read the previous chunk")
             buf[DATA_OFFSET:DATA_OFFSET + n] = view[offset:offset + n]
             HEADER.pack_into(buf, 0, total, offset, n)
             for ready in self.ready:
-                ready.set()
+                ready.release()
             offset += n
             if offset >= total:
                 return
@@ -105,17 +129,16 @@ class ShmEndpoint(WorkerEndpoint):
         buf = self.shm.buf
         out = None
         while True:
-            self._wait(self.ready.wait)
-            self.ready.clear()
+            self._wait(lambda t: self.ready.acquire(True, t))
             total, offset, n = HEADER.unpack_from(buf, 0)
             if out is None:
                 if offset == 0 and n == total:  # the common case: one chunk, one copy
                     data = bytes(buf[DATA_OFFSET:DATA_OFFSET + n])
-                    self.ack.set()
+                    self.ack.release()
                     return data
                 out = bytearray(total)
             out[offset:offset + n] = buf[DATA_OFFSET:DATA_OFFSET + n]
-            self.ack.set()
+            self.ack.release()
             if offset + n >= total:
                 return bytes(out)
 

@@ -6,8 +6,8 @@
 """
 
 from .config import ConfigError, EngineConfig
-from .llm_engine import LLM
+from .llm_engine import LLM, DataPlaneError
 from .sampling_params import SamplingParams
 from .worker_group import WorkerError
 
-__all__ = ["LLM", "SamplingParams", "EngineConfig", "ConfigError", "WorkerError"]
+__all__ = ["LLM", "SamplingParams", "EngineConfig", "ConfigError", "WorkerError", "DataPlaneError"]

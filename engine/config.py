@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -63,6 +65,9 @@ class EngineConfig:
     hf_config: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.model, os.PathLike):
+            self.model = os.fspath(self.model)
+        self._check_types()
         self.model = os.path.abspath(os.path.expanduser(str(self.model)))
         self.hf_config = read_hf_config(self.model)
         self._check_parallelism()
@@ -77,6 +82,26 @@ class EngineConfig:
     def eos_token_id(self) -> int | None:
         eos = self.hf_config.get("eos_token_id")
         return eos[0] if isinstance(eos, list) else eos
+
+    def _check_types(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                raise ConfigError(f"{f.name} must be an integer, got {v!r}")
+            if f.type == "float" and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)):
+                raise ConfigError(f"{f.name} must be a number, got {v!r}")
+            if f.type == "bool" and not isinstance(v, bool):
+                raise ConfigError(f"{f.name} must be true or false, got {v!r}")
+            if f.type == "str" and not isinstance(v, str):
+                raise ConfigError(f"{f.name} must be a string, got {v!r}")
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_kvcache_blocks != -1 and self.num_kvcache_blocks < 1:
+            raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, got {self.num_kvcache_blocks}")
+        for name in ("timeout_s", "startup_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def _check_parallelism(self) -> None:
         tp, hf = self.tensor_parallel_size, self.hf_config
@@ -95,7 +120,9 @@ class EngineConfig:
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.device == "cuda":
-            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if not torch.cuda.is_available():
+                raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
+            n = torch.cuda.device_count()
             if self.tensor_parallel_size > n:
                 raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} needs that many GPUs; "
                                   f"{n} visible")
@@ -113,8 +140,6 @@ class EngineConfig:
         if self.max_num_batched_tokens < self.max_model_len:
             raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
                               f"max_model_len={self.max_model_len}")
-        if self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
@@ -141,11 +166,17 @@ def read_hf_config(path: str) -> dict:
             hf = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"cannot read {cfg_path}: {e}") from None
+    if not isinstance(hf, dict):
+        raise ConfigError(f"{cfg_path} is not a JSON object")
     if hf.get("model_type") != "qwen3":
         raise ConfigError(f"{cfg_path}: model_type {hf.get('model_type')!r} is not supported (only 'qwen3')")
     missing = [k for k in REQUIRED_HF_KEYS if k not in hf]
     if missing:
         raise ConfigError(f"{cfg_path} lacks {', '.join(missing)}")
+    bad = [k for k in REQUIRED_HF_KEYS
+           if k != "rms_norm_eps" and (not isinstance(hf[k], int) or isinstance(hf[k], bool) or hf[k] < 1)]
+    if bad:
+        raise ConfigError(f"{cfg_path}: {bad[0]} must be a positive integer, got {hf[bad[0]]!r}")
     if not any(name.endswith(".safetensors") for name in os.listdir(path)):
         raise ConfigError(f"no *.safetensors file in checkpoint directory {path}")
     hf.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .worker import REPORT_CONTROL_STATS
 from .worker_group import WorkerGroup
+
+
+class DataPlaneError(RuntimeError):
+    """A data-plane collective failed or timed out on rank 0 while every worker was still alive."""
 
 
 @dataclass
@@ -55,6 +60,9 @@ class LLM:
         self.config = EngineConfig(model=model, tensor_parallel_size=tensor_parallel_size, control=control,
                                    device=device, dtype=dtype, **options)
         check_checkpoint(self.config.model, self.config.hf_config)
+        if torch.distributed.is_initialized():
+            raise ConfigError("this process already runs an engine (or another torch.distributed job): "
+                              "one LLM per process; shut the other one down first")
         self.control = self.group = self.runner = None
         self._closed = False
         atexit.register(self.shutdown)
@@ -93,8 +101,12 @@ class LLM:
         self.control.send(method, *args)
         try:
             return getattr(self.runner, method)(*args)
-        except Exception:
+        except Exception as e:
             self.group.check(wait_s=2.0)  # a worker's failure explains ours: raise that one
+            if isinstance(e, torch.distributed.DistError) or "gloo" in str(e) or "NCCL" in str(e):
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise DataPlaneError(f"a collective failed on rank 0 and no worker reported an error (a worker "
+                                     f"may be stalled): {first}") from e
             raise
 
     def _validate(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
@@ -105,8 +117,12 @@ class LLM:
             raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
         vocab = cfg.hf_config["vocab_size"]
         for i, (p, sp) in enumerate(zip(prompts, params)):
+            if not isinstance(p, (list, tuple)):
+                raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
             if not p:
                 raise ConfigError(f"prompt {i} is empty")
+            if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in p):
+                raise ConfigError(f"prompt {i} has a token id that is not an integer")
             if len(p) >= cfg.max_model_len:
                 raise ConfigError(f"prompt {i} has {len(p)} tokens; max_model_len={cfg.max_model_len} leaves "
                                   f"no room to generate")
@@ -126,10 +142,12 @@ class LLM:
             ConfigError: bad prompts or parameters (checked before the first step).
             WorkerError: a worker failed mid-run.
         """
+        if self._closed:
+            raise RuntimeError("generate() on an LLM that was shut down")
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
-        prompt_token_ids = [list(map(int, p)) for p in prompt_token_ids]
         self._validate(prompt_token_ids, sampling_params)
+        prompt_token_ids = [[int(t) for t in p] for p in prompt_token_ids]
         now = time.perf_counter()
         seqs = []
         for p, sp in zip(prompt_token_ids, sampling_params):
@@ -182,6 +200,7 @@ class LLM:
         self._closed = True
         atexit.unregister(self.shutdown)
         if self.control is not None:
+            self.control.timeout_s = min(self.control.timeout_s, 5.0)  # a stalled worker must not hold us
             self.control.send_exit()
         if self.runner is not None:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -14,7 +15,7 @@ class SamplingParams:
         max_tokens: most tokens to generate (>= 1).
         ignore_eos: keep generating past the end-of-sequence token (benchmarks use this).
     Raises:
-        ValueError: temperature < 0 or max_tokens < 1.
+        ValueError: temperature < 0 or not finite, or max_tokens < 1.
     """
 
     temperature: float = 1.0
@@ -22,7 +23,7 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")

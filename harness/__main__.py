@@ -1,36 +1,20 @@
-"""``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps)."""
+"""``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps).
+
+A sweep runs every job even when some fail (each failure is a row and a message); the process exits with
+the worst job's code: 0 ok, 1 a run failed, 2 bad input, 130 interrupted (which also stops the sweep).
+"""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
-GROUPS = ("control", "model", "workload")
+from .overrides import check_overrides
 
-
-def check_overrides(argv: list[str]) -> str | None:
-    """One-line message for an override Hydra would reject verbosely (unknown group option, tp < 1),
-    or None. Runs before Hydra so bad input fails fast and plainly."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if not sep:
-            continue
-        values = [v.strip() for v in value.split(",")] if "," in value else [value]
-        if key in GROUPS:
-            known = sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, key)) if f.endswith(".yaml"))
-            bad = [v for v in values if v not in known]
-            if bad:
-                return f"unknown {key} {bad[0]!r}; available: {', '.join(known)}"
-        if key == "tp":
-            for v in values:
-                if not v.lstrip("-").isdigit() or int(v) < 1:
-                    return f"tp must be an integer >= 1, got {v!r}"
-    return None
+EXIT_CODES: list[int] = []
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -38,19 +22,22 @@ def main(cfg: DictConfig) -> None:
     from .app import run_job
 
     code = run_job(cfg)
-    if code:
-        sys.exit(code)
+    EXIT_CODES.append(code)
+    if code == 130:
+        sys.exit(130)
 
 
 def _terminate(signum, frame):
-    """SIGTERM takes the same orderly path as Ctrl-C: workers stopped, segments unlinked, row written."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    """SIGTERM and SIGHUP take the same orderly path as Ctrl-C: workers stopped, segments unlinked, a row."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
     problem = check_overrides(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()
+    sys.exit(max(EXIT_CODES, default=0))

@@ -10,6 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from engine import LLM, ConfigError, SamplingParams
+from engine.config import read_hf_config
 
 from . import metrics
 from .broadcast import run_broadcast
@@ -49,10 +50,12 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) ->
     """One timed pass over the workload; returns the metric columns."""
     llm.collect_control_stats()  # forget what came before (warm-up, previous repeat)
     sampler.start()
-    start = time.perf_counter()
-    outputs = llm.generate(work.prompts, work.params, use_tqdm=progress)
-    end = time.perf_counter()
-    sampler.stop()
+    try:
+        start = time.perf_counter()
+        outputs = llm.generate(work.prompts, work.params, use_tqdm=progress)
+        end = time.perf_counter()
+    finally:
+        sampler.stop()
     cache_hits = llm.block_manager.num_cache_hit_tokens
     row = metrics.request_metrics(outputs, work.prompt_lens, start, end)
     row.update(metrics.step_metrics(llm.steps))
@@ -87,6 +90,8 @@ def print_summary(row: dict, path: str) -> None:
 
 
 def one_line(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted ({e.args[0] if e.args else 'SIGINT'})"
     text = str(e).strip().splitlines()
     head = text[0] if text else type(e).__name__
     return f"{type(e).__name__}: {head}" + (f" ... {text[-1].strip()}" if len(text) > 1 else "")
@@ -101,7 +106,11 @@ def run_job(cfg: DictConfig) -> int:
 
 def run_broadcast_job(cfg: DictConfig) -> int:
     """``workload=broadcast``: one row per payload, no model, no GPU."""
-    results = os.path.join(os.path.abspath(cfg.results_dir), cfg.results_file)
+    try:
+        results = check_results_dir(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
     w = OmegaConf.to_container(cfg.workload)
     options = control_options(cfg)
@@ -128,54 +137,84 @@ def print_broadcast(row: dict, path: str) -> None:
           f"{row['ctrl_send_us_p50'] or 0:9.1f} p99 {row['ctrl_send_us_p99'] or 0:9.1f}  ({row['ctrl_calls']} msgs)")
 
 
+def check_results_dir(cfg: DictConfig) -> str:
+    """The results CSV path; its directory is created and must be writable.
+
+    Raises:
+        ConfigError: the directory cannot be created or written.
+    """
+    directory = os.path.abspath(cfg.results_dir)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot write results to {directory}: {e.strerror}") from None
+    if not os.access(directory, os.W_OK):
+        raise ConfigError(f"cannot write results to {directory}: not writable")
+    return os.path.join(directory, cfg.results_file)
+
+
+def prepare(cfg: DictConfig, device: str) -> tuple[str, str, Workload]:
+    """Everything that can be checked before a process is spawned: results directory, checkpoint,
+    workload and whether its sequences fit ``llm.max_model_len``. Returns (results, model path, workload).
+
+    Raises:
+        ConfigError: any of these is wrong.
+    """
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
+    results = check_results_dir(cfg)
+    path = model_path(cfg)
+    hf = read_hf_config(path)
+    work = build_workload(OmegaConf.to_container(cfg.workload), device, cfg.seed, hf["vocab_size"])
+    longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
+    max_model_len = cfg.llm.max_model_len
+    limit = min(max_model_len, hf["max_position_embeddings"]) if isinstance(max_model_len, int) else longest
+    if longest > limit:  # (a max_model_len of the wrong type is reported by the engine's own checks)
+        raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
+                          f"llm.max_model_len={cfg.llm.max_model_len} and the model allows {limit}")
+    return results, path, work
+
+
 def run_engine_job(cfg: DictConfig) -> int:
-    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up."""
+    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up.
+
+    Bad input (found before anything is spawned) is exit code 2 and no row; any later failure, Ctrl-C
+    included, appends one failed row for the repeat it interrupted (exit code 1, or 130)."""
     device = resolve_device(cfg.device)
-    results = os.path.join(os.path.abspath(cfg.results_dir), cfg.results_file)
     row0 = base_row(cfg, device)
+    llm, repeat = None, 0
     try:
-        path = model_path(cfg)
+        results, path, work = prepare(cfg, device)
         llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
-                  control_options=control_options(cfg), seed=cfg.seed,
-                  **OmegaConf.to_container(cfg.llm))
-    except (ConfigError, ValueError, TypeError) as e:  # bad input: nothing was spawned, no row
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # the engine failed to start (e.g. a worker died): a failed row
-        row = {**row0, "repeat": 0, "status": "failed", "error": one_line(e)}
-        print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 1
-    row0["dtype"] = llm.config.dtype
-    code = 0
-    try:
-        work = build_workload(OmegaConf.to_container(cfg.workload), device, cfg.seed, llm.config.hf_config["vocab_size"])
+                  control_options=control_options(cfg), seed=cfg.seed, **OmegaConf.to_container(cfg.llm))
+        row0["dtype"] = llm.config.dtype
         if work.warmup:
-            llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+            llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, ignore_eos=True,
+                                                                max_tokens=min(16, work.params[0].max_tokens)))
         gpus = list(range(cfg.tp)) if device == "cuda" else []
-        for r in range(cfg.repeat):
-            row = {**row0, "repeat": r, "status": "ok"}
+        for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
-            try:
-                row.update(timed_run(llm, work, sampler, cfg.progress))
-                row["gpu_name"] = sampler.gpu_name
-            except BaseException as e:
-                sampler.stop()
-                row.update(status="failed", error=one_line(e))
-                written = append_row(results, COLUMNS, row, SCHEMA_VERSION)
-                print_summary(row, written)
-                raise
-            written = append_row(results, COLUMNS, row, SCHEMA_VERSION)
-            print_summary(row, written)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        code = 130
-    except Exception as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        code = 1
+            row = {**row0, "repeat": repeat, "status": "ok", **timed_run(llm, work, sampler, cfg.progress),
+                   "gpu_name": sampler.gpu_name}
+            print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+        return 0
+    except (ConfigError, ValueError, TypeError) as e:
+        if llm is None:  # bad input: nothing was spawned, no row
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return failed(results, row0, repeat, e)
+    except BaseException as e:
+        if "results" not in locals():
+            raise
+        return failed(results, row0, repeat, e)
     finally:
-        llm.shutdown()
-    return code
+        if llm is not None:
+            llm.shutdown()
+
+
+def failed(results: str, row0: dict, repeat: int, e: BaseException) -> int:
+    """Append the failed row of an interrupted or crashed run; returns the exit code (130 or 1)."""
+    row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
+    print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+    print(f"error: {one_line(e)}", file=sys.stderr)
+    return 130 if isinstance(e, KeyboardInterrupt) else 1

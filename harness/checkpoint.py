@@ -34,7 +34,9 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
             return path
         import torch
         from transformers import Qwen3Config, Qwen3ForCausalLM
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
                                                               else torch.float32)

@@ -154,7 +154,7 @@ def test_two_runs_at_once_both_succeed(tmp_path, model_cache):
     (dict(tensor_parallel_size=0), "tensor_parallel_size must be an integer >= 1"),
     (dict(tensor_parallel_size=3), "does not divide num_attention_heads"),
     (dict(tensor_parallel_size=8), "does not divide num_attention_heads"),
-    (dict(device="cuda"), "needs that many GPUs"),
+    (dict(device="cuda"), "CUDA is not available|needs that many GPUs"),
     (dict(control="carrier-pigeon"), "unknown control plane"),
     (dict(dtype="float16"), "not supported on cpu"),
     (dict(kvcache_block_size=100), "power of two"),
@@ -208,3 +208,75 @@ def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
     for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
+
+
+@pytest.mark.timeout(120)
+def test_stalled_worker_times_out_and_shutdown_stays_bounded(tiny_untied):
+    from engine import DataPlaneError
+
+    llm = LLM(tiny_untied, tensor_parallel_size=2, control="shm", timeout_s=3, **OPTS)
+    victim = llm.group.procs[1]
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises((DataPlaneError, WorkerError)):
+            llm.generate([[1, 2, 3]], LONG)
+        assert time.monotonic() - t0 < 20
+    finally:
+        t1 = time.monotonic()
+        llm.shutdown()
+        assert time.monotonic() - t1 < 15
+        os.kill(victim.pid, signal.SIGCONT) if victim.is_alive() else None
+    assert not victim.is_alive()
+
+
+def test_one_engine_per_process_and_no_use_after_shutdown(tiny_untied):
+    with LLM(tiny_untied, **OPTS) as llm:
+        with pytest.raises(ConfigError, match="one LLM per process"):
+            LLM(tiny_untied, **OPTS)
+        assert llm.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=2))[0]["token_ids"]
+    with pytest.raises(RuntimeError, match="shut down"):
+        llm.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=2))
+    with LLM(tiny_untied, **OPTS) as again:  # the next engine in this process starts fine
+        assert again.generate([[1, 2]], SamplingParams(temperature=0, max_tokens=2))[0]["token_ids"]
+
+
+def test_stale_segment_of_a_dead_run_is_removed():
+    from backends.shm import remove_stale_segments
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    path = f"/dev/shm/tpcp_{dead}_deadbeef"
+    open(path, "wb").close()
+    mine = f"/dev/shm/tpcp_{os.getpid()}_cafef00d"
+    open(mine, "wb").close()
+    try:
+        removed = remove_stale_segments()
+        assert os.path.basename(path) in removed and not os.path.exists(path)
+        assert os.path.exists(mine)  # a live creator's segment is left alone
+    finally:
+        for p in (path, mine):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+@pytest.mark.timeout(180)
+def test_sighup_to_the_process_group_leaves_no_segment(tmp_path, model_cache):
+    env = {**os.environ, "TPCP_CACHE": model_cache}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50", "progress=false",
+                             f"results_dir={tmp_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers = wait_for_workers(proc)
+    os.killpg(proc.pid, signal.SIGHUP)  # a closed terminal: every process of the group gets it
+    proc.communicate(timeout=15)
+    wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
+    wait_until(lambda: not segments_of(proc.pid), 5, "the segment to be unlinked")
+
+
+@pytest.mark.timeout(240)
+def test_a_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path, model_cache):
+    res = harness("-m", "workload=smoke", "tp=3,1", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "does not divide" in res.stderr
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert list(df.tp) == [1] and df.status.iloc[0] == "ok"

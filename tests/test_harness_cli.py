@@ -21,9 +21,11 @@ def harness(*overrides, cache, timeout=300):
                           text=True, timeout=timeout)
 
 
-def spawned_children() -> set[int]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {int(line.split()[0]) for line in out.splitlines()[1:] if "multiprocessing.spawn" in line}
+def orphaned_workers() -> set[int]:
+    """Spawned processes whose parent is gone (re-parented to init): what a crashed run would leave."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines()[1:]
+            if "multiprocessing.spawn" in line and line.split()[1] == "1"}
 
 
 def test_main_job_appends_a_valid_row(tmp_path, model_cache):
@@ -54,14 +56,23 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["tp=0"], "tp must be an integer >= 1"),
     (["tp=3"], "does not divide num_attention_heads"),
     (["model.path=/nonexistent/ckpt"], "checkpoint directory not found"),
+    (["repeat=0"], "repeat must be an integer >= 1"),
+    (["seed=abc"], "seed must be an integer"),
+    (["foo=1"], "unknown config key 'foo'"),
+    (["llm.foo=1"], "unknown config key 'llm.foo'"),
+    (["llm.max_model_len=abc"], "max_model_len must be an integer"),
+    (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
+    (["llm.max_model_len=8"], "max_model_len=8"),
+    (["device=cuda"], "CUDA is not available"),
+    (["results_dir=/proc/forbidden"], "cannot write results"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
-    before = spawned_children()
-    res = harness(*overrides, "workload=smoke", f"results_dir={tmp_path}", cache=model_cache, timeout=120)
+    before = orphaned_workers()
+    res = harness("workload=smoke", f"results_dir={tmp_path}", *overrides, cache=model_cache, timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], res.stderr
-    assert spawned_children() <= before
+    assert orphaned_workers() <= before
 
 
 def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
