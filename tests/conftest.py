@@ -62,3 +62,30 @@ def _no_leaks():
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     leaked = sorted(n for n in after - before if n.startswith("tpcp_") and _creator_gone_or_me(n))
     assert not leaked, f"shared-memory segments left behind: {leaked}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_stray_processes():
+    """The whole suite must leave the process table as it found it: no spawned worker of ours alive."""
+    yield
+    import time
+
+    def workers():
+        out = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    with open(f"/proc/{pid}/cmdline") as f:
+                        cmd = f.read()
+                except (OSError, IndexError, ValueError):
+                    continue
+                if ppid == os.getpid() and "spawn_main" in cmd:
+                    out.append(pid)
+        return out
+
+    deadline = time.monotonic() + 10
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers(), f"worker processes left behind: {workers()}"
