@@ -13,7 +13,8 @@ import torch.distributed as dist
 from .config import EngineConfig
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
-from .step_inputs import build_step_inputs
+from .cuda_graphs import DecodeGraphs
+from .step_inputs import build_decode_inputs, build_step_inputs
 
 
 class ModelRunner:
@@ -33,6 +34,7 @@ class ModelRunner:
 
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None]):
         self.config, self.rank = config, rank
+        self.graphs = None
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
         hf = config.hf_config
@@ -65,6 +67,11 @@ class ModelRunner:
             raise RuntimeError("no memory left for the KV cache (lower max_num_batched_tokens / max_num_seqs "
                                "or raise gpu_memory_utilization)")
         self._allocate_kv_cache(self.num_kvcache_blocks)
+        self.graphs = None
+        self.max_blocks = math.ceil(config.max_model_len / self.block_size)
+        if config.device == "cuda" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
+                                       self.num_kvcache_blocks, hf["hidden_size"], config.torch_dtype, self.device)
 
     @property
     def block_bytes(self) -> int:
@@ -83,8 +90,8 @@ class ModelRunner:
 
     def _cuda_budget_bytes(self) -> int:
         """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use now,
-        minus the peak of a warm-up prefill of ``max_num_batched_tokens`` tokens, minus the K/V context
-        that decode attention gathers per layer for ``max_num_seqs`` sequences of ``max_model_len``."""
+        minus the peak of a warm-up prefill of ``max_num_batched_tokens`` tokens, minus a reserve for the
+        decode CUDA graphs' activations (1 GiB, generous for ``max_num_seqs`` rows)."""
         cfg = self.config
         torch.cuda.synchronize()
         self._allocate_kv_cache(math.ceil(cfg.max_num_batched_tokens / self.block_size) + cfg.max_num_seqs)
@@ -95,9 +102,8 @@ class ModelRunner:
         self._allocate_kv_cache(0)
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info()
-        elt = torch.empty(0, dtype=cfg.torch_dtype).element_size()
-        decode_gather = 2 * cfg.max_num_seqs * cfg.max_model_len * self.kv_heads * self.head_dim * elt
-        return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - decode_gather)
+        graph_reserve = 1 << 30
+        return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - graph_reserve)
 
     @torch.inference_mode()
     def _warmup(self) -> None:
@@ -109,7 +115,9 @@ class ModelRunner:
         self.run(views, True)
 
     def _allocate_kv_cache(self, num_blocks: int) -> None:
-        shape = (num_blocks, self.block_size, self.kv_heads, self.head_dim)
+        # On CUDA one spare block more: the "trash" block that padded CUDA-graph rows write to.
+        spare = 1 if self.config.device == "cuda" and num_blocks else 0
+        shape = (num_blocks + spare, self.block_size, self.kv_heads, self.head_dim)
         for attn in self.model.attention_layers():
             attn.k_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
@@ -119,8 +127,15 @@ class ModelRunner:
         """One forward step over ``views`` (``Sequence.step_view`` of each scheduled sequence).
 
         Returns float32 logits ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on the
-        other ranks. ``is_prefill`` is informational (both kinds take the same path).
+        other ranks. On CUDA, decode goes through the Triton paged-attention kernel (in a CUDA graph unless
+        ``enforce_eager``); prefill, and everything on CPU, through SDPA over the gathered context.
         """
+        if not is_prefill and self.device.type == "cuda":
+            if self.graphs is not None and self.graphs.can_run(len(views)):
+                hidden = self.graphs.run(build_decode_inputs(views, self.block_size, self.device, self.max_blocks))
+            else:
+                hidden = self.model(build_decode_inputs(views, self.block_size, self.device))
+            return self.model.compute_logits(hidden)
         inputs = build_step_inputs(views, self.block_size, self.device)
         hidden = self.model(inputs)
         return self.model.compute_logits(hidden[inputs.logits_index])
@@ -135,6 +150,7 @@ class ModelRunner:
             raise RuntimeError(message)
 
     def exit(self) -> None:
-        """Tear down the data-plane process group (idempotent)."""
+        """Tear down the CUDA graphs and the data-plane process group (idempotent)."""
+        self.graphs = None
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -58,3 +58,30 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
     return StepInputs(input_ids=dev(torch.tensor(input_ids, dtype=torch.int64)),
                       positions=dev(torch.tensor(positions, dtype=torch.int64)),
                       logits_index=dev(logits_index), attn=attn)
+
+
+def build_decode_inputs(views: list[tuple[int, list[int], list[int]]], block_size: int, device: torch.device,
+                        max_blocks: int | None = None) -> StepInputs:
+    """Decode inputs for the Triton paged-attention path (CUDA): one new token per sequence,
+    ``context_lens`` ``[B]`` int32 and ``block_tables`` ``[B, max_blocks]`` int32 (width ``max_blocks``
+    when given, so CUDA graphs see a fixed shape). No mask and no query padding are needed."""
+    n = len(views)
+    width = max_blocks or max(len(bt) for _, bt, _ in views)
+    tables = torch.zeros(n, width, dtype=torch.int32)
+    input_ids, positions, slots, lens = [], [], [], []
+    for b, (num_tokens, block_table, new) in enumerate(views):
+        pos = num_tokens - 1
+        input_ids.append(new[-1])
+        positions.append(pos)
+        slots.append(block_table[pos // block_size] * block_size + pos % block_size)
+        lens.append(num_tokens)
+        tables[b, :len(block_table)] = torch.tensor(block_table, dtype=torch.int32)
+
+    def dev(values, dtype):
+        return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+    attn = AttentionMetadata(slot_mapping=dev(slots, torch.int64), block_tables=tables.to(device, non_blocking=True),
+                             q_pad_index=None, mask=None, num_seqs=n, max_q_len=1, max_k_len=max(lens),
+                             context_lens=dev(lens, torch.int32))
+    return StepInputs(input_ids=dev(input_ids, torch.int64), positions=dev(positions, torch.int64),
+                      logits_index=torch.arange(n, device=device), attn=attn)

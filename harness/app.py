@@ -41,7 +41,7 @@ def control_options(cfg: DictConfig) -> dict:
 
 
 def base_row(cfg: DictConfig, device: str) -> dict:
-    return {"schema_version": SCHEMA_VERSION, "engine": "tp", "control": cfg.control.name, "tp": cfg.tp,
+    return {"schema_version": SCHEMA_VERSION, "engine": cfg.engine, "control": cfg.control.name, "tp": cfg.tp,
             "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
             "seed": cfg.seed, **metadata()}
 

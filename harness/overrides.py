@@ -31,7 +31,7 @@ def _choice(*allowed: str):
 
 
 VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
-                "device": _choice("auto", "cpu", "cuda")}
+                "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf")}
 
 
 def _key_known(key: str) -> bool:

@@ -22,7 +22,7 @@ class AttentionMetadata:
 
     Attributes:
         slot_mapping: ``[N]`` int64, cache slot of each new token.
-        block_tables: ``[B, max_blocks]`` int64, padded with 0 (masked out).
+        block_tables: ``[B, max_blocks]`` int64 (int32 for CUDA decode), padded with 0 (masked out).
         q_pad_index: ``[N]`` int64, where each new token sits in the padded ``[B * Lq_max]`` queries.
         mask: ``[B, 1, Lq_max, Lk_max]`` bool, True = may attend.
         num_seqs, max_q_len, max_k_len: B, Lq_max, Lk_max.
@@ -30,11 +30,12 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor
     block_tables: torch.Tensor
-    q_pad_index: torch.Tensor
-    mask: torch.Tensor
+    q_pad_index: torch.Tensor | None
+    mask: torch.Tensor | None
     num_seqs: int
     max_q_len: int
     max_k_len: int
+    context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
 
 
 class Attention(nn.Module):
@@ -52,6 +53,11 @@ class Attention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``."""
         store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        if meta.context_lens is not None:
+            from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
+
+            return paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens,
+                                          self.scale)
         B, Lq, Lk, D = meta.num_seqs, meta.max_q_len, meta.max_k_len, self.head_dim
         qp = q.new_zeros(B * Lq, self.num_heads, D)
         qp[meta.q_pad_index] = q

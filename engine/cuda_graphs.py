@@ -1,0 +1,82 @@
+"""CUDA graphs for decode steps: one graph per batch-size bucket, replayed with the batch padded up to it.
+
+A decode step of a small model is hundreds of short kernels; launching them one by one from Python costs
+more than running them. A captured graph replays them with one launch. Inputs live in static buffers;
+rows past the real batch point at a spare "trash" KV block (context length 1), so padding never touches a
+real sequence's cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layers.attention import AttentionMetadata
+from .step_inputs import StepInputs
+
+
+def batch_buckets(max_num_seqs: int) -> list[int]:
+    """1, 2, 4, 8, then every multiple of 16, and ``max_num_seqs`` itself (any value is allowed)."""
+    sizes = [b for b in (1, 2, 4, 8) if b < max_num_seqs] + list(range(16, max_num_seqs, 16))
+    return sorted(set(sizes + [max_num_seqs]))
+
+
+class DecodeGraphs:
+    """Captures ``model.forward`` for decode at every bucket size.
+
+    Args:
+        model: the rank's model (KV caches already allocated, with one spare block at ``trash_block``).
+        max_num_seqs: largest batch.
+        max_blocks: block-table width (ceil(max_model_len / block_size)).
+        block_size, trash_block: KV-cache block size (tokens) and the spare block's id.
+    """
+
+    def __init__(self, model, max_num_seqs: int, max_blocks: int, block_size: int, trash_block: int,
+                 hidden_size: int, dtype: torch.dtype, device: torch.device):
+        self.model, self.block_size, self.trash_block = model, block_size, trash_block
+        n = max_num_seqs
+        self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
+        self.slot_mapping = torch.full((n,), trash_block * block_size, dtype=torch.int64, device=device)
+        self.context_lens = torch.ones(n, dtype=torch.int32, device=device)
+        self.block_tables = torch.full((n, max_blocks), trash_block, dtype=torch.int32, device=device)
+        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device)
+        self.buckets = batch_buckets(max_num_seqs)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.pool = None
+        for bs in reversed(self.buckets):  # largest first, so the smaller ones reuse its memory pool
+            inputs = self._inputs(bs)
+            self.hidden[:bs] = model(inputs)  # warm-up outside capture (compiles kernels, sizes workspaces)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, self.pool):
+                self.hidden[:bs] = model(inputs)
+            if self.pool is None:
+                self.pool = graph.pool()
+            self.graphs[bs] = graph
+        torch.cuda.synchronize()
+
+    def _inputs(self, bs: int) -> StepInputs:
+        attn = AttentionMetadata(slot_mapping=self.slot_mapping[:bs], block_tables=self.block_tables[:bs],
+                                 q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
+                                 context_lens=self.context_lens[:bs])
+        return StepInputs(input_ids=self.input_ids[:bs], positions=self.positions[:bs], logits_index=None, attn=attn)
+
+    def can_run(self, num_seqs: int) -> bool:
+        return num_seqs <= self.buckets[-1]
+
+    def run(self, inputs: StepInputs) -> torch.Tensor:
+        """Replay the smallest graph that holds ``inputs`` (from ``build_decode_inputs``); returns the
+        hidden states ``[B, hidden]`` of the real rows."""
+        n = inputs.input_ids.shape[0]
+        bs = next(b for b in self.buckets if b >= n)
+        width = inputs.attn.block_tables.shape[1]
+        self.input_ids[:n] = inputs.input_ids
+        self.positions[:n] = inputs.positions
+        self.slot_mapping[:n] = inputs.attn.slot_mapping
+        self.context_lens[:n] = inputs.attn.context_lens
+        self.block_tables[:n, :width] = inputs.attn.block_tables
+        if bs > n:  # padding rows: length-1 contexts in the trash block
+            self.slot_mapping[n:bs] = self.trash_block * self.block_size
+            self.context_lens[n:bs] = 1
+            self.block_tables[n:bs, 0] = self.trash_block
+        self.graphs[bs].replay()
+        return self.hidden[:n]
