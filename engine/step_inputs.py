@@ -47,14 +47,23 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
     q_pos = torch.where(torch.arange(max_q).unsqueeze(0) < q_lens_t.unsqueeze(1), q_pos, 0)
     k_pos = torch.arange(max_k)
     mask = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < k_lens_t.view(-1, 1, 1))
+    if device.type == "cuda" and q_lens == k_lens:
+        mask = None  # not needed: see spans below
     logits_index = torch.cumsum(q_lens_t, 0) - 1
 
     def dev(t):
         return t.to(device, non_blocking=True)
 
+    # On CUDA, a batch with no cached prefix runs causal attention per sequence on its own q/k/v (flash
+    # kernels, no padding, no gather); spans are each sequence's [start, end) in the flat token dimension.
+    spans = None
+    if device.type == "cuda" and q_lens == k_lens:
+        ends = torch.cumsum(q_lens_t, 0).tolist()
+        spans = list(zip([0] + ends[:-1], ends))
     attn = AttentionMetadata(slot_mapping=dev(torch.tensor(slots, dtype=torch.int64)), block_tables=dev(tables),
                              q_pad_index=dev(torch.tensor(q_pad_index, dtype=torch.int64)),
-                             mask=dev(mask.unsqueeze(1)), num_seqs=len(views), max_q_len=max_q, max_k_len=max_k)
+                             mask=None if mask is None else dev(mask.unsqueeze(1)), num_seqs=len(views), max_q_len=max_q,
+                             max_k_len=max_k, prefill_spans=spans)
     return StepInputs(input_ids=dev(torch.tensor(input_ids, dtype=torch.int64)),
                       positions=dev(torch.tensor(positions, dtype=torch.int64)),
                       logits_index=dev(logits_index), attn=attn)
@@ -63,19 +72,19 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
 def build_decode_inputs(views: list[tuple[int, list[int], list[int]]], block_size: int, device: torch.device,
                         max_blocks: int | None = None) -> StepInputs:
     """Decode inputs for the Triton paged-attention path (CUDA): one new token per sequence,
-    ``context_lens`` ``[B]`` int32 and ``block_tables`` ``[B, max_blocks]`` int32 (width ``max_blocks``
-    when given, so CUDA graphs see a fixed shape). No mask and no query padding are needed."""
+    ``context_lens`` ``[B]`` int32 and ``block_tables`` ``[B, widest table]`` int32 (the CUDA graphs copy it
+    into their fixed-width buffer). No mask and no query padding are needed."""
     n = len(views)
-    width = max_blocks or max(len(bt) for _, bt, _ in views)
-    tables = torch.zeros(n, width, dtype=torch.int32)
-    input_ids, positions, slots, lens = [], [], [], []
-    for b, (num_tokens, block_table, new) in enumerate(views):
+    width = max(len(bt) for _, bt, _ in views)
+    input_ids, positions, slots, lens, rows = [], [], [], [], []
+    for num_tokens, block_table, new in views:
         pos = num_tokens - 1
         input_ids.append(new[-1])
         positions.append(pos)
         slots.append(block_table[pos // block_size] * block_size + pos % block_size)
         lens.append(num_tokens)
-        tables[b, :len(block_table)] = torch.tensor(block_table, dtype=torch.int32)
+        rows.append(block_table + [0] * (width - len(block_table)))
+    tables = torch.tensor(rows, dtype=torch.int32)
 
     def dev(values, dtype):
         return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)

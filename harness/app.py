@@ -15,6 +15,8 @@ from engine.config import read_hf_config
 from . import metrics
 from .broadcast import run_broadcast
 from .checkpoint import materialize
+from .floor import decode_floor
+from .hf_peer import run_hf
 from .nvml_sampler import NvmlSampler
 from .results_csv import append_row
 from .schema import COLUMNS, SCHEMA_VERSION
@@ -71,7 +73,8 @@ def print_summary(row: dict, path: str) -> None:
         v = row.get(key)
         return "-" if v is None else format(v, spec)
 
-    print(f"\n[{row['status']}] control={row['control']} tp={row['tp']} model={row['model']} device={row['device']} "
+    print(f"\n[{row['status']}] engine={row['engine']} control={row['control']} tp={row['tp']} model={row['model']} "
+          f"device={row['device']} "
           f"workload={row['workload']} repeat={row.get('repeat')}")
     if row["status"] != "ok":
         print(f"  error: {row['error']}")
@@ -81,12 +84,21 @@ def print_summary(row: dict, path: str) -> None:
         print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
               f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
               f"{f('decode_step_ms_p50', '.2f')}")
-        print(f"  control     {row['ctrl_calls']} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
+        print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
               f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
               f"{f('ctrl_decode_share_pct', '.2f')}% of decode time")
         print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
               f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
     print(f"  row appended to {path}")
+
+
+def print_floor(row: dict, work: Workload, llm: LLM) -> None:
+    """The measured throughput next to the memory-bandwidth floor (harness/floor.py)."""
+    elt = torch.empty(0, dtype=llm.config.torch_dtype).element_size()
+    f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config, elt, row["tp"])
+    print(f"  floor       decode reads {f['weight_bytes'] / 1e12:.2f} TB of weights + {f['kv_bytes'] / 1e12:.2f} TB "
+          f"of KV: >= {f['floor_s']:.2f} s at 4.3 TB/s per GPU, <= {f['floor_tok_s']:.0f} output tok/s; "
+          f"measured {row['output_tok_s']:.0f} = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it")
 
 
 def one_line(e: BaseException) -> str:
@@ -101,7 +113,39 @@ def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input)."""
     if cfg.workload.get("kind") == "broadcast":
         return run_broadcast_job(cfg)
+    if cfg.engine == "hf":
+        return run_hf_job(cfg)
     return run_engine_job(cfg)
+
+
+def run_hf_job(cfg: DictConfig) -> int:
+    """``engine=hf``: the workload through transformers' generate on one device, one row per repeat."""
+    device = resolve_device(cfg.device)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
+    try:
+        if cfg.tp != 1:
+            raise ConfigError("engine=hf runs on one device: use tp=1")
+        results, path, work = prepare(cfg, device)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    repeat = 0
+    try:
+        for repeat in range(cfg.repeat):
+            sampler = NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s).start()
+            try:
+                metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed, cfg.progress)
+            finally:
+                sampler.stop()
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **sampler.summary(),
+                   "gpu_name": sampler.gpu_name}
+            print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
+                  f"({generated - row['output_tokens']} padding waste, not counted)")
+            print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+        return 0
+    except BaseException as e:
+        return failed(results, row0, repeat, e)
 
 
 def run_broadcast_job(cfg: DictConfig) -> int:
@@ -197,6 +241,8 @@ def run_engine_job(cfg: DictConfig) -> int:
             row = {**row0, "repeat": repeat, "status": "ok", **timed_run(llm, work, sampler, cfg.progress),
                    "gpu_name": sampler.gpu_name}
             print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+            if device == "cuda":
+                print_floor(row, work, llm)
         return 0
     except (ConfigError, ValueError, TypeError) as e:
         if llm is None:  # bad input: nothing was spawned, no row

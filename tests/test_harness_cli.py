@@ -99,3 +99,13 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     big = df[df.payload == "prefill-100x4096"]
     assert (big.payload_bytes > 1 << 20).all()  # larger than nano-vllm's 1 MiB buffer, delivered anyway
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
+
+
+def test_hf_peer_writes_a_row_beside_the_engine(tmp_path, model_cache):
+    for engine in ("tp", "hf"):
+        res = harness(f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
+                      cache=model_cache)
+        assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert list(df.engine) == ["tp", "hf"] and (df.status == "ok").all()
+    assert df.output_tokens.nunique() == 1 and (df.output_tok_s > 0).all()

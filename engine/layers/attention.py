@@ -36,6 +36,7 @@ class AttentionMetadata:
     max_q_len: int
     max_k_len: int
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
+    prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: per-sequence SDPA
 
 
 class Attention(nn.Module):
@@ -58,6 +59,8 @@ class Attention(nn.Module):
 
             return paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens,
                                           self.scale)
+        if meta.prefill_spans is not None:
+            return self._prefill_per_sequence(q, k, v, meta.prefill_spans)
         B, Lq, Lk, D = meta.num_seqs, meta.max_q_len, meta.max_k_len, self.head_dim
         qp = q.new_zeros(B * Lq, self.num_heads, D)
         qp[meta.q_pad_index] = q
@@ -67,6 +70,17 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=meta.mask, scale=self.scale,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
+
+    def _prefill_per_sequence(self, q, k, v, spans) -> torch.Tensor:
+        gqa = self.num_heads != self.num_kv_heads
+        return torch.cat([_causal_one(q[s:e], k[s:e], v[s:e], self.scale, gqa) for s, e in spans])
+
+
+def _causal_one(q, k, v, scale: float, gqa: bool) -> torch.Tensor:
+    """One sequence, no cached prefix: q ``[L, Hq, D]``, k/v ``[L, Hkv, D]`` -> ``[L, Hq, D]``."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                         v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale, enable_gqa=gqa)
+    return out[0].transpose(0, 1)
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

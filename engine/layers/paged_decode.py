@@ -55,18 +55,21 @@ def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cont
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                           context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                           context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 4,
+                           num_stages: int = 2) -> torch.Tensor:
     """q ``[B, Hq, D]``; caches ``[num_blocks, block_size, Hkv, D]``; block_tables ``[B, max_blocks]`` int32;
-    context_lens ``[B]`` int32 (tokens, >= 1, the new token's K/V already stored) -> ``[B, Hq, D]``."""
+    context_lens ``[B]`` int32 (tokens, >= 1, the new token's K/V already stored) -> ``[B, Hq, D]``.
+    ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
+    tuning (scripts/bench_decode_kernel.py)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
-    block_n = min(64, block_size)
+    block_n = min(block_n, block_size)
     out = torch.empty_like(q)
     _paged_decode_kernel[(B, Hkv)](
         q, k_cache, v_cache, block_tables, context_lens, out, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D, BLOCK_SIZE=block_size,
-        BLOCK_N=block_n, num_warps=4, num_stages=2)
+        BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     return out
