@@ -72,14 +72,17 @@ class Attention(nn.Module):
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
 
     def _prefill_per_sequence(self, q, k, v, spans) -> torch.Tensor:
-        gqa = self.num_heads != self.num_kv_heads
-        return torch.cat([_causal_one(q[s:e], k[s:e], v[s:e], self.scale, gqa) for s, e in spans])
+        group = self.num_heads // self.num_kv_heads
+        return torch.cat([_causal_one(q[s:e], k[s:e], v[s:e], self.scale, group) for s, e in spans])
 
 
-def _causal_one(q, k, v, scale: float, gqa: bool) -> torch.Tensor:
-    """One sequence, no cached prefix: q ``[L, Hq, D]``, k/v ``[L, Hkv, D]`` -> ``[L, Hq, D]``."""
+def _causal_one(q, k, v, scale: float, group: int) -> torch.Tensor:
+    """One sequence, no cached prefix: q ``[L, Hq, D]``, k/v ``[L, Hkv, D]`` -> ``[L, Hq, D]``. K/V heads are
+    repeated for grouped queries (measured on the H200: ``enable_gqa`` left SDPA on a slow path here)."""
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                                         v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale, enable_gqa=gqa)
+                                         v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale)
     return out[0].transpose(0, 1)
 
 
