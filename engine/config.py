@@ -39,7 +39,8 @@ class EngineConfig:
         max_num_seqs: most sequences in one batch.
         max_num_batched_tokens: most tokens in one prefill batch (>= max_model_len).
         max_model_len: longest sequence, prompt + output (tokens); capped by the model's position limit.
-        enforce_eager: never capture CUDA graphs.
+        enforce_eager: never capture CUDA graphs (nor compile).
+        compile: on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile.
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
@@ -59,6 +60,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 16384
     max_model_len: int = 4096
     enforce_eager: bool = False
+    compile: bool = True
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0

@@ -14,6 +14,7 @@ from .config import EngineConfig
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
+from .layers.fusion import compile_elementwise
 from .step_inputs import build_decode_inputs, build_step_inputs
 
 
@@ -70,6 +71,8 @@ class ModelRunner:
         self.graphs = None
         self.max_blocks = math.ceil(config.max_model_len / self.block_size)
         if config.device == "cuda" and not config.enforce_eager:
+            if config.compile:
+                compile_elementwise()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
                                        self.num_kvcache_blocks, hf["hidden_size"], config.torch_dtype, self.device)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .fusion import IMPL
+
 
 class RMSNorm(nn.Module):
     """x ``[..., dim]`` -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype."""
@@ -16,7 +18,4 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return IMPL["rms_norm"](x, self.weight, self.eps)

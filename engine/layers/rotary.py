@@ -6,10 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+from .fusion import IMPL
 
 
 class RotaryEmbedding(nn.Module):
@@ -25,6 +22,4 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", emb.sin(), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        return IMPL["apply_rotary"](q, k, self.cos[positions], self.sin[positions])

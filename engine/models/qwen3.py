@@ -5,10 +5,10 @@ which ``packed_modules_mapping`` maps back to their checkpoint parts."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..layers.attention import Attention
+from ..layers.fusion import IMPL
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.norm import RMSNorm
@@ -51,8 +51,7 @@ class Qwen3MLP(nn.Module):
         self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
 
     def forward(self, x):
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(IMPL["silu_and_mul"](self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
