@@ -26,4 +26,4 @@ for ctx in (512, 1024, 2048):
             print(f"ctx {ctx} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
             continue
         print(f"ctx {ctx:5d} block_n {block_n:3d} warps {warps} stages {stages}: {ms * 1e3:8.1f} us "
-              f"{nbytes / ms / 1e9:7.0f} GB/s ({nbytes / ms / 1e9 / 4300:.0%} of 4.3 TB/s)")
+              f"{nbytes / ms / 1e6:7.0f} GB/s ({nbytes / ms / 1e6 / 4300:.0%} of 4.3 TB/s)")
