@@ -1,0 +1,51 @@
+"""CI regression benchmarks (pytest-benchmark): the control plane's round trip for every backend at tp=2,
+and one engine decode step of the small model. Times are recorded (``--benchmark-json``), never gated: a
+2-core CI machine is too noisy. The gates are what does not drift with load: bytes per message and
+control-plane calls per step."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+import torch.distributed as dist
+
+from backends import available
+from engine import LLM, SamplingParams
+from engine.sequence import Sequence
+from harness.broadcast import BroadcastGroup, step_message
+
+
+@pytest.mark.parametrize("control", available())
+def test_broadcast_round_trip_decode_64(benchmark, control):
+    """rank 0 sends the engine's decode message for 64 sequences; both ranks meet in a barrier."""
+    message = step_message(64, 1024, False, 256)
+    group = BroadcastGroup(control, 2, {}, 30)
+    try:
+        benchmark.pedantic(group.run, args=(message, 1, 0.0), rounds=200, warmup_rounds=20)
+        send, recv = group.collect()
+    finally:
+        group.close()
+    expected = len(pickle.dumps((time.monotonic_ns(), message[0], message[1:]), protocol=pickle.HIGHEST_PROTOCOL))
+    assert set(send["nbytes"]) == {expected}  # same bytes on the wire, whatever the backend or the load
+    assert len(recv[1]["ns"]) == len(send["ns"]) == 220  # one message per round, each delivered once
+    assert not dist.is_initialized()
+
+
+def test_engine_decode_step(benchmark, tiny_untied):
+    with LLM(tiny_untied, tensor_parallel_size=2, device="cpu", kvcache_block_size=16, max_model_len=1024,
+             max_num_batched_tokens=1024) as llm:
+        params = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)
+        for i in range(8):
+            llm.scheduler.add(Sequence([i + 1] * 20, params, llm.config.kvcache_block_size))
+        llm.step()  # the prefill
+        calls_before = len(llm.control.send_stats.nbytes)
+        benchmark.pedantic(llm.step, rounds=60, warmup_rounds=5)
+        calls = len(llm.control.send_stats.nbytes) - calls_before
+        decode = [s for s in llm.steps if not s.is_prefill]
+    assert calls == 65 and len(decode) == 65  # exactly one control-plane message per decode step
+    # A decode message carries per sequence its length, block table and last token: tens of bytes. A change
+    # that starts shipping whole token lists or Sequence objects grows it past this bound.
+    assert max(s.message_bytes for s in decode) <= 8 * 40
+

@@ -1,0 +1,73 @@
+"""python -m harness.analyze: table, plot, compare (exit 1 on a regression), damaged input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pandas as pd
+import pytest
+
+from harness.analyze import main
+from test_harness_cli import harness
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, model_cache) -> str:
+    """The issue's sweep: -m control=shm,pipe tp=1,2 workload=smoke, two repeats each -> 8 rows."""
+    out = tmp_path_factory.mktemp("sweep")
+    res = harness("-m", "control=shm,pipe", "tp=1,2", "workload=smoke", "repeat=2", f"results_dir={out}",
+                  "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return str(out / "runs.csv")
+
+
+def test_sweep_gives_one_row_per_job_and_repeat(sweep):
+    df = pd.read_csv(sweep)
+    assert len(df) == 8 and set(zip(df.control, df.tp)) == {("shm", 1), ("shm", 2), ("pipe", 1), ("pipe", 2)}
+    assert sorted(df.repeat.unique()) == [0, 1]
+
+
+def test_table_and_plot(sweep, tmp_path, capsys):
+    png = tmp_path / "plot.png"
+    assert main([sweep, "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "| tp | control" in out.replace("  ", " ") or "control" in out
+    assert "(1.00x)" in out  # shm against itself
+    assert png.stat().st_size > 10_000
+
+
+def test_compare_flags_halved_throughput_and_passes_identical(sweep, tmp_path, capsys):
+    assert main(["--compare", sweep, sweep]) == 0
+    worse = tmp_path / "worse.csv"
+    df = pd.read_csv(sweep)
+    df["output_tok_s"] /= 2
+    df.to_csv(worse, index=False)
+    assert main(["--compare", sweep, str(worse), "--threshold", "10%"]) == 1
+    assert "WORSE" in capsys.readouterr().out
+
+
+def test_older_schema_rows_still_load(sweep, tmp_path):
+    old = tmp_path / "v1.csv"
+    df = pd.read_csv(sweep).drop(columns=["payload", "payload_bytes"])
+    df["schema_version"] = 1
+    df.to_csv(old, index=False)
+    assert main([str(old), sweep]) == 0
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty file"),
+    ("control,tp,status\nshm,2,ok\nshm,2,o", "truncated"),
+    ("a,b\n1,2\n", "missing column"),
+])
+def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(content)
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_file_is_a_clear_error(capsys):
+    assert main(["/nonexistent.csv"]) == 2
+    assert "no such file" in capsys.readouterr().err
