@@ -6,6 +6,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import random
+import time
 
 import pytest
 
@@ -17,7 +18,8 @@ SEGMENT = 1 << 16  # small segments for shm-like backends, so the chunking paths
 
 def make(name: str, world_size: int):
     cls = get_control_plane(name)
-    kwargs = {"segment_bytes": SEGMENT} if "segment_bytes" in cls.__init__.__code__.co_varnames else {}
+    names = cls.__init__.__code__.co_varnames
+    kwargs = {k: SEGMENT for k in ("segment_bytes", "slot_bytes") if k in names}
     return cls(world_size, timeout_s=30, **kwargs)
 
 
@@ -80,3 +82,67 @@ def test_world_size_one_sends_nothing(name):
     cp = make(name, 1)
     assert cp.send("run", [1, 2, 3]) == 0
     cp.close()
+
+
+def test_ring_stress_100k_random_sizes_with_checksums():
+    """backends/ring.py's ordering argument, exercised: 100,000 messages of random sizes (some spanning
+    several slots), every one checked, through a small ring so slots are reused constantly."""
+    from backends.ring import RingControlPlane
+
+    rng = random.Random(7)
+    sizes = [rng.choice((0, 1, 100, 3000, 5000, 20000)) for _ in range(100_000)]
+    ctx = mp.get_context("spawn")
+    cp = RingControlPlane(3, timeout_s=60, nslots=4, slot_bytes=4096)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in (1, 2)]
+    for p in procs:
+        p.start()
+    cp.workers_started()
+    cp.liveness_check = lambda: None
+    try:
+        blob = os.urandom(20000)
+        for i, n in enumerate(sizes):
+            start = rng.randrange(0, 20000 - n + 1)
+            payload = blob[start:start + n]
+            cp.send("check", i, payload, hashlib.sha256(payload).hexdigest())
+        cp.send_exit()
+        reports = sorted(results.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        cp.close()
+    assert reports == [(1, 100_000, []), (2, 100_000, [])]
+
+
+def test_idle_ring_reader_costs_under_5_percent_of_a_core():
+    from backends.ring import RingControlPlane
+
+    ctx = mp.get_context("spawn")
+    cp = RingControlPlane(2, timeout_s=30)
+    results = ctx.Queue()
+    proc = ctx.Process(target=echo_worker, args=(cp.endpoint(1), results), daemon=True)
+    proc.start()
+    cp.workers_started()
+    try:
+        cp.send("check", 0, b"x", hashlib.sha256(b"x").hexdigest())  # the worker is up and has polled
+        time.sleep(1.0)                                               # past spin and yield, into sleep
+        ticks = os.sysconf("SC_CLK_TCK")
+
+        def cpu_s():
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+        before = cpu_s()
+        time.sleep(10.0)
+        share = (cpu_s() - before) / 10.0
+        cp.send_exit()
+        assert results.get(timeout=30) == (1, 1, [])
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+        cp.close()
+    assert share < 0.05, f"an idle reader used {share:.1%} of a core"
