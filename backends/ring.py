@@ -43,6 +43,7 @@ from .shm import remove_stale_segments
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
 MARKERS_AT = 64
+MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev/shm
 
 
 def data_offset(num_readers: int) -> int:
@@ -90,12 +91,20 @@ class RingControlPlane(ControlPlane):
     name = "ring"
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
-                 spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 500.0):
+                 spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0):
         super().__init__(world_size, timeout_s)
+        for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"ring option {key} must be an integer, got {value!r}")
+        for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"ring option {key} must be a number >= 0, got {value!r}")
         self.nslots, self.slot_bytes = nslots, slot_bytes
         self.data_at = data_offset(self.num_workers)
         if nslots < 1 or slot_bytes <= self.data_at:
             raise ValueError(f"ring needs nslots >= 1 and slot_bytes > {self.data_at}")
+        if nslots * slot_bytes > MAX_SEGMENT_BYTES:
+            raise ValueError(f"ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
         self.capacity = slot_bytes - self.data_at
         self.poll_args = (spin_us, idle_ms, sleep_us)
         self.poller = Poller(*self.poll_args)
@@ -105,7 +114,6 @@ class RingControlPlane(ControlPlane):
             remove_stale_segments()
             self.shm = shared_memory.SharedMemory(name=f"tpcp_{os.getpid()}_{secrets.token_hex(4)}", create=True,
                                                   size=nslots * slot_bytes)
-            self.shm.buf[:nslots * slot_bytes] = bytes(nslots * slot_bytes)
 
     def endpoint(self, rank: int) -> "RingEndpoint":
         return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, self.poll_args)

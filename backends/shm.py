@@ -69,6 +69,8 @@ class ShmControlPlane(ControlPlane):
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         super().__init__(world_size, timeout_s)
+        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int):
+            raise ValueError(f"shm option segment_bytes must be an integer, got {segment_bytes!r}")
         if segment_bytes <= DATA_OFFSET:
             raise ValueError(f"segment_bytes must be > {DATA_OFFSET}, got {segment_bytes}")
         ctx = mp.get_context("spawn")

@@ -5,7 +5,7 @@
     python -m harness.analyze runs.csv --plot out.png               # grouped bars with min-max error bars
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Exit codes: 0 ok, 1 a regression (--compare), 2 unreadable or damaged input.
+Exit codes: 0 ok, 1 a regression (--compare), 2 unreadable or damaged input or bad arguments.
 """
 
 from __future__ import annotations
@@ -40,12 +40,18 @@ def load(paths: list[str]) -> pd.DataFrame:
     """
     frames = []
     for path in paths:
+        if os.path.isdir(path):
+            raise InputError(f"{path}: is a directory, not a CSV file")
         if not os.path.isfile(path):
             raise InputError(f"{path}: no such file")
         with open(path, "rb") as f:
             data = f.read()
         if not data.strip():
             raise InputError(f"{path}: empty file")
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a text CSV file") from None
         if not data.endswith(b"\n"):
             raise InputError(f"{path}: the last line is truncated (no newline at the end; a writer died?)")
         try:
@@ -58,9 +64,12 @@ def load(paths: list[str]) -> pd.DataFrame:
         for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
             if col not in df.columns:
                 df[col] = np.nan
-        frames.append(df)
-    df = pd.concat(frames, ignore_index=True)
-    return df[df.status == "ok"]
+        for col in ["tp"] + HIGHER_IS_BETTER + LOWER_IS_BETTER:  # a damaged cell becomes empty, not a crash
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+        frames.append(df[df.status == "ok"])
+        if frames[-1].empty:
+            raise InputError(f"{path}: no rows with status ok")
+    return pd.concat(frames, ignore_index=True)
 
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
@@ -84,7 +93,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> tuple[pd
     if baseline and "control" in keys:
         others = [k for k in keys if k != "control"]
         base = out[out.control == baseline]
-        for m in metrics:
+        for m in metrics if len(base) else []:
             col = f"{m}_median"
             if others:
                 ref = out[others].merge(base[others + [col]], on=others, how="left")[col].to_numpy(dtype=float)
@@ -112,7 +121,11 @@ def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> N
                 cell += f" ({ratio:.2f}x)"
             row[m] = cell
         rows.append(row)
-    print(f"median [min-max over repeats] (ratio to control={baseline})" if baseline else "median [min-max]")
+    has_ratio = bool(baseline) and any(c.endswith(f"_vs_{baseline}") for c in table.columns)
+    if baseline and not has_ratio:
+        print(f"(no ratios: control={baseline} is not in the data, or control is not a grouping column)")
+    print(f"median [min-max within each group] (ratio to control={baseline})" if has_ratio else
+          "median [min-max within each group]")
     print(pd.DataFrame(rows).to_markdown(index=False))
 
 
@@ -128,8 +141,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> int:
     nspread = (n.max() - n.min()) / nm.abs()
     common = om.index.intersection(nm.index)
     if common.empty:
-        print("no configuration appears in both files")
-        return 1
+        raise InputError("no configuration appears in both files")
     worse = 0
     for idx in common:
         label = ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,)) if pd.notna(v))
@@ -187,7 +199,13 @@ def plot(df: pd.DataFrame, out: str) -> None:
 
 
 def parse_threshold(text: str) -> float:
-    value = float(text.rstrip("%"))
+    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a finite number >= 0."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
     return value / 100 if text.endswith("%") or value > 1 else value
 
 
@@ -202,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.compare:
-            return compare(load([args.compare[0]]), load([args.compare[1]]), parse_threshold(args.threshold))
+            if args.files:
+                raise InputError("--compare takes exactly two files; drop the other file arguments")
+            threshold = parse_threshold(args.threshold)
+            return compare(load([args.compare[0]]), load([args.compare[1]]), threshold)
         if not args.files:
             p.error("give at least one CSV file, or --compare OLD NEW")
         df = load(args.files)
@@ -212,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         table, keys = summary(df, keys, args.baseline)
         print_table(table, keys, args.baseline)
         if args.plot:
+            directory = os.path.dirname(os.path.abspath(args.plot))
+            if not os.path.isdir(directory):
+                raise InputError(f"--plot: directory {directory} does not exist")
+            if not args.plot.lower().endswith((".png", ".pdf", ".svg")):
+                raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {args.plot!r}")
             plot(df, args.plot)
         return 0
     except InputError as e:

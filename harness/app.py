@@ -112,6 +112,10 @@ def one_line(e: BaseException) -> str:
 def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input)."""
     if cfg.workload.get("kind") == "broadcast":
+        if cfg.engine != "tp" or cfg.tp < 2:
+            print("error: workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2",
+                  file=sys.stderr)
+            return 2
         return run_broadcast_job(cfg)
     if cfg.engine == "hf":
         return run_hf_job(cfg)
@@ -176,9 +180,12 @@ def run_broadcast_job(cfg: DictConfig) -> int:
 
 
 def print_broadcast(row: dict, path: str) -> None:
+    def us(key):
+        return "-" if row.get(key) is None else f"{row[key]:.1f}"
+
     print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
-          f"{row['ctrl_oneway_us_p50'] or 0:9.1f} p99 {row['ctrl_oneway_us_p99'] or 0:9.1f} | send us p50 "
-          f"{row['ctrl_send_us_p50'] or 0:9.1f} p99 {row['ctrl_send_us_p99'] or 0:9.1f}  ({row['ctrl_calls']} msgs)")
+          f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
+          f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({row['ctrl_calls']} msgs)")
 
 
 def check_results_dir(cfg: DictConfig) -> str:

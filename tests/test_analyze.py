@@ -71,3 +71,25 @@ def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
 def test_missing_file_is_a_clear_error(capsys):
     assert main(["/nonexistent.csv"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threshold", "abc"], "--threshold must be"),
+    (["--threshold", "nan"], "finite"),
+    (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
+    (["--plot", "/tmp/x.txt"], ".png"),
+])
+def test_bad_arguments_are_a_clear_error(args, message, sweep, capsys):
+    argv = ["--compare", sweep, sweep, *args] if args[0] == "--threshold" else [sweep, *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_non_numeric_cells_do_not_crash(sweep, tmp_path):
+    bad = tmp_path / "cells.csv"
+    df = pd.read_csv(sweep)
+    df["output_tok_s"] = df["output_tok_s"].astype(object)
+    df.loc[0, "output_tok_s"] = "fast"
+    df.to_csv(bad, index=False)
+    assert main([str(bad)]) == 0
