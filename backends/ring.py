@@ -31,14 +31,13 @@ shape and a timeout.
 from __future__ import annotations
 
 import os
-import secrets
 import struct
 import time
 import zlib
 from multiprocessing import shared_memory
 
 from .base import POLL_S, ControlPlane, ControlPlaneError, WorkerEndpoint
-from .shm import remove_stale_segments
+from .shm import create_segment, release_segment
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -111,9 +110,7 @@ class RingControlPlane(ControlPlane):
         self.next_seq = 1
         self.shm = None
         if self.num_workers:
-            remove_stale_segments()
-            self.shm = shared_memory.SharedMemory(name=f"tpcp_{os.getpid()}_{secrets.token_hex(4)}", create=True,
-                                                  size=nslots * slot_bytes)
+            self.shm = create_segment(nslots * slot_bytes)
 
     def endpoint(self, rank: int) -> "RingEndpoint":
         return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, self.poll_args)
@@ -142,13 +139,7 @@ class RingControlPlane(ControlPlane):
                 return
 
     def close(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            shm.close()
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        self.shm = release_segment(self.shm, unlink=True)
 
 
 class RingEndpoint(WorkerEndpoint):
@@ -203,9 +194,7 @@ class RingEndpoint(WorkerEndpoint):
                 return bytes(out)
 
     def close(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            shm.close()
+        self.shm = release_segment(self.shm, unlink=False)
 
 
 CONTROL_PLANE = RingControlPlane

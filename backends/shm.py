@@ -56,6 +56,25 @@ def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
     return removed
 
 
+def create_segment(size: int) -> shared_memory.SharedMemory:
+    """A new segment named ``tpcp_<pid>_<random>`` (unique per run; the pid lets a later run recognise it
+    as stale), after removing the stale segments of dead runs."""
+    remove_stale_segments()
+    return shared_memory.SharedMemory(name=f"tpcp_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+
+
+def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> None:
+    """Close ``shm`` (and unlink it: the creator's job); returns None for ``self.shm = release_segment(...)``."""
+    if shm is not None:
+        shm.close()
+        if unlink:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+    return None
+
+
 class ShmControlPlane(ControlPlane):
     """SharedMemory + semaphore control plane (driver side).
 
@@ -76,9 +95,7 @@ class ShmControlPlane(ControlPlane):
         ctx = mp.get_context("spawn")
         self.shm = None
         if self.num_workers:
-            remove_stale_segments()
-            name = f"tpcp_{os.getpid()}_{secrets.token_hex(4)}"
-            self.shm = shared_memory.SharedMemory(name=name, create=True, size=segment_bytes)
+            self.shm = create_segment(segment_bytes)
         self.capacity = segment_bytes - DATA_OFFSET
         self.ready = [ctx.Semaphore(0) for _ in range(self.num_workers)]
         self.acks = [ctx.Semaphore(1) for _ in range(self.num_workers)]  # 1 = the segment is free
@@ -104,13 +121,7 @@ class ShmControlPlane(ControlPlane):
                 return
 
     def close(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            shm.close()
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        self.shm = release_segment(self.shm, unlink=True)
 
 
 class ShmEndpoint(WorkerEndpoint):
@@ -145,9 +156,7 @@ class ShmEndpoint(WorkerEndpoint):
                 return bytes(out)
 
     def close(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            shm.close()
+        self.shm = release_segment(self.shm, unlink=False)
 
 
 CONTROL_PLANE = ShmControlPlane
