@@ -52,16 +52,19 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) ->
     """One timed pass over the workload; returns the metric columns."""
     llm.collect_control_stats()  # forget what came before (warm-up, previous repeat)
     sampler.start()
+    outputs, steps = [], []
     try:
         start = time.perf_counter()
-        outputs = llm.generate(work.prompts, work.params, use_tqdm=progress)
+        for _ in range(work.iterations):
+            outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
+            steps += llm.steps
         end = time.perf_counter()
     finally:
         sampler.stop()
     cache_hits = llm.block_manager.num_cache_hit_tokens
-    row = metrics.request_metrics(outputs, work.prompt_lens, start, end)
-    row.update(metrics.step_metrics(llm.steps))
-    row.update(metrics.control_metrics(llm.collect_control_stats(), llm.steps))
+    row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
+    row.update(metrics.step_metrics(steps))
+    row.update(metrics.control_metrics(llm.collect_control_stats(), steps))
     row.update(sampler.summary())
     row.update({"preemptions": sum(o["num_preemptions"] for o in outputs), "prefix_cache_hit_tokens": cache_hits,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
@@ -188,6 +191,22 @@ def print_broadcast(row: dict, path: str) -> None:
           f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({row['ctrl_calls']} msgs)")
 
 
+def workload_config(cfg: DictConfig) -> dict:
+    """The workload as a dict; keys the user set on the command line win over its ``cpu`` scale-down."""
+    w = OmegaConf.to_container(cfg.workload)
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = HydraConfig.get().overrides.task
+    except Exception:  # not running under Hydra (e.g. called from Python)
+        overrides = []
+    for item in overrides:
+        key = item.lstrip("+~").split("=", 1)[0]
+        if key.startswith("workload.") and isinstance(w.get("cpu"), dict):
+            w["cpu"].pop(key.split(".", 1)[1], None)
+    return w
+
+
 def check_results_dir(cfg: DictConfig) -> str:
     """The results CSV path; its directory is created and must be writable.
 
@@ -216,7 +235,7 @@ def prepare(cfg: DictConfig, device: str) -> tuple[str, str, Workload]:
     results = check_results_dir(cfg)
     path = model_path(cfg)
     hf = read_hf_config(path)
-    work = build_workload(OmegaConf.to_container(cfg.workload), device, cfg.seed, hf["vocab_size"])
+    work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
     longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
     max_model_len = cfg.llm.max_model_len
     limit = min(max_model_len, hf["max_position_embeddings"]) if isinstance(max_model_len, int) else longest

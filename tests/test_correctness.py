@@ -74,3 +74,23 @@ def test_every_control_plane_gives_identical_greedy_tokens(control, tiny_untied)
              max_model_len=256, max_num_batched_tokens=256) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
     assert [o["token_ids"] for o in got] == want
+
+
+@pytest.fixture(scope="module")
+def tiny_four_kv_heads(model_cache) -> str:
+    from conftest import TINY
+    from harness.checkpoint import materialize
+
+    return materialize("tiny-kv4", {**TINY, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16},
+                       seed=2, root=model_cache)
+
+
+def test_tp4_gives_the_same_greedy_tokens_as_tp1(tiny_four_kv_heads):
+    prompts = prompts_of_lengths([3, 25, 60], seed=9)
+    outs = []
+    for tp in (1, 4):
+        with LLM(tiny_four_kv_heads, tensor_parallel_size=tp, device="cpu", kvcache_block_size=16, max_model_len=256,
+                 max_num_batched_tokens=256) as llm:
+            outs.append([o["token_ids"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16,
+                                                                                       ignore_eos=True))])
+    assert outs[0] == outs[1]

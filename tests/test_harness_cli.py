@@ -109,3 +109,12 @@ def test_hf_peer_writes_a_row_beside_the_engine(tmp_path, model_cache):
     df = pd.read_csv(tmp_path / "runs.csv")
     assert list(df.engine) == ["tp", "hf"] and (df.status == "ok").all()
     assert df.output_tokens.nunique() == 1 and (df.output_tok_s > 0).all()
+
+
+def test_latency_workload_runs_fixed_batches_many_times(tmp_path, model_cache):
+    res = harness("workload=latency", "workload.num_seqs=8", "workload.iterations=2", "workload.output_len=16", "tp=2",
+                  f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert row.num_requests == 16 and row.output_tokens == 16 * 16
+    assert row.decode_steps == 2 * 15 and row.ctrl_calls == row.prefill_steps + row.decode_steps
