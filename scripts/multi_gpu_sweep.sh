@@ -11,6 +11,7 @@ N=$(python3 -c "import torch; print(torch.cuda.device_count())")
 TPS=$(python3 -c "print(','.join(str(t) for t in (1, 2, 4, 8) if t <= $N))")
 CONTROLS=${CONTROLS:-shm,queue,pipe,gloo,ring}
 nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
+python3 -m pytest -q tests/test_gpu.py > "$OUT/pytest_gpu.txt" 2>&1
 python3 -m harness -m workload=bench model=qwen3-0.6b device=cuda control=$CONTROLS tp=$TPS repeat=3 \
   results_dir="$OUT" progress=false > "$OUT/bench.log" 2>&1
 python3 -m harness -m workload=latency workload.num_seqs=1,8 model=qwen3-0.6b device=cuda control=$CONTROLS \

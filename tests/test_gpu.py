@@ -93,3 +93,20 @@ def test_bf16_logits_agree_with_transformers_float32(tiny_realistic):
     for name, got, ref in (("prefill", prefill, ref_prefill), ("decode", decode, ref_decode)):
         err = ((got.float() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
         assert err <= 1e-2, f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs several GPUs")
+def test_multi_gpu_float32_greedy_equals_tp1(model_cache):
+    from conftest import TINY
+    from harness.checkpoint import materialize
+
+    path = materialize("tiny-kv8", {**TINY, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 16},
+                       seed=3, root=model_cache)
+    prompts = prompts_of_lengths([3, 40, 90], seed=11)
+    outs = {}
+    for tp in [t for t in (1, 2, 4, 8) if t <= torch.cuda.device_count()]:
+        with LLM(path, tensor_parallel_size=tp, device="cuda", dtype="float32", kvcache_block_size=16,
+                 max_model_len=256, max_num_batched_tokens=512, max_num_seqs=8, gpu_memory_utilization=0.3) as llm:
+            outs[tp] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24,
+                                                                                      ignore_eos=True))]
+    assert all(v == outs[1] for v in outs.values()), {tp: v[0][:8] for tp, v in outs.items()}
