@@ -20,7 +20,7 @@ class NvmlSampler:
     """Samples GPUs ``indices`` every ``interval_s`` seconds between ``start()`` and ``stop()``.
 
     ``summary()`` gives ``gpu_util_pct_mean`` / ``gpu_util_pct_max`` (SM busy %, nvmlDeviceGetUtilizationRates,
-    over all sampled GPUs), ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU)
+    over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order), ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU)
     and ``gpu_power_w_mean`` (board power, W, summed over GPUs, averaged over samples); ``gpu_name``.
     """
 
@@ -89,6 +89,7 @@ class NvmlSampler:
         return {
             "gpu_util_pct_mean": float(util.mean()) if util.size else None,
             "gpu_util_pct_max": float(util.max()) if util.size else None,
+            "gpu_util_pct_by_gpu": ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None,
             "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
             "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
         }

@@ -1,7 +1,7 @@
 """The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
 README.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
-SCHEMA_VERSION = 2  # 2: payload, payload_bytes (workload=broadcast)
+SCHEMA_VERSION = 3  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu
 
 CONFIG = ["schema_version", "time_utc", "status", "error", "engine", "control", "tp", "model", "device", "dtype",
           "workload", "payload", "payload_bytes", "seed", "repeat"]
@@ -11,7 +11,7 @@ STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_
          "prefix_cache_hit_tokens", "kv_blocks", "kvcache_block_size"]
 CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
            "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_decode_share_pct"]
-GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_mem_used_mib_max", "gpu_power_w_mean"]
+GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version"]
 
 COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
