@@ -15,8 +15,8 @@ from engine.config import read_hf_config
 from . import metrics
 from .broadcast import run_broadcast
 from .checkpoint import materialize
-from .floor import decode_floor
 from .hf_peer import run_hf
+from .report import one_line, print_broadcast, print_floor, print_summary
 from .nvml_sampler import NvmlSampler
 from .results_csv import append_row
 from .schema import COLUMNS, SCHEMA_VERSION
@@ -69,47 +69,6 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) ->
     row.update({"preemptions": sum(o["num_preemptions"] for o in outputs), "prefix_cache_hit_tokens": cache_hits,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
     return row
-
-
-def print_summary(row: dict, path: str) -> None:
-    def f(key, spec=".1f"):
-        v = row.get(key)
-        return "-" if v is None else format(v, spec)
-
-    print(f"\n[{row['status']}] engine={row['engine']} control={row['control']} tp={row['tp']} model={row['model']} "
-          f"device={row['device']} "
-          f"workload={row['workload']} repeat={row.get('repeat')}")
-    if row["status"] != "ok":
-        print(f"  error: {row['error']}")
-    else:
-        print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, {f('req_s', '.2f')} req/s "
-              f"({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
-        print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
-              f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
-              f"{f('decode_step_ms_p50', '.2f')}")
-        print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
-              f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
-              f"{f('ctrl_decode_share_pct', '.2f')}% of decode time")
-        print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
-              f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
-    print(f"  row appended to {path}")
-
-
-def print_floor(row: dict, work: Workload, llm: LLM) -> None:
-    """The measured throughput next to the memory-bandwidth floor (harness/floor.py)."""
-    elt = torch.empty(0, dtype=llm.config.torch_dtype).element_size()
-    f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config, elt, row["tp"])
-    print(f"  floor       decode reads {f['weight_bytes'] / 1e12:.2f} TB of weights + {f['kv_bytes'] / 1e12:.2f} TB "
-          f"of KV: >= {f['floor_s']:.2f} s at 4.3 TB/s per GPU, <= {f['floor_tok_s']:.0f} output tok/s; "
-          f"measured {row['output_tok_s']:.0f} = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it")
-
-
-def one_line(e: BaseException) -> str:
-    if isinstance(e, KeyboardInterrupt):
-        return f"interrupted ({e.args[0] if e.args else 'SIGINT'})"
-    text = str(e).strip().splitlines()
-    head = text[0] if text else type(e).__name__
-    return f"{type(e).__name__}: {head}" + (f" ... {text[-1].strip()}" if len(text) > 1 else "")
 
 
 def run_job(cfg: DictConfig) -> int:
@@ -180,15 +139,6 @@ def run_broadcast_job(cfg: DictConfig) -> int:
             print(f"error: {one_line(e)}", file=sys.stderr)
             code = 1
     return code
-
-
-def print_broadcast(row: dict, path: str) -> None:
-    def us(key):
-        return "-" if row.get(key) is None else f"{row[key]:.1f}"
-
-    print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
-          f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
-          f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({row['ctrl_calls']} msgs)")
 
 
 def workload_config(cfg: DictConfig) -> dict:
