@@ -19,6 +19,13 @@ class StepInputs:
     attn: AttentionMetadata
 
 
+def padded_block_tables(views, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, widest table]`` block tables, rows padded with block 0 (never read: masked or past the
+    context length), built with one tensor call."""
+    width = max(len(bt) for _, bt, _ in views)
+    return torch.tensor([bt + [0] * (width - len(bt)) for _, bt, _ in views], dtype=dtype)
+
+
 def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size: int,
                       device: torch.device) -> StepInputs:
     """``views``: per sequence ``(num_tokens, block_table, new_token_ids)`` (``Sequence.step_view``); the
@@ -36,30 +43,27 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
         q_lens.append(len(new))
         k_lens.append(num_tokens)
     max_k = max(k_lens)
-    max_blocks = (max_k + block_size - 1) // block_size
-    tables = torch.zeros(len(views), max_blocks, dtype=torch.int64)
-    for b, (_, block_table, _) in enumerate(views):
-        tables[b, :len(block_table)] = torch.tensor(block_table[:max_blocks], dtype=torch.int64)
+    tables = padded_block_tables(views, torch.int64)
     q_lens_t, k_lens_t = torch.tensor(q_lens), torch.tensor(k_lens)
-    # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0
-    # (never an all-False mask row, which would give NaN).
-    q_pos = (k_lens_t - q_lens_t).unsqueeze(1) + torch.arange(max_q).unsqueeze(0)
-    q_pos = torch.where(torch.arange(max_q).unsqueeze(0) < q_lens_t.unsqueeze(1), q_pos, 0)
-    k_pos = torch.arange(max_k)
-    mask = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < k_lens_t.view(-1, 1, 1))
+    ends = torch.cumsum(q_lens_t, 0)
+    logits_index = ends - 1
+    spans = mask = None
     if device.type == "cuda" and q_lens == k_lens:
-        mask = None  # not needed: see spans below
-    logits_index = torch.cumsum(q_lens_t, 0) - 1
+        # No cached prefix on CUDA: causal attention per sequence on its own q/k/v (flash kernels, no padding,
+        # no gather, no mask); spans are each sequence's [start, end) in the flat token dimension.
+        ends_list = ends.tolist()
+        spans = list(zip([0] + ends_list[:-1], ends_list))
+    else:
+        # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0
+        # (never an all-False mask row, which would give NaN).
+        q_pos = (k_lens_t - q_lens_t).unsqueeze(1) + torch.arange(max_q).unsqueeze(0)
+        q_pos = torch.where(torch.arange(max_q).unsqueeze(0) < q_lens_t.unsqueeze(1), q_pos, 0)
+        k_pos = torch.arange(max_k)
+        mask = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < k_lens_t.view(-1, 1, 1))
 
     def dev(t):
         return t.to(device, non_blocking=True)
 
-    # On CUDA, a batch with no cached prefix runs causal attention per sequence on its own q/k/v (flash
-    # kernels, no padding, no gather); spans are each sequence's [start, end) in the flat token dimension.
-    spans = None
-    if device.type == "cuda" and q_lens == k_lens:
-        ends = torch.cumsum(q_lens_t, 0).tolist()
-        spans = list(zip([0] + ends[:-1], ends))
     attn = AttentionMetadata(slot_mapping=dev(torch.tensor(slots, dtype=torch.int64)), block_tables=dev(tables),
                              q_pad_index=dev(torch.tensor(q_pad_index, dtype=torch.int64)),
                              mask=None if mask is None else dev(mask.unsqueeze(1)), num_seqs=len(views), max_q_len=max_q,
@@ -75,16 +79,14 @@ def build_decode_inputs(views: list[tuple[int, list[int], list[int]]], block_siz
     ``context_lens`` ``[B]`` int32 and ``block_tables`` ``[B, widest table]`` int32 (the CUDA graphs copy it
     into their fixed-width buffer). No mask and no query padding are needed."""
     n = len(views)
-    width = max(len(bt) for _, bt, _ in views)
-    input_ids, positions, slots, lens, rows = [], [], [], [], []
+    input_ids, positions, slots, lens = [], [], [], []
     for num_tokens, block_table, new in views:
         pos = num_tokens - 1
         input_ids.append(new[-1])
         positions.append(pos)
         slots.append(block_table[pos // block_size] * block_size + pos % block_size)
         lens.append(num_tokens)
-        rows.append(block_table + [0] * (width - len(block_table)))
-    tables = torch.tensor(rows, dtype=torch.int32)
+    tables = padded_block_tables(views, torch.int32)
 
     def dev(values, dtype):
         return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
