@@ -116,11 +116,16 @@ class BlockManager:
 
     def may_append(self, seq: Sequence) -> None:
         """Before a decode step: give ``seq`` a new block if its last token starts one, and register
-        the last block's hash once it is full."""
+        the last block's hash once it is full. A full block whose last token is still a placeholder
+        (async scheduling) is registered by :meth:`register_full_block` once that token is known."""
         if len(seq) % self.block_size == 1:
             seq.block_table.append(self._take_fresh().block_id)
-        elif len(seq) % self.block_size == 0:
-            last = self.blocks[seq.block_table[-1]]
-            prev = self.blocks[seq.block_table[-2]].hash if len(seq.block_table) > 1 else NO_HASH
-            tokens = seq.block(seq.num_blocks - 1)
-            self._register(last, tokens, block_hash(tokens, prev))
+        elif len(seq) % self.block_size == 0 and seq.last_token >= 0:
+            self.register_full_block(seq, seq.num_blocks - 1)
+
+    def register_full_block(self, seq: Sequence, i: int) -> None:
+        """Register the hash of ``seq``'s full block ``i`` (its tokens known, its K/V written by a step
+        already launched), chained to block ``i - 1``'s."""
+        prev = self.blocks[seq.block_table[i - 1]].hash if i > 0 else NO_HASH
+        tokens = seq.block(i)
+        self._register(self.blocks[seq.block_table[i]], tokens, block_hash(tokens, prev))

@@ -41,6 +41,8 @@ class EngineConfig:
         max_model_len: longest sequence, prompt + output (tokens); capped by the model's position limit.
         enforce_eager: never capture CUDA graphs (nor compile).
         compile: on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile.
+        async_scheduling: schedule and launch step N+1 before reading step N's sampled tokens (they reach
+            step N+1 on the device), so the CPU's work overlaps the GPU's (vLLM's async scheduling).
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
@@ -61,6 +63,7 @@ class EngineConfig:
     max_model_len: int = 4096
     enforce_eager: bool = False
     compile: bool = True
+    async_scheduling: bool = True
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0

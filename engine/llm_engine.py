@@ -31,8 +31,25 @@ class DataPlaneError(RuntimeError):
 
 
 @dataclass
+class _InFlight:
+    """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
+    yet read."""
+
+    seqs: list[Sequence]
+    positions: list[int]
+    is_prefill: bool
+    num_tokens: int
+    tokens: torch.Tensor
+    done: torch.cuda.Event | None
+    launch_s: float
+    send_ns: int
+    message_bytes: int
+
+
+@dataclass
 class StepRecord:
-    """One engine step: kind, batch size, new tokens, wall time (s) and rank 0's control-plane send (ns)."""
+    """One engine step: kind, batch size, new tokens, wall time (s: from the previous step's tokens to
+    this one's) and rank 0's control-plane send (ns) and message size (bytes)."""
 
     is_prefill: bool
     num_seqs: int
@@ -79,8 +96,10 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
         self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                                    self.config.max_model_len, self.block_manager, self.config.eos_token_id)
-        self.generator = torch.Generator(device=self.runner.device).manual_seed(self.config.seed)
+        self.generator = torch.Generator().manual_seed(self.config.seed)  # CPU: draws each step's seed on CUDA
         self.steps: list[StepRecord] = []
+        self._in_flight: _InFlight | None = None
+        self._last_done_s: float | None = None
 
     def __enter__(self) -> "LLM":
         return self
@@ -155,28 +174,84 @@ class LLM:
             seq.arrival_s = now
             seqs.append(seq)
             self.scheduler.add(seq)
-        self.steps = []
+        self.steps, self._last_done_s = [], None
         bar = tqdm(total=len(seqs), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
-        while not self.scheduler.is_finished():
+        while not self.scheduler.is_finished() or self._in_flight is not None:
             bar.update(len(self.step()))
         bar.close()
         return [{"token_ids": s.completion_token_ids, "arrival_s": s.arrival_s, "token_times_s": s.token_times_s,
                  "num_preemptions": s.num_preemptions} for s in seqs]
 
     def step(self) -> list[Sequence]:
-        """Schedule, run one forward on every rank, sample on rank 0. Returns the sequences that finished."""
-        t0 = time.perf_counter()
+        """One engine iteration: schedule and launch a step, then finish the step launched before it (async
+        scheduling) or this one. Returns the sequences that finished.
+
+        Raises:
+            RuntimeError: nothing can be scheduled while nothing is in flight (a scheduler bug).
+            DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: a step's tokens did not arrive
+                within ``timeout_s``.
+        """
+        launched = self._launch()
+        if launched is None and self._in_flight is None and not self.scheduler.is_finished():
+            launched = self._launch()  # the only running sequence was preempted: this prefills it
+            if launched is None:
+                raise RuntimeError("the scheduler found nothing to run with no step in flight")
+        finished = self.flush()
+        self._in_flight = launched
+        if not self.config.async_scheduling:
+            finished += self.flush()
+        return finished
+
+    def flush(self) -> list[Sequence]:
+        """Finish the step in flight, if any: wait for its sampled tokens and hand them to the scheduler.
+        Returns the sequences that finished."""
+        step, self._in_flight = self._in_flight, None
+        if step is None:
+            return []
+        token_ids = self._wait_tokens(step)
+        now = time.perf_counter()
+        finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
+        since = self._last_done_s if self._last_done_s is not None else step.launch_s
+        self._last_done_s = now
+        self.steps.append(StepRecord(step.is_prefill, len(step.seqs), step.num_tokens, now - since, step.send_ns,
+                                     step.message_bytes))
+        return finished
+
+    def _launch(self) -> _InFlight | None:
         seqs, is_prefill = self.scheduler.schedule()
+        if not seqs:
+            return None
+        t0 = time.perf_counter()
         views = [s.step_view() for s in seqs]
         logits = self.call("run", views, is_prefill)
-        temps = torch.tensor([s.temperature for s in seqs], dtype=torch.float32, device=logits.device)
-        token_ids = sample(logits, temps, self.generator).tolist()  # .tolist() synchronises the device
-        now = time.perf_counter()
-        finished = self.scheduler.postprocess(seqs, token_ids, now)
-        num_tokens = sum(len(v[2]) for v in views)
+        tokens = sample(logits, [s.temperature for s in seqs], self.generator)
+        self.runner.sampled = tokens  # the next step's placeholders are rows of this tensor
+        if tokens.is_cuda:
+            host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            host.copy_(tokens, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        else:
+            host, done = tokens, None
+        positions = self.scheduler.on_launch(seqs)
         sent = self.control.send_stats
-        self.steps.append(StepRecord(is_prefill, len(seqs), num_tokens, now - t0, sent.ns[-1], sent.nbytes[-1]))
-        return finished
+        return _InFlight(seqs, positions, is_prefill, sum(len(v[2]) for v in views), host, done, t0,
+                         sent.ns[-1], sent.nbytes[-1])
+
+    def _wait_tokens(self, step: _InFlight) -> list[int]:
+        """The step's sampled tokens, once the device has produced them (polled, so that a dead worker
+        or a hung collective is reported instead of waited on forever)."""
+        if step.done is not None:
+            deadline = time.monotonic() + self.config.timeout_s
+            next_check = time.monotonic() + 0.05
+            while not step.done.query():
+                now = time.monotonic()
+                if now > next_check:
+                    self.group.check()
+                    next_check = now + 0.05
+                if now > deadline:
+                    raise TimeoutError(f"a step's tokens did not arrive within timeout_s={self.config.timeout_s}")
+        return step.tokens.tolist()
 
     def collect_control_stats(self) -> dict:
         """Control-plane samples since the last collection, then start afresh on every rank:

@@ -15,7 +15,7 @@ from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
 from .layers.fusion import compile_elementwise
-from .step_inputs import build_decode_inputs, build_step_inputs
+from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
 
 
 class ModelRunner:
@@ -36,6 +36,8 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None]):
         self.config, self.rank = config, rank
         self.graphs = None
+        self.sampled: torch.Tensor | None = None  # rank 0: the last step's sampled tokens (set by the LLM)
+        self.prev_num_seqs = 0
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
         hf = config.hf_config
@@ -129,19 +131,40 @@ class ModelRunner:
     def run(self, views: list[tuple[int, list[int], list[int]]], is_prefill: bool) -> torch.Tensor | None:
         """One forward step over ``views`` (``Sequence.step_view`` of each scheduled sequence).
 
-        Returns float32 logits ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on the
+        A negative last token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at
+        ``row`` of the previous step, which rank 0 left in ``self.sampled`` (``[B_prev]`` int64 on the
+        device) and, with tp > 1, broadcasts to the other ranks over the data plane.
+
+        Returns logits (model dtype) ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on the
         other ranks. On CUDA, decode goes through the Triton paged-attention kernel (in a CUDA graph unless
-        ``enforce_eager``); prefill, and everything on CPU, through SDPA over the gathered context.
+        ``enforce_eager``); prefill through flash attention over the step's own K/V, or (cached prefix, and
+        everything on CPU) SDPA over the gathered context.
         """
-        if not is_prefill and self.device.type == "cuda":
-            if self.graphs is not None and self.graphs.can_run(len(views)):
-                hidden = self.graphs.run(build_decode_inputs(views, self.block_size, self.device, self.max_blocks))
-            else:
-                hidden = self.model(build_decode_inputs(views, self.block_size, self.device))
+        previous = self._previous_tokens() if any(v[2][-1] < 0 for v in views) else None
+        self.prev_num_seqs = len(views)
+        decode_cuda = not is_prefill and self.device.type == "cuda"
+        if decode_cuda:
+            width = self.max_blocks if self.graphs is not None and self.graphs.can_run(len(views)) else None
+            inputs = build_decode_inputs(views, self.block_size, self.device, width)
+        else:
+            inputs = build_step_inputs(views, self.block_size, self.device)
+        if previous is not None:
+            inputs.input_ids = resolve_placeholders(inputs.input_ids, previous)
+        if decode_cuda:
+            hidden = self.graphs.run(inputs) if width is not None else self.model(inputs)
             return self.model.compute_logits(hidden)
-        inputs = build_step_inputs(views, self.block_size, self.device)
         hidden = self.model(inputs)
         return self.model.compute_logits(hidden[inputs.logits_index])
+
+    def _previous_tokens(self) -> torch.Tensor:
+        """The previous step's sampled tokens ``[B_prev]`` int64: rank 0's, broadcast to every rank."""
+        if self.rank == 0:
+            tokens = self.sampled
+        else:
+            tokens = torch.empty(self.prev_num_seqs, dtype=torch.int64, device=self.device)
+        if self.world_size > 1:
+            dist.broadcast(tokens, src=0)
+        return tokens
 
     def raise_on_rank(self, rank: int, message: str) -> None:
         """Fault injection for tests and drills: raise ``RuntimeError(message)`` on ``rank`` only.

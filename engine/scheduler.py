@@ -15,6 +15,12 @@ class Scheduler:
     the free KV blocks while at most ``max_num_seqs`` run) or, when nothing can be prefilled, a decode batch
     of every running sequence. When a decode step runs out of blocks, the most recently started sequence
     is preempted: its blocks are freed and it goes back to the front of the queue to be recomputed.
+
+    A step's life: :meth:`schedule`, the engine launches it, :meth:`on_launch` appends one placeholder token
+    per sequence, and :meth:`postprocess` writes the sampled tokens in once the step has finished. Under
+    async scheduling the next step is scheduled between the last two, so a sequence may be one placeholder
+    ahead; a sequence whose placeholder reaches its ``max_tokens`` or ``max_model_len`` leaves ``running``
+    at launch and waits in ``finishing`` (keeping its blocks) until its step finishes.
     """
 
     def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
@@ -26,22 +32,24 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
+        self.finishing: set[Sequence] = set()
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
     def is_finished(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.finishing
 
     def schedule(self) -> tuple[list[Sequence], bool]:
-        """Returns ``(sequences, is_prefill)``.
+        """Returns ``(sequences, is_prefill)``; no sequences when nothing can run before a step in flight
+        finishes (or right after preempting the only running sequence: the next call prefills it).
 
         Raises:
             RuntimeError: a waiting sequence cannot fit in the KV cache even with nothing else running.
         """
         scheduled, num_tokens = [], 0
-        while self.waiting and len(self.running) < self.max_num_seqs:
+        while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]
             if num_tokens + len(seq) > self.max_num_batched_tokens or not self.block_manager.can_allocate(seq):
                 break
@@ -53,7 +61,7 @@ class Scheduler:
             scheduled.append(seq)
         if scheduled:
             return scheduled, True
-        if not self.running:
+        if not self.running and not self.finishing and self.waiting:
             seq = self.waiting[0]
             raise RuntimeError(f"a sequence of {len(seq)} tokens needs {seq.num_blocks} KV blocks; the cache has "
                                f"{len(self.block_manager.blocks)} (raise num_kvcache_blocks or lower max_model_len)")
@@ -70,8 +78,6 @@ class Scheduler:
                 self.block_manager.may_append(seq)
                 seq.prefill = False
                 scheduled.append(seq)
-        if not scheduled:  # the only running sequence was preempted: prefill it again next step
-            return self.schedule()
         self.running.extendleft(reversed(scheduled))
         return scheduled, False
 
@@ -82,17 +88,46 @@ class Scheduler:
         self.block_manager.deallocate(seq)
         self.waiting.appendleft(seq)
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int], now_s: float) -> list[Sequence]:
-        """Append each sampled token; finish sequences at EOS (unless ignore_eos), at max_tokens or at
-        max_model_len. Returns the sequences that finished this step."""
-        finished = []
-        for seq, token_id in zip(seqs, token_ids):
-            seq.append_token(token_id)
-            seq.token_times_s.append(now_s)
-            if ((not seq.ignore_eos and token_id == self.eos_token_id)
-                    or seq.num_completion_tokens >= seq.max_tokens or len(seq) >= self.max_model_len):
-                seq.status = SequenceStatus.FINISHED
-                self.block_manager.deallocate(seq)
+    def on_launch(self, seqs: list[Sequence]) -> list[int]:
+        """The step over ``seqs`` was launched: append to each the placeholder of the token its row will
+        sample. Returns the placeholders' positions (for :meth:`postprocess`)."""
+        positions = []
+        for row, seq in enumerate(seqs):
+            positions.append(seq.append_placeholder(row))
+            if seq.num_completion_tokens >= seq.max_tokens or len(seq) >= self.max_model_len:
                 self.running.remove(seq)
+                self.finishing.add(seq)
+        return positions
+
+    def postprocess(self, seqs: list[Sequence], positions: list[int], token_ids: list[int],
+                    now_s: float) -> list[Sequence]:
+        """A launched step finished: write its sampled ``token_ids`` over the placeholders at
+        ``positions``; finish sequences at EOS (unless ignore_eos), at max_tokens or at max_model_len.
+        Returns the sequences that finished. A row of a sequence that already finished at EOS in an
+        earlier step (it was scheduled once more before that was known) is dropped."""
+        finished = []
+        for seq, pos, token_id in zip(seqs, positions, token_ids):
+            if seq.status == SequenceStatus.FINISHED:
+                continue
+            seq.token_ids[pos] = token_id
+            seq.token_times_s.append(now_s)
+            last = pos == len(seq) - 1
+            if (not seq.ignore_eos and token_id == self.eos_token_id) or (last and seq in self.finishing):
+                del seq.token_ids[pos + 1:]  # a placeholder of the step after, whose row is dropped
+                self._finish(seq)
                 finished.append(seq)
+            elif not last and (pos + 1) % self.block_manager.block_size == 0 and seq.block_table:
+                # The step after feeds this token (writing its K/V) and it completes a block, which may_append
+                # could not hash while the token was a placeholder.
+                self.block_manager.register_full_block(seq, pos // self.block_manager.block_size)
         return finished
+
+    def _finish(self, seq: Sequence) -> None:
+        if seq in self.finishing:
+            self.finishing.remove(seq)
+        elif seq.status == SequenceStatus.WAITING:  # preempted while its step was in flight
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        self.block_manager.deallocate(seq)

@@ -18,7 +18,9 @@ class Sequence:
     """One request: its tokens (prompt, then generated), its block table and its timings.
 
     Attributes:
-        token_ids: prompt followed by generated token ids.
+        token_ids: prompt followed by generated token ids. Under async scheduling a token sampled by the
+            step in flight is a placeholder ``-(row + 1)`` until that step finishes: "row ``row`` of the
+            previous step's sampled tokens", which the model runners read on the device.
         num_cached_tokens: leading tokens whose KV is already in the cache (prefix-cache hits).
         block_table: KV-cache block ids, one per ``block_size`` tokens.
         prefill: True while the sequence needs a prefill (at first, and again after a preemption).
@@ -69,6 +71,11 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def append_placeholder(self, row: int) -> int:
+        """Append the token that row ``row`` of the step just launched will sample; returns its position."""
+        self.token_ids.append(-(row + 1))
+        return len(self.token_ids) - 1
 
     def step_view(self) -> tuple[int, list[int], list[int]]:
         """What the model runners need of this sequence for one step, and all of it that goes on the

@@ -47,12 +47,13 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
     q_lens_t, k_lens_t = torch.tensor(q_lens), torch.tensor(k_lens)
     ends = torch.cumsum(q_lens_t, 0)
     logits_index = ends - 1
-    spans = mask = None
+    spans = mask = cu_seqlens = None
     if device.type == "cuda" and q_lens == k_lens:
         # No cached prefix on CUDA: causal attention per sequence on its own q/k/v (flash kernels, no padding,
         # no gather, no mask); spans are each sequence's [start, end) in the flat token dimension.
         ends_list = ends.tolist()
         spans = list(zip([0] + ends_list[:-1], ends_list))
+        cu_seqlens = torch.tensor([0] + ends_list, dtype=torch.int32)
     else:
         # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0
         # (never an all-False mask row, which would give NaN).
@@ -67,7 +68,8 @@ def build_step_inputs(views: list[tuple[int, list[int], list[int]]], block_size:
     attn = AttentionMetadata(slot_mapping=dev(torch.tensor(slots, dtype=torch.int64)), block_tables=dev(tables),
                              q_pad_index=dev(torch.tensor(q_pad_index, dtype=torch.int64)),
                              mask=None if mask is None else dev(mask.unsqueeze(1)), num_seqs=len(views), max_q_len=max_q,
-                             max_k_len=max_k, prefill_spans=spans)
+                             max_k_len=max_k, prefill_spans=spans,
+                             cu_seqlens=None if cu_seqlens is None else dev(cu_seqlens))
     return StepInputs(input_ids=dev(torch.tensor(input_ids, dtype=torch.int64)),
                       positions=dev(torch.tensor(positions, dtype=torch.int64)),
                       logits_index=dev(logits_index), attn=attn)
@@ -96,3 +98,11 @@ def build_decode_inputs(views: list[tuple[int, list[int], list[int]]], block_siz
                              context_lens=dev(lens, torch.int32))
     return StepInputs(input_ids=dev(input_ids, torch.int64), positions=dev(positions, torch.int64),
                       logits_index=torch.arange(n, device=device), attn=attn)
+
+
+def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """input_ids ``[N]`` int64 where ``-(r + 1)`` stands for ``previous[r]`` (``[B_prev]`` int64, the
+    previous step's sampled tokens, on the same device) -> ``[N]`` int64 with the placeholders filled in,
+    on the device and without a host sync."""
+    rows = (-input_ids - 1).clamp_(min=0)
+    return torch.where(input_ids < 0, previous[rows], input_ids)

@@ -81,7 +81,8 @@ def test_scheduler_preempts_by_recompute_and_finishes_everything():
     steps = 0
     while not sched.is_finished():
         batch, _ = sched.schedule()
-        sched.postprocess(batch, [1] * len(batch), now_s=0.0)
+        positions = sched.on_launch(batch)
+        sched.postprocess(batch, positions, [1] * len(batch), now_s=0.0)
         steps += 1
         assert steps < 1000
     assert sched.num_preemptions > 0
@@ -95,3 +96,55 @@ def test_scheduler_rejects_sequence_larger_than_cache():
     sched.add(seq(list(range(40))))
     with pytest.raises(RuntimeError, match="KV blocks"):
         sched.schedule()
+
+
+def _run_scheduler(async_scheduling: bool, num_blocks: int, eos_at: dict[int, int]):
+    """Drive a scheduler as the engine does, with a fake model whose token at position p of request i is
+    ``eos_at``'s EOS (0) where listed, else 1 + (7 * i + p) % 50. Checks at every launch that each
+    placeholder fed to the model names a row of the previous step that belongs to the same sequence."""
+    bm = BlockManager(num_blocks, BS)
+    sched = Scheduler(max_num_seqs=4, max_num_batched_tokens=256, max_model_len=256, block_manager=bm,
+                      eos_token_id=0)
+    params = [SamplingParams(temperature=0, max_tokens=30 + 5 * i, ignore_eos=False) for i in range(6)]
+    seqs = [Sequence([i + 1] * (10 + 7 * i), params[i], BS) for i in range(6)]
+    for s in seqs:
+        sched.add(s)
+    index = {s.seq_id: i for i, s in enumerate(seqs)}
+    in_flight, previous = None, []
+    for _ in range(2000):
+        if sched.is_finished() and in_flight is None:
+            break
+        batch, _ = sched.schedule()
+        launched = None
+        if batch:
+            for s in batch:
+                last = s.step_view()[2][-1]
+                assert all(t >= 0 for t in s.step_view()[2][:-1])
+                assert last >= 0 or previous[-last - 1] is s
+            positions = sched.on_launch(batch)
+            tokens = [0 if eos_at.get(index[s.seq_id]) == p - s.num_prompt_tokens else
+                      1 + (7 * index[s.seq_id] + p) % 50 for s, p in zip(batch, positions)]
+            launched, previous = (batch, positions, tokens), batch
+        if in_flight is not None:
+            sched.postprocess(*in_flight, now_s=0.0)
+        in_flight = launched
+        if not async_scheduling and in_flight is not None:
+            sched.postprocess(*in_flight, now_s=0.0)
+            in_flight = None
+    assert sched.is_finished() and bm.num_free_blocks == num_blocks
+    for b in bm.blocks:  # every registered hash names exactly the tokens its block holds
+        if b.hash != -1:
+            assert len(b.token_ids) == BS and min(b.token_ids) >= 0
+    return [s.completion_token_ids for s in seqs], sched.num_preemptions
+
+
+@pytest.mark.parametrize("num_blocks", [6, 40])
+def test_async_scheduling_gives_the_same_tokens_as_sync(num_blocks):
+    eos_at = {1: 3, 4: 0, 5: 20}
+    sync, _ = _run_scheduler(False, num_blocks, eos_at)
+    async_, preemptions = _run_scheduler(True, num_blocks, eos_at)
+    assert async_ == sync
+    assert [len(t) for t in sync] == [30, 4, 40, 45, 1, 21]
+    assert all(t[-1] == 0 for i, t in enumerate(sync) if i in eos_at)
+    if num_blocks == 6:
+        assert preemptions > 0

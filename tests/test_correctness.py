@@ -31,8 +31,8 @@ def test_greedy_matches_transformers(tp, checkpoint, request):
         assert g["token_ids"] == w, f"prompt {i} (len {len(prompts[i])}) differs"
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_prefix_cache_hit_and_preemption(tp, tiny_untied):
+@pytest.mark.parametrize("tp,async_scheduling", [(1, True), (2, True), (2, False)])
+def test_prefix_cache_hit_and_preemption(tp, async_scheduling, tiny_untied):
     shared = prompts_of_lengths([32], seed=1)[0]
     prompts = [shared + tail for tail in prompts_of_lengths([4, 4, 4], seed=2)]
     max_new = 40
@@ -40,7 +40,7 @@ def test_prefix_cache_hit_and_preemption(tp, tiny_untied):
     # 7 blocks of 16 tokens: the three 36-token prompts start together in 5 (2 shared + 1 each); grown to
     # 76 tokens they would need 2 + 3 * 3 = 11, so the scheduler must preempt; one alone needs 5.
     with LLM(tiny_untied, tensor_parallel_size=tp, device="cpu", kvcache_block_size=16, num_kvcache_blocks=7,
-             max_model_len=256, max_num_batched_tokens=256) as llm:
+             max_model_len=256, max_num_batched_tokens=256, async_scheduling=async_scheduling) as llm:
         params = SamplingParams(temperature=0, max_tokens=max_new, ignore_eos=True)
         first = llm.generate(prompts, params)
         hits_before = llm.block_manager.num_cache_hit_tokens
@@ -51,6 +51,21 @@ def test_prefix_cache_hit_and_preemption(tp, tiny_untied):
     assert hits_after - hits_before >= 32
     assert [o["token_ids"] for o in first] == want
     assert second[0]["token_ids"] == want[0]
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_eos_stops_each_sequence_at_its_first_eos(async_scheduling, tiny_untied):
+    prompts = prompts_of_lengths([5, 9, 20, 40])
+    full = hf_greedy(tiny_untied, prompts, MAX_NEW)
+    eos = full[0][6]  # a token the first prompt generates: it stops there (and maybe others earlier)
+    want = [f[:f.index(eos) + 1] if eos in f else f for f in full]
+    with LLM(tiny_untied, tensor_parallel_size=2, device="cpu", dtype="float32", kvcache_block_size=16,
+             max_model_len=256, max_num_batched_tokens=256, async_scheduling=async_scheduling) as llm:
+        llm.scheduler.eos_token_id = eos
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW))
+        assert llm.block_manager.num_free_blocks == llm.num_kvcache_blocks
+    assert [g["token_ids"] for g in got] == want
+    assert [len(g["token_times_s"]) for g in got] == [len(w) for w in want]
 
 
 def test_sampling_is_seeded_and_respects_max_tokens(tiny_untied):

@@ -41,6 +41,41 @@ def test_paged_decode_kernel_matches_sdpa(block_size, group):
         assert err < 1e-2, f"sequence {b} (context {int(lens[b])}): relative error {err:.2e}"
 
 
+def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
+    from engine.layers.sampling_kernel import sample_triton
+
+    torch.manual_seed(0)
+    logits = (torch.randn(6, 151936, device="cuda") * 3).to(torch.bfloat16)
+    t = torch.tensor([0.0, 0.6, 0.0, 1.0, 0.0, 2.0], device="cuda")
+    out = sample_triton(logits, t, seed=7)
+    greedy = logits.float().argmax(dim=1)
+    assert out[[0, 2, 4]].tolist() == greedy[[0, 2, 4]].tolist()
+    small = torch.tensor([0.0, 1.0, 2.0, -1.0, 0.5, 0.0, 3.0, -2.0], device="cuda").repeat(20000, 1)
+    for temp in (0.6, 1.0):
+        draws = torch.cat([sample_triton(small, torch.full((20000,), temp, device="cuda"), seed=s) for s in range(5)])
+        freq = torch.bincount(draws, minlength=8).float() / draws.numel()
+        want = torch.softmax(small[0] / temp, dim=0)
+        assert (freq - want).abs().max() < 0.01, (temp, freq.tolist(), want.tolist())
+
+
+@pytest.mark.parametrize("group", [1, 2, 4])
+def test_varlen_prefill_matches_per_sequence_sdpa(group):
+    from engine.layers.varlen import varlen_causal
+
+    assert varlen_causal is not None, "torch.nn.attention.varlen is missing: prefill falls back to per-sequence SDPA"
+    torch.manual_seed(group)
+    Hkv, D, lens = 2, 128, [1, 5, 64, 300, 1023]
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lens), Hkv * group, D, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn(2, sum(lens), Hkv, D, device="cuda", dtype=torch.bfloat16)
+    out = varlen_causal(q, k, v, cu, max(lens), D ** -0.5)
+    for b, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        ref = F.scaled_dot_product_attention(*(t[s:e].float().transpose(0, 1) for t in (q, k, v)), is_causal=True,
+                                             scale=D ** -0.5, enable_gqa=True).transpose(0, 1)
+        err = (out[s:e].float() - ref).norm() / ref.norm()
+        assert err < 1e-2, f"sequence {b} (length {lens[b]}): relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("enforce_eager", [True, False])
 def test_cuda_float32_greedy_matches_transformers(tiny_untied, enforce_eager):
     prompts = prompts_of_lengths([3, 17, 40, 90])

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .varlen import varlen_causal
+
 
 @dataclass
 class AttentionMetadata:
@@ -37,7 +39,8 @@ class AttentionMetadata:
     max_q_len: int
     max_k_len: int
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
-    prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: per-sequence SDPA
+    prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
+    cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
 
 class Attention(nn.Module):
@@ -61,6 +64,8 @@ class Attention(nn.Module):
             return paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens,
                                           self.scale)
         if meta.prefill_spans is not None:
+            if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
+                return varlen_causal(q, k, v, meta.cu_seqlens, meta.max_q_len, self.scale)
             return self._prefill_per_sequence(q, k, v, meta.prefill_spans)
         B, Lq, Lk, D = meta.num_seqs, meta.max_q_len, meta.max_k_len, self.head_dim
         qp = q.new_zeros(B * Lq, self.num_heads, D)
@@ -73,6 +78,7 @@ class Attention(nn.Module):
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
 
     def _prefill_per_sequence(self, q, k, v, spans) -> torch.Tensor:
+        """float32 on CUDA (flash kernels take 16-bit only): one causal SDPA call per sequence."""
         group = self.num_heads // self.num_kv_heads
         # Flash / memory-efficient kernels only: cuDNN's attention builds a plan per new sequence length
         # (measured on the H200: ~7 s of plan building across the bench's ~250 prompt lengths).

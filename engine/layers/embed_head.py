@@ -38,11 +38,12 @@ class VocabParallelEmbedding(nn.Module):
 
 class ParallelLMHead(VocabParallelEmbedding):
     """Logits over the vocabulary: hidden ``[B, hidden]`` -> each rank's ``[B, V/tp]`` slice, gathered to
-    rank 0 as float32 ``[B, V]``; other ranks return None. With tied embeddings the weight is the
+    rank 0 as ``[B, V]`` in the model's dtype (the sampler reads them once; tests cast to float32); other
+    ranks return None. With tied embeddings the weight is the
     embedding's shard (set by the model)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        logits = F.linear(hidden, self.weight).float()
+        logits = F.linear(hidden, self.weight)
         if tp_size() == 1:
             return logits
         parts = [torch.empty_like(logits) for _ in range(tp_size())] if tp_rank() == 0 else None

@@ -42,6 +42,7 @@ def test_engine_decode_step(benchmark, tiny_untied):
         llm.step()  # the prefill
         calls_before = len(llm.control.send_stats.nbytes)
         benchmark.pedantic(llm.step, rounds=60, warmup_rounds=5)
+        llm.flush()  # async scheduling: the last step launched is still in flight
         calls = len(llm.control.send_stats.nbytes) - calls_before
         decode = [s for s in llm.steps if not s.is_prefill]
     assert calls == 65 and len(decode) == 65  # exactly one control-plane message per decode step
