@@ -17,13 +17,15 @@ for ctx in (512, 1024, 2048):
     tables = torch.randperm(B * nb, device="cuda", dtype=torch.int32)[:B * nb].view(B, nb)
     lens = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+    k_new, v_new = torch.randn(2, B, Hkv, D, device="cuda", dtype=torch.bfloat16)
+    slots = (tables[:, -1].long() * BS + (ctx - 1) % BS).contiguous()
     nbytes = 2 * B * ctx * Hkv * D * 2
     for block_n, warps, stages in itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4)):
         try:
-            ms = triton.testing.do_bench(lambda: paged_decode_attention(q, kc, vc, tables, lens, D ** -0.5, block_n,
-                                                                        warps, stages), warmup=20, rep=100)
+            ms = triton.testing.do_bench(lambda: paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens,
+                                                                        D ** -0.5, block_n, warps, stages), warmup=20, rep=100)
         except Exception as e:  # a configuration that does not compile (shared memory) is skipped
             print(f"ctx {ctx} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
             continue
         print(f"ctx {ctx:5d} block_n {block_n:3d} warps {warps} stages {stages}: {ms * 1e3:8.1f} us "
-              f"{nbytes / ms / 1e6:7.0f} GB/s ({nbytes / ms / 1e6 / 4300:.0%} of 4.3 TB/s)")
+              f"{nbytes / ms / 1e9:7.2f} TB/s ({nbytes / ms / 1e9 / 4.3:.0%} of 4.3 TB/s)")

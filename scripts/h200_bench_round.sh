@@ -22,3 +22,4 @@ else  # short of the target: where does the time go?
   timeout 200 python3 scripts/profile_steps.py > "$OUT/profile.txt" 2>&1; head -40 "$OUT/profile.txt"
 fi
 [ "${SKIP_SYNC:-0}" = 1 ] || bench results_file=bench_${TAG}_sync.csv llm.async_scheduling=false "$@"
+rm -f "$OUT"/*.lock

@@ -31,8 +31,14 @@ def test_paged_decode_kernel_matches_sdpa(block_size, group):
     for b, n in enumerate(nblocks):
         tables[b, :n] = torch.tensor(perm[:n])
         perm = perm[n:]
+    last = lens.long() - 1  # the new token's position: the kernel stores it at its slot
+    slots = (tables[torch.arange(B), last // block_size].long() * block_size + last % block_size).cuda()
     q = torch.randn(B, Hkv * group, D, device="cuda", dtype=torch.bfloat16)
-    out = paged_decode_attention(q, kc, vc, tables.cuda(), lens.cuda(), D ** -0.5)
+    k_new = torch.randn(B, Hkv, D, device="cuda", dtype=torch.bfloat16)
+    qkv = torch.randn(B, Hkv * (group + 2) * D, device="cuda", dtype=torch.bfloat16)
+    v_new = qkv[:, -Hkv * D:].view(B, Hkv, D)  # a strided view, as the model passes v
+    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables.cuda(), lens.cuda(), D ** -0.5)
+    assert torch.equal(kc.view(-1, Hkv, D)[slots], k_new) and torch.equal(vc.view(-1, Hkv, D)[slots], v_new)
     for b in range(B):
         k = gather_context(kc.float(), tables[b:b + 1].long().cuda(), int(lens[b]))
         v = gather_context(vc.float(), tables[b:b + 1].long().cuda(), int(lens[b]))

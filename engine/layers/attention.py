@@ -1,10 +1,12 @@
-"""Attention over the paged KV cache, with torch's scaled_dot_product_attention.
+"""Attention over the paged KV cache (slot = block_id * block_size + offset), three paths:
 
-The step's new K/V are first written into the cache at their slots (slot = block_id * block_size +
-offset); then every sequence's whole context is gathered from the cache through its block table, so
-prefix-cache hits, chunked contexts and decode all take the same path. Queries are padded to
-``[B, Lq_max]`` and contexts to ``[B, Lk_max]``; the boolean mask allows key j for query i of a sequence
-when j <= position(i) and j < context length (causal, with the cached prefix visible).
+- CUDA decode: the Triton kernel in ``paged_decode`` reads each sequence's context through its block table
+  and stores the new token's K/V itself.
+- CUDA prefill with no cached prefix: the new K/V are stored, then one varlen flash-attention call covers
+  the whole batch (``varlen``; float32 falls back to one SDPA call per sequence).
+- Everything else (CPU; prefix-cache hits): the new K/V are stored, every sequence's context is gathered
+  from the cache, queries are padded to ``[B, Lq_max]`` and contexts to ``[B, Lk_max]``, and SDPA runs
+  with a boolean mask allowing key j for query i when j <= position(i) and j < context length.
 """
 
 from __future__ import annotations
@@ -57,12 +59,12 @@ class Attention(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``."""
-        store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.context_lens is not None:
             from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
 
-            return paged_decode_attention(q, self.k_cache, self.v_cache, meta.block_tables, meta.context_lens,
-                                          self.scale)
+            return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
+                                          meta.context_lens, self.scale)
+        store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.prefill_spans is not None:
             if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
                 return varlen_causal(q, k, v, meta.cu_seqlens, meta.max_q_len, self.scale)

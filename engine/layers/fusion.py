@@ -1,4 +1,5 @@
-"""The model's small elementwise functions (RMSNorm, RoPE, SiLU-and-mul), fusable with torch.compile.
+"""The model's small elementwise functions (RMSNorm with and without the residual add, q/k RMSNorm with
+RoPE, SiLU-and-mul), fusable with torch.compile.
 
 Each is several tiny kernels in eager mode (RMSNorm alone: cast, square, mean, rsqrt, two multiplies,
 cast back), and a decode step runs ~100 of them per layer: on a GPU their launch cost, not their bytes,
@@ -19,6 +20,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(dtype)
 
 
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """(rms_norm(x + residual), x + residual): the residual add and the next norm in one kernel (vLLM's
+    fused_add_rms_norm); the sum is rounded to x's dtype first, exactly as the unfused ``h + f(h)``."""
+    residual = x + residual
+    return rms_norm(residual, weight, eps), residual
+
+
+def qk_norm_rotary(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                   cos: torch.Tensor, sin: torch.Tensor):
+    """Qwen3's per-head RMSNorm of q ``[N, Hq, D]`` and k ``[N, Hkv, D]``, then RoPE at cos/sin ``[N, D]``."""
+    return apply_rotary(rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps), cos, sin)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -34,7 +48,8 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-IMPL = {"rms_norm": rms_norm, "apply_rotary": apply_rotary, "silu_and_mul": silu_and_mul}
+IMPL = {"rms_norm": rms_norm, "add_rms_norm": add_rms_norm, "qk_norm_rotary": qk_norm_rotary,
+        "silu_and_mul": silu_and_mul}
 
 
 def compile_elementwise() -> None:

@@ -10,12 +10,15 @@ from .fusion import IMPL
 
 
 class RMSNorm(nn.Module):
-    """x ``[..., dim]`` -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype."""
+    """x ``[..., dim]`` -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype. With ``residual``,
+    normalises ``x + residual`` and returns ``(normed, x + residual)`` (one fused kernel on CUDA)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return IMPL["rms_norm"](x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is None:
+            return IMPL["rms_norm"](x, self.weight, self.eps)
+        return IMPL["add_rms_norm"](x, residual, self.weight, self.eps)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fusion import IMPL
-
 
 class RotaryEmbedding(nn.Module):
-    """Precomputes cos/sin for positions ``[0, max_positions)``; forward rotates q ``[N, Hq, D]`` and
-    k ``[N, Hkv, D]`` at ``positions`` ``[N]``."""
+    """Precomputes cos/sin for positions ``[0, max_positions)``; forward gives cos and sin ``[N, D]``
+    float32 at ``positions`` ``[N]`` (once per step; each layer applies them, see ``fusion``)."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float):
         super().__init__()
@@ -21,5 +19,5 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        return IMPL["apply_rotary"](q, k, self.cos[positions], self.sin[positions])
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions], self.sin[positions]

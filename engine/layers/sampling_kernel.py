@@ -2,7 +2,8 @@
 
 Each program takes one row and one chunk of the vocabulary, and keeps the best score and its column:
 the logit itself for greedy rows (temperature 0), else ``logit / t - log(E)`` with ``E = -log(U)``,
-``U`` uniform from Triton's Philox generator keyed by (seed, row, column). The argmax of the latter is a
+``U`` uniform from Triton's Philox generator keyed by (seed, row, column; one Philox call serves four
+columns, which keeps the kernel memory-bound rather than bound by the generator's integer work). The argmax of the latter is a
 draw from softmax(logits / t): the exponential race / Gumbel-max trick (Gumbel 1954; Maddison et al.
 2014, "A* Sampling"). A second, tiny step picks the best chunk of each row. The logits are read once,
 in their own dtype; the float32 softmax, noise and division tensors of the plain torch version (~1.7 GB
@@ -19,24 +20,41 @@ CHUNK = 8192  # vocabulary columns per program: 19 chunks per row for Qwen3's 15
 
 
 @triton.jit
+def _score(logits_ptr, cols, vocab, t, u):
+    """One quarter-block: the logit (greedy) or the logit / t - log(-log(u)) (u = 0 gives -inf: never wins)."""
+    ok = cols < vocab
+    x = tl.load(logits_ptr + cols, mask=ok, other=float("-inf")).to(tl.float32)
+    x = tl.where(t > 0, x / t - tl.log(-tl.log(u)), x)
+    return tl.where(ok, x, float("-inf"))
+
+
+@triton.jit
+def _keep_best(best, best_col, x, cols):
+    better = x > best  # strict: among equal scores in a lane the first column stays
+    return tl.where(better, x, best), tl.where(better, cols, best_col)
+
+
+@triton.jit(do_not_specialize=["seed"])  # a new seed every step must not mean a new compilation
 def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed, best_ptr, col_ptr, vocab, num_chunks,
                          CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     t = tl.load(temps_ptr + row)
-    best = tl.full([BLOCK], float("-inf"), tl.float32)
-    best_col = tl.zeros([BLOCK], tl.int32)
+    row_ptr = logits_ptr + row * stride_row
+    Q: tl.constexpr = BLOCK // 4
+    lane = tl.arange(0, Q)
+    best = tl.full([Q], float("-inf"), tl.float32)
+    best_col = tl.zeros([Q], tl.int32)
     for start in range(0, CHUNK, BLOCK):
-        cols = chunk * CHUNK + start + tl.arange(0, BLOCK)
-        ok = cols < vocab
-        x = tl.load(logits_ptr + row * stride_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-        if t > 0:
-            u = tl.rand(seed, row * vocab + cols)
-            x = x / t - tl.log(-tl.log(u))  # u = 0 gives -inf: that column never wins
-        x = tl.where(ok, x, float("-inf"))
-        better = x > best
-        best = tl.where(better, x, best)
-        best_col = tl.where(better, cols, best_col)
+        base = chunk * CHUNK + start
+        # One Philox call gives four uniforms: one per quarter of the block (offsets unique per row and
+        # column while base + lane < vocab, which holds for every column that is not masked).
+        u0, u1, u2, u3 = tl.rand4x(seed, row * vocab + base + lane)
+        c0 = base + lane
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0, vocab, t, u0), c0)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + Q, vocab, t, u1), c0 + Q)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 2 * Q, vocab, t, u2), c0 + 2 * Q)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 3 * Q, vocab, t, u3), c0 + 3 * Q)
     top = tl.max(best, 0)
     col = tl.min(tl.where(best == top, best_col, vocab), 0)  # the first column among equal maxima
     tl.store(best_ptr + row * num_chunks + chunk, top)

@@ -32,13 +32,13 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"])
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
 
-    def forward(self, positions, x, inputs: StepInputs, rotary: RotaryEmbedding):
+    def forward(self, x, cos_sin, inputs: StepInputs):
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
-        q = self.q_norm(q.view(-1, self.num_heads, self.head_dim))
-        k = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim))
+        q, k = IMPL["qk_norm_rotary"](q.view(-1, self.num_heads, self.head_dim),
+                                      k.view(-1, self.num_kv_heads, self.head_dim),
+                                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = rotary(positions, q, k)
         out = self.attn(q, k, v, inputs.attn)
         return self.o_proj(out.flatten(1))
 
@@ -62,9 +62,13 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
 
-    def forward(self, positions, h, inputs, rotary):
-        h = h + self.self_attn(positions, self.input_layernorm(h), inputs, rotary)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h, residual, cos_sin, inputs):
+        """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
+        layer) -> this layer's (output, residual); the adds happen inside the fused norms."""
+        x, residual = (self.input_layernorm(h), h) if residual is None else self.input_layernorm(h, residual)
+        h = self.self_attn(x, cos_sin, inputs)
+        x, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(x), residual
 
 
 class Qwen3Model(nn.Module):
@@ -76,15 +80,16 @@ class Qwen3Model(nn.Module):
         self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
-        h = self.embed_tokens(inputs.input_ids)
+        h, residual = self.embed_tokens(inputs.input_ids), None
+        cos_sin = self.rotary(inputs.positions)
         for layer in self.layers:
-            h = layer(inputs.positions, h, inputs, self.rotary)
-        return self.norm(h)
+            h, residual = layer(h, residual, cos_sin, inputs)
+        return self.norm(h, residual)[0]
 
 
 class Qwen3ForCausalLM(nn.Module):
-    """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> float32
-    logits ``[B, vocab]`` on rank 0 (None elsewhere)."""
+    """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> logits
+    ``[B, vocab]`` in the model's dtype on rank 0 (None elsewhere)."""
 
     packed_modules_mapping = {
         "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
