@@ -22,6 +22,7 @@ from .model_runner import ModelRunner
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
+from .step_batch import StepBatch
 from .worker import REPORT_CONTROL_STATS
 from .worker_group import WorkerGroup
 
@@ -222,8 +223,8 @@ class LLM:
         if not seqs:
             return None
         t0 = time.perf_counter()
-        views = [s.step_view() for s in seqs]
-        logits = self.call("run", views, is_prefill)
+        batch = StepBatch.from_sequences(seqs, is_prefill)
+        logits = self.call("run", batch.to_bytes())
         tokens = sample(logits, [s.temperature for s in seqs], self.generator)
         self.runner.sampled = tokens  # the next step's placeholders are rows of this tensor
         if tokens.is_cuda:
@@ -235,7 +236,7 @@ class LLM:
             host, done = tokens, None
         positions = self.scheduler.on_launch(seqs)
         sent = self.control.send_stats
-        return _InFlight(seqs, positions, is_prefill, sum(len(v[2]) for v in views), host, done, t0,
+        return _InFlight(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0,
                          sent.ns[-1], sent.nbytes[-1])
 
     def _wait_tokens(self, step: _InFlight) -> list[int]:

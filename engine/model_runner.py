@@ -7,6 +7,7 @@ import os
 from datetime import timedelta
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -14,6 +15,7 @@ from .config import EngineConfig
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
+from .step_batch import StepBatch
 from .layers.fusion import compile_elementwise
 from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
 
@@ -116,8 +118,10 @@ class ModelRunner:
         seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
         num_seqs = max(1, min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len))
         nb = math.ceil(seq_len / self.block_size)
-        views = [(seq_len, list(range(i * nb, (i + 1) * nb)), [0] * seq_len) for i in range(num_seqs)]
-        self.run(views, True)
+        batch = StepBatch(True, np.full(num_seqs, seq_len, np.int32), np.full(num_seqs, seq_len, np.int32),
+                          np.zeros(num_seqs * seq_len, np.int32), np.full(num_seqs, nb, np.int32),
+                          np.arange(num_seqs * nb, dtype=np.int32))
+        self.run(batch.to_bytes())
 
     def _allocate_kv_cache(self, num_blocks: int) -> None:
         # On CUDA one spare block more: the "trash" block that padded CUDA-graph rows write to.
@@ -128,31 +132,35 @@ class ModelRunner:
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
     @torch.inference_mode()
-    def run(self, views: list[tuple[int, list[int], list[int]]], is_prefill: bool) -> torch.Tensor | None:
-        """One forward step over ``views`` (``Sequence.step_view`` of each scheduled sequence).
+    def run(self, step: bytes) -> torch.Tensor | None:
+        """One forward step over ``step`` (``StepBatch.to_bytes()`` of the scheduled sequences).
 
-        A negative last token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at
-        ``row`` of the previous step, which rank 0 left in ``self.sampled`` (``[B_prev]`` int64 on the
-        device) and, with tp > 1, broadcasts to the other ranks over the data plane.
+        A negative token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at ``row``
+        of the previous step, which rank 0 left in ``self.sampled`` (``[B_prev]`` int64 on the device)
+        and, with tp > 1, broadcasts to the other ranks over the data plane.
 
-        Returns logits (model dtype) ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on the
-        other ranks. On CUDA, decode goes through the Triton paged-attention kernel (in a CUDA graph unless
-        ``enforce_eager``); prefill through flash attention over the step's own K/V, or (cached prefix, and
-        everything on CPU) SDPA over the gathered context.
+        Returns logits (model dtype) ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on
+        the other ranks. On CUDA, decode goes through the Triton paged-attention kernel (in a CUDA graph
+        unless ``enforce_eager``); prefill through flash attention over the step's own K/V, or (cached
+        prefix, and everything on CPU) SDPA over the gathered context.
+
+        Raises:
+            ValueError: a malformed step message.
         """
-        previous = self._previous_tokens() if any(v[2][-1] < 0 for v in views) else None
-        self.prev_num_seqs = len(views)
-        decode_cuda = not is_prefill and self.device.type == "cuda"
+        batch = StepBatch.from_bytes(step)
+        previous = self._previous_tokens() if batch.token_ids.min() < 0 else None
+        self.prev_num_seqs = batch.num_seqs
+        decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
-            width = self.max_blocks if self.graphs is not None and self.graphs.can_run(len(views)) else None
-            inputs = build_decode_inputs(views, self.block_size, self.device, width)
+            inputs = build_decode_inputs(batch, self.block_size, self.device)
         else:
-            inputs = build_step_inputs(views, self.block_size, self.device)
+            inputs = build_step_inputs(batch, self.block_size, self.device)
         if previous is not None:
             inputs.input_ids = resolve_placeholders(inputs.input_ids, previous)
         if decode_cuda:
-            hidden = self.graphs.run(inputs) if width is not None else self.model(inputs)
-            return self.model.compute_logits(hidden)
+            if self.graphs is not None and self.graphs.can_run(batch.num_seqs):
+                return self.model.compute_logits(self.graphs.run(inputs))
+            return self.model.compute_logits(self.model(inputs))
         hidden = self.model(inputs)
         return self.model.compute_logits(hidden[inputs.logits_index])
 

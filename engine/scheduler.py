@@ -55,7 +55,7 @@ class Scheduler:
                 break
             self.block_manager.allocate(seq)
             num_tokens += len(seq) - seq.num_cached_tokens
-            seq.status, seq.prefill = SequenceStatus.RUNNING, True
+            seq.status = SequenceStatus.RUNNING
             self.waiting.popleft()
             self.running.append(seq)
             scheduled.append(seq)
@@ -76,7 +76,6 @@ class Scheduler:
                     break
             else:
                 self.block_manager.may_append(seq)
-                seq.prefill = False
                 scheduled.append(seq)
         self.running.extendleft(reversed(scheduled))
         return scheduled, False

@@ -23,7 +23,6 @@ class Sequence:
             previous step's sampled tokens", which the model runners read on the device.
         num_cached_tokens: leading tokens whose KV is already in the cache (prefix-cache hits).
         block_table: KV-cache block ids, one per ``block_size`` tokens.
-        prefill: True while the sequence needs a prefill (at first, and again after a preemption).
         arrival_s / token_times_s: perf_counter() of arrival and of each generated token (rank 0 only,
             never sent to workers).
     """
@@ -41,7 +40,6 @@ class Sequence:
         self.temperature = params.temperature
         self.max_tokens = params.max_tokens
         self.ignore_eos = params.ignore_eos
-        self.prefill = True
         self.num_preemptions = 0
         self.arrival_s = 0.0
         self.token_times_s: list[float] = []
@@ -76,10 +74,3 @@ class Sequence:
         """Append the token that row ``row`` of the step just launched will sample; returns its position."""
         self.token_ids.append(-(row + 1))
         return len(self.token_ids) - 1
-
-    def step_view(self) -> tuple[int, list[int], list[int]]:
-        """What the model runners need of this sequence for one step, and all of it that goes on the
-        wire: ``(num_tokens, block_table, new_token_ids)``, where ``new_token_ids`` are the tokens not yet
-        in the KV cache in prefill, and only the last token in decode."""
-        new = self.token_ids[self.num_cached_tokens:] if self.prefill else self.token_ids[-1:]
-        return (len(self.token_ids), self.block_table, new)

@@ -3,7 +3,7 @@
 rank 0 and ``tp - 1`` spawned workers; per payload a warm-up, then N messages. Every message is paced as in
 the engine: after each one all ranks meet in a gloo barrier (the engine's collectives), then rank 0 waits
 ``gap_us`` (its sampling and scheduling) so that workers are parked in their receive when the next message
-comes, as they are between real steps. Payloads are the engine's real step arguments (``Sequence.step_view``
+comes, as they are between real steps. Payloads are the engine's real step messages (``StepBatch`` bytes
 of decode and prefill batches) and raw byte strings.
 """
 
@@ -21,22 +21,22 @@ from torch.distributed import TCPStore
 from backends import ControlPlane, get_control_plane
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
+from engine.step_batch import StepBatch
 
 from .broadcast_worker import STEP, broadcast_worker
 
 
 def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
-    """``("run", views, is_prefill)`` exactly as the engine sends it for ``num_seqs`` sequences of
-    ``num_tokens`` tokens each (all of them new in prefill, only the last in decode)."""
+    """``("run", step_bytes)`` exactly as the engine sends it for ``num_seqs`` sequences of ``num_tokens``
+    tokens each (all of them new in prefill, only the last in decode)."""
     rng = np.random.default_rng(seed)
-    views, next_block = [], 0
+    seqs, next_block = [], 0
     for _ in range(num_seqs):
         s = Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
         s.block_table = list(range(next_block, next_block + s.num_blocks))
         next_block += s.num_blocks
-        s.prefill = prefill
-        views.append(s.step_view())
-    return ("run", views, prefill)
+        seqs.append(s)
+    return ("run", StepBatch.from_sequences(seqs, prefill).to_bytes())
 
 
 def payloads(w: dict) -> list[tuple[str, tuple]]:

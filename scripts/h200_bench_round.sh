@@ -18,7 +18,7 @@ tok=$(python3 -c "import csv; print(int(float(list(csv.DictReader(open('$OUT/$CS
 echo "engine row: $tok output tok/s"
 if [ "$tok" -ge "${HF_AT:-20000}" ]; then
   bench results_file=$CSV engine=hf
-else  # short of the target: where does the time go?
+elif [ "${SKIP_PROFILE:-0}" != 1 ]; then  # short of the target: where does the time go?
   timeout 200 python3 scripts/profile_steps.py > "$OUT/profile.txt" 2>&1; head -40 "$OUT/profile.txt"
 fi
 [ "${SKIP_SYNC:-0}" = 1 ] || bench results_file=bench_${TAG}_sync.csv llm.async_scheduling=false "$@"

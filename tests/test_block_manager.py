@@ -118,8 +118,8 @@ def _run_scheduler(async_scheduling: bool, num_blocks: int, eos_at: dict[int, in
         launched = None
         if batch:
             for s in batch:
-                last = s.step_view()[2][-1]
-                assert all(t >= 0 for t in s.step_view()[2][:-1])
+                last = s.token_ids[-1]
+                assert min(s.token_ids[:-1]) >= 0
                 assert last >= 0 or previous[-last - 1] is s
             positions = sched.on_launch(batch)
             tokens = [0 if eos_at.get(index[s.seq_id]) == p - s.num_prompt_tokens else

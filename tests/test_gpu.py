@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from engine import LLM, SamplingParams
 from engine.sequence import Sequence
+from engine.step_batch import StepBatch
 from conftest import hf_greedy
 from test_correctness import prompts_of_lengths
 
@@ -97,12 +98,11 @@ def engine_logits(llm: LLM, prompts: list[list[int]], next_tokens: list[int]) ->
     seqs = [Sequence(p, SamplingParams(temperature=0, max_tokens=4), llm.config.kvcache_block_size) for p in prompts]
     for s in seqs:
         llm.block_manager.allocate(s)
-    prefill = llm.call("run", [s.step_view() for s in seqs], True)
+    prefill = llm.call("run", StepBatch.from_sequences(seqs, True).to_bytes())
     for s, t in zip(seqs, next_tokens):
         s.append_token(t)
         llm.block_manager.may_append(s)
-        s.prefill = False
-    decode = llm.call("run", [s.step_view() for s in seqs], False)
+    decode = llm.call("run", StepBatch.from_sequences(seqs, False).to_bytes())
     for s in seqs:
         llm.block_manager.deallocate(s)
     return prefill, decode

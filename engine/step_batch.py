@@ -1,0 +1,99 @@
+"""One step's sequences as flat int32 arrays: the control-plane message and every rank's model input.
+
+Pickling 256 per-sequence tuples of Python lists costs rank 0 ~30 us and each worker ~50 us to unpickle on
+a fast host (3x that on the H200 host); then every rank loops over them again to build tensors. Here rank
+0 flattens the step once (``from_sequences``), the wire carries one ``bytes`` object, and each rank reads
+it back as zero-copy numpy views and builds its inputs with vectorised numpy (``step_inputs``).
+
+Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks]``, then ``num_tokens[B]``,
+``num_new[B]`` (prefill only; 1 each in decode), ``token_ids[N]`` (negative: async placeholders),
+``num_blocks[B]``, ``block_ids[total_blocks]`` (the block tables, concatenated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+HEADER = 4
+
+
+@dataclass
+class StepBatch:
+    """Arrays, all int32: ``num_tokens`` ``[B]`` (tokens of each sequence, this step's new ones
+    included), ``num_new`` ``[B]`` (new tokens: the uncached tail in prefill, 1 in decode), ``token_ids``
+    ``[N = sum(num_new)]`` (the new tokens, sequence after sequence; ``-(r + 1)`` is row r of the previous
+    step's samples), ``num_blocks`` ``[B]`` and ``block_ids`` ``[sum(num_blocks)]`` (block tables)."""
+
+    is_prefill: bool
+    num_tokens: np.ndarray
+    num_new: np.ndarray
+    token_ids: np.ndarray
+    num_blocks: np.ndarray
+    block_ids: np.ndarray
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.num_tokens)
+
+    @classmethod
+    def from_sequences(cls, seqs, is_prefill: bool) -> "StepBatch":
+        """The step over ``seqs`` (``Sequence`` objects): in prefill each one's tokens past its cached
+        prefix, in decode its last token."""
+        B = len(seqs)
+        tables = [s.block_table for s in seqs]
+        num_blocks = np.fromiter(map(len, tables), np.int32, B)
+        block_ids = np.fromiter(chain.from_iterable(tables), np.int32, int(num_blocks.sum()))
+        num_tokens = np.fromiter(map(len, seqs), np.int32, B)
+        if is_prefill:
+            new = [s.token_ids[s.num_cached_tokens:] for s in seqs]
+            num_new = np.fromiter(map(len, new), np.int32, B)
+            token_ids = np.fromiter(chain.from_iterable(new), np.int32, int(num_new.sum()))
+        else:
+            num_new = np.ones(B, np.int32)
+            token_ids = np.fromiter((s.token_ids[-1] for s in seqs), np.int32, B)
+        return cls(is_prefill, num_tokens, num_new, token_ids, num_blocks, block_ids)
+
+    def to_bytes(self) -> bytes:
+        head = np.array([self.is_prefill, self.num_seqs, len(self.token_ids), len(self.block_ids)], np.int32)
+        parts = [head, self.num_tokens] + ([self.num_new] if self.is_prefill else [])
+        return np.concatenate(parts + [self.token_ids, self.num_blocks, self.block_ids]).astype("<i4").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "StepBatch":
+        """Inverse of :meth:`to_bytes` (views into ``data``, no copy).
+
+        Raises:
+            ValueError: ``data`` is not a whole message.
+        """
+        a = np.frombuffer(data, "<i4")
+        if len(a) < HEADER:
+            raise ValueError(f"step message of {len(data)} bytes is shorter than its header")
+        is_prefill, B, N, nb = (int(x) for x in a[:HEADER])
+        if len(a) != HEADER + B * (3 if is_prefill else 2) + N + nb:
+            raise ValueError(f"step message of {len(data)} bytes does not match its header {a[:HEADER].tolist()}")
+        at = HEADER
+        num_tokens = a[at:at + B]
+        at += B
+        if is_prefill:
+            num_new = a[at:at + B]
+            at += B
+        else:
+            num_new = np.ones(B, np.int32)
+        token_ids = a[at:at + N]
+        num_blocks = a[at + N:at + N + B]
+        block_ids = a[at + N + B:]
+        return cls(bool(is_prefill), num_tokens, num_new, token_ids, num_blocks, block_ids)
+
+    def block_tables(self, width: int | None = None) -> np.ndarray:
+        """``[B, width]`` int32 block tables (``width`` defaults to the widest), padded with block 0 (never
+        read: past every context length or masked)."""
+        width = int(self.num_blocks.max()) if width is None else width
+        tables = np.zeros((self.num_seqs, width), np.int32)
+        rows = np.repeat(np.arange(self.num_seqs), self.num_blocks)
+        starts = np.cumsum(self.num_blocks) - self.num_blocks
+        cols = np.arange(len(self.block_ids)) - np.repeat(starts, self.num_blocks)
+        tables[rows, cols] = self.block_ids
+        return tables

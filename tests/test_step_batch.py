@@ -1,0 +1,55 @@
+"""The step message: sequences -> flat int32 bytes -> the same arrays on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+from engine.step_batch import StepBatch
+
+
+def seqs_with_tables(lengths, block_size=16, cached=0):
+    seqs, next_block = [], 0
+    for i, n in enumerate(lengths):
+        s = Sequence(list(range(100 * i, 100 * i + n)), SamplingParams(), block_size)
+        s.block_table = list(range(next_block, next_block + s.num_blocks))
+        s.num_cached_tokens = min(cached, n - 1)
+        next_block += s.num_blocks
+        seqs.append(s)
+    return seqs
+
+
+@pytest.mark.parametrize("is_prefill", [True, False])
+def test_round_trip_keeps_every_field(is_prefill):
+    seqs = seqs_with_tables([1, 16, 17, 40], cached=16)
+    seqs[2].append_placeholder(3)  # an async placeholder travels as a negative id
+    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, is_prefill).to_bytes())
+    assert batch.is_prefill == is_prefill
+    assert batch.num_tokens.tolist() == [len(s) for s in seqs]
+    if is_prefill:
+        assert batch.token_ids.tolist() == [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]]
+        assert batch.num_new.tolist() == [len(s) - s.num_cached_tokens for s in seqs]
+    else:
+        assert batch.token_ids.tolist() == [s.token_ids[-1] for s in seqs] and batch.token_ids[2] == -4
+        assert batch.num_new.tolist() == [1] * 4
+    tables = batch.block_tables()
+    assert tables.shape == (4, max(len(s.block_table) for s in seqs))
+    for row, s in zip(tables, seqs):
+        assert row[:len(s.block_table)].tolist() == s.block_table and not row[len(s.block_table):].any()
+    assert batch.block_tables(width=10).shape == (4, 10)
+
+
+def test_a_truncated_message_is_refused():
+    data = StepBatch.from_sequences(seqs_with_tables([5, 9]), False).to_bytes()
+    for bad in (data[:8], data[:-4], data + b"\0\0\0\0"):
+        with pytest.raises(ValueError, match="step message"):
+            StepBatch.from_bytes(bad)
+
+
+def test_decode_message_is_a_few_bytes_per_sequence():
+    seqs = seqs_with_tables([1024] * 256, block_size=256)
+    data = StepBatch.from_sequences(seqs, False).to_bytes()
+    assert len(data) == 4 * (4 + 3 * 256 + 4 * 256)  # header, 3 int32 per sequence, 4 blocks each
+    assert np.frombuffer(data, "<i4")[0] == 0
