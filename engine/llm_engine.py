@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import math
-import numbers
 import time
 from dataclasses import dataclass
 
@@ -18,6 +16,7 @@ from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .layers.sampler import sample
 from .loader import check_checkpoint
+from .requests import validate_requests
 from .model_runner import ModelRunner
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
@@ -129,29 +128,6 @@ class LLM:
                                      f"may be stalled): {first}") from e
             raise
 
-    def _validate(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
-        cfg = self.config
-        if not prompts:
-            raise ConfigError("generate() needs at least one prompt")
-        if len(params) != len(prompts):
-            raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        vocab = cfg.hf_config["vocab_size"]
-        for i, (p, sp) in enumerate(zip(prompts, params)):
-            if not isinstance(p, (list, tuple)):
-                raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
-            if not p:
-                raise ConfigError(f"prompt {i} is empty")
-            if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in p):
-                raise ConfigError(f"prompt {i} has a token id that is not an integer")
-            if len(p) >= cfg.max_model_len:
-                raise ConfigError(f"prompt {i} has {len(p)} tokens; max_model_len={cfg.max_model_len} leaves "
-                                  f"no room to generate")
-            if min(p) < 0 or max(p) >= vocab:
-                raise ConfigError(f"prompt {i} has a token id outside [0, {vocab})")
-            need = math.ceil(min(len(p) + sp.max_tokens, cfg.max_model_len) / cfg.kvcache_block_size)
-            if need > self.num_kvcache_blocks:
-                raise ConfigError(f"prompt {i} needs {need} KV blocks; the cache has {self.num_kvcache_blocks}")
-
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
                  use_tqdm: bool = False) -> list[dict]:
         """Generate for every prompt; returns, in input order, dicts with ``token_ids`` (generated ids),
@@ -166,7 +142,7 @@ class LLM:
             raise RuntimeError("generate() on an LLM that was shut down")
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
-        self._validate(prompt_token_ids, sampling_params)
+        validate_requests(self.config, self.num_kvcache_blocks, prompt_token_ids, sampling_params)
         prompt_token_ids = [[int(t) for t in p] for p in prompt_token_ids]
         now = time.perf_counter()
         seqs = []
