@@ -14,6 +14,8 @@ nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
 python3 -m pytest -q tests/test_gpu.py > "$OUT/pytest_gpu.txt" 2>&1
 python3 -m harness -m workload=bench model=qwen3-0.6b device=cuda control=$CONTROLS tp=$TPS repeat=3 \
   results_dir="$OUT" progress=false > "$OUT/bench.log" 2>&1
+python3 -m harness -m workload=bench model=qwen3-8b device=cuda control=$CONTROLS tp=${TPS##*,} repeat=3 \
+  results_dir="$OUT" progress=false > "$OUT/bench_8b.log" 2>&1
 python3 -m harness -m workload=latency workload.num_seqs=1,8 model=qwen3-0.6b device=cuda control=$CONTROLS \
   tp=$TPS repeat=3 results_dir="$OUT" progress=false > "$OUT/latency.log" 2>&1
 python3 -m harness -m workload=broadcast control=$CONTROLS tp=$(echo $TPS | sed 's/^1,//') repeat=3 \
