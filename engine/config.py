@@ -84,9 +84,13 @@ class EngineConfig:
         return CUDA_DTYPES[self.dtype]
 
     @property
-    def eos_token_id(self) -> int | None:
-        eos = self.hf_config.get("eos_token_id")
-        return eos[0] if isinstance(eos, list) else eos
+    def eos_token_ids(self) -> frozenset[int]:
+        """Every end-of-sequence id: config.json's ``eos_token_id`` and generation_config.json's (an int
+        or a list in either; real Qwen3 checkpoints list two there), as transformers' generate stops on."""
+        ids = set()
+        for eos in (self.hf_config.get("eos_token_id"), self.hf_config.get("generation_eos_token_id")):
+            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        return frozenset(int(i) for i in ids)
 
     def _check_types(self) -> None:
         for f in fields(self):
@@ -190,4 +194,11 @@ def read_hf_config(path: str) -> dict:
         raise ConfigError(f"{cfg_path}: RoPE scaling {rope} is not supported")
     hf["rope_theta"] = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
     hf.setdefault("tie_word_embeddings", False)
+    gen_path = os.path.join(path, "generation_config.json")
+    if os.path.isfile(gen_path):
+        try:
+            with open(gen_path) as f:
+                hf["generation_eos_token_id"] = json.load(f).get("eos_token_id")
+        except (OSError, json.JSONDecodeError, AttributeError) as e:
+            raise ConfigError(f"cannot read {gen_path}: {e}") from None
     return hf

@@ -95,7 +95,7 @@ class LLM:
             raise
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
         self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
-                                   self.config.max_model_len, self.block_manager, self.config.eos_token_id)
+                                   self.config.max_model_len, self.block_manager, self.config.eos_token_ids)
         self.generator = torch.Generator().manual_seed(self.config.seed)  # CPU: draws each step's seed on CUDA
         self.steps: list[StepRecord] = []
         self._in_flight: _InFlight | None = None

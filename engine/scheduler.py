@@ -24,12 +24,12 @@ class Scheduler:
     """
 
     def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                 block_manager: BlockManager, eos_token_id: int | None):
+                 block_manager: BlockManager, eos_token_ids: frozenset[int] = frozenset()):
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.block_manager = block_manager
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = eos_token_ids
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
         self.finishing: set[Sequence] = set()
@@ -101,7 +101,7 @@ class Scheduler:
     def postprocess(self, seqs: list[Sequence], positions: list[int], token_ids: list[int],
                     now_s: float) -> list[Sequence]:
         """A launched step finished: write its sampled ``token_ids`` over the placeholders at
-        ``positions``; finish sequences at EOS (unless ignore_eos), at max_tokens or at max_model_len.
+        ``positions``; finish sequences at any EOS id (unless ignore_eos), at max_tokens or at max_model_len.
         Returns the sequences that finished. A row of a sequence that already finished at EOS in an
         earlier step (it was scheduled once more before that was known) is dropped."""
         finished = []
@@ -111,7 +111,7 @@ class Scheduler:
             seq.token_ids[pos] = token_id
             seq.token_times_s.append(now_s)
             last = pos == len(seq) - 1
-            if (not seq.ignore_eos and token_id == self.eos_token_id) or (last and seq in self.finishing):
+            if (not seq.ignore_eos and token_id in self.eos_token_ids) or (last and seq in self.finishing):
                 del seq.token_ids[pos + 1:]  # a placeholder of the step after, whose row is dropped
                 self._finish(seq)
                 finished.append(seq)

@@ -19,9 +19,13 @@ EXIT_CODES: list[int] = []
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from .app import run_job
+    try:
+        from .app import run_job
 
-    code = run_job(cfg)
+        code = run_job(cfg)
+    except KeyboardInterrupt:  # before a run could write its row (imports, materialising the preset)
+        print("error: interrupted", file=sys.stderr)
+        code = 130
     EXIT_CODES.append(code)
     if code == 130:
         sys.exit(130)
@@ -39,5 +43,9 @@ if __name__ == "__main__":
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # while Hydra composes the configuration
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(max(EXIT_CODES, default=0))

@@ -1,6 +1,6 @@
 """``python -m harness.analyze FILE.csv [...]``: tables, plots and regression checks over results CSVs.
 
-    python -m harness.analyze results/runs.csv                      # medians over repeats, by (tp, control)
+    python -m harness.analyze results/runs.csv                      # medians over repeats, by configuration
     python -m harness.analyze runs.csv --group tp control payload   # any grouping columns
     python -m harness.analyze runs.csv --plot out.png               # grouped bars with min-max error bars
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
@@ -19,7 +19,7 @@ import pandas as pd
 
 from .schema import COLUMNS
 
-CONFIG_KEYS = ["engine", "control", "tp", "model", "device", "dtype", "workload", "payload", "seed"]
+CONFIG_KEYS = ["engine", "control", "tp", "model", "device", "dtype", "workload", "overrides", "payload", "seed"]
 HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
 LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
                    "ctrl_oneway_us_p50", "ctrl_oneway_us_p99"]
@@ -78,15 +78,27 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
         if bad:
             raise InputError(f"unknown --group column(s): {', '.join(bad)}")
         return group
-    keys = ["tp", "control"]
-    return keys + (["payload"] if df.payload.notna().any() else []) + (["engine"] if df.engine.nunique() > 1 else [])
+    # tp and control always; every other configuration column whose value differs between rows, so rows of
+    # different workloads, payloads, models or command-line settings are never pooled.
+    return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
+                                and df[k].nunique(dropna=False) > 1]
+
+
+def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Empty key cells become "-" (a group of their own that indexes like any other)."""
+    df = df.copy()
+    for k in keys:
+        if df[k].isna().any():
+            df[k] = df[k].astype(object).where(df[k].notna(), "-")
+    return df
 
 
 def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> tuple[pd.DataFrame, list[str]]:
     """Per group: median, min and max over repeats of each key metric, and the median's ratio to the
     baseline control's at the same other keys."""
     metrics = [m for m in KEY_METRICS if df[m].notna().any()]
-    g = df.groupby(keys, dropna=False)[metrics]
+    df = fill_keys(df, keys)
+    g = df.groupby(keys)[metrics]
     out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max"))
     out["repeats"] = g.size()
     out = out.reset_index()
@@ -135,7 +147,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> int:
     either side), else 0."""
     keys = [k for k in CONFIG_KEYS if old[k].notna().any() or new[k].notna().any()]
     metrics = [m for m in HIGHER_IS_BETTER + LOWER_IS_BETTER if old[m].notna().any() and new[m].notna().any()]
-    o, n = (d.groupby(keys, dropna=False)[metrics] for d in (old, new))
+    o, n = (fill_keys(d, keys).groupby(keys)[metrics] for d in (old, new))
     om, nm = o.median(), n.median()
     ospread = (o.max() - o.min()) / om.abs()
     nspread = (n.max() - n.min()) / nm.abs()
@@ -144,7 +156,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> int:
         raise InputError("no configuration appears in both files")
     worse = 0
     for idx in common:
-        label = ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,)) if pd.notna(v))
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,)) if v != "-")
         for m in metrics:
             a, b = om.at[idx, m], nm.at[idx, m]
             if pd.isna(a) or pd.isna(b) or a == 0:
@@ -160,9 +172,9 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float) -> int:
     return 1 if worse else 0
 
 
-def plot(df: pd.DataFrame, out: str) -> None:
-    """Throughput and p99 latencies per control and tp (grouped bars, min-max error bars), and the
-    control-plane one-way latency p50/p99 per control and tp."""
+def plot(df: pd.DataFrame, keys: list[str], out: str) -> None:
+    """Throughput and p99 latencies (grouped bars over tp, one bar per value of the other grouping
+    ``keys``, min-max error bars), and the control-plane one-way latency p50/p99 the same way."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,11 +189,14 @@ def plot(df: pd.DataFrame, out: str) -> None:
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
-    controls = sorted(df.control.dropna().unique())
+    series_keys = [k for k in keys if k != "tp"]
+    df = fill_keys(df, series_keys)
+    df["series"] = df[series_keys].astype(str).agg(" | ".join, axis=1) if series_keys else "all"
+    controls = sorted(df.series.unique())
     tps = sorted(df.tp.dropna().unique())
     width = 0.8 / max(len(controls), 1)
     for ax, (metric, title) in zip(axes.flat, panels):
-        g = df.groupby(["tp", "control"])[metric]
+        g = df.groupby(["tp", "series"])[metric]
         med, lo, hi = g.median(), g.min(), g.max()
         for i, c in enumerate(controls):
             x = np.arange(len(tps)) + (i - (len(controls) - 1) / 2) * width
@@ -191,7 +206,7 @@ def plot(df: pd.DataFrame, out: str) -> None:
         ax.set_xticks(np.arange(len(tps)), [f"tp={int(t)}" for t in tps])
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(title="control", fontsize=8)
+    axes[0][0].legend(title=" | ".join(series_keys) or None, fontsize=7)
     fig.suptitle("median over repeats; error bars: min-max", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
@@ -199,20 +214,24 @@ def plot(df: pd.DataFrame, out: str) -> None:
 
 
 def parse_threshold(text: str) -> float:
-    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a finite number >= 0."""
+    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
+    percent = text.endswith("%")
     try:
-        value = float(text.rstrip("%"))
+        value = float(text[:-1] if percent else text)
     except ValueError:
         raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
     if not np.isfinite(value) or value < 0:
         raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
-    return value / 100 if text.endswith("%") or value > 1 else value
+    if not percent and value > 1:
+        raise InputError(f"--threshold {text} is not a fraction in [0, 1]; for a percentage write {text}%")
+    return value / 100 if percent else value
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", help="results CSV files")
-    p.add_argument("--group", nargs="+", help="grouping columns (default: tp control [payload] [engine])")
+    p.add_argument("--group", nargs="+", help="grouping columns (default: tp, control and every other "
+                                               "configuration column that differs between rows)")
     p.add_argument("--baseline", default="shm", help="control the ratios are relative to (default shm)")
     p.add_argument("--plot", metavar="OUT.png", help="write a PNG of grouped bars")
     p.add_argument("--compare", nargs=2, metavar=("OLD.csv", "NEW.csv"), help="regression check between two files")
@@ -238,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--plot: directory {directory} does not exist")
             if not args.plot.lower().endswith((".png", ".pdf", ".svg")):
                 raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {args.plot!r}")
-            plot(df, args.plot)
+            plot(df, keys, args.plot)
         return 0
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)

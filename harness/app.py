@@ -10,18 +10,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from engine import LLM, ConfigError, SamplingParams
-from engine.config import read_hf_config
+from engine.config import REQUIRED_HF_KEYS, read_hf_config
 
 from . import metrics
 from .broadcast import run_broadcast
-from .checkpoint import materialize
+from .checkpoint import cache_dir, materialize
 from .hf_peer import run_hf
 from .report import one_line, print_broadcast, print_floor, print_summary
 from .nvml_sampler import NvmlSampler
 from .results_csv import append_row
 from .schema import COLUMNS, SCHEMA_VERSION
 from .sysinfo import metadata
-from .workloads import Workload, build_workload
+from .workloads import Workload, build_workload, check_workload
 
 
 def resolve_device(device: str) -> str:
@@ -31,10 +31,25 @@ def resolve_device(device: str) -> str:
 
 
 def model_path(cfg: DictConfig) -> str:
-    """``model.path`` when set, else the preset materialised with transformers (cached)."""
+    """``model.path`` when set, else the preset materialised with transformers (cached).
+
+    Raises:
+        ConfigError: a preset size that is not a positive integer, or a cache directory that cannot be
+            written.
+    """
     if cfg.model.get("path"):
         return os.path.abspath(os.path.expanduser(cfg.model.path))
-    return materialize(cfg.model.name, OmegaConf.to_container(cfg.model.preset), seed=cfg.seed)
+    preset = OmegaConf.to_container(cfg.model.preset)
+    for key in REQUIRED_HF_KEYS:
+        v = preset.get(key)
+        if key != "rms_norm_eps" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"model.preset.{key} must be a positive integer, got {v!r}")
+    if preset["hidden_size"] % preset["num_attention_heads"] and "head_dim" not in preset:
+        raise ConfigError("model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)")
+    try:
+        return materialize(cfg.model.name, preset, seed=cfg.seed)
+    except OSError as e:
+        raise ConfigError(f"cannot write the model cache ({cache_dir()}): {e.strerror or e}") from None
 
 
 def control_options(cfg: DictConfig) -> dict:
@@ -42,10 +57,29 @@ def control_options(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(options) if options is not None else {}
 
 
+# Command-line keys that have a column of their own, or that do not change what is measured.
+NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "device", "dtype", "workload", "seed", "repeat",
+                    "results_dir", "results_file", "progress", "nvml_interval_s"}
+
+
+def task_overrides() -> list[str]:
+    """This job's command-line overrides (``key=value``), [] when not running under Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:  # not running under Hydra (e.g. called from Python)
+        return []
+
+
 def base_row(cfg: DictConfig, device: str) -> dict:
+    """The configuration columns of a row; ``overrides`` keeps the job's other command-line settings
+    (``workload.num_seqs=8 llm.async_scheduling=false``...) so rows of a sweep over them stay apart."""
+    other = sorted(o for o in task_overrides()
+                   if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES and not o.startswith("hydra."))
     return {"schema_version": SCHEMA_VERSION, "engine": cfg.engine, "control": cfg.control.name, "tp": cfg.tp,
             "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
-            "seed": cfg.seed, **metadata()}
+            "overrides": " ".join(other) or None, "seed": cfg.seed, **metadata()}
 
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) -> dict:
@@ -123,6 +157,11 @@ def run_broadcast_job(cfg: DictConfig) -> int:
         return 2
     row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
     w = OmegaConf.to_container(cfg.workload)
+    try:
+        check_workload(w)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     options = control_options(cfg)
     code = 0
     for r in range(cfg.repeat):
@@ -130,8 +169,10 @@ def run_broadcast_job(cfg: DictConfig) -> int:
             for result in run_broadcast(w, cfg.control.name, cfg.tp, options, cfg.llm.timeout_s, cfg.progress):
                 row = {**row0, "repeat": r, "status": "ok", **result}
                 print_broadcast(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
+        except KeyboardInterrupt as e:
+            append_row(results, COLUMNS, {**row0, "repeat": r, "status": "failed", "error": one_line(e)},
+                       SCHEMA_VERSION)
+            print("error: interrupted", file=sys.stderr)
             return 130
         except Exception as e:
             row = {**row0, "repeat": r, "status": "failed", "error": one_line(e)}
@@ -144,13 +185,7 @@ def run_broadcast_job(cfg: DictConfig) -> int:
 def workload_config(cfg: DictConfig) -> dict:
     """The workload as a dict; keys the user set on the command line win over its ``cpu`` scale-down."""
     w = OmegaConf.to_container(cfg.workload)
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = HydraConfig.get().overrides.task
-    except Exception:  # not running under Hydra (e.g. called from Python)
-        overrides = []
-    for item in overrides:
+    for item in task_overrides():
         key = item.lstrip("+~").split("=", 1)[0]
         if key.startswith("workload.") and isinstance(w.get("cpu"), dict):
             w["cpu"].pop(key.split(".", 1)[1], None)

@@ -13,9 +13,10 @@ def print_summary(row: dict, path: str) -> None:
         v = row.get(key)
         return "-" if v is None else format(v, spec)
 
-    print(f"\n[{row['status']}] engine={row['engine']} control={row['control']} tp={row['tp']} model={row['model']} "
-          f"device={row['device']} "
-          f"workload={row['workload']} repeat={row.get('repeat')}")
+    control = f" control={row['control']}" if row.get("control") else ""
+    extra = f" {row['overrides']}" if row.get("overrides") else ""
+    print(f"\n[{row['status']}] engine={row['engine']}{control} tp={row['tp']} model={row['model']} "
+          f"device={row['device']} workload={row['workload']}{extra} repeat={row.get('repeat')}")
     if row["status"] != "ok":
         print(f"  error: {row['error']}")
     else:
@@ -24,9 +25,10 @@ def print_summary(row: dict, path: str) -> None:
         print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
               f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
               f"{f('decode_step_ms_p50', '.2f')}")
-        print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
-              f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
-              f"{f('ctrl_decode_share_pct', '.2f')}% of decode time")
+        if row.get("ctrl_calls") is not None:
+            print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
+                  f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
+                  f"{f('ctrl_decode_share_pct', '.2f')}% of decode time")
         print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
               f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
     print(f"  row appended to {path}")

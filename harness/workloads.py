@@ -52,17 +52,59 @@ def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
 
 
+# Per workload kind: the integer keys and their least allowed value.
+INT_KEYS = {
+    "random": {"num_seqs": 1, "min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1,
+               "max_token_id": 0},
+    "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
+    "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1, "max_bytes_per_payload": 1,
+                  "kvcache_block_size": 1, "gap_us": 0},
+}
+
+
+def check_workload(w: dict) -> None:
+    """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length that is
+    not an integer or below its least value, a min above its max, a negative temperature, a broadcast
+    payload list with a bad entry or no payload at all."""
+    kind = w.get("kind")
+    if kind not in INT_KEYS:
+        raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed or broadcast)")
+    for key, least in INT_KEYS[kind].items():
+        v = w.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"workload.{key} must be an integer >= {least}, got {v!r}")
+    for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
+        if kind == "random" and w[lo] > w[hi]:
+            raise ValueError(f"workload.{lo}={w[lo]} is above workload.{hi}={w[hi]}")
+    t = w.get("temperature", 0.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+        raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
+    if kind == "broadcast":
+        lists = {"decode_batches": 1, "raw_bytes": 0}
+        for key, least in lists.items():
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= least for x in w.get(key) or []):
+                raise ValueError(f"workload.{key} must be a list of integers >= {least}, got {w.get(key)!r}")
+        pairs = w.get("prefill_batches") or []
+        if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 1 for x in p)
+                   for p in pairs):
+            raise ValueError(f"workload.prefill_batches must be a list of [num_seqs, tokens] pairs >= 1, got {pairs!r}")
+        if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
+            raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
+                             "all empty")
+
+
 def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload:
     """The workload described by config ``w``; on CPU its ``cpu`` overrides apply when ``scale_on_cpu``.
 
     Raises:
-        ValueError: an unknown workload kind.
+        ValueError: a bad workload configuration (see :func:`check_workload`).
     """
     w = dict(w)
     if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu"):
         w.update(w["cpu"])
+    check_workload(w)
     if w.get("kind") == "random":
         return random_requests(w, seed, vocab_size)
     if w.get("kind") == "fixed":
         return fixed_requests(w, seed, vocab_size)
-    raise ValueError(f"workload {w.get('name')!r}: unknown kind {w.get('kind')!r}")
+    raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 
 import pandas as pd
 import pytest
@@ -91,3 +92,23 @@ def test_non_numeric_cells_do_not_crash(sweep, tmp_path):
     df.loc[0, "output_tok_s"] = "fast"
     df.to_csv(bad, index=False)
     assert main([str(bad)]) == 0
+
+
+def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_path, capsys):
+    df = pd.read_csv(sweep)
+    other = df.copy()
+    other["workload"], other["overrides"], other["output_tok_s"] = "latency", "workload.num_seqs=8", 1.0
+    bcast = df.copy()  # broadcast rows: a payload, no throughput
+    bcast["workload"], bcast["payload"], bcast["output_tok_s"], bcast["ctrl_oneway_us_p50"] = "broadcast", "raw-256B", None, 9.0
+    mixed = tmp_path / "mixed.csv"
+    pd.concat([df, other, bcast]).to_csv(mixed, index=False)
+    assert main([str(mixed), "--plot", str(tmp_path / "mixed.png")]) == 0
+    out = capsys.readouterr().out
+    assert "workload.num_seqs=8" in out and "raw-256B" in out
+    assert "1 [1-1]" in out and not re.search(r"\[1-[1-9]\d", out)  # latency's 1.0 tok/s stays apart from smoke's
+    assert main(["--compare", str(mixed), str(mixed)]) == 0  # empty payload / overrides cells are keys too
+
+
+@pytest.mark.parametrize("threshold, code", [("2", 2), ("0.02", 0), ("2%", 0), ("-1%", 2)])
+def test_threshold_is_a_percentage_or_a_fraction(sweep, threshold, code):
+    assert main(["--compare", sweep, sweep, f"--threshold={threshold}"]) == code

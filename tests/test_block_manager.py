@@ -74,7 +74,7 @@ def test_decode_appends_block_and_registers_full_block():
 
 def test_scheduler_preempts_by_recompute_and_finishes_everything():
     bm = BlockManager(5, BS)
-    sched = Scheduler(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=256, block_manager=bm, eos_token_id=None)
+    sched = Scheduler(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=256, block_manager=bm)
     seqs = [seq([i] * 16, max_tokens=40) for i in range(1, 4)]
     for s in seqs:
         sched.add(s)
@@ -104,7 +104,7 @@ def _run_scheduler(async_scheduling: bool, num_blocks: int, eos_at: dict[int, in
     placeholder fed to the model names a row of the previous step that belongs to the same sequence."""
     bm = BlockManager(num_blocks, BS)
     sched = Scheduler(max_num_seqs=4, max_num_batched_tokens=256, max_model_len=256, block_manager=bm,
-                      eos_token_id=0)
+                      eos_token_ids=frozenset({0}))
     params = [SamplingParams(temperature=0, max_tokens=30 + 5 * i, ignore_eos=False) for i in range(6)]
     seqs = [Sequence([i + 1] * (10 + 7 * i), params[i], BS) for i in range(6)]
     for s in seqs:

@@ -57,15 +57,30 @@ def test_prefix_cache_hit_and_preemption(tp, async_scheduling, tiny_untied):
 def test_eos_stops_each_sequence_at_its_first_eos(async_scheduling, tiny_untied):
     prompts = prompts_of_lengths([5, 9, 20, 40])
     full = hf_greedy(tiny_untied, prompts, MAX_NEW)
-    eos = full[0][6]  # a token the first prompt generates: it stops there (and maybe others earlier)
-    want = [f[:f.index(eos) + 1] if eos in f else f for f in full]
+    eos = {full[0][6], full[2][3]}  # two ids (as Qwen3's generation_config lists): both must stop a sequence
+    want = [f[:min(f.index(e) for e in eos if e in f) + 1] if eos & set(f) else f for f in full]
     with LLM(tiny_untied, tensor_parallel_size=2, device="cpu", dtype="float32", kvcache_block_size=16,
              max_model_len=256, max_num_batched_tokens=256, async_scheduling=async_scheduling) as llm:
-        llm.scheduler.eos_token_id = eos
+        llm.scheduler.eos_token_ids = eos
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW))
         assert llm.block_manager.num_free_blocks == llm.num_kvcache_blocks
     assert [g["token_ids"] for g in got] == want
     assert [len(g["token_times_s"]) for g in got] == [len(w) for w in want]
+
+
+def test_eos_ids_come_from_config_and_generation_config(tiny_untied, tmp_path):
+    import json
+    import shutil
+
+    from engine import EngineConfig
+
+    shutil.copy(f"{tiny_untied}/config.json", tmp_path / "config.json")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [5, 7]}))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["eos_token_id"] = 9
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert EngineConfig(str(tmp_path), device="cpu").eos_token_ids == {5, 7, 9}
 
 
 def test_sampling_is_seeded_and_respects_max_tokens(tiny_untied):
