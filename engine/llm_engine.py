@@ -131,6 +131,7 @@ class LLM:
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
                  use_tqdm: bool = False) -> list[dict]:
         """Generate for every prompt; returns, in input order, dicts with ``token_ids`` (generated ids),
+        ``finish_reason`` ("stop": an EOS id; "length": max_tokens or max_model_len),
         ``arrival_s`` and ``token_times_s`` (time.perf_counter() of arrival and of each token, s) and
         ``num_preemptions``. Step records of this call are in ``self.steps``.
 
@@ -156,8 +157,8 @@ class LLM:
         while not self.scheduler.is_finished() or self._in_flight is not None:
             bar.update(len(self.step()))
         bar.close()
-        return [{"token_ids": s.completion_token_ids, "arrival_s": s.arrival_s, "token_times_s": s.token_times_s,
-                 "num_preemptions": s.num_preemptions} for s in seqs]
+        return [{"token_ids": s.completion_token_ids, "finish_reason": s.finish_reason, "arrival_s": s.arrival_s,
+                 "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in seqs]
 
     def step(self) -> list[Sequence]:
         """One engine iteration: schedule and launch a step, then finish the step launched before it (async

@@ -20,9 +20,9 @@ def validate_requests(cfg: EngineConfig, num_kvcache_blocks: int, prompts: list[
         raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
     vocab = cfg.hf_config["vocab_size"]
     for i, (p, sp) in enumerate(zip(prompts, params)):
-        if not isinstance(p, (list, tuple)):
+        if not isinstance(p, (list, tuple)) and not (hasattr(p, "ndim") and p.ndim == 1):
             raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
-        if not p:
+        if len(p) == 0:
             raise ConfigError(f"prompt {i} is empty")
         if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in p):
             raise ConfigError(f"prompt {i} has a token id that is not an integer")

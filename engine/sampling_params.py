@@ -15,7 +15,8 @@ class SamplingParams:
         max_tokens: most tokens to generate (>= 1).
         ignore_eos: keep generating past the end-of-sequence token (benchmarks use this).
     Raises:
-        ValueError: temperature < 0 or not finite, or max_tokens < 1.
+        ValueError: temperature not a finite number >= 0, max_tokens not an integer >= 1, ignore_eos not
+            a bool.
     """
 
     temperature: float = 1.0
@@ -23,7 +24,10 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a number >= 0, got {t!r}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")

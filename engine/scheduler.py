@@ -111,8 +111,10 @@ class Scheduler:
             seq.token_ids[pos] = token_id
             seq.token_times_s.append(now_s)
             last = pos == len(seq) - 1
-            if (not seq.ignore_eos and token_id in self.eos_token_ids) or (last and seq in self.finishing):
+            stop = not seq.ignore_eos and token_id in self.eos_token_ids
+            if stop or (last and seq in self.finishing):
                 del seq.token_ids[pos + 1:]  # a placeholder of the step after, whose row is dropped
+                seq.finish_reason = "stop" if stop else "length"
                 self._finish(seq)
                 finished.append(seq)
             elif not last and (pos + 1) % self.block_manager.block_size == 0 and seq.block_table:

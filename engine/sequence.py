@@ -41,6 +41,7 @@ class Sequence:
         self.max_tokens = params.max_tokens
         self.ignore_eos = params.ignore_eos
         self.num_preemptions = 0
+        self.finish_reason: str | None = None  # "stop" (an EOS id) or "length" (max_tokens, max_model_len)
         self.arrival_s = 0.0
         self.token_times_s: list[float] = []
 

@@ -226,7 +226,8 @@ def prepare(cfg: DictConfig, device: str) -> tuple[str, str, Workload]:
     limit = min(max_model_len, hf["max_position_embeddings"]) if isinstance(max_model_len, int) else longest
     if longest > limit:  # (a max_model_len of the wrong type is reported by the engine's own checks)
         raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
-                          f"llm.max_model_len={cfg.llm.max_model_len} and the model allows {limit}")
+                          f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
+                          f"max_position_embeddings={hf['max_position_embeddings']})")
     return results, path, work
 
 

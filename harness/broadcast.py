@@ -73,9 +73,19 @@ class BroadcastGroup:
             raise RuntimeError(f"broadcast worker rank {dead[0][0]} exited with code {dead[0][1]}")
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:
+        """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause.
+
+        Raises:
+            RuntimeError: a worker exited (named, when that explains a failed barrier).
+        """
         for _ in range(count):
             self.cp.send(*message)
-            dist.barrier()
+            try:
+                dist.barrier()
+            except RuntimeError:
+                time.sleep(0.2)  # let a dying worker's exit code arrive: it names the cause
+                self.check()
+                raise
             if gap_s:
                 time.sleep(gap_s)
 

@@ -53,12 +53,15 @@ def _key_known(key: str) -> bool:
 def check_overrides(argv: list[str]) -> str | None:
     """One-line message for the first bad override (unknown group option or key, a bad value of tp,
     repeat, seed or device), or None. Sweep values (``a,b``) are each checked; ``+key=`` is left to Hydra."""
+    sweep = "-m" in argv or "--multirun" in argv
     for arg in argv:
         if arg.startswith("-"):
             continue
         key, sep, value = arg.partition("=")
         if not sep or key.startswith(("+", "~")):
             continue
+        if "," in value and not sweep and not value.strip().startswith(("[", "{", "'", '"')):
+            return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
         values = [v.strip() for v in value.split(",")]
         if key in GROUPS:
             known = group_options(key)

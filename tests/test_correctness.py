@@ -124,3 +124,21 @@ def test_tp4_gives_the_same_greedy_tokens_as_tp1(tiny_four_kv_heads):
             outs.append([o["token_ids"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16,
                                                                                        ignore_eos=True))])
     assert outs[0] == outs[1]
+
+
+def test_outputs_say_why_they_stopped_and_numpy_prompts_work(tiny_untied):
+    import numpy as np
+
+    with LLM(tiny_untied, device="cpu", kvcache_block_size=16, max_model_len=64, max_num_batched_tokens=256) as llm:
+        eos = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=8))[0]["token_ids"][2]
+        llm.scheduler.eos_token_ids = {eos}
+        outs = llm.generate([np.array([1, 2, 3]), list(range(60))], SamplingParams(temperature=0, max_tokens=8))
+    assert outs[0]["finish_reason"] == "stop" and outs[0]["token_ids"][-1] == eos
+    assert outs[1]["finish_reason"] == "length" and len(outs[1]["token_ids"]) <= 4  # max_model_len cut it
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": "a"}, {"temperature": -1.0}, {"max_tokens": True},
+                                    {"ignore_eos": "no"}])
+def test_bad_sampling_params_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)
