@@ -26,6 +26,12 @@ def _tensor(a: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Te
     return torch.tensor(a, dtype=dtype).to(device, non_blocking=True)
 
 
+def slot_mapping(tables: np.ndarray, rows: np.ndarray, positions: np.ndarray, block_size: int) -> np.ndarray:
+    """Cache slot of each token: ``tables`` ``[B, W]`` block tables, ``rows`` ``[N]`` each token's sequence,
+    ``positions`` ``[N]`` its position -> ``[N]`` int64, block_id * block_size + offset in the block."""
+    return tables[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
+
+
 def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
     """Prefill (and, on CPU, decode) inputs for ``batch``: the new tokens of each sequence are the last
     ``num_new`` of its ``num_tokens``: its uncached tail in prefill, its last token in decode."""
@@ -36,7 +42,7 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
     offset = np.arange(int(ends[-1])) - np.repeat(ends - q_lens, q_lens)  # [N] its index among the new ones
     positions = np.repeat(k_lens - q_lens, q_lens) + offset
     tables = batch.block_tables()
-    slots = tables[seq_of, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    slots = slot_mapping(tables, seq_of, positions, block_size)
     spans = mask = cu_seqlens = None
     if device.type == "cuda" and np.array_equal(q_lens, k_lens):
         # No cached prefix on CUDA: causal attention over each sequence's own q/k/v (varlen flash, no padding,
@@ -69,7 +75,7 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
     n = batch.num_seqs
     positions = batch.num_tokens.astype(np.int64) - 1
     tables = batch.block_tables()
-    slots = tables[np.arange(n), positions // block_size].astype(np.int64) * block_size + positions % block_size
+    slots = slot_mapping(tables, np.arange(n), positions, block_size)
     attn = AttentionMetadata(slot_mapping=_tensor(slots, torch.int64, device),
                              block_tables=_tensor(tables, torch.int32, device), q_pad_index=None, mask=None,
                              num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()),
