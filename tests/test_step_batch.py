@@ -53,3 +53,18 @@ def test_decode_message_is_a_few_bytes_per_sequence():
     data = StepBatch.from_sequences(seqs, False).to_bytes()
     assert len(data) == 4 * (4 + 3 * 256 + 4 * 256)  # header, 3 int32 per sequence, 4 blocks each
     assert np.frombuffer(data, "<i4")[0] == 0
+
+
+def test_decode_builder_agrees_with_the_general_builder():
+    """build_decode_inputs (the CUDA decode path) gives the same ids, positions and slots as the general
+    builder on one decode step; checked here on CPU, where CI can run it."""
+    import torch
+
+    from engine.step_inputs import build_decode_inputs, build_step_inputs
+
+    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs_with_tables([1, 16, 17, 40, 300]), False).to_bytes())
+    d = build_decode_inputs(batch, 16, torch.device("cpu"))
+    s = build_step_inputs(batch, 16, torch.device("cpu"))
+    for a, b in ((d.input_ids, s.input_ids), (d.positions, s.positions), (d.attn.slot_mapping, s.attn.slot_mapping)):
+        assert torch.equal(a, b)
+    assert d.attn.context_lens.tolist() == [1, 16, 17, 40, 300]
