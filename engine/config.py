@@ -43,6 +43,9 @@ class EngineConfig:
         compile: on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile.
         async_scheduling: schedule and launch step N+1 before reading step N's sampled tokens (they reach
             step N+1 on the device), so the CPU's work overlaps the GPU's (vLLM's async scheduling).
+        all_reduce: the tensor-parallel layers' all-reduce on CUDA: "auto" (PyTorch's symmetric memory where
+            it can be set up on every rank, else NCCL), "nccl" or "symm_mem" (fail if unavailable); CPU
+            runs use gloo whatever this says (``layers/all_reduce.py``).
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
@@ -64,6 +67,7 @@ class EngineConfig:
     enforce_eager: bool = False
     compile: bool = True
     async_scheduling: bool = True
+    all_reduce: str = "auto"
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0
@@ -135,6 +139,10 @@ class EngineConfig:
             if self.tensor_parallel_size > n:
                 raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} needs that many GPUs; "
                                   f"{n} visible")
+        if self.all_reduce not in ("auto", "nccl", "symm_mem"):
+            raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
+        if self.all_reduce != "auto" and self.device != "cuda":
+            raise ConfigError(f"all_reduce={self.all_reduce} needs device=cuda (CPU runs all-reduce with gloo)")
         if self.dtype == "auto":
             self.dtype = "bfloat16" if self.device == "cuda" else "float32"
         allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES

@@ -1,13 +1,15 @@
 """CUDA graphs for decode steps: one graph per batch-size bucket, replayed with the batch padded up to it.
 
 A decode step of a small model is hundreds of short kernels; launching them one by one from Python costs
-more than running them. A captured graph replays them with one launch. Inputs live in static buffers;
-rows past the real batch point at a spare "trash" KV block (context length 1), so padding never touches a
-real sequence's cache.
+more than running them. A captured graph replays them with one launch: the whole step, from the token ids
+to the sampled tokens (LM head, sampler and its all-reduce included). Inputs live in static buffers; rows
+past the real batch point at a spare "trash" KV block (context length 1), so padding never touches a real
+sequence's cache.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .layers.attention import AttentionMetadata
@@ -31,7 +33,7 @@ class DecodeGraphs:
     """
 
     def __init__(self, model, max_num_seqs: int, max_blocks: int, block_size: int, trash_block: int,
-                 hidden_size: int, dtype: torch.dtype, device: torch.device):
+                 device: torch.device):
         self.model, self.block_size, self.trash_block = model, block_size, trash_block
         n = max_num_seqs
         self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
@@ -39,20 +41,26 @@ class DecodeGraphs:
         self.slot_mapping = torch.full((n,), trash_block * block_size, dtype=torch.int64, device=device)
         self.context_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.block_tables = torch.full((n, max_blocks), trash_block, dtype=torch.int32, device=device)
-        self.hidden = torch.zeros(n, hidden_size, dtype=dtype, device=device)
+        self.temperatures = torch.zeros(n, dtype=torch.float32, device=device)
+        self.seed = torch.zeros(1, dtype=torch.int64, device=device)
+        self.tokens = torch.zeros(n, dtype=torch.int64, device=device)
+        self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step needs no copies
         self.buckets = batch_buckets(max_num_seqs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.pool = None
         for bs in reversed(self.buckets):  # largest first, so the smaller ones reuse its memory pool
             inputs = self._inputs(bs)
-            self.hidden[:bs] = model(inputs)  # warm-up outside capture (compiles kernels, sizes workspaces)
+            self._step(inputs, bs)  # warm-up outside capture (compiles kernels, sizes workspaces)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, self.pool):
-                self.hidden[:bs] = model(inputs)
+                self._step(inputs, bs)
             if self.pool is None:
                 self.pool = graph.pool()
             self.graphs[bs] = graph
         torch.cuda.synchronize()
+
+    def _step(self, inputs: StepInputs, bs: int) -> None:
+        self.tokens[:bs] = self.model.sample(self.model(inputs), self.temperatures[:bs], self.seed)
 
     def _inputs(self, bs: int) -> StepInputs:
         attn = AttentionMetadata(slot_mapping=self.slot_mapping[:bs], block_tables=self.block_tables[:bs],
@@ -63,9 +71,10 @@ class DecodeGraphs:
     def can_run(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]
 
-    def run(self, inputs: StepInputs) -> torch.Tensor:
-        """Replay the smallest graph that holds ``inputs`` (from ``build_decode_inputs``); returns the
-        hidden states ``[B, hidden]`` of the real rows."""
+    def run(self, inputs: StepInputs, temperatures: np.ndarray | None, seed: int) -> torch.Tensor:
+        """Replay the smallest graph that holds ``inputs`` (from ``build_decode_inputs``) with the step's
+        sampling inputs (``temperatures`` ``[B]`` float32, None = all greedy; ``seed``); returns the sampled
+        token ids ``[B]`` int64 of the real rows (a view of a static buffer: valid until the next replay)."""
         n = inputs.input_ids.shape[0]
         bs = next(b for b in self.buckets if b >= n)
         width = inputs.attn.block_tables.shape[1]
@@ -78,5 +87,14 @@ class DecodeGraphs:
             self.slot_mapping[n:bs] = self.trash_block * self.block_size
             self.context_lens[n:bs] = 1
             self.block_tables[n:bs, 0] = self.trash_block
+        if temperatures is not None:
+            self.temperatures[:n] = torch.from_numpy(np.array(temperatures, np.float32)).to(self.seed.device,
+                                                                                            non_blocking=True)
+            self.seed.fill_(seed)
+            self._greedy = False
+        elif not self._greedy:
+            self.temperatures.zero_()
+            self.seed.zero_()
+            self._greedy = True
         self.graphs[bs].replay()
-        return self.hidden[:n]
+        return self.tokens[:n]

@@ -14,7 +14,6 @@ from backends.base import ControlStats
 
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
-from .layers.sampler import sample
 from .loader import check_checkpoint
 from .requests import validate_requests
 from .model_runner import ModelRunner
@@ -96,7 +95,7 @@ class LLM:
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
         self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                                    self.config.max_model_len, self.block_manager, self.config.eos_token_ids)
-        self.generator = torch.Generator().manual_seed(self.config.seed)  # CPU: draws each step's seed on CUDA
+        self.generator = torch.Generator().manual_seed(self.config.seed)  # draws each sampled step's seed
         self.steps: list[StepRecord] = []
         self._in_flight: _InFlight | None = None
         self._last_done_s: float | None = None
@@ -200,10 +199,10 @@ class LLM:
         if not seqs:
             return None
         t0 = time.perf_counter()
-        batch = StepBatch.from_sequences(seqs, is_prefill)
-        logits = self.call("run", batch.to_bytes())
-        tokens = sample(logits, [s.temperature for s in seqs], self.generator)
-        self.runner.sampled = tokens  # the next step's placeholders are rows of this tensor
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)) if any(
+            s.temperature > 0 for s in seqs) else 0
+        batch = StepBatch.from_sequences(seqs, is_prefill, seed)
+        tokens = self.call("run", batch.to_bytes())
         if tokens.is_cuda:
             host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
             host.copy_(tokens, non_blocking=True)

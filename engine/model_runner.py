@@ -16,7 +16,10 @@ from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
 from .step_batch import StepBatch
+from .layers.all_reduce import make_all_reduce
+from .layers.embed_head import ParallelLMHead
 from .layers.fusion import compile_elementwise
+from .layers.parallel import set_all_reduce
 from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
 
 
@@ -33,13 +36,14 @@ class ModelRunner:
             they are alive, so a worker that dies while starting is reported instead of hanging rank 0.
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
+        all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
+        sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
 
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None]):
         self.config, self.rank = config, rank
         self.graphs = None
-        self.sampled: torch.Tensor | None = None  # rank 0: the last step's sampled tokens (set by the LLM)
-        self.prev_num_seqs = 0
+        self.sampled: torch.Tensor | None = None
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
         hf = config.hf_config
@@ -52,6 +56,10 @@ class ModelRunner:
         sync("joining")
         dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=store, rank=rank,
                                 world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
+        largest = max(config.max_num_batched_tokens, config.max_num_seqs) * hf["hidden_size"]
+        impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest)
+        set_all_reduce(impl)
+        self.all_reduce = impl.name if impl is not None else "none"
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(config.torch_dtype)
         try:
@@ -78,7 +86,7 @@ class ModelRunner:
             if config.compile:
                 compile_elementwise()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
-                                       self.num_kvcache_blocks, hf["hidden_size"], config.torch_dtype, self.device)
+                                       self.num_kvcache_blocks, self.device)
 
     @property
     def block_bytes(self) -> int:
@@ -131,48 +139,55 @@ class ModelRunner:
             attn.k_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
-    @torch.inference_mode()
-    def run(self, step: bytes) -> torch.Tensor | None:
-        """One forward step over ``step`` (``StepBatch.to_bytes()`` of the scheduled sequences).
-
-        A negative token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at ``row``
-        of the previous step, which rank 0 left in ``self.sampled`` (``[B_prev]`` int64 on the device)
-        and, with tp > 1, broadcasts to the other ranks over the data plane.
-
-        Returns logits (model dtype) ``[num_seqs, vocab]`` of each sequence's last token on rank 0, None on
-        the other ranks. On CUDA, decode goes through the Triton paged-attention kernel (in a CUDA graph
-        unless ``enforce_eager``); prefill through flash attention over the step's own K/V, or (cached
-        prefix, and everything on CPU) SDPA over the gathered context.
-
-        Raises:
-            ValueError: a malformed step message.
-        """
-        batch = StepBatch.from_bytes(step)
-        previous = self._previous_tokens() if batch.token_ids.min() < 0 else None
-        self.prev_num_seqs = batch.num_seqs
+    def _inputs(self, batch: StepBatch):
+        """The step's model inputs, its async placeholders resolved from ``self.sampled`` (every rank sampled
+        the previous step's tokens itself, so nothing travels for them)."""
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
         else:
             inputs = build_step_inputs(batch, self.block_size, self.device)
-        if previous is not None:
-            inputs.input_ids = resolve_placeholders(inputs.input_ids, previous)
-        if decode_cuda:
-            if self.graphs is not None and self.graphs.can_run(batch.num_seqs):
-                return self.model.compute_logits(self.graphs.run(inputs))
-            return self.model.compute_logits(self.model(inputs))
-        hidden = self.model(inputs)
-        return self.model.compute_logits(hidden[inputs.logits_index])
+        if batch.token_ids.min() < 0:
+            inputs.input_ids = resolve_placeholders(inputs.input_ids, self.sampled)
+        return inputs, decode_cuda
 
-    def _previous_tokens(self) -> torch.Tensor:
-        """The previous step's sampled tokens ``[B_prev]`` int64: rank 0's, broadcast to every rank."""
-        if self.rank == 0:
-            tokens = self.sampled
+    @torch.inference_mode()
+    def run(self, step: bytes) -> torch.Tensor:
+        """One forward step over ``step`` (``StepBatch.to_bytes()`` of the scheduled sequences), sampling
+        included: returns the sampled token ids ``[num_seqs]`` int64 on the device, the same on every rank
+        (each rank samples its vocabulary shard; ``layers.sampler``), also kept in ``self.sampled``.
+
+        A negative token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at ``row``
+        of the previous step. On CUDA, decode goes through the Triton paged-attention kernel and the
+        sampler in one CUDA graph (unless ``enforce_eager``); prefill through flash attention over the
+        step's own K/V, or (cached prefix, and everything on CPU) SDPA over the gathered context.
+
+        Raises:
+            ValueError: a malformed step message.
+        """
+        batch = StepBatch.from_bytes(step)
+        inputs, decode_cuda = self._inputs(batch)
+        if decode_cuda and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
+            tokens = self.graphs.run(inputs, batch.temperatures, batch.seed)
         else:
-            tokens = torch.empty(self.prev_num_seqs, dtype=torch.int64, device=self.device)
-        if self.world_size > 1:
-            dist.broadcast(tokens, src=0)
+            hidden = self.model(inputs)
+            hidden = hidden if decode_cuda else hidden[inputs.logits_index]
+            temps = torch.zeros(batch.num_seqs) if batch.temperatures is None else torch.tensor(batch.temperatures)
+            seed = torch.tensor([batch.seed], dtype=torch.int64)
+            tokens = self.model.sample(hidden, temps.to(self.device, non_blocking=True),
+                                       seed.to(self.device, non_blocking=True))
+        self.sampled = tokens
         return tokens
+
+    @torch.inference_mode()
+    def logits(self, step: bytes) -> torch.Tensor | None:
+        """The full-vocabulary logits ``[num_seqs, vocab]`` (model dtype) of each sequence's last token on
+        rank 0, None elsewhere: eager, gathered from every rank's shard; for tests and inspection."""
+        batch = StepBatch.from_bytes(step)
+        inputs, decode_cuda = self._inputs(batch)
+        hidden = self.model(inputs)
+        hidden = hidden if decode_cuda else hidden[inputs.logits_index]
+        return ParallelLMHead.gather(self.model.compute_logits(hidden))
 
     def raise_on_rank(self, rank: int, message: str) -> None:
         """Fault injection for tests and drills: raise ``RuntimeError(message)`` on ``rank`` only.

@@ -5,9 +5,11 @@ a fast host (3x that on the H200 host); then every rank loops over them again to
 0 flattens the step once (``from_sequences``), the wire carries one ``bytes`` object, and each rank reads
 it back as zero-copy numpy views and builds its inputs with vectorised numpy (``step_inputs``).
 
-Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks]``, then ``num_tokens[B]``,
-``num_new[B]`` (prefill only; 1 each in decode), ``token_ids[N]`` (negative: async placeholders),
-``num_blocks[B]``, ``block_ids[total_blocks]`` (the block tables, concatenated).
+Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks, seed, has_temperatures]``, then
+``num_tokens[B]``, ``num_new[B]`` (prefill only; 1 each in decode), ``temperatures[B]`` (float32 bits; only
+when a row samples at temperature > 0), ``token_ids[N]`` (negative: async placeholders), ``num_blocks[B]``,
+``block_ids[total_blocks]`` (the block tables, concatenated). Every rank samples its own vocabulary shard,
+so the step's sampling inputs (seed, temperatures) travel with it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from itertools import chain
 
 import numpy as np
 
-HEADER = 4
+HEADER = 6
 
 
 @dataclass
@@ -25,7 +27,9 @@ class StepBatch:
     """Arrays, all int32: ``num_tokens`` ``[B]`` (tokens of each sequence, this step's new ones
     included), ``num_new`` ``[B]`` (new tokens: the uncached tail in prefill, 1 in decode), ``token_ids``
     ``[N = sum(num_new)]`` (the new tokens, sequence after sequence; ``-(r + 1)`` is row r of the previous
-    step's samples), ``num_blocks`` ``[B]`` and ``block_ids`` ``[sum(num_blocks)]`` (block tables)."""
+    step's samples), ``num_blocks`` ``[B]`` and ``block_ids`` ``[sum(num_blocks)]`` (block tables);
+    ``seed`` (0 <= seed < 2**31) keys the step's sampling noise and ``temperatures`` ``[B]`` float32 (None:
+    every row greedy)."""
 
     is_prefill: bool
     num_tokens: np.ndarray
@@ -33,15 +37,17 @@ class StepBatch:
     token_ids: np.ndarray
     num_blocks: np.ndarray
     block_ids: np.ndarray
+    seed: int = 0
+    temperatures: np.ndarray | None = None
 
     @property
     def num_seqs(self) -> int:
         return len(self.num_tokens)
 
     @classmethod
-    def from_sequences(cls, seqs, is_prefill: bool) -> "StepBatch":
+    def from_sequences(cls, seqs, is_prefill: bool, seed: int = 0) -> "StepBatch":
         """The step over ``seqs`` (``Sequence`` objects): in prefill each one's tokens past its cached
-        prefix, in decode its last token."""
+        prefix, in decode its last token; ``seed`` keys the sampling noise of rows with temperature > 0."""
         B = len(seqs)
         tables = [s.block_table for s in seqs]
         num_blocks = np.fromiter(map(len, tables), np.int32, B)
@@ -54,11 +60,16 @@ class StepBatch:
         else:
             num_new = np.ones(B, np.int32)
             token_ids = np.fromiter((s.token_ids[-1] for s in seqs), np.int32, B)
-        return cls(is_prefill, num_tokens, num_new, token_ids, num_blocks, block_ids)
+        temps = np.fromiter((s.temperature for s in seqs), np.float32, B)
+        return cls(is_prefill, num_tokens, num_new, token_ids, num_blocks, block_ids, seed,
+                   temps if temps.any() else None)
 
     def to_bytes(self) -> bytes:
-        head = np.array([self.is_prefill, self.num_seqs, len(self.token_ids), len(self.block_ids)], np.int32)
+        temps = self.temperatures
+        head = np.array([self.is_prefill, self.num_seqs, len(self.token_ids), len(self.block_ids), self.seed,
+                         temps is not None], np.int32)
         parts = [head, self.num_tokens] + ([self.num_new] if self.is_prefill else [])
+        parts += [] if temps is None else [np.asarray(temps, "<f4").view("<i4")]
         return np.concatenate(parts + [self.token_ids, self.num_blocks, self.block_ids]).astype("<i4").tobytes()
 
     @classmethod
@@ -71,8 +82,8 @@ class StepBatch:
         a = np.frombuffer(data, "<i4")
         if len(a) < HEADER:
             raise ValueError(f"step message of {len(data)} bytes is shorter than its header")
-        is_prefill, B, N, nb = (int(x) for x in a[:HEADER])
-        if len(a) != HEADER + B * (3 if is_prefill else 2) + N + nb:
+        is_prefill, B, N, nb, seed, has_temps = (int(x) for x in a[:HEADER])
+        if len(a) != HEADER + B * (2 + bool(is_prefill) + bool(has_temps)) + N + nb:
             raise ValueError(f"step message of {len(data)} bytes does not match its header {a[:HEADER].tolist()}")
         at = HEADER
         num_tokens = a[at:at + B]
@@ -82,10 +93,14 @@ class StepBatch:
             at += B
         else:
             num_new = np.ones(B, np.int32)
+        temperatures = None
+        if has_temps:
+            temperatures = a[at:at + B].view("<f4")
+            at += B
         token_ids = a[at:at + N]
         num_blocks = a[at + N:at + N + B]
         block_ids = a[at + N + B:]
-        return cls(bool(is_prefill), num_tokens, num_new, token_ids, num_blocks, block_ids)
+        return cls(bool(is_prefill), num_tokens, num_new, token_ids, num_blocks, block_ids, seed, temperatures)
 
     def block_tables(self, width: int | None = None) -> np.ndarray:
         """``[B, width]`` int32 block tables (``width`` defaults to the widest), padded with block 0 (never

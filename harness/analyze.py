@@ -19,7 +19,8 @@ import pandas as pd
 
 from .schema import COLUMNS
 
-CONFIG_KEYS = ["engine", "control", "tp", "model", "device", "dtype", "workload", "overrides", "payload", "seed"]
+CONFIG_KEYS = ["engine", "control", "tp", "model", "device", "dtype", "all_reduce", "workload", "overrides", "payload",
+               "seed"]
 HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
 LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
                    "ctrl_oneway_us_p50", "ctrl_oneway_us_p99"]

@@ -244,6 +244,7 @@ def run_engine_job(cfg: DictConfig) -> int:
         llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
                   control_options=control_options(cfg), seed=cfg.seed, **OmegaConf.to_container(cfg.llm))
         row0["dtype"] = llm.config.dtype
+        row0["all_reduce"] = llm.runner.all_reduce
         if work.warmup:
             llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, ignore_eos=True,
                                                                 max_tokens=min(16, work.params[0].max_tokens)))

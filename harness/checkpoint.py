@@ -23,23 +23,38 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
     """Return the directory of preset ``name`` (Qwen3Config keyword arguments ``config``, weights drawn
     with ``seed``), creating it on first use. Concurrent callers wait on a file lock; the directory is
     written under a temporary name and renamed, so a crash never leaves a half-written checkpoint.
-    The directory name carries a hash of (config, seed): a changed preset gets a new directory.
+    The directory name carries a hash of (config, seed, where the weights were drawn): a changed preset gets
+    a new directory. A bfloat16 preset is drawn on the GPU where there is one (Qwen3-8B: seconds instead of
+    a minute of CPU sampling and 32 GB of float32 host memory); its weights then differ from a CPU draw.
     """
+    import torch
+
     root = root or cache_dir()
     os.makedirs(root, exist_ok=True)
-    key = hashlib.sha256(json.dumps([config, seed], sort_keys=True).encode()).hexdigest()[:12]
+    on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
+    material = [config, seed] + (["cuda"] if on_gpu else [])
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
     path = os.path.join(root, f"{name}-{key}")
     with FileLock(path + ".lock", timeout=600):
         if os.path.isfile(os.path.join(path, "config.json")):
             return path
-        import torch
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
-                                                              else torch.float32)
+        if on_gpu:
+            torch.cuda.manual_seed(seed)
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                with torch.device("cuda"):
+                    model = Qwen3ForCausalLM(Qwen3Config(**config))
+            finally:
+                torch.set_default_dtype(previous)
+        else:
+            model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
+                                                                  else torch.float32)
         tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
         try:
             model.save_pretrained(tmp, safe_serialization=True)
@@ -47,4 +62,8 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            del model
+            if on_gpu:
+                torch.cuda.empty_cache()  # this process goes on to be rank 0: give the memory back
     return path

@@ -1,26 +1,35 @@
-"""The memory-bandwidth floor of a decode-heavy workload (REFERENCE.md, "Floors on one H200").
+"""The physical floor of a decode-heavy workload (REFERENCE.md, "Floors on one H200").
 
-Each decode step reads every weight once and the K/V of every running sequence's context. With all
-requests running together (the bench fits: 256 <= max_num_seqs and the KV cache holds them), the steps
-number max(output lengths) and request i at its j-th generated token reads (prompt_i + j) tokens of K/V.
-Floor time = bytes / (tp * bandwidth): no schedule can beat it, whatever the kernels.
+Each decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's
+context, and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler, each
+at least ``ALL_REDUCE_FLOOR_S`` (an NVLink round trip and a barrier: the fastest symmetric-memory one-shot
+measured on the H200 pair takes ~5 us; 3 us is a floor below any kernel we know). With all requests running
+together (the bench fits: 256 <= max_num_seqs and the KV cache holds them), the steps number
+max(output lengths) and request i at its j-th generated token reads (prompt_i + j) tokens of K/V.
+Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S: no schedule can beat it.
 """
 
 from __future__ import annotations
 
 H200_COPY_BANDWIDTH = 4.3e12  # bytes/s, device-to-device copy measured on the H200 machine (REFERENCE.md)
+ALL_REDUCE_FLOOR_S = 3e-6  # seconds per all-reduce (see the module docstring)
 
 
 def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int,
                  bandwidth: float = H200_COPY_BANDWIDTH) -> dict:
-    """Returns bytes of weights and KV that decode must read, and the floor in s and output tok/s."""
+    """Returns the bytes of weights and KV that decode must read per GPU (``weight_bytes``, ``kv_bytes``),
+    the all-reduces per decode step, and the floor: ``floor_s`` (s), ``floor_tok_s`` (output tok/s) and
+    ``step_floor_ms`` (the mean decode step, ms: a TPOT floor when the batch runs together)."""
     H, L, D = hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"]
     q, kv, inter, V = hf["num_attention_heads"] * D, hf["num_key_value_heads"] * D, hf["intermediate_size"], hf["vocab_size"]
     per_layer = H * (q + 2 * kv) + q * H + 3 * H * inter + 2 * H + 2 * D
     weights = (L * per_layer + V * H + H) * bytes_per_elt  # layers + LM head (tied or not, read once) + norm
     kv_per_token = 2 * L * kv * bytes_per_elt
     kv_tokens = sum(p * (o - 1) + (o - 1) * o // 2 for p, o in zip(prompt_lens, output_lens))
-    total = weights * max(output_lens) + kv_per_token * kv_tokens
-    seconds = total / (tp * bandwidth)
-    return {"weight_bytes": weights * max(output_lens), "kv_bytes": kv_per_token * kv_tokens, "floor_s": seconds,
-            "floor_tok_s": sum(output_lens) / seconds}
+    steps = max(output_lens)
+    all_reduces = 2 * L + 2 if tp > 1 else 0
+    total = weights * steps + kv_per_token * kv_tokens
+    seconds = total / (tp * bandwidth) + steps * all_reduces * ALL_REDUCE_FLOOR_S
+    return {"weight_bytes": weights * steps / tp, "kv_bytes": kv_per_token * kv_tokens / tp, "floor_s": seconds,
+            "floor_tok_s": sum(output_lens) / seconds, "all_reduces_per_step": all_reduces,
+            "step_floor_ms": seconds / steps * 1e3}

@@ -14,6 +14,7 @@ def print_summary(row: dict, path: str) -> None:
         return "-" if v is None else format(v, spec)
 
     control = f" control={row['control']}" if row.get("control") else ""
+    control += f" all_reduce={row['all_reduce']}" if row.get("all_reduce") not in (None, "none") else ""
     extra = f" {row['overrides']}" if row.get("overrides") else ""
     print(f"\n[{row['status']}] engine={row['engine']}{control} tp={row['tp']} model={row['model']} "
           f"device={row['device']} workload={row['workload']}{extra} repeat={row.get('repeat')}")
@@ -35,12 +36,15 @@ def print_summary(row: dict, path: str) -> None:
 
 
 def print_floor(row: dict, work: Workload, llm) -> None:
-    """The measured throughput next to the memory-bandwidth floor (harness/floor.py)."""
+    """The measured throughput and TPOT next to the physical floor (harness/floor.py): bytes read per GPU at
+    4.3 TB/s, plus 3 us per all-reduce."""
     elt = torch.empty(0, dtype=llm.config.torch_dtype).element_size()
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config, elt, row["tp"])
-    print(f"  floor       decode reads {f['weight_bytes'] / 1e12:.2f} TB of weights + {f['kv_bytes'] / 1e12:.2f} TB "
-          f"of KV: >= {f['floor_s']:.2f} s at 4.3 TB/s per GPU, <= {f['floor_tok_s']:.0f} output tok/s; "
-          f"measured {row['output_tok_s']:.0f} = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it")
+    ar = f" + {f['all_reduces_per_step']} all-reduces x 3 us per step" if f["all_reduces_per_step"] else ""
+    print(f"  floor       per GPU decode reads {f['weight_bytes'] / 1e12:.3f} TB of weights + "
+          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at 4.3 TB/s{ar}: <= {f['floor_tok_s']:.0f} output tok/s, "
+          f"decode step >= {f['step_floor_ms']:.3f} ms; measured {row['output_tok_s']:.0f} tok/s = "
+          f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
 
 
 def print_broadcast(row: dict, path: str) -> None:

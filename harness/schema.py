@@ -1,10 +1,11 @@
 """The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
 README.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
-SCHEMA_VERSION = 4  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides
+SCHEMA_VERSION = 5  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
+#                    5: all_reduce
 
 CONFIG = ["schema_version", "time_utc", "status", "error", "engine", "control", "tp", "model", "device", "dtype",
-          "workload", "overrides", "payload", "payload_bytes", "seed", "repeat"]
+          "all_reduce", "workload", "overrides", "payload", "payload_bytes", "seed", "repeat"]
 THROUGHPUT = ["num_requests", "input_tokens", "output_tokens", "duration_s", "output_tok_s", "total_tok_s", "req_s"]
 LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for s in ("mean", "p50", "p90", "p99")]
 STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_p99", "preemptions",

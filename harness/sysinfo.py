@@ -12,10 +12,12 @@ import torch
 
 
 def git_commit(repo_dir: str) -> str | None:
-    """Short commit of ``repo_dir`` with ``-dirty`` when the tree has changes; ``$TPCP_GIT_COMMIT`` when
-    the tree is a copy without .git (e.g. on a remote GPU machine); else None."""
+    """``$TPCP_GIT_COMMIT`` when set (a copy of the tree on a remote GPU machine, whose .git may lag);
+    else the short commit of ``repo_dir`` with ``-dirty`` when the tree has changes; else None."""
+    if os.environ.get("TPCP_GIT_COMMIT"):
+        return os.environ["TPCP_GIT_COMMIT"]
     if not os.path.isdir(os.path.join(repo_dir, ".git")):
-        return os.environ.get("TPCP_GIT_COMMIT")
+        return None
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_dir, capture_output=True,
                              text=True, timeout=10).stdout.strip()

@@ -142,3 +142,17 @@ def test_outputs_say_why_they_stopped_and_numpy_prompts_work(tiny_untied):
 def test_bad_sampling_params_are_refused(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def test_seeded_sampling_does_not_depend_on_tp(tiny_untied):
+    """Each rank samples its vocabulary shard with noise keyed by the global column: tp=1 and tp=2 draw the
+    same tokens from the same seed (float32)."""
+    prompts = prompts_of_lengths([5, 12, 30], seed=6)
+    params = [SamplingParams(temperature=t, max_tokens=12, ignore_eos=True) for t in (1.0, 0.0, 0.7)]
+    outs = []
+    for tp in (1, 2):
+        with LLM(tiny_untied, tensor_parallel_size=tp, device="cpu", dtype="float32", kvcache_block_size=16,
+                 max_model_len=256, max_num_batched_tokens=256, seed=11) as llm:
+            outs.append([o["token_ids"] for o in llm.generate(prompts, params)])
+    assert outs[0] == outs[1]
+    assert outs[0][1] == hf_greedy(tiny_untied, prompts[1:2], 12)[0]  # the greedy row among sampled ones

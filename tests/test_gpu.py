@@ -48,9 +48,13 @@ def test_paged_decode_kernel_matches_sdpa(block_size, group):
         assert err < 1e-2, f"sequence {b} (context {int(lens[b])}): relative error {err:.2e}"
 
 
-def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
-    from engine.layers.sampling_kernel import sample_triton
+def sample_triton(logits, t, seed):
+    from engine.layers.sampler import sample
 
+    return sample(logits, 0, logits.shape[1], t, torch.tensor([seed], device="cuda"))
+
+
+def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
     torch.manual_seed(0)
     logits = (torch.randn(6, 151936, device="cuda") * 3).to(torch.bfloat16)
     t = torch.tensor([0.0, 0.6, 0.0, 1.0, 0.0, 2.0], device="cuda")
@@ -63,6 +67,25 @@ def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
         freq = torch.bincount(draws, minlength=8).float() / draws.numel()
         want = torch.softmax(small[0] / temp, dim=0)
         assert (freq - want).abs().max() < 0.01, (temp, freq.tolist(), want.tolist())
+
+
+def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
+    """The noise of a column depends on its global index only: shards of the vocabulary (tp=2, 4 and 8
+    splits of Qwen3's 151,936, none aligned to the kernel's blocks) pick the same winners as the whole row."""
+    from engine.layers.sampler import pack, unpack
+    from engine.layers.sampling_kernel import sample_shard_triton
+
+    torch.manual_seed(1)
+    V = 151936
+    logits = (torch.randn(5, V, device="cuda") * 3).to(torch.bfloat16)
+    t = torch.tensor([0.0, 0.6, 1.0, 0.0, 1.5], device="cuda")
+    seed = torch.tensor([99], device="cuda")
+    whole = unpack(pack(*sample_shard_triton(logits, t, seed, 0, V)).amax(1))
+    for tp in (2, 4, 8):
+        shard = V // tp
+        best = torch.stack([pack(*sample_shard_triton(logits[:, r * shard:(r + 1) * shard].contiguous(), t, seed,
+                                                        r * shard, V)).amax(1) for r in range(tp)]).amax(0)
+        assert unpack(best).tolist() == whole.tolist(), tp
 
 
 @pytest.mark.parametrize("group", [1, 2, 4])
@@ -98,11 +121,11 @@ def engine_logits(llm: LLM, prompts: list[list[int]], next_tokens: list[int]) ->
     seqs = [Sequence(p, SamplingParams(temperature=0, max_tokens=4), llm.config.kvcache_block_size) for p in prompts]
     for s in seqs:
         llm.block_manager.allocate(s)
-    prefill = llm.call("run", StepBatch.from_sequences(seqs, True).to_bytes())
+    prefill = llm.call("logits", StepBatch.from_sequences(seqs, True).to_bytes())
     for s, t in zip(seqs, next_tokens):
         s.append_token(t)
         llm.block_manager.may_append(s)
-    decode = llm.call("run", StepBatch.from_sequences(seqs, False).to_bytes())
+    decode = llm.call("logits", StepBatch.from_sequences(seqs, False).to_bytes())
     for s in seqs:
         llm.block_manager.deallocate(s)
     return prefill, decode
@@ -136,18 +159,66 @@ def test_bf16_logits_agree_with_transformers_float32(tiny_realistic):
         assert err <= 1e-2, f"{name}: relative error {err:.2e}"
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs several GPUs")
-def test_multi_gpu_float32_greedy_equals_tp1(model_cache):
+multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs several GPUs")
+
+
+@pytest.fixture(scope="module")
+def tiny_kv8(model_cache) -> str:
     from conftest import TINY
     from harness.checkpoint import materialize
 
-    path = materialize("tiny-kv8", {**TINY, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 16},
+    return materialize("tiny-kv8", {**TINY, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 16},
                        seed=3, root=model_cache)
+
+
+def generate_tokens(path, tp, params, prompts, **options):
+    defaults = dict(device="cuda", dtype="float32", kvcache_block_size=16, max_model_len=256,
+                    max_num_batched_tokens=512, max_num_seqs=8, gpu_memory_utilization=0.3)
+    with LLM(path, tensor_parallel_size=tp, **{**defaults, **options}) as llm:
+        used = llm.runner.all_reduce
+        return [o["token_ids"] for o in llm.generate(prompts, params)], used
+
+
+@multi_gpu
+def test_symm_mem_all_reduce_equals_nccl_exactly():
+    """scripts/all_reduce_sizes.py --check: every decode and prefill shape, one-shot, two-shot and the
+    row-parallel matmul path, equal to NCCL bit for bit in float32 on two GPUs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                           "scripts/all_reduce_sizes.py", "--check"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "equals NCCL exactly" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@multi_gpu
+def test_multi_gpu_float32_greedy_equals_tp1(tiny_kv8):
     prompts = prompts_of_lengths([3, 40, 90], seed=11)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     outs = {}
     for tp in [t for t in (1, 2, 4, 8) if t <= torch.cuda.device_count()]:
-        with LLM(path, tensor_parallel_size=tp, device="cuda", dtype="float32", kvcache_block_size=16,
-                 max_model_len=256, max_num_batched_tokens=512, max_num_seqs=8, gpu_memory_utilization=0.3) as llm:
-            outs[tp] = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24,
-                                                                                      ignore_eos=True))]
+        outs[tp], used = generate_tokens(tiny_kv8, tp, params, prompts)
+        assert used == ("none" if tp == 1 else "symm_mem"), used
     assert all(v == outs[1] for v in outs.values()), {tp: v[0][:8] for tp, v in outs.items()}
+
+
+@multi_gpu
+@pytest.mark.parametrize("control", ["shm", "queue", "pipe", "gloo", "ring"])
+def test_tp2_float32_greedy_equals_transformers_under_every_control_plane(tiny_untied, control):
+    """tp=2 greedy tokens equal transformers' with CUDA graphs on and off, and with NCCL's all-reduce."""
+    prompts = prompts_of_lengths([3, 17, 40, 90])
+    want = hf_greedy(tiny_untied, prompts, 24)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    for options in (dict(enforce_eager=False), dict(enforce_eager=True), dict(all_reduce="nccl")):
+        got, used = generate_tokens(tiny_untied, 2, params, prompts, control=control, **options)
+        assert got == want, (control, options)
+        assert used == options.get("all_reduce", "symm_mem")
+
+
+@multi_gpu
+def test_seeded_sampling_is_the_same_at_tp1_and_tp2(tiny_untied):
+    prompts = prompts_of_lengths([5, 12, 30], seed=6)
+    params = [SamplingParams(temperature=t, max_tokens=16, ignore_eos=True) for t in (1.0, 0.0, 0.7)]
+    tp1, _ = generate_tokens(tiny_untied, 1, params, prompts, seed=5)
+    tp2, _ = generate_tokens(tiny_untied, 2, params, prompts, seed=5)
+    assert tp1 == tp2

@@ -10,10 +10,10 @@ from engine.sequence import Sequence
 from engine.step_batch import StepBatch
 
 
-def seqs_with_tables(lengths, block_size=16, cached=0):
+def seqs_with_tables(lengths, block_size=16, cached=0, temperature=1.0):
     seqs, next_block = [], 0
     for i, n in enumerate(lengths):
-        s = Sequence(list(range(100 * i, 100 * i + n)), SamplingParams(), block_size)
+        s = Sequence(list(range(100 * i, 100 * i + n)), SamplingParams(temperature=temperature), block_size)
         s.block_table = list(range(next_block, next_block + s.num_blocks))
         s.num_cached_tokens = min(cached, n - 1)
         next_block += s.num_blocks
@@ -25,8 +25,10 @@ def seqs_with_tables(lengths, block_size=16, cached=0):
 def test_round_trip_keeps_every_field(is_prefill):
     seqs = seqs_with_tables([1, 16, 17, 40], cached=16)
     seqs[2].append_placeholder(3)  # an async placeholder travels as a negative id
-    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, is_prefill).to_bytes())
+    seqs[1].temperature = 0.0
+    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, is_prefill, seed=2**31 - 5).to_bytes())
     assert batch.is_prefill == is_prefill
+    assert batch.seed == 2**31 - 5 and batch.temperatures.tolist() == [1.0, 0.0, 1.0, 1.0]
     assert batch.num_tokens.tolist() == [len(s) for s in seqs]
     if is_prefill:
         assert batch.token_ids.tolist() == [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]]
@@ -49,10 +51,12 @@ def test_a_truncated_message_is_refused():
 
 
 def test_decode_message_is_a_few_bytes_per_sequence():
-    seqs = seqs_with_tables([1024] * 256, block_size=256)
-    data = StepBatch.from_sequences(seqs, False).to_bytes()
-    assert len(data) == 4 * (4 + 3 * 256 + 4 * 256)  # header, 3 int32 per sequence, 4 blocks each
-    assert np.frombuffer(data, "<i4")[0] == 0
+    greedy = StepBatch.from_sequences(seqs_with_tables([1024] * 256, block_size=256, temperature=0.0), False)
+    data = greedy.to_bytes()
+    assert len(data) == 4 * (6 + 3 * 256 + 4 * 256)  # header, 3 int32 per sequence, 4 blocks each
+    assert np.frombuffer(data, "<i4")[0] == 0 and StepBatch.from_bytes(data).temperatures is None
+    sampled = StepBatch.from_sequences(seqs_with_tables([1024] * 256, block_size=256, temperature=0.6), False)
+    assert len(sampled.to_bytes()) == len(data) + 4 * 256  # one float32 temperature per sequence
 
 
 def test_decode_builder_agrees_with_the_general_builder():

@@ -37,13 +37,17 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    """Logits over the vocabulary: hidden ``[B, hidden]`` -> each rank's ``[B, V/tp]`` slice, gathered to
-    rank 0 as ``[B, V]`` in the model's dtype (the sampler reads them once; tests cast to float32); other
-    ranks return None. With tied embeddings the weight is the
-    embedding's shard (set by the model)."""
+    """Logits over this rank's vocabulary shard: hidden ``[B, hidden]`` -> ``[B, V/tp]`` in the model's
+    dtype, columns ``[vocab_start, vocab_end)``; the sampler works on the shard (no gather). With tied
+    embeddings the weight is the embedding's shard (set by the model)."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        logits = F.linear(hidden, self.weight)
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weight)
+
+    @staticmethod
+    def gather(logits: torch.Tensor) -> torch.Tensor | None:
+        """Every rank's ``[B, V/tp]`` shard -> the full ``[B, V]`` on rank 0 (None elsewhere); for tests and
+        inspection, never on the serving path."""
         if tp_size() == 1:
             return logits
         parts = [torch.empty_like(logits) for _ in range(tp_size())] if tp_rank() == 0 else None

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .parallel import all_reduce, shard_range, tp_size
+from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
 def check_shape(src, expected: tuple[int, ...]) -> None:
@@ -81,7 +81,7 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 class RowParallelLinear(nn.Module):
     """y = x W^T with W's input columns split over ranks: in ``[N, in / tp]``, out ``[N, out]`` summed
-    over ranks by one all_reduce. A bias is added once, after the reduction."""
+    over ranks by one all-reduce (``parallel.matmul_all_reduce``). A bias is added once, after it."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__()
@@ -104,5 +104,5 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(src[:])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight))
+        y = matmul_all_reduce(x, self.weight)
         return y if self.bias is None else y + self.bias

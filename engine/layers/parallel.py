@@ -1,9 +1,17 @@
-"""The tensor-parallel rank and size of this process, from torch.distributed (1 process = rank 0 of 1)."""
+"""The tensor-parallel rank and size of this process, from torch.distributed (1 process = rank 0 of 1), and
+the group's all-reduce.
+
+The all-reduce implementation (``all_reduce.py``) is chosen once per process by the model runner, after the
+process group exists (``set_all_reduce``): like torch.distributed's default group, it is process-wide state.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+
+_ALL_REDUCE = None  # set by set_all_reduce; None: torch.distributed's in-place all_reduce
 
 
 def tp_rank() -> int:
@@ -14,10 +22,36 @@ def tp_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
+def set_all_reduce(impl) -> None:
+    """Install the group's all-reduce (an ``all_reduce.TorchAllReduce``; None at tp=1)."""
+    global _ALL_REDUCE
+    _ALL_REDUCE = impl
+
+
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
-    """Sum ``x`` over the ranks, in place (a no-op with one rank)."""
-    if tp_size() > 1:
+    """The sum of ``x`` over the ranks, same shape; use the returned tensor (a no-op with one rank)."""
+    if tp_size() == 1:
+        return x
+    if _ALL_REDUCE is None:
         dist.all_reduce(x)
+        return x
+    return _ALL_REDUCE(x)
+
+
+def matmul_all_reduce(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x ``[N, in/tp]`` @ weight ``[out, in/tp]``.T summed over the ranks -> ``[N, out]`` (a row-parallel
+    layer's output; with symmetric memory the GEMM writes into the shared buffer directly)."""
+    if tp_size() == 1:
+        return F.linear(x, weight)
+    if _ALL_REDUCE is None:
+        return all_reduce(F.linear(x, weight))
+    return _ALL_REDUCE.matmul(x, weight)
+
+
+def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
+    """Element-wise maximum of ``x`` (int64) over the ranks, in place (NCCL or gloo)."""
+    if tp_size() > 1:
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
     return x
 
 

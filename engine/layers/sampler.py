@@ -1,31 +1,59 @@
-"""Token sampling on rank 0: greedy at temperature 0, softmax sampling otherwise."""
+"""Token sampling on every rank, each over its own vocabulary shard, then one small collective.
+
+Each rank scores the columns of its logits shard ``[B, V/tp]`` and keeps, per row, its best (score, global
+column): greedy rows (temperature 0) score the logit; sampled rows score ``logit / t - log(E)`` with
+``E ~ Exp(1)`` drawn per (seed, row, global column), so the draw does not depend on tp. The argmax of that
+score is a draw from softmax(logits / t): the exponential race, equivalent to Gumbel-max (Gumbel 1954;
+Maddison et al. 2014, "A* Sampling"). Each (score, column) pair is packed into one int64 whose order is
+(score, then the smaller column), so a single all_reduce(MAX) of ``[B]`` int64 picks every row's winner on
+every rank: no full-vocabulary gather, and every rank knows the sampled tokens (the next step's async
+placeholders resolve locally). Ties go to the first column, as ``torch.argmax``.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from .parallel import all_reduce_max
 
-def sample(logits: torch.Tensor, temperatures: list[float], generator: torch.Generator) -> torch.Tensor:
-    """logits ``[B, V]``, ``temperatures`` one per row (0 = greedy), ``generator`` a CPU generator (the
-    run's seed) -> token ids ``[B]`` int64 on the logits' device.
+_LOW32 = (1 << 32) - 1
 
-    Never synchronises the device (the caller schedules the next step while this one runs). On CUDA one
-    Triton pass over the logits (``sampling_kernel``); on CPU the same draw in torch: with
-    p = softmax(logits / t), argmax(p / E), E ~ Exp(1), is a draw from p (the exponential race,
-    equivalent to Gumbel-max), and log p differs from logits / t by a per-row constant, so
-    argmax(logits / t - log E) is the same draw without the softmax.
+
+def pack(scores: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """scores (float32) and global columns (int) of one shape -> int64 of that shape, ordered as (score,
+    then smaller column): the float's bits made order-preserving as a signed int32, in the high word."""
+    bits = scores.float().contiguous().view(torch.int32).to(torch.int64)
+    key = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negative floats: larger magnitude, smaller key
+    return key * (1 << 32) + (_LOW32 - cols.to(torch.int64))
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """The global column (int64) of each packed pair."""
+    return _LOW32 - (packed & _LOW32)
+
+
+def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures: torch.Tensor,
+           seed: torch.Tensor) -> torch.Tensor:
+    """logits ``[B, V/tp]`` (this rank's columns ``[vocab_start, vocab_start + V/tp)`` of a ``vocab_size``
+    vocabulary, any float dtype), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (keys the
+    noise; 0 <= seed < 2**31), all on the logits' device -> token ids ``[B]`` int64, the same on every rank.
+
+    Never synchronises the device. On CUDA one Triton pass over the logits (``sampling_kernel``); on CPU the
+    same draw in torch, its noise drawn for the whole vocabulary from a generator seeded with ``seed`` and
+    sliced to the shard (so it does not depend on tp either).
     """
     if logits.is_cuda:
-        from .sampling_kernel import sample_triton  # Triton: CUDA machines only
+        from .sampling_kernel import sample_shard_triton  # Triton: CUDA machines only
 
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-        t = torch.tensor(temperatures, dtype=torch.float32).to(logits.device, non_blocking=True)
-        return sample_triton(logits, t, seed)
-    logits = logits.float()
-    greedy = logits.argmax(dim=-1)
-    if not any(t > 0 for t in temperatures):
-        return greedy
-    t = torch.tensor(temperatures, dtype=torch.float32)
-    noise = torch.empty_like(logits).exponential_(1.0, generator=generator).log_()
-    sampled = (logits / t.clamp(min=1e-5).unsqueeze(1)).sub_(noise).argmax(dim=-1)
-    return torch.where(t > 0, sampled, greedy)
+        best = pack(*sample_shard_triton(logits, temperatures, seed, vocab_start, vocab_size)).amax(dim=1)
+    else:
+        scores = logits.float()
+        if bool((temperatures > 0).any()):
+            gen = torch.Generator().manual_seed(int(seed[0]))
+            noise = torch.empty(logits.shape[0], vocab_size).exponential_(1.0, generator=gen).log_()
+            noise = noise[:, vocab_start:vocab_start + logits.shape[1]]
+            t = temperatures.unsqueeze(1)
+            scores = torch.where(t > 0, scores / t.clamp(min=1e-5) - noise, scores)
+        col = scores.argmax(dim=1, keepdim=True)
+        best = pack(scores.gather(1, col).squeeze(1), col.squeeze(1) + vocab_start)
+    return unpack(all_reduce_max(best))

@@ -1,13 +1,16 @@
-"""Sampling in one pass over the logits: a Triton kernel (CUDA machines only).
+"""Sampling in one pass over a rank's logits shard: a Triton kernel (CUDA machines only).
 
-Each program takes one row and one chunk of the vocabulary, and keeps the best score and its column:
+Each program takes one row and one chunk of the vocabulary (global columns, the shard's own masked in),
+and keeps the best score and its global column:
 the logit itself for greedy rows (temperature 0), else ``logit / t - log(E)`` with ``E = -log(U)``,
-``U`` uniform from Triton's Philox generator keyed by (seed, row, column; one Philox call serves four
-columns, which keeps the kernel memory-bound rather than bound by the generator's integer work). The argmax of the latter is a
+``U`` uniform from Triton's Philox generator keyed by (seed, row, global column; one Philox call serves
+four columns, which keeps the kernel memory-bound rather than bound by the generator's integer work). The
+chunks are aligned to global columns, so the noise of a column is the same whatever the tp size. The argmax of the latter is a
 draw from softmax(logits / t): the exponential race / Gumbel-max trick (Gumbel 1954; Maddison et al.
 2014, "A* Sampling"). A second, tiny step picks the best chunk of each row. The logits are read once,
 in their own dtype; the float32 softmax, noise and division tensors of the plain torch version (~1.7 GB
-of traffic per step at batch 256 and a 152k vocabulary) never exist.
+of traffic per step at batch 256 and a 152k vocabulary) never exist. The seed is read from device memory,
+so the kernel can be captured in a CUDA graph and replayed with a new seed each step.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import triton
 import triton.language as tl
 
 CHUNK = 8192  # vocabulary columns per program: 19 chunks per row for Qwen3's 151,936
+BLOCK = 1024  # columns per loop iteration (four Philox quarters of 256)
 
 
 @triton.jit
-def _score(logits_ptr, cols, vocab, t, u):
-    """One quarter-block: the logit (greedy) or the logit / t - log(-log(u)) (u = 0 gives -inf: never wins)."""
-    ok = cols < vocab
-    x = tl.load(logits_ptr + cols, mask=ok, other=float("-inf")).to(tl.float32)
+def _score(logits_ptr, cols, start, end, t, u):
+    """One quarter-block of global columns ``cols`` (the shard holds [start, end)): the logit (greedy) or
+    the logit / t - log(-log(u)) (u = 0 gives -inf: never wins)."""
+    ok = (cols >= start) & (cols < end)
+    x = tl.load(logits_ptr + cols - start, mask=ok, other=float("-inf")).to(tl.float32)
     x = tl.where(t > 0, x / t - tl.log(-tl.log(u)), x)
     return tl.where(ok, x, float("-inf"))
 
@@ -34,40 +39,48 @@ def _keep_best(best, best_col, x, cols):
     return tl.where(better, x, best), tl.where(better, cols, best_col)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a new seed every step must not mean a new compilation
-def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed, best_ptr, col_ptr, vocab, num_chunks,
-                         CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["vocab_start", "vocab_end"])
+def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed_ptr, best_ptr, col_ptr, vocab_start, vocab_end,
+                         first_col, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     t = tl.load(temps_ptr + row)
+    seed = tl.load(seed_ptr)
     row_ptr = logits_ptr + row * stride_row
     Q: tl.constexpr = BLOCK // 4
     lane = tl.arange(0, Q)
     best = tl.full([Q], float("-inf"), tl.float32)
     best_col = tl.zeros([Q], tl.int32)
     for start in range(0, CHUNK, BLOCK):
-        base = chunk * CHUNK + start
+        base = first_col + chunk * CHUNK + start
         # One Philox call gives four uniforms: one per quarter of the block (offsets unique per row and
-        # column while base + lane < vocab, which holds for every column that is not masked).
+        # global column while base + lane < vocab, which holds for every column that is not masked).
         u0, u1, u2, u3 = tl.rand4x(seed, row * vocab + base + lane)
         c0 = base + lane
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0, vocab, t, u0), c0)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + Q, vocab, t, u1), c0 + Q)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 2 * Q, vocab, t, u2), c0 + 2 * Q)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 3 * Q, vocab, t, u3), c0 + 3 * Q)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0, vocab_start, vocab_end, t, u0), c0)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + Q, vocab_start, vocab_end, t, u1), c0 + Q)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 2 * Q, vocab_start, vocab_end, t, u2),
+                                    c0 + 2 * Q)
+        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 3 * Q, vocab_start, vocab_end, t, u3),
+                                    c0 + 3 * Q)
     top = tl.max(best, 0)
     col = tl.min(tl.where(best == top, best_col, vocab), 0)  # the first column among equal maxima
     tl.store(best_ptr + row * num_chunks + chunk, top)
     tl.store(col_ptr + row * num_chunks + chunk, col)
 
 
-def sample_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: int) -> torch.Tensor:
-    """logits ``[B, V]`` (any float dtype, last dim contiguous), temperatures ``[B]`` float32 on the same
-    device (0 = greedy), ``seed`` a non-negative int (one per step) -> token ids ``[B]`` int64."""
-    B, V = logits.shape
-    num_chunks = triton.cdiv(V, CHUNK)
+def sample_shard_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor, vocab_start: int,
+                        vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits ``[B, V/tp]`` (global columns ``[vocab_start, vocab_start + V/tp)``; any float dtype, last dim
+    contiguous), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (0 <= seed < 2**31, one per
+    step), all on one CUDA device -> per (row, chunk) the best score ``[B, C]`` float32 and its global
+    column ``[B, C]`` int32 (``sampler.pack`` orders them)."""
+    B, shard = logits.shape
+    first_col = vocab_start // BLOCK * BLOCK  # chunks start on global multiples of BLOCK: tp-independent noise
+    num_chunks = triton.cdiv(vocab_start + shard - first_col, CHUNK)
     best = torch.empty(B, num_chunks, dtype=torch.float32, device=logits.device)
     cols = torch.empty(B, num_chunks, dtype=torch.int32, device=logits.device)
-    _sample_chunk_kernel[(B, num_chunks)](logits, logits.stride(0), temperatures, seed, best, cols, V, num_chunks,
-                                          CHUNK=CHUNK, BLOCK=1024, num_warps=4)
-    return cols.gather(1, best.argmax(dim=1, keepdim=True)).squeeze(1).long()
+    _sample_chunk_kernel[(B, num_chunks)](logits, logits.stride(0), temperatures, seed, best, cols, vocab_start,
+                                          vocab_start + shard, first_col, vocab_size, num_chunks, CHUNK=CHUNK,
+                                          BLOCK=BLOCK, num_warps=4)
+    return best, cols

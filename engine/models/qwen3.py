@@ -14,6 +14,7 @@ from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowPa
 from ..layers.norm import RMSNorm
 from ..layers.parallel import tp_size
 from ..layers.rotary import RotaryEmbedding
+from ..layers.sampler import sample
 from ..step_inputs import StepInputs
 
 
@@ -88,8 +89,8 @@ class Qwen3Model(nn.Module):
 
 
 class Qwen3ForCausalLM(nn.Module):
-    """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> logits
-    ``[B, vocab]`` in the model's dtype on rank 0 (None elsewhere)."""
+    """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> this rank's
+    logits shard ``[B, vocab / tp]`` (columns ``lm_head.vocab_start`` onwards) in the model's dtype."""
 
     packed_modules_mapping = {
         "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
@@ -107,8 +108,14 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, inputs: StepInputs) -> torch.Tensor:
         return self.model(inputs)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
+
+    def sample(self, hidden: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor) -> torch.Tensor:
+        """hidden ``[B, hidden]`` of each sequence's last token -> sampled token ids ``[B]`` int64, the same on
+        every rank (``layers.sampler``; temperatures ``[B]`` float32, seed ``[1]`` int64)."""
+        head = self.lm_head
+        return sample(self.compute_logits(hidden), head.vocab_start, head.vocab_size, temperatures, seed)
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.model.layers]

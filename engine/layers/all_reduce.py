@@ -1,0 +1,141 @@
+"""The all-reduce of the tensor-parallel layers: torch.distributed (NCCL on CUDA, gloo on CPU), or PyTorch's
+symmetric-memory kernels on CUDA (``llm.all_reduce``).
+
+With symmetric memory every rank maps its peers' copies of one buffer (``torch.distributed._symmetric_memory``,
+allocated and rendezvoused once, before CUDA-graph capture), and an all-reduce is one kernel that reads the
+peers' buffers over NVLink: no NCCL proxy, no protocol handshake, so small messages (a decode step's
+``[batch, hidden]`` activations) cost about half of NCCL's latency. A row-parallel GEMM writes its partial
+result straight into the buffer (``torch.mm(..., out=)``), so the reduction needs no extra copy in.
+
+Algorithm by message size (bytes), PyTorch's ops only, never the ``multimem`` (NVLink multicast) ones:
+
+* ``<= one_shot_max``: ``one_shot_all_reduce_out``: every rank reads all peers' whole buffers and sums
+  (latency-optimal: one barrier, one pass);
+* ``<= buffer size``: ``two_shot_all_reduce_out``: reduce-scatter then all-gather through the buffers
+  (bandwidth-optimal: each rank reads 1/tp of every peer's buffer twice);
+* larger (long prefills), other dtypes (float16) or sizes not a multiple of 4 bytes: NCCL.
+
+The thresholds (``ONE_SHOT_MAX_BYTES``, ``SYMM_MAX_BYTES``) were measured on nvidia-h200-x2 with
+``scripts/all_reduce_sizes.py`` (results/h200x2/NOTES.md): NCCL, one-shot and two-shot, 40 calls captured
+in one CUDA graph, bf16, 2 KiB to 64 MiB.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+# Largest message (bytes) sent one-shot, by tp size; above it two-shot, up to the buffer. See the module docstring.
+ONE_SHOT_MAX_BYTES = {2: 512 << 10, 4: 256 << 10, 8: 128 << 10}
+SYMM_MAX_BYTES = 32 << 20  # the symmetric buffer's size cap; larger messages go through NCCL
+SYMM_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's symmetric-memory kernels reduce
+
+
+class TorchAllReduce:
+    """Sum over the tensor-parallel group with ``torch.distributed`` (NCCL or gloo, in place)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[...]`` -> the sum over ranks, same shape (may be ``x`` itself)."""
+        dist.all_reduce(x)
+        return x
+
+    def matmul(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x ``[N, in/tp]``, weight ``[out, in/tp]`` -> ``x @ weight.T`` ``[N, out]`` summed over ranks."""
+        return self(F.linear(x, weight))
+
+
+class SymmMemAllReduce(TorchAllReduce):
+    """Sum over the group through PyTorch's symmetric-memory one-shot / two-shot kernels (CUDA).
+
+    Args:
+        world_size: ranks in the default process group (the tensor-parallel group).
+        numel: elements of the symmetric buffer (the largest message it takes).
+        dtype: the model's dtype (bfloat16 or float32).
+        device: this rank's CUDA device.
+    Raises:
+        RuntimeError: from PyTorch when symmetric memory cannot be set up here (the caller falls back to NCCL).
+    """
+
+    def __init__(self, world_size: int, numel: int, dtype: torch.dtype, device: torch.device):
+        super().__init__("symm_mem")
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # never NVLink multicast
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.group_name = dist.group.WORLD.group_name
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, deprecated after
+        if enable is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                enable(self.group_name)
+        self.buf = symm_mem.empty(numel, dtype=dtype, device=device)
+        symm_mem.rendezvous(self.buf, self.group_name)
+        self.one_shot_max = ONE_SHOT_MAX_BYTES.get(world_size, min(ONE_SHOT_MAX_BYTES.values()))
+        self.ops = torch.ops.symm_mem
+
+    def _view(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        n = math.prod(shape)
+        if dtype != self.buf.dtype or n > self.buf.numel() or (n * self.buf.element_size()) % 4:
+            return None
+        return self.buf[:n].view(shape)
+
+    def _reduce(self, view: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(view)
+        if view.numel() * view.element_size() <= self.one_shot_max:
+            self.ops.one_shot_all_reduce_out(view, "sum", self.group_name, out)
+        else:
+            self.ops.two_shot_all_reduce_out(view, "sum", self.group_name, out)
+        return out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        view = self._view(tuple(x.shape), x.dtype)
+        if view is None:
+            return super().__call__(x)
+        view.copy_(x)
+        return self._reduce(view)
+
+    def matmul(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        view = self._view((x.shape[0], weight.shape[0]), x.dtype)
+        if view is None:
+            return super().matmul(x, weight)
+        torch.mm(x, weight.t(), out=view)  # the partial sum lands in the symmetric buffer: no copy in
+        return self._reduce(view)
+
+
+def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int):
+    """The group's all-reduce for ``mode`` (``auto``, ``nccl`` or ``symm_mem``; config-checked), or None at
+    tp=1. ``auto`` is symm_mem on CUDA for bf16/float32 where PyTorch can set it up on every rank, else
+    NCCL; CPU always uses gloo. ``numel``: the largest message worth a symmetric buffer (elements; capped at
+    ``SYMM_MAX_BYTES``). Every rank takes the same decision (agreed by an all_reduce of MIN).
+
+    Raises:
+        RuntimeError: ``mode="symm_mem"`` and symmetric memory could not be set up on some rank.
+    """
+    if world_size == 1:
+        return None
+    if device.type != "cuda":
+        return TorchAllReduce("gloo")
+    impl, reason = None, "not asked for"
+    if mode in ("auto", "symm_mem"):
+        if dtype not in SYMM_DTYPES:
+            reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
+        else:
+            numel = max(1, min(numel, SYMM_MAX_BYTES // torch.empty(0, dtype=dtype).element_size()))
+            try:
+                impl = SymmMemAllReduce(world_size, numel, dtype, device)
+            except Exception as e:  # no driver support, old torch: NCCL instead (agreed below)
+                reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    ok = torch.tensor([impl is not None], dtype=torch.int32, device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if bool(ok.item()):
+        return impl
+    if mode == "symm_mem":
+        raise RuntimeError(f"llm.all_reduce=symm_mem: symmetric memory is not available on every rank ({reason})")
+    return TorchAllReduce("nccl")
