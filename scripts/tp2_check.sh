@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On nvidia-h200-x2: GPU tests (multi-GPU included), the all-reduce size table (NCCL protocols against
+# symmetric memory), tp=1 against tp=2 on Qwen3-0.6B (latency batch 1, bench), and a profile of the tp=2
+# batch-1 decode step. Everything lands in $OUT; the last lines printed are the summary.
+set -uo pipefail
+source scripts/device_env.sh
+nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
+'transformers', transformers.__version__, 'nccl', torch.cuda.nccl.version())" | tee "$OUT/versions.txt"
+timeout ${TEST_S:-300} python3 -m pytest -q tests/test_gpu.py ${TEST_ARGS:-} > "$OUT/pytest_gpu.txt" 2>&1
+tail -3 "$OUT/pytest_gpu.txt"
+for proto in default LL LL128; do
+  env $([ $proto = default ] || echo NCCL_PROTO=$proto) timeout 120 python3 -m torch.distributed.run \
+    --nproc-per-node=2 scripts/all_reduce_sizes.py --out "$OUT/all_reduce_$proto.md" > "$OUT/all_reduce_$proto.log" 2>&1
+done
+run() { timeout ${JOB_S:-200} python3 -m harness device=cuda progress=false results_dir="$OUT" "$@" 2>&1 \
+  | grep -v "it/s]" >> "$OUT/harness.log"; }
+run -m workload=latency workload.num_seqs=1 workload.iterations=5 model=qwen3-0.6b tp=1,2 repeat=3
+run -m workload=bench model=qwen3-0.6b tp=1,2
+timeout 150 python3 scripts/profile_steps.py --workload latency --num-seqs 1 --tp 2 --skip 30 --steps 50 \
+  > "$OUT/profile_tp2_b1.txt" 2>&1
+rm -f "$OUT"/*.lock
+cat "$OUT/all_reduce_default.md"; grep -h "^| [0-9]" "$OUT"/all_reduce_LL*.md | cut -d'|' -f2,3
+head -3 "$OUT/profile_tp2_b1.txt"
+python3 -m harness.analyze "$OUT/runs.csv" 2>&1 | tail -8
