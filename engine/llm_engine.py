@@ -92,13 +92,26 @@ class LLM:
         except BaseException:
             self.shutdown()
             raise
+        self.steps: list[StepRecord] = []
+        self._in_flight: _InFlight | None = None
+        self._last_done_s: float | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the state right after start-up: empty scheduler, cold prefix cache (every KV block free,
+        no hashes), sampling generator reseeded. The same requests then give the same steps, byte for byte
+        (what ``control=ideal`` replays); benchmarks reset before each timed pass so that no pass inherits
+        the previous one's cache.
+
+        Raises:
+            RuntimeError: a generate() is in progress.
+        """
+        if self._in_flight is not None or (hasattr(self, "scheduler") and not self.scheduler.is_finished()):
+            raise RuntimeError("reset() while requests are in progress")
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
         self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                                    self.config.max_model_len, self.block_manager, self.config.eos_token_ids)
         self.generator = torch.Generator().manual_seed(self.config.seed)  # draws each sampled step's seed
-        self.steps: list[StepRecord] = []
-        self._in_flight: _InFlight | None = None
-        self._last_done_s: float | None = None
 
     def __enter__(self) -> "LLM":
         return self
@@ -217,11 +230,15 @@ class LLM:
 
     def _wait_tokens(self, step: _InFlight) -> list[int]:
         """The step's sampled tokens, once the device has produced them (polled, so that a dead worker
-        or a hung collective is reported instead of waited on forever)."""
+        or a hung collective is reported instead of waited on forever). Each poll releases the GIL
+        (``time.sleep(0)``): a tight ``query()`` loop would hold it for the whole step and starve the
+        threads a control plane may run on rank 0 (a multiprocessing Queue's feeder thread writes every
+        message), which would add up to the interpreter's switch interval (5 ms) to their latency."""
         if step.done is not None:
             deadline = time.monotonic() + self.config.timeout_s
             next_check = time.monotonic() + 0.05
             while not step.done.query():
+                time.sleep(0)
                 now = time.monotonic()
                 if now > next_check:
                     self.group.check()

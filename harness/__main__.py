@@ -48,4 +48,13 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # while Hydra composes the configuration
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        from .engine_cache import release
+
+        release()
+    if len(EXIT_CODES) > 1:
+        from .app import SWEEP_ROWS
+        from .analyze import print_sweep_summary
+
+        print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES))
     sys.exit(max(EXIT_CODES, default=0))

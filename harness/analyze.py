@@ -5,6 +5,9 @@
     python -m harness.analyze runs.csv --plot out.png               # grouped bars with min-max error bars
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
+Where a configuration also has ``control=ideal`` rows, a second table gives each plane's exposed cost: its
+decode step and TPOT minus ideal's (``harness/exposed.py``).
+
 Exit codes: 0 ok, 1 a regression (--compare), 2 unreadable or damaged input or bad arguments.
 """
 
@@ -17,14 +20,15 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .schema import COLUMNS
+from .exposed import exposed_cost, print_exposed
+from .schema import COLUMNS, RENAMED
 
 CONFIG_KEYS = ["engine", "control", "tp", "model", "device", "dtype", "all_reduce", "workload", "overrides", "payload",
                "seed"]
 HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
 LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
                    "ctrl_oneway_us_p50", "ctrl_oneway_us_p99"]
-KEY_METRICS = HIGHER_IS_BETTER[:1] + ["req_s"] + LOWER_IS_BETTER
+KEY_METRICS = HIGHER_IS_BETTER[:1] + ["req_s"] + LOWER_IS_BETTER + ["tpot_ms_p50"]
 REQUIRED = ["control", "tp", "status"]
 
 
@@ -62,10 +66,11 @@ def load(paths: list[str]) -> pd.DataFrame:
         missing = [c for c in REQUIRED if c not in df.columns]
         if missing:
             raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
+        df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
         for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
             if col not in df.columns:
                 df[col] = np.nan
-        for col in ["tp"] + HIGHER_IS_BETTER + LOWER_IS_BETTER:  # a damaged cell becomes empty, not a crash
+        for col in ["tp", "tpot_ms_p50"] + HIGHER_IS_BETTER + LOWER_IS_BETTER:  # a damaged cell: empty, no crash
             df[col] = pd.to_numeric(df[col], errors="coerce")
         frames.append(df[df.status == "ok"])
         if frames[-1].empty:
@@ -112,7 +117,9 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> tuple[pd
                 ref = out[others].merge(base[others + [col]], on=others, how="left")[col].to_numpy(dtype=float)
             else:
                 ref = float(base[col].iloc[0]) if len(base) else np.nan
-            out[f"{m}_vs_{baseline}"] = out[col].to_numpy(dtype=float) / ref
+            with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline (ideal's one-way): no ratio
+                ratio = out[col].to_numpy(dtype=float) / ref
+            out[f"{m}_vs_{baseline}"] = np.where(np.isfinite(ratio), ratio, np.nan)
     return out, keys
 
 
@@ -214,6 +221,22 @@ def plot(df: pd.DataFrame, keys: list[str], out: str) -> None:
     print(f"plot written to {out}")
 
 
+def print_sweep_summary(rows: list[dict], jobs: int) -> None:
+    """The end of a sweep: the summary table of the rows it wrote (ok ones), and the exposed cost of each
+    plane where the sweep ran ``control=ideal`` too."""
+    print(f"\n== sweep: {jobs} jobs, {len(rows)} ok rows ==")
+    if not rows:
+        return
+    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    for col in ["tp", "tpot_ms_p50"] + HIGHER_IS_BETTER + LOWER_IS_BETTER:
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    keys = group_keys(df, None)
+    baseline = "ideal" if "ideal" in set(df.control) else "shm"
+    table, keys = summary(df, keys, baseline)
+    print_table(table, keys, baseline)
+    print_exposed(exposed_cost(fill_keys(df, keys), keys))
+
+
 def parse_threshold(text: str) -> float:
     """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
     percent = text.endswith("%")
@@ -252,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = group_keys(df, args.group)
         table, keys = summary(df, keys, args.baseline)
         print_table(table, keys, args.baseline)
+        print_exposed(exposed_cost(fill_keys(df, keys), keys))
         if args.plot:
             directory = os.path.dirname(os.path.abspath(args.plot))
             if not os.path.isdir(directory):

@@ -15,6 +15,8 @@ from engine.config import REQUIRED_HF_KEYS, read_hf_config
 from . import metrics
 from .broadcast import run_broadcast
 from .checkpoint import cache_dir, materialize
+from .engine_cache import engine_key, get_engine
+from .engine_cache import release as release_engine
 from .hf_peer import run_hf
 from .report import one_line, print_broadcast, print_floor, print_summary
 from .nvml_sampler import NvmlSampler
@@ -22,6 +24,9 @@ from .results_csv import append_row
 from .schema import COLUMNS, SCHEMA_VERSION
 from .sysinfo import metadata
 from .workloads import Workload, build_workload, check_workload
+
+
+SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
 
 
 def resolve_device(device: str) -> str:
@@ -59,7 +64,7 @@ def control_options(cfg: DictConfig) -> dict:
 
 # Command-line keys that have a column of their own, or that do not change what is measured.
 NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "device", "dtype", "workload", "seed", "repeat",
-                    "results_dir", "results_file", "progress", "nvml_interval_s"}
+                    "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine"}
 
 
 def task_overrides() -> list[str]:
@@ -82,25 +87,42 @@ def base_row(cfg: DictConfig, device: str) -> dict:
             "overrides": " ".join(other) or None, "seed": cfg.seed, **metadata()}
 
 
-def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) -> dict:
-    """One timed pass over the workload; returns the metric columns."""
-    llm.collect_control_stats()  # forget what came before (warm-up, previous repeat)
-    sampler.start()
+def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list, float, float]:
+    """The workload once, from a reset engine: (outputs, step records, start s, end s)."""
+    llm.reset()
     outputs, steps = [], []
+    start = time.perf_counter()
+    for _ in range(work.iterations):
+        outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
+        steps += llm.steps
+    return outputs, steps, start, time.perf_counter()
+
+
+def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) -> dict:
+    """One timed pass over the workload from a reset engine (cold prefix cache, reseeded sampling); returns
+    the metric columns. Under ``control=ideal`` an untimed recording pass comes first, and the timed pass
+    replays its step messages with no transport (``backends/ideal.py``)."""
+    replay = hasattr(llm.control, "start_replay")
+    if replay:
+        llm.control.start_recording()
+        run_pass(llm, work, progress=False)
+        llm.control.stop_recording()
+    llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
+    if replay:
+        llm.control.start_replay()
+    sampler.start()
     try:
-        start = time.perf_counter()
-        for _ in range(work.iterations):
-            outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
-            steps += llm.steps
-        end = time.perf_counter()
+        outputs, steps, start, end = run_pass(llm, work, progress)
     finally:
         sampler.stop()
-    cache_hits = llm.block_manager.num_cache_hit_tokens
+    if replay:
+        llm.control.finish_replay()
     row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
     row.update(metrics.step_metrics(steps))
     row.update(metrics.control_metrics(llm.collect_control_stats(), steps))
     row.update(sampler.summary())
-    row.update({"preemptions": sum(o["num_preemptions"] for o in outputs), "prefix_cache_hit_tokens": cache_hits,
+    row.update({"preemptions": sum(o["num_preemptions"] for o in outputs),
+                "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
     return row
 
@@ -238,11 +260,19 @@ def run_engine_job(cfg: DictConfig) -> int:
     included, appends one failed row for the repeat it interrupted (exit code 1, or 130)."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
-    llm, repeat = None, 0
+    llm, repeat, ok = None, 0, False
     try:
         results, path, work = prepare(cfg, device)
-        llm = LLM(path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
-                  control_options=control_options(cfg), seed=cfg.seed, **OmegaConf.to_container(cfg.llm))
+        options = OmegaConf.to_container(cfg.llm)
+        async_scheduling = options.pop("async_scheduling")
+        if not isinstance(async_scheduling, bool):
+            raise ConfigError(f"llm.async_scheduling must be true or false, got {async_scheduling!r}")
+        settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
+                        dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed, **options)
+        llm, reused = get_engine(engine_key(**settings), lambda: LLM(**settings), cfg.reuse_engine)
+        llm.config.async_scheduling = async_scheduling
+        if reused:
+            print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {cfg.model.name})")
         row0["dtype"] = llm.config.dtype
         row0["all_reduce"] = llm.runner.all_reduce
         if work.warmup:
@@ -254,8 +284,10 @@ def run_engine_job(cfg: DictConfig) -> int:
             row = {**row0, "repeat": repeat, "status": "ok", **timed_run(llm, work, sampler, cfg.progress),
                    "gpu_name": sampler.gpu_name}
             print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+            SWEEP_ROWS.append(row)
             if device == "cuda":
                 print_floor(row, work, llm)
+        ok = True
         return 0
     except (ConfigError, ValueError, TypeError) as e:
         if llm is None:  # bad input: nothing was spawned, no row
@@ -267,8 +299,8 @@ def run_engine_job(cfg: DictConfig) -> int:
             raise
         return failed(results, row0, repeat, e)
     finally:
-        if llm is not None:
-            llm.shutdown()
+        if not ok or not cfg.reuse_engine:
+            release_engine()
 
 
 def failed(results: str, row0: dict, repeat: int, e: BaseException) -> int:

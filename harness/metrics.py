@@ -64,9 +64,10 @@ def control_metrics(stats: dict, steps) -> dict:
     """Control-plane columns from ``LLM.control_stats()`` after shutdown.
 
     ``ctrl_oneway_us_*`` pools every worker's one-way latencies; ``ctrl_send_us_*`` is rank 0's serialise +
-    write cost. ``ctrl_decode_share_pct`` = sum over decode steps of the step message's slowest one-way
-    latency (the collectives cannot start before the last worker has its command) over the sum of decode
-    step times. Step i is message i: the harness resets the stats right before the timed run, whose only
+    write cost. ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest one-way
+    latency over the sum of decode step times: what the one-way latency amounts to beside the step, NOT what
+    it costs (async scheduling hides most of it; the cost is a plane's step time minus ``control=ideal``'s,
+    ``harness.analyze``). Step i is message i: the harness resets the stats right before the timed run, whose only
     messages are its steps (then the exit message).
     """
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
@@ -81,11 +82,11 @@ def control_metrics(stats: dict, steps) -> dict:
         row[f"ctrl_send_us_p{p}"] = float(np.percentile(np.asarray(send_ns) / 1e3, p)) if send_ns else None
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     decode_s = sum(steps[i].duration_s for i in decode_idx)
-    row["ctrl_decode_share_pct"] = None
+    row["ctrl_oneway_over_step_pct"] = None
     if decode_idx and decode_s > 0:
         if oneway and all(len(w) >= len(steps) for w in oneway):
             worst_us = np.max(np.stack([w[:len(steps)] for w in oneway]), axis=0)
-            row["ctrl_decode_share_pct"] = 100.0 * float(worst_us[decode_idx].sum()) / 1e6 / decode_s
+            row["ctrl_oneway_over_step_pct"] = 100.0 * float(worst_us[decode_idx].sum()) / 1e6 / decode_s
         elif not oneway:
-            row["ctrl_decode_share_pct"] = 0.0
+            row["ctrl_oneway_over_step_pct"] = 0.0
     return row

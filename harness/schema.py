@@ -2,7 +2,7 @@
 README.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
 SCHEMA_VERSION = 5  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
-#                    5: all_reduce
+#                    5: all_reduce; ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct
 
 CONFIG = ["schema_version", "time_utc", "status", "error", "engine", "control", "tp", "model", "device", "dtype",
           "all_reduce", "workload", "overrides", "payload", "payload_bytes", "seed", "repeat"]
@@ -11,8 +11,10 @@ LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for s
 STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_p99", "preemptions",
          "prefix_cache_hit_tokens", "kv_blocks", "kvcache_block_size"]
 CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
-           "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_decode_share_pct"]
+           "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_oneway_over_step_pct"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version"]
+
+RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -> current, for reading old files
 
 COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META

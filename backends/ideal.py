@@ -1,0 +1,174 @@
+"""``ideal``: the zero-transport baseline. Workers get each step's message with no transport at all.
+
+A run under ``ideal`` has two passes over the same requests. In the untimed recording pass messages travel
+over an ordinary plane (``inner``, pipe by default) and rank 0 records them. Then rank 0 ships the
+recording to every worker once (untimed), and in the timed pass it sends nothing: each worker takes the
+next recorded message from its own memory, while rank 0 checks that every step it schedules equals the
+recorded one (method and arguments, byte for byte). A step that differs fails the run with
+:class:`ScheduleMismatch` naming it: a schedule that does not reproduce has no zero-transport baseline.
+Messages outside a replay (start-up, statistics, exit) travel over the inner plane.
+
+What the timed pass measures is the engine with a control plane that costs nothing: every other plane's
+decode step minus ideal's is what that plane exposes. The owner drives the passes: ``start_recording()``,
+the recording pass, ``stop_recording()``, ``start_replay()``, the timed pass, ``finish_replay()``; the engine must be reset to the
+same state before both passes (``LLM.reset()``). Workers record one-way latency 0 for replayed messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from .base import ControlPlane, ControlPlaneError, WorkerEndpoint
+
+REPLAY = "control_replay"  # inner-plane message carrying the recording to the workers
+
+
+class ScheduleMismatch(ControlPlaneError):
+    """The timed pass scheduled a step that differs from the recording (or a different number of steps)."""
+
+
+def _describe(message: tuple) -> str:
+    method, args = message
+    size = sum(len(a) for a in args if isinstance(a, (bytes, bytearray)))
+    return f"{method} ({size} bytes)"
+
+
+class IdealControlPlane(ControlPlane):
+    """Driver side. Args: world_size, timeout_s (see :class:`ControlPlane`); ``inner``: the plane that
+    carries the recording pass and every message outside a replay; ``inner_options``: its options.
+
+    Raises:
+        ValueError: ``inner`` is ideal itself or unknown.
+    """
+
+    name = "ideal"
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0, inner: str = "pipe", inner_options: dict | None = None):
+        from . import available, get_control_plane
+
+        super().__init__(world_size, timeout_s)
+        if inner == self.name or inner not in available():
+            raise ValueError(f"ideal option inner must be another control plane ({', '.join(available())}), "
+                             f"got {inner!r}")
+        self.inner = get_control_plane(inner)(world_size, timeout_s=timeout_s, **(inner_options or {}))
+        self._recording: list[tuple] | None = None
+        self._recorded: list[tuple] | None = None
+        self._expected: list[tuple] | None = None
+        self._replayed = 0
+
+    @property
+    def liveness_check(self):
+        return self.inner.liveness_check
+
+    @liveness_check.setter
+    def liveness_check(self, check) -> None:
+        if hasattr(self, "inner"):
+            self.inner.liveness_check = check
+
+    def endpoint(self, rank: int) -> "IdealEndpoint":
+        return IdealEndpoint(rank, self.inner.endpoint(rank))
+
+    def workers_started(self) -> None:
+        self.inner.workers_started()
+
+    def start_recording(self) -> None:
+        """Record every message sent from now until :meth:`stop_recording` (they still travel); ends any
+        replay."""
+        self._recording, self._expected = [], None
+
+    def stop_recording(self) -> int:
+        """Keep what was recorded for :meth:`start_replay`; returns the number of messages."""
+        self._recorded, self._recording = self._recording, None
+        return len(self._recorded or [])
+
+    def start_replay(self) -> int:
+        """Ship the recording to the workers (over the inner plane; untimed); from now on :meth:`send`
+        checks each message against it and sends nothing. Returns the number of recorded messages."""
+        if self._recorded is None:
+            raise ControlPlaneError("ideal: start_replay() without a recording")
+        recording, self._recorded = self._recorded, None
+        self.inner.send(REPLAY, recording)
+        self._expected, self._replayed = recording, 0
+        return len(recording)
+
+    def finish_replay(self) -> None:
+        """End the replay. Raises :class:`ScheduleMismatch` when fewer steps ran than were recorded."""
+        expected, self._expected = self._expected, None
+        if expected is not None and self._replayed != len(expected):
+            raise ScheduleMismatch(f"ideal: the timed pass sent {self._replayed} messages where the recording has "
+                                   f"{len(expected)} (the next was {_describe(expected[self._replayed])}): the "
+                                   f"schedule did not reproduce, so this run has no zero-transport baseline")
+
+    def send(self, method: str, *args) -> int:
+        if self._expected is None:
+            if self._recording is not None:
+                self._recording.append((method, args))
+            n = self.inner.send(method, *args)
+            self.send_stats.add(n, self.inner.send_stats.ns[-1])
+            return n
+        t0 = time.monotonic_ns()
+        i = self._replayed
+        if i >= len(self._expected) or self._expected[i] != (method, args):
+            want = _describe(self._expected[i]) if i < len(self._expected) else "nothing (the recording ended)"
+            raise ScheduleMismatch(f"ideal: step {i} of the timed pass is {_describe((method, args))} where the "
+                                   f"recording has {want}: the schedule did not reproduce, so this run has no "
+                                   f"zero-transport baseline")
+        self._replayed += 1
+        n = sum(len(a) for a in args if isinstance(a, (bytes, bytearray)))
+        self.send_stats.add(n, time.monotonic_ns() - t0)
+        return n
+
+    def send_exit(self) -> None:
+        self._expected = self._recording = None  # whatever the state, the exit message travels
+        super().send_exit()
+
+    def _send_bytes(self, payload: bytes) -> None:  # every send goes through send() above
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class IdealEndpoint(WorkerEndpoint):
+    """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
+    first (no transport: one-way latency 0)."""
+
+    name = "ideal"
+
+    def __init__(self, rank: int, inner: WorkerEndpoint):
+        super().__init__(rank)
+        self.inner = inner
+        self.preloaded: deque = deque()
+
+    @property
+    def liveness_check(self):
+        return self.inner.liveness_check
+
+    @liveness_check.setter
+    def liveness_check(self, check) -> None:
+        if hasattr(self, "inner"):
+            self.inner.liveness_check = check
+
+    def open(self) -> None:
+        self.inner.open()
+
+    def recv(self) -> tuple[str, tuple]:
+        while not self.preloaded:
+            method, args = self.inner.recv()
+            if method != REPLAY:
+                self.recv_stats.add(self.inner.recv_stats.nbytes[-1], self.inner.recv_stats.ns[-1])
+                return method, args
+            self.preloaded.extend(args[0])
+        method, args = self.preloaded.popleft()
+        self.recv_stats.add(sum(len(a) for a in args if isinstance(a, (bytes, bytearray))), 0)
+        return method, args
+
+    def _recv_bytes(self) -> bytes:  # every receive goes through recv() above
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+CONTROL_PLANE = IdealControlPlane

@@ -1,0 +1,103 @@
+"""control=ideal: a recording pass, then a timed pass in which workers replay the messages from memory."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+
+import pytest
+
+from backends.ideal import IdealControlPlane, ScheduleMismatch
+from control_plane_worker import echo_worker
+from engine import LLM, SamplingParams
+from test_correctness import prompts_of_lengths
+
+
+def messages(start: int, count: int) -> list[tuple]:
+    return [("check", start + i, bytes([i % 256]) * i, hashlib.sha256(bytes([i % 256]) * i).hexdigest())
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("inner", ["pipe", "ring"])
+def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
+    """200 live messages (recorded), then the same 200 replayed: every worker sees 400 in order, intact; the
+    replayed ones cost the transport nothing (one-way latency 0) and rank 0 only checks them."""
+    ctx = mp.get_context("spawn")
+    cp = IdealControlPlane(3, timeout_s=30, inner=inner)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in (1, 2)]
+    for p in procs:
+        p.start()
+    cp.workers_started()
+    try:
+        cp.start_recording()
+        for m in messages(0, 200):
+            cp.send(*m)
+        assert cp.stop_recording() == 200
+        # the replay checks against the recording, so the indices must be what was recorded: the echo
+        # worker expects 200..399, so record those instead
+        cp.start_recording()
+        recorded = messages(200, 200)
+        cp._recording = list((m[0], m[1:]) for m in recorded)  # what sending them would have recorded
+        cp.stop_recording()
+        assert cp.start_replay() == 200
+        inner_sent = len(cp.inner.send_stats.ns)
+        for m in recorded:
+            cp.send(*m)
+        cp.finish_replay()
+        assert len(cp.inner.send_stats.ns) == inner_sent, "a replayed message travelled"
+        cp.send_exit()
+        assert sorted(results.get(timeout=60) for _ in procs) == [(1, 400, []), (2, 400, [])]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        cp.close()
+
+
+def test_a_step_that_differs_from_the_recording_is_refused_in_one_line():
+    cp = IdealControlPlane(1)  # no workers: the checks are rank 0's alone
+    cp.start_recording()
+    cp.send("run", b"\x01\x02")
+    cp.send("run", b"\x03")
+    cp.stop_recording()
+    cp.start_replay()
+    cp.send("run", b"\x01\x02")
+    with pytest.raises(ScheduleMismatch, match=r"^ideal: step 1 of the timed pass is run \(2 bytes\) where the "
+                                               r"recording has run \(1 bytes\)") as e:
+        cp.send("run", b"\x03\x04")
+    assert "\n" not in str(e.value)
+    cp.start_recording()
+    cp.send("run", b"\x05")
+    cp.stop_recording()
+    cp.start_replay()
+    with pytest.raises(ScheduleMismatch, match="sent 0 messages where the recording has 1"):
+        cp.finish_replay()
+    cp.close()
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_engine_under_ideal_gives_the_same_tokens_and_refuses_another_schedule(tiny_untied, async_scheduling):
+    prompts = prompts_of_lengths([4, 30, 65], seed=3)
+    params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True)
+    options = dict(tensor_parallel_size=2, device="cpu", kvcache_block_size=16, max_model_len=256,
+                   max_num_batched_tokens=256, async_scheduling=async_scheduling, seed=3)
+    with LLM(tiny_untied, control="shm", **options) as llm:
+        want = [o["token_ids"] for o in llm.generate(prompts, params)]
+    with LLM(tiny_untied, control="ideal", **options) as llm:
+        llm.control.start_recording()
+        recorded = [o["token_ids"] for o in llm.generate(prompts, params)]
+        llm.control.stop_recording()
+        llm.reset()
+        llm.control.start_replay()
+        replayed = [o["token_ids"] for o in llm.generate(prompts, params)]
+        llm.control.finish_replay()
+        assert recorded == replayed == want
+        llm.reset()
+        llm.control.start_recording()
+        llm.generate(prompts, params)
+        llm.control.stop_recording()
+        llm.control.start_replay()  # no reset: the prefix cache is warm, so the first prefill differs
+        with pytest.raises(ScheduleMismatch, match="step 0 of the timed pass"):
+            llm.generate(prompts, params)
