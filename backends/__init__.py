@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import EXIT, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import EXIT, HOST, NETWORK, SPAWN, ControlContext, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
-_NOT_BACKENDS = {"base"}
+_NOT_BACKENDS = {"base", "segments", "ring_buffer"}
 
 
 def available() -> list[str]:
@@ -28,5 +28,16 @@ def get_control_plane(name: str) -> type[ControlPlane]:
     return importlib.import_module(f"{__name__}.{name}").CONTROL_PLANE
 
 
-__all__ = ["EXIT", "ControlPlane", "ControlPlaneError", "PeerGone", "WorkerEndpoint",
-           "available", "get_control_plane"]
+def scope_fits(scope: str, launcher: str, num_nodes: int) -> bool:
+    """Whether a plane of ``scope`` works for ranks started by ``launcher`` ("spawn" or "torchrun") on
+    ``num_nodes`` nodes: SPAWN-scoped planes only under spawn, HOST-scoped ones only on one node."""
+    return not ((scope == SPAWN and launcher != "spawn") or (scope in (SPAWN, HOST) and num_nodes > 1))
+
+
+def planes_for(launcher: str, num_nodes: int) -> list[str]:
+    """The registered planes that work (with their default options) in that layout (``scope_fits``)."""
+    return [n for n in available() if scope_fits(get_control_plane(n).scope_of({}), launcher, num_nodes)]
+
+
+__all__ = ["EXIT", "HOST", "NETWORK", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "PeerGone",
+           "WorkerEndpoint", "available", "get_control_plane", "planes_for", "scope_fits"]

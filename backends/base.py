@@ -13,7 +13,11 @@ clock for every process of a host, so ``recv_ns - send_ns`` on a worker is the o
 
 Backends know nothing of models or of processes: liveness of the peers is a callback that the owner
 installs (``ControlPlane.liveness_check`` / ``WorkerEndpoint.liveness_check``); every blocking wait calls it
-at least every ``POLL_S`` seconds and stops with its exception.
+at least every ``POLL_S`` seconds and stops with its exception. What a plane may need to know of where the
+ranks run comes in a :class:`ControlContext`; a plane's ``scope`` says where it can work.
+
+Clocks: ``time.monotonic_ns()`` is one clock for the processes of one host. A worker on another host has
+``clock_offset_ns`` set (its clock minus rank 0's, estimated at start-up by its owner) and subtracts it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from array import array
+from dataclasses import dataclass
 from typing import Any, Callable
 
 EXIT = "exit"
@@ -38,6 +43,37 @@ class PeerGone(ControlPlaneError):
 
 def _no_check() -> None:
     return None
+
+
+# Where a plane works (its class attribute ``scope``):
+SPAWN = "spawn"      # its worker ends travel only to processes rank 0 spawns (semaphores, pipes): one host
+HOST = "host"        # shared memory found by name: the ranks of one host, however they were started
+NETWORK = "network"  # sockets: any ranks that reach rank 0 over the network
+
+
+@dataclass(frozen=True)
+class ControlContext:
+    """Where the ranks run, for planes that care.
+
+    Attributes:
+        store: a torch.distributed Store every rank reaches (handshakes, published names); None: the plane
+            makes its own arrangements (tests, single-host use).
+        host: the address at which the workers reach rank 0's host.
+        node_of: node index of every rank (rank 0's node is 0); ranks on one node share /dev/shm.
+        launcher: "spawn" (rank 0 started the workers) or "torchrun".
+        startup_timeout_s: longest wait for the workers to join a plane at start-up (s); once running, the
+            plane's own ``timeout_s`` bounds each wait.
+    """
+
+    store: Any = None
+    host: str = "127.0.0.1"
+    node_of: tuple[int, ...] = ()
+    launcher: str = "spawn"
+    startup_timeout_s: float = 600.0
+
+    @property
+    def num_nodes(self) -> int:
+        return len(set(self.node_of)) or 1
 
 
 class ControlStats:
@@ -61,20 +97,29 @@ class ControlPlane(ABC):
     Args:
         world_size: number of ranks including rank 0 (>= 1; with 1 nothing is ever sent).
         timeout_s: longest wait for a worker to take a message before :class:`ControlPlaneError` (s).
+        context: where the ranks run (:class:`ControlContext`; default: one host, spawned workers).
     Attributes:
         send_stats: per ``send`` the message size (bytes) and the send cost, serialise + write (ns).
+        scope: SPAWN, HOST or NETWORK: where this plane works.
     """
 
     name = "base"
+    scope = SPAWN
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0) -> None:
+    def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         self.world_size = world_size
         self.num_workers = world_size - 1
         self.timeout_s = timeout_s
+        self.context = context or ControlContext(node_of=(0,) * world_size)
         self.liveness_check: Callable[[], None] = _no_check
         self.send_stats = ControlStats()
+
+    @classmethod
+    def scope_of(cls, options: dict) -> str:
+        """This plane's scope with these constructor ``options`` (a wrapper plane's depends on them)."""
+        return cls.scope
 
     def send(self, method: str, *args: Any) -> int:
         """Broadcast ``method(*args)`` to every worker; returns the message size in bytes.
@@ -110,16 +155,27 @@ class ControlPlane(ABC):
         """Called once the worker processes are spawned (their endpoints pickled into them): a backend
         may drop the driver's copies of the worker ends, or start connecting. Must not block long."""
 
+    def wait_ready(self) -> None:
+        """Block (checking liveness, at most the context's ``startup_timeout_s``) until the workers have
+        joined the plane, for planes that connect (a no-op for the others). Called after
+        ``workers_started``, before anything else may block rank 0 in a call that holds the GIL.
+
+        Raises:
+            ControlPlaneError: the workers did not join in time; or from the liveness check.
+        """
+
     def close(self) -> None:
         """Release what the driver owns (segments, pipes, groups). Idempotent."""
 
-    def _deadline_wait(self, ready: Callable[[float], bool], what: str) -> None:
-        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise after ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
+    def _deadline_wait(self, ready: Callable[[float], bool], what: str, timeout_s: float | None = None) -> None:
+        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise after ``timeout_s`` (default:
+        the plane's)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while not ready(POLL_S):
             self.liveness_check()
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"{self.name}: timed out after {self.timeout_s:.0f} s waiting for {what}")
+                raise ControlPlaneError(f"{self.name}: timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 class WorkerEndpoint(ABC):
@@ -128,6 +184,7 @@ class WorkerEndpoint(ABC):
     Attributes:
         rank: this worker's rank.
         recv_stats: per message its size (bytes) and one-way latency, receive-done minus send-start (ns).
+        clock_offset_ns: this host's monotonic clock minus rank 0's (0 on rank 0's host).
     """
 
     name = "base"
@@ -136,9 +193,11 @@ class WorkerEndpoint(ABC):
         self.rank = rank
         self.liveness_check: Callable[[], None] = _no_check
         self.recv_stats = ControlStats()
+        self.clock_offset_ns = 0
 
-    def open(self) -> None:
-        """Attach to the transport; called once inside the worker process."""
+    def open(self, store=None) -> None:
+        """Attach to the transport; called once inside the worker process. ``store``: the run's
+        torch.distributed Store when the plane's context had one (for handshakes)."""
 
     def recv(self) -> tuple[str, tuple]:
         """Block until the next message; return ``(method, args)``.
@@ -148,7 +207,7 @@ class WorkerEndpoint(ABC):
         """
         payload = self._recv_bytes()
         send_ns, method, args = pickle.loads(payload)
-        self.recv_stats.add(len(payload), time.monotonic_ns() - send_ns)
+        self.recv_stats.add(len(payload), time.monotonic_ns() - self.clock_offset_ns - send_ns)
         return method, args
 
     @abstractmethod

@@ -28,6 +28,16 @@ class ScheduleMismatch(ControlPlaneError):
     """The timed pass scheduled a step that differs from the recording (or a different number of steps)."""
 
 
+def _inner_class(inner: str):
+    """Raises ValueError unless ``inner`` names another registered plane."""
+    from . import available, get_control_plane
+
+    if inner == IdealControlPlane.name or inner not in available():
+        raise ValueError(f"ideal option inner must be another control plane "
+                         f"({', '.join(n for n in available() if n != 'ideal')}), got {inner!r}")
+    return get_control_plane(inner)
+
+
 def _describe(message: tuple) -> str:
     method, args = message
     size = sum(len(a) for a in args if isinstance(a, (bytes, bytearray)))
@@ -44,18 +54,18 @@ class IdealControlPlane(ControlPlane):
 
     name = "ideal"
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0, inner: str = "pipe", inner_options: dict | None = None):
-        from . import available, get_control_plane
-
-        super().__init__(world_size, timeout_s)
-        if inner == self.name or inner not in available():
-            raise ValueError(f"ideal option inner must be another control plane ({', '.join(available())}), "
-                             f"got {inner!r}")
-        self.inner = get_control_plane(inner)(world_size, timeout_s=timeout_s, **(inner_options or {}))
+    def __init__(self, world_size: int, timeout_s: float = 60.0, inner: str = "pipe", inner_options: dict | None = None,
+                 context=None):
+        super().__init__(world_size, timeout_s, context)
+        self.inner = _inner_class(inner)(world_size, timeout_s=timeout_s, context=context, **(inner_options or {}))
         self._recording: list[tuple] | None = None
         self._recorded: list[tuple] | None = None
         self._expected: list[tuple] | None = None
         self._replayed = 0
+
+    @classmethod
+    def scope_of(cls, options: dict) -> str:
+        return _inner_class(options.get("inner", "pipe")).scope_of(options.get("inner_options") or {})
 
     @property
     def liveness_check(self):
@@ -71,6 +81,9 @@ class IdealControlPlane(ControlPlane):
 
     def workers_started(self) -> None:
         self.inner.workers_started()
+
+    def wait_ready(self) -> None:
+        self.inner.wait_ready()
 
     def start_recording(self) -> None:
         """Record every message sent from now until :meth:`stop_recording` (they still travel); ends any
@@ -150,8 +163,8 @@ class IdealEndpoint(WorkerEndpoint):
         if hasattr(self, "inner"):
             self.inner.liveness_check = check
 
-    def open(self) -> None:
-        self.inner.open()
+    def open(self, store=None) -> None:
+        self.inner.open(store)
 
     def recv(self) -> tuple[str, tuple]:
         while not self.preloaded:

@@ -29,8 +29,8 @@ class PipeControlPlane(ControlPlane):
 
     name = "pipe"
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0):
-        super().__init__(world_size, timeout_s)
+    def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
+        super().__init__(world_size, timeout_s, context)
         ctx = mp.get_context("spawn")
         pairs = [ctx.Pipe(duplex=False) for _ in range(self.num_workers)]
         self.readers = [r for r, _ in pairs]

@@ -18,8 +18,8 @@ class QueueControlPlane(ControlPlane):
 
     name = "queue"
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0):
-        super().__init__(world_size, timeout_s)
+    def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
+        super().__init__(world_size, timeout_s, context)
         ctx = mp.get_context("spawn")
         self.queues = [ctx.Queue() for _ in range(self.num_workers)]
 

@@ -1,199 +1,74 @@
-"""``ring``: a lock-free ring of slots in one shared-memory segment, with polling readers (vLLM's design).
+"""``ring``: a lock-free ring of slots in one shared-memory segment, rank 0 writing, every worker polling
+(vLLM's design; layout, memory ordering and waiting policy in ``ring_buffer.py``).
 
-Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian): ``seq`` u64 (the "written" marker:
-the chunk number it holds, 1, 2, 3, ... across the run), total message length u64, chunk offset u64, chunk
-length u64, crc32 of the chunk u32; then one u64 "read" marker per reader (the last ``seq`` that reader
-consumed from this slot); then the data. Chunk ``s`` lives in slot ``(s - 1) % nslots``. A message larger
-than a slot spans consecutive chunks (so any size up to 64 MiB and beyond arrives, flow-controlled by the
-read markers).
-
-Writer: before reusing a slot it waits until every reader's read marker there equals the chunk that was
-in it (``s - nslots``); then it writes the data, the lengths and the crc, and the ``seq`` marker last.
-Reader: polls its next slot until ``seq`` equals the chunk it expects, copies the data, checks the crc,
-then stores its read marker.
-
-Memory ordering. On x86-64 (TSO) stores become visible in program order and loads are not reordered with
-other loads, so data-then-marker publishing is enough; CPython performs each buffer write as a call
-(memcpy / struct.pack_into), which the C compiler cannot reorder. On weakly ordered CPUs (AArch64, POWER)
-stores may become visible out of order, so a reader can see the new ``seq`` before the data: the crc over
-the copied chunk detects that and the reader copies again until it matches (identical stale bytes would be
-correct anyway; a stale chunk with an equal crc has probability 2**-32). The reader's read-marker store is
-issued only after the crc comparison, which depends on every loaded byte: a store that is control-dependent
-on prior loads is not made visible before them on these CPUs, so the writer never overwrites a slot that a
-reader is still copying. The writer's data stores likewise depend on its check of the read markers.
-
-Waiting. Readers spin for ``spin_us``, then yield the CPU (``sched_yield``) until ``idle_ms`` have passed
-without a message, then sleep ``sleep_us`` between polls, so an idle engine costs well under 5% of a core per
-worker; every wait checks liveness at least every POLL_S. The writer's waits for read markers have the same
-shape and a timeout.
+The segment is found by name, so the workers need not be rank 0's children: the plane works for ranks of
+one host however they were started (spawned here, or by torchrun on one node).
 """
 
 from __future__ import annotations
 
-import os
-import struct
-import time
-import zlib
-from multiprocessing import shared_memory
-
-from .base import POLL_S, ControlPlane, ControlPlaneError, WorkerEndpoint
-from .shm import create_segment, release_segment
-
-HEADER = struct.Struct("<QQQQI")
-SEQ = struct.Struct("<Q")
-MARKERS_AT = 64
-MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev/shm
-
-
-def data_offset(num_readers: int) -> int:
-    return (MARKERS_AT + 8 * num_readers + 63) // 64 * 64
-
-
-class Poller:
-    """Spin, then yield, then sleep: ``wait(ready)`` returns once ``ready()`` is true, calling ``check()``
-    every POLL_S and raising ``ControlPlaneError`` after ``timeout_s`` (None: wait forever)."""
-
-    def __init__(self, spin_us: float, idle_ms: float, sleep_us: float):
-        self.spin_s, self.idle_s, self.sleep_s = spin_us / 1e6, idle_ms / 1e3, sleep_us / 1e6
-
-    def wait(self, ready, check, timeout_s: float | None, what: str) -> None:
-        if ready():
-            return
-        start = time.monotonic()
-        next_check = start + POLL_S
-        while True:
-            for _ in range(64):
-                if ready():
-                    return
-            now = time.monotonic()
-            idle = now - start
-            if idle > self.idle_s:
-                time.sleep(self.sleep_s)
-            elif idle > self.spin_s:
-                os.sched_yield()
-            if now > next_check:
-                check()
-                next_check = now + POLL_S
-                if timeout_s is not None and idle > timeout_s:
-                    raise ControlPlaneError(f"ring: timed out after {timeout_s:.0f} s waiting for {what}")
+from .base import ControlPlane, WorkerEndpoint
+from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
+from .segments import attach_segment, create_segment, release_segment
 
 
 class RingControlPlane(ControlPlane):
     """Driver side: creates the segment and writes chunks.
 
     Args:
-        world_size, timeout_s: see :class:`ControlPlane`.
+        world_size, timeout_s, context: see :class:`ControlPlane`.
         nslots / slot_bytes: ring geometry (slot_bytes includes the slot header).
-        spin_us / idle_ms / sleep_us: the waiting policy (see module docstring).
+        spin_us / idle_ms / sleep_us: the readers' waiting policy (``ring_buffer.py``).
+    Raises:
+        ValueError: a bad option.
     """
 
     name = "ring"
+    scope = "host"
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
-                 spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0):
-        super().__init__(world_size, timeout_s)
-        for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"ring option {key} must be an integer, got {value!r}")
-        for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"ring option {key} must be a number >= 0, got {value!r}")
+                 spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):
+        super().__init__(world_size, timeout_s, context)
+        check_geometry(nslots, slot_bytes, self.num_workers, "ring")
         self.nslots, self.slot_bytes = nslots, slot_bytes
-        self.data_at = data_offset(self.num_workers)
-        if nslots < 1 or slot_bytes <= self.data_at:
-            raise ValueError(f"ring needs nslots >= 1 and slot_bytes > {self.data_at}")
-        if nslots * slot_bytes > MAX_SEGMENT_BYTES:
-            raise ValueError(f"ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
-        self.capacity = slot_bytes - self.data_at
-        self.poll_args = (spin_us, idle_ms, sleep_us)
-        self.poller = Poller(*self.poll_args)
-        self.next_seq = 1
-        self.shm = None
+        self.poll_args = check_poll_args(spin_us, idle_ms, sleep_us, "ring")
+        self.shm = self.writer = None
         if self.num_workers:
             self.shm = create_segment(nslots * slot_bytes)
+            self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_workers, self.poll_args)
 
     def endpoint(self, rank: int) -> "RingEndpoint":
-        return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, self.poll_args)
-
-    def _slot_free(self, base: int, previous: int) -> bool:
-        buf = self.shm.buf
-        return all(SEQ.unpack_from(buf, base + MARKERS_AT + 8 * r)[0] >= previous for r in range(self.num_workers))
+        return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, rank - 1,
+                            self.poll_args)
 
     def _send_bytes(self, payload: bytes) -> None:
-        total, view, offset, buf = len(payload), memoryview(payload), 0, self.shm.buf
-        while True:
-            seq = self.next_seq
-            base = ((seq - 1) % self.nslots) * self.slot_bytes
-            previous = seq - self.nslots
-            if previous > 0:
-                self.poller.wait(lambda: self._slot_free(base, previous), self.liveness_check, self.timeout_s,
-                                 "the workers to free a ring slot")
-            n = min(self.capacity, total - offset)
-            chunk = view[offset:offset + n]
-            buf[base + self.data_at:base + self.data_at + n] = chunk
-            HEADER.pack_into(buf, base, 0, total, offset, n, zlib.crc32(chunk))
-            SEQ.pack_into(buf, base, seq)  # the written marker, last
-            self.next_seq += 1
-            offset += n
-            if offset >= total:
-                return
+        self.writer.write(payload, self.liveness_check, self.timeout_s)
 
     def close(self) -> None:
+        self.writer = None
         self.shm = release_segment(self.shm, unlink=True)
 
 
 class RingEndpoint(WorkerEndpoint):
-    """Worker side: reads chunks in order, then stores its read marker."""
+    """Reader ``index`` of the ring in segment ``segment``."""
 
     name = "ring"
 
-    def __init__(self, rank: int, segment: str, nslots: int, slot_bytes: int, num_readers: int, poll_args):
+    def __init__(self, rank: int, segment: str, nslots: int, slot_bytes: int, num_readers: int, index: int,
+                 poll_args):
         super().__init__(rank)
-        self.segment, self.nslots, self.slot_bytes = segment, nslots, slot_bytes
-        self.data_at = data_offset(num_readers)
-        self.poll_args = poll_args
-        self.expected = 1
-        self.shm = None
+        self.segment, self.geometry = segment, (nslots, slot_bytes, num_readers, index, poll_args)
+        self.shm = self.reader = None
 
-    def open(self) -> None:
-        self.shm = shared_memory.SharedMemory(name=self.segment)
-        self.poller = Poller(*self.poll_args)
-
-    def _read_chunk(self, base: int) -> tuple[int, int, bytes] | None:
-        """(total, offset, data) of the chunk in the slot at ``base``, or None while it is inconsistent."""
-        buf = self.shm.buf
-        seq, total, offset, n, crc = HEADER.unpack_from(buf, base)
-        if seq != self.expected:
-            return None
-        data = bytes(buf[base + self.data_at:base + self.data_at + n])
-        return (total, offset, data) if zlib.crc32(data) == crc else None
+    def open(self, store=None) -> None:
+        self.shm = attach_segment(self.segment)
+        self.reader = RingReader(self.shm, *self.geometry)
 
     def _recv_bytes(self) -> bytes:
-        out = None
-        while True:
-            base = ((self.expected - 1) % self.nslots) * self.slot_bytes
-            got = self._read_chunk(base)
-            if got is None:
-                box = [None]
-
-                def ready():
-                    box[0] = self._read_chunk(base)
-                    return box[0] is not None
-
-                self.poller.wait(ready, self.liveness_check, None, "a message")
-                got = box[0]
-            total, offset, data = got
-            SEQ.pack_into(self.shm.buf, base + MARKERS_AT + 8 * (self.rank - 1), self.expected)
-            self.expected += 1
-            if out is None and offset == 0 and len(data) == total:
-                return data
-            if out is None:
-                out = bytearray(total)
-            out[offset:offset + len(data)] = data
-            if offset + len(data) >= total:
-                return bytes(out)
+        return self.reader.read(self.liveness_check)
 
     def close(self) -> None:
+        self.reader = None
         self.shm = release_segment(self.shm, unlink=False)
 
 

@@ -19,75 +19,30 @@ little-endian u64), chunk data from byte 64.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import secrets
 import struct
-from multiprocessing import shared_memory
 
 from .base import ControlPlane, WorkerEndpoint
+from .segments import attach_segment, create_segment, release_segment
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
 DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm; larger messages are chunked
 
 
-def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
-    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists (a run whose whole process
-    group was killed leaves its segment behind: nobody was left to unlink it). Returns the names removed."""
-    removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        parts = name.split("_")
-        if len(parts) != 3 or parts[0] != "tpcp" or not parts[1].isdigit():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            try:
-                os.unlink(os.path.join(directory, name))
-                removed.append(name)
-            except OSError:
-                pass
-        except PermissionError:  # alive, another user's
-            pass
-    return removed
-
-
-def create_segment(size: int) -> shared_memory.SharedMemory:
-    """A new segment named ``tpcp_<pid>_<random>`` (unique per run; the pid lets a later run recognise it
-    as stale), after removing the stale segments of dead runs."""
-    remove_stale_segments()
-    return shared_memory.SharedMemory(name=f"tpcp_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
-
-
-def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> None:
-    """Close ``shm`` (and unlink it: the creator's job); returns None for ``self.shm = release_segment(...)``."""
-    if shm is not None:
-        shm.close()
-        if unlink:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
-    return None
-
-
 class ShmControlPlane(ControlPlane):
     """SharedMemory + semaphore control plane (driver side).
 
     Args:
-        world_size, timeout_s: see :class:`ControlPlane`.
+        world_size, timeout_s, context: see :class:`ControlPlane`.
         segment_bytes: size of the shared segment (bytes, > 64); messages above ``segment_bytes - 64``
             travel in several chunks.
     """
 
     name = "shm"
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES):
-        super().__init__(world_size, timeout_s)
+    def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 context=None):
+        super().__init__(world_size, timeout_s, context)
         if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int):
             raise ValueError(f"shm option segment_bytes must be an integer, got {segment_bytes!r}")
         if segment_bytes <= DATA_OFFSET:
@@ -135,8 +90,8 @@ class ShmEndpoint(WorkerEndpoint):
         self.ready, self.ack = ready, ack
         self.shm = None
 
-    def open(self) -> None:
-        self.shm = shared_memory.SharedMemory(name=self.segment_name)
+    def open(self, store=None) -> None:
+        self.shm = attach_segment(self.segment_name)
 
     def _recv_bytes(self) -> bytes:
         buf = self.shm.buf

@@ -49,6 +49,8 @@ class EngineConfig:
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
+        launcher: "auto" (torchrun when this process was started by it, else spawn), "spawn" (rank 0 spawns
+            the workers on this host) or "torchrun" (every rank started by torchrun; ``launch.py``).
     """
 
     model: str
@@ -71,6 +73,7 @@ class EngineConfig:
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0
+    launcher: str = "auto"
     hf_config: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +83,7 @@ class EngineConfig:
         self.model = os.path.abspath(os.path.expanduser(str(self.model)))
         self.hf_config = read_hf_config(self.model)
         self._check_parallelism()
+        self._check_launcher()
         self._check_device_and_dtype()
         self._check_cache_and_batching()
 
@@ -127,6 +131,29 @@ class EngineConfig:
             raise ConfigError(f"unknown control plane {self.control!r}; "
                               f"available: {', '.join(available_control_planes())}")
 
+    @property
+    def launch(self):
+        """The torchrun ``launch.Launch`` of this process, or None when rank 0 spawns the workers."""
+        from .launch import Launch
+
+        return Launch.from_env() if self.launcher == "torchrun" else None
+
+    def _check_launcher(self) -> None:
+        from .launch import Launch
+
+        env = Launch.from_env()
+        if self.launcher == "auto":
+            self.launcher = "torchrun" if env is not None else "spawn"
+        if self.launcher not in ("spawn", "torchrun"):
+            raise ConfigError(f"launcher must be auto, spawn or torchrun, got {self.launcher!r}")
+        if self.launcher == "torchrun":
+            if env is None:
+                raise ConfigError("launcher=torchrun but this process was not started by torchrun "
+                                  "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not all set)")
+            if self.tensor_parallel_size != env.world_size:
+                raise ConfigError(f"tp={self.tensor_parallel_size} but torchrun started WORLD_SIZE={env.world_size} "
+                                  f"ranks: tp must equal nnodes x nproc-per-node")
+
     def _check_device_and_dtype(self) -> None:
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -136,9 +163,9 @@ class EngineConfig:
             if not torch.cuda.is_available():
                 raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
             n = torch.cuda.device_count()
-            if self.tensor_parallel_size > n:
-                raise ConfigError(f"tensor_parallel_size={self.tensor_parallel_size} needs that many GPUs; "
-                                  f"{n} visible")
+            local = self.launch.local_world_size if self.launcher == "torchrun" else self.tensor_parallel_size
+            if local > n:
+                raise ConfigError(f"{local} ranks on this host need as many GPUs; {n} visible")
         if self.all_reduce not in ("auto", "nccl", "symm_mem"):
             raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
         if self.all_reduce != "auto" and self.device != "cuda":

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from backends import get_control_plane
+from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
 from backends.base import ControlStats
 
 from .block_manager import BlockManager
@@ -21,8 +21,25 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
-from .worker import REPORT_CONTROL_STATS
+from .worker import REPORT_CONTROL_STATS, model_worker
 from .worker_group import WorkerGroup
+
+
+def make_control_plane(name: str, options: dict, world_size: int, timeout_s: float, context: ControlContext):
+    """The control plane ``name`` with ``options`` for ranks placed as ``context`` says.
+
+    Raises:
+        ConfigError: the plane cannot work there (one line naming the planes that can): a plane whose
+            worker ends must be inherited, under torchrun; a shared-memory plane, across nodes.
+        ValueError: a bad option (from the plane).
+    """
+    cls = get_control_plane(name)
+    scope = cls.scope_of(options)
+    if not scope_fits(scope, context.launcher, context.num_nodes):
+        where = f"{context.num_nodes} nodes" if context.num_nodes > 1 else "ranks started by torchrun"
+        raise ConfigError(f"control={name} cannot reach ranks on {where} (scope: {scope}); planes that can: "
+                          f"{', '.join(planes_for(context.launcher, context.num_nodes))}")
+    return cls(world_size, timeout_s=timeout_s, context=context, **options)
 
 
 class DataPlaneError(RuntimeError):
@@ -83,12 +100,17 @@ class LLM:
         self._closed = False
         atexit.register(self.shutdown)
         try:
-            cfg = self.config
-            self.control = get_control_plane(cfg.control)(cfg.tensor_parallel_size, timeout_s=cfg.timeout_s,
-                                                          **cfg.control_options)
-            self.group = WorkerGroup(cfg, self.control)
-            self.control.liveness_check = self.group.check
-            self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for)
+            cfg, launch = self.config, self.config.launch
+            self.group = WorkerGroup(cfg.tensor_parallel_size, cfg.timeout_s, cfg.startup_timeout_s, launch)
+            try:
+                self.control = make_control_plane(cfg.control, cfg.control_options, cfg.tensor_parallel_size,
+                                                  cfg.timeout_s, self.group.context)
+            except (ConfigError, ValueError) as e:
+                self.group.refuse(str(e))
+                raise ConfigError(str(e)) from None
+            self.group.start(self.control, model_worker, (cfg, None))
+            self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for,
+                                      launch.local_rank if launch else 0, self.group.context.num_nodes)
         except BaseException:
             self.shutdown()
             raise
@@ -129,7 +151,11 @@ class LLM:
         Raises:
             WorkerError: a worker failed (its traceback is in the message).
         """
-        self.control.send(method, *args)
+        try:
+            self.control.send(method, *args)
+        except ControlPlaneError:
+            self.group.check(wait_s=2.0)  # a worker that died reported why first: raise that
+            raise
         try:
             return getattr(self.runner, method)(*args)
         except Exception as e:

@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed import PrefixStore
 
 from .config import EngineConfig
 from .loader import load_weights
@@ -34,13 +35,16 @@ class ModelRunner:
         sync: ``sync(stage)`` is called at "joining" (before the process group forms) and "loaded" (before
             the first collective): workers announce the stage, rank 0 waits for every worker, watching that
             they are alive, so a worker that dies while starting is reported instead of hanging rank 0.
+        local_rank: this rank's GPU on its node (``cuda:local_rank``; default: ``rank``).
+        num_nodes: nodes the ranks run on (symmetric memory only within one node; NCCL across).
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
         all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
         sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
 
-    def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None]):
+    def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None],
+                 local_rank: int | None = None, num_nodes: int = 1):
         self.config, self.rank = config, rank
         self.graphs = None
         self.sampled: torch.Tensor | None = None
@@ -48,16 +52,16 @@ class ModelRunner:
         self.block_size = config.kvcache_block_size
         hf = config.hf_config
         if config.device == "cuda":
-            self.device = torch.device("cuda", rank)
+            self.device = torch.device("cuda", rank if local_rank is None else local_rank)
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
         sync("joining")
-        dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=store, rank=rank,
-                                world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
+        dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=PrefixStore("data", store),
+                                rank=rank, world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
         largest = max(config.max_num_batched_tokens, config.max_num_seqs) * hf["hidden_size"]
-        impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest)
+        impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
         set_all_reduce(impl)
         self.all_reduce = impl.name if impl is not None else "none"
         prev_dtype = torch.get_default_dtype()

@@ -1,11 +1,15 @@
-"""The worker process (ranks 1..tp-1): build a model runner, then execute rank 0's commands until exit."""
+"""A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the
+node probe and its control-plane end), then run a body. The engine's body builds a model runner and runs
+rank 0's commands until exit; ``workload=broadcast`` brings its own."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import signal
 import sys
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 
 from torch.distributed import TCPStore
@@ -13,59 +17,151 @@ from torch.distributed import TCPStore
 from backends import EXIT, PeerGone, WorkerEndpoint
 from backends.base import ControlStats
 
-from .config import EngineConfig
+from .launch import Launch, probe_nodes, torchrun_store, wait_get
+from .lifeline import Lifeline, watch_parent
 
 REPORT_CONTROL_STATS = "report_control_stats"
+REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
 
-def worker_main(config: EngineConfig, rank: int, endpoint: WorkerEndpoint, store_port: int, reports) -> None:
-    """Entry point of a spawned worker.
+@dataclass
+class Joined:
+    """What a worker's body gets once it has joined the run: its rank, the run's store, its control-plane
+    end (open), its lifeline to rank 0 (reports) and the node of every rank (rank 0's is 0)."""
 
-    Reports go to rank 0 on the ``reports`` queue: ``("error", rank, traceback_text)`` when anything
-    raises; ``("stats", rank, recv_stats)`` when asked by REPORT_CONTROL_STATS (without that message's
-    own sample; the samples then restart). The worker leaves on EXIT, when its parent dies (checked
-    while it waits for a command), or on an error. SIGINT is ignored so that Ctrl-C is handled by rank 0
-    alone, which then shuts the workers down.
+    rank: int
+    store: object
+    endpoint: WorkerEndpoint
+    lifeline: Lifeline
+    node_of: list[int]
+
+
+def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
+    """Run one worker: ``boot`` (a ``WorkerBoot``: rank, timeouts; the ports too when spawned) and
+    ``endpoint`` when spawned by rank 0; with ``launch`` (torchrun) the end comes through the store. Then
+    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with
+    it): the body's, 1 when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED``
+    when rank 0 refused to start the run.
+
+    The worker leaves when rank 0 dies, wherever it is blocked: a spawned worker watches its parent from
+    its first instruction, and every worker watches its lifeline once connected (``lifeline.py``).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = mp.parent_process()
-
-    def driver_alive() -> None:
-        if parent is not None and not parent.is_alive():
-            raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
-
-    runner, code = None, 0
+    spawned = launch is None
+    if spawned:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
+        watch_parent()
+    rank, timeout_s = boot.rank, boot.startup_timeout_s
+    lifeline, code = None, 1
     try:
-        endpoint.liveness_check = driver_alive
-        endpoint.open()
-        store = TCPStore("127.0.0.1", store_port, config.tensor_parallel_size, is_master=False,
-                         timeout=timedelta(seconds=config.timeout_s))
-        from .model_runner import ModelRunner  # after the handshake objects: keeps spawn start-up errors early
+        if spawned:
+            store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
+                             timeout=timedelta(seconds=timeout_s))
+            lifeline = Lifeline("127.0.0.1", boot.lifeline_port, rank, timeout_s)
+        else:
+            store = torchrun_store(launch, timeout_s)
+            host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
+            lifeline = Lifeline(host, int(port), rank, timeout_s)
+        lifeline.watch()
+        node_of = [0] * boot.world_size
+        if not spawned:
+            node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
+            endpoint = _wait_endpoint(store, rank, timeout_s)
+            if endpoint is None:
+                return REFUSED
+        parent = mp.parent_process()
 
-        runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"))
-        while True:
-            method, args = endpoint.recv()
-            if method == EXIT:
-                break
-            if method == REPORT_CONTROL_STATS:
-                stats, endpoint.recv_stats = endpoint.recv_stats, ControlStats()
-                stats.nbytes.pop()
-                stats.ns.pop()
-                reports.put(("stats", rank, stats.as_dict()))
-                continue
-            getattr(runner, method)(*args)
+        def driver_alive() -> None:
+            if parent is not None and not parent.is_alive():
+                raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
+
+        endpoint.liveness_check = driver_alive
+        endpoint.open(store)
+        try:
+            code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
+        finally:
+            endpoint.close()
     except PeerGone:
         code = 1
     except BaseException:
         code = 1
-        reports.put(("error", rank, traceback.format_exc()))
-    finally:
-        if runner is not None:
+        if lifeline is not None:
             try:
-                runner.exit()
-            except Exception:
+                lifeline.send("error", traceback.format_exc())
+            except OSError:
                 pass
-        endpoint.close()
-    reports.close()
-    reports.join_thread()
-    sys.exit(code)
+        else:
+            traceback.print_exc()
+    finally:
+        if lifeline is not None:
+            lifeline.close(code)
+    if spawned:
+        sys.exit(code)
+    return code
+
+
+def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
+    """(torchrun) This worker's control-plane end, published by rank 0; None (after printing rank 0's one
+    line) when rank 0 refused to start the run."""
+    key = f"endpoint/{rank}"
+
+    def refused() -> None:
+        if store.check(["abort"]):
+            raise _Refused(store.get("abort").decode())
+
+    try:
+        return pickle.loads(wait_get(store, [key], timeout_s, refused)[0])
+    except _Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+class _Refused(Exception):
+    pass
+
+
+def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, timeout_s: float) -> int:
+    """A rank other than 0 started by torchrun: join the run that rank 0 of the same launch starts, run
+    ``body`` and return the exit code (``worker_entry``)."""
+    from .worker_group import WorkerBoot
+
+    boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s, timeout_s)
+    return worker_entry(boot, None, body, body_args, launch)
+
+
+def serve_worker(config) -> int:
+    """Under torchrun, on every rank but 0: serve the engine that rank 0 builds with an equal
+    ``EngineConfig`` (``LLM(...)``) until it shuts down; returns the exit code (0, 1 on a failure reported
+    to rank 0, 2 when rank 0 refused the configuration).
+
+    Raises:
+        ValueError: this process was not started by torchrun, or it is rank 0.
+    """
+    launch = config.launch
+    if launch is None or launch.rank == 0:
+        raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
+    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s, config.timeout_s)
+
+
+def model_worker(joined: Joined, config, local_rank: int | None) -> int:
+    """The engine's worker body: a model runner for the joined rank (on ``cuda:local_rank``), then rank 0's
+    commands until EXIT. ``(REPORT_CONTROL_STATS)`` sends this worker's control-plane samples so far (without
+    that message's own) to rank 0 and starts them afresh."""
+    from .model_runner import ModelRunner
+
+    rank, store, endpoint, lifeline = joined.rank, joined.store, joined.endpoint, joined.lifeline
+    runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"), local_rank,
+                         num_nodes=len(set(joined.node_of)))
+    try:
+        while True:
+            method, args = endpoint.recv()
+            if method == EXIT:
+                return 0
+            if method == REPORT_CONTROL_STATS:
+                stats, endpoint.recv_stats = endpoint.recv_stats, ControlStats()
+                stats.nbytes.pop()
+                stats.ns.pop()
+                lifeline.send("stats", stats.as_dict())
+                continue
+            getattr(runner, method)(*args)
+    finally:
+        runner.exit()

@@ -1,74 +1,168 @@
-"""Rank 0's view of the worker processes: spawning, the rendezvous store, liveness and shutdown."""
+"""Rank 0's view of ranks 1..world_size-1, however they were started (``launch.py``): the run's store, the
+lifelines (``lifeline.py``), the control plane's worker ends reaching the workers, liveness and shutdown.
+
+The same lifecycle serves both launchers and every kind of worker (the engine's model workers, the
+``workload=broadcast`` workers of the harness): a worker is ``worker.worker_entry`` running a *body*
+``body(rank, store, endpoint, lifeline, *body_args) -> exit code``.
+
+* spawn: the store and the lifeline server listen on loopback at ports the OS picks; ``start`` spawns the
+  workers, handing each its control-plane end (planes whose ends hold semaphores or pipes need this).
+* torchrun: the workers already run; the store is the env:// rendezvous store (a namespace per engine);
+  rank 0 publishes its lifeline address there, waits for every worker to connect, finds the nodes by a
+  shared-memory probe, and ``start`` publishes each worker's end (pickled) under ``endpoint/<rank>``.
+"""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import queue
 import time
-from datetime import timedelta
+from dataclasses import dataclass
 
-from torch.distributed import TCPStore
+from backends import ControlContext, ControlPlane
 
-from backends import ControlPlane
-
-from .config import EngineConfig
-from .worker import worker_main
-
-POLL_S = 0.05
+from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
+from .lifeline import LifelineServer
 
 
 class WorkerError(RuntimeError):
-    """A worker process failed; the message names the rank and carries its traceback when it sent one."""
+    """A worker process failed; the message names the rank (and its node) and carries its traceback when
+    it sent one."""
 
     def __init__(self, rank: int, detail: str):
         super().__init__(f"tensor-parallel worker rank {rank} failed: {detail}")
         self.rank = rank
 
 
+@dataclass(frozen=True)
+class WorkerBoot:
+    """What a spawned worker needs to join: its rank and the world size, the store's and rank 0's lifeline
+    ports on loopback, and the timeouts (s)."""
+
+    rank: int
+    world_size: int
+    store_port: int
+    lifeline_port: int
+    startup_timeout_s: float
+    timeout_s: float
+
+
 class WorkerGroup:
-    """Spawns ranks 1..tp-1 (spawn context, daemonic) and watches them.
+    """Rank 0's side of a run's workers.
 
-    The TCPStore is created here with port 0, so the OS picks a free port and rank 0 holds it from the
-    start: no fixed port and no race between choosing a port and binding it.
-
+    Args:
+        world_size: ranks including rank 0.
+        timeout_s: longest wait on a running worker (s); startup_timeout_s: on a starting one (s).
+        launch: how the ranks were started (None: spawn them here).
     Attributes:
-        store: the run's TCPStore (rank 0 is its server).
+        store: the run's store; context: the :class:`ControlContext` a control plane is built with.
         worker_stats: ``{rank: recv_stats}``, the last control-plane samples each worker reported.
+    Raises:
+        TimeoutError: (torchrun) the workers did not all connect within ``startup_timeout_s``.
+        WorkerError: a worker died or failed while starting.
     """
 
-    def __init__(self, config: EngineConfig, control: ControlPlane):
-        self.config = config
-        self.world_size = config.tensor_parallel_size
-        self.store = TCPStore("127.0.0.1", 0, self.world_size, is_master=True, wait_for_workers=False,
-                              timeout=timedelta(seconds=config.timeout_s))
-        ctx = mp.get_context("spawn")
-        self.reports = ctx.Queue()
+    def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
+        self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
+        self.launch = launch or Launch(world_size=world_size)
         self.errors: dict[int, str] = {}
         self.worker_stats: dict[int, dict] = {}
         self.procs: dict[int, mp.Process] = {}
-        for rank in range(1, self.world_size):
-            p = ctx.Process(target=worker_main, name=f"tp-worker-{rank}", daemon=True,
-                            args=(config, rank, control.endpoint(rank), self.store.port, self.reports))
-            p.start()
-            self.procs[rank] = p
+        self.store = self.lifelines = None
+        self.workers = list(range(1, world_size))
+        try:
+            if self.launch.launcher == "spawn":
+                self.store = spawn_store(world_size, timeout_s)
+                self.lifelines = LifelineServer("127.0.0.1", local_ranks=set(range(world_size)))
+                node_of, host = [0] * world_size, "127.0.0.1"
+            else:
+                self.store = torchrun_store(self.launch, startup_timeout_s)
+                self.lifelines = LifelineServer("0.0.0.0")
+                host = self.launch.master_addr
+                self.store.set("lifeline", f"{host}:{self.lifelines.port}")
+                self._wait_connected()
+                node_of = probe_nodes(self.store, 0, world_size, startup_timeout_s, self.check)
+            self.context = ControlContext(self.store, host, tuple(node_of), self.launch.launcher, startup_timeout_s)
+        except BaseException:
+            self.join(0)
+            raise
+
+    def _wait_connected(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while self.lifelines.connected() != set(self.workers):
+            self.check()
+            if time.monotonic() > deadline:
+                missing = sorted(set(self.workers) - self.lifelines.connected())
+                raise TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+    def node_name(self, rank: int) -> str:
+        return self.lifelines.hosts.get(rank, "?") if self.lifelines else "?"
+
+    def refuse(self, message: str) -> None:
+        """(torchrun) Tell the waiting workers that the run will not start: each prints ``message`` and
+        exits with code 2 (bad input)."""
+        if self.launch.launcher == "torchrun" and self.store is not None:
+            self.store.set("abort", message)
+
+    def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
+        """Start the workers' bodies: spawn them (spawn) or hand every waiting worker its control-plane end
+        (torchrun); then watch them from ``control``'s waits."""
+        if self.launch.launcher == "spawn":
+            from .worker import worker_entry
+
+            ctx = mp.get_context("spawn")
+            for rank in self.workers:
+                boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port,
+                                  self.startup_timeout_s, self.timeout_s)
+                p = ctx.Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
+                                args=(boot, control.endpoint(rank), body, body_args))
+                p.start()
+                self.procs[rank] = p
+        else:
+            for rank in self.workers:
+                end = control.endpoint(rank)
+                if self.context.node_of[rank] != 0:
+                    end.clock_offset_ns = self.lifelines.offsets[rank][0]
+                self.store.set(f"endpoint/{rank}", pickle.dumps(end, protocol=pickle.HIGHEST_PROTOCOL))
         control.workers_started()
+        control.liveness_check = self.check
+        control.wait_ready()
+
+    def clock_sync(self) -> tuple[str, float]:
+        """(method, uncertainty in us) of the one-way latencies' clock (``lifeline.py``)."""
+        if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
+            return "same host clock", 0.0
+        remote = [r for r in self.workers if self.context.node_of[r] != 0]
+        return "ping-pong min-RTT/2", max(self.lifelines.offsets[r][1] for r in remote) / 1e3
 
     def _drain(self, wait_s: float = 0.0) -> None:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                kind, rank, payload = self.reports.get(timeout=max(0.0, deadline - time.monotonic()) or 0.001)
+                kind, rank, payload = self.lifelines.reports.get(timeout=max(0.0, deadline - time.monotonic())
+                                                                 or 0.001)
             except queue.Empty:
                 return
             (self.errors if kind == "error" else self.worker_stats)[rank] = payload
             if kind == "error":
                 return
 
-    def _dead(self) -> dict[int, int]:
-        return {r: p.exitcode for r, p in self.procs.items() if not p.is_alive()}
+    def _dead(self) -> dict[int, str]:
+        """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
+        done = {r for r, code in self.lifelines.finished.items() if code == 0}
+        dead = {r: f"process exited with code {p.exitcode}" for r, p in self.procs.items()
+                if not p.is_alive() and not (r in done and p.exitcode == 0)}
+        for rank, reason in self.lifelines.dead.items():
+            dead.setdefault(rank, reason)
+        for rank, code in self.lifelines.finished.items():
+            if code != 0:
+                dead.setdefault(rank, f"it ended with exit code {code}")
+        return dead
 
     def check(self, wait_s: float = 0.0) -> None:
-        """Raise :class:`WorkerError` if a worker reported an error or is no longer alive.
+        """Raise :class:`WorkerError` if a worker reported an error or is gone.
 
         ``wait_s``: how long to wait for a traceback from a worker that is still alive or exited on its
         own (a worker killed by a signal sends none, so that is not waited for) (s).
@@ -76,39 +170,40 @@ class WorkerGroup:
         self._drain()
         dead = self._dead()
         if not self.errors:
-            if any(code > 0 for code in dead.values()):  # exited on its own: its traceback may be in flight
+            own_exit = [r for r, p in self.procs.items() if not p.is_alive() and (p.exitcode or 0) > 0]
+            if own_exit or (dead and not self.procs):  # its traceback may be in flight
                 self._drain(max(wait_s, 0.5))
             elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
                 self._drain(wait_s)
                 dead = self._dead()
         if self.errors:
             rank = min(self.errors)
-            raise WorkerError(rank, "\n" + self.errors[rank])
+            raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
         if dead:
             rank = min(dead)
-            raise WorkerError(rank, f"process exited with code {dead[rank]}")
+            raise WorkerError(rank, f"{dead[rank]} (node {self.node_name(rank)})")
 
     def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
         """Block until every worker has announced ``stage`` in the store, checking liveness.
 
         Raises:
             WorkerError: a worker died or failed first.
-            TimeoutError: not all workers arrived within ``timeout_s`` (default: config.startup_timeout_s).
+            TimeoutError: not all workers arrived within ``timeout_s`` (default: startup_timeout_s).
         """
-        keys = [f"{stage}/{r}" for r in self.procs]
-        deadline = time.monotonic() + (timeout_s or self.config.startup_timeout_s)
+        keys = [f"{stage}/{r}" for r in self.workers]
+        timeout_s = timeout_s or self.startup_timeout_s
+        deadline = time.monotonic() + timeout_s
         while keys and not self.store.check(keys):
             self.check()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"workers did not reach stage {stage!r} within "
-                                   f"{timeout_s or self.config.startup_timeout_s:.0f} s")
+                raise TimeoutError(f"workers did not reach stage {stage!r} within {timeout_s:.0f} s")
             time.sleep(POLL_S)
 
     def collect_stats(self) -> dict[int, dict]:
-        """Wait (checking liveness, at most ``config.timeout_s``) until every worker has reported its
-        control-plane samples after a REPORT_CONTROL_STATS message; returns and forgets them."""
-        deadline = time.monotonic() + self.config.timeout_s
-        while len(self.worker_stats) < len(self.procs):
+        """Wait (checking liveness, at most ``timeout_s``) until every worker has reported its control-plane
+        samples after a REPORT_CONTROL_STATS message; returns and forgets them."""
+        deadline = time.monotonic() + self.timeout_s
+        while len(self.worker_stats) < len(self.workers):
             self.check()
             if time.monotonic() > deadline:
                 raise TimeoutError("workers did not report their control-plane statistics in time")
@@ -117,19 +212,20 @@ class WorkerGroup:
         return stats
 
     def join(self, timeout_s: float = 5.0) -> None:
-        """Wait up to ``timeout_s`` for the workers to exit (collecting their reports), then terminate and
-        finally kill whatever is left. Idempotent."""
+        """Wait up to ``timeout_s`` for the workers to end (their lifelines closed, spawned processes exited),
+        then terminate and finally kill spawned ones left; close the lifelines. Idempotent."""
         deadline = time.monotonic() + timeout_s
-        while any(p.is_alive() for p in self.procs.values()) and time.monotonic() < deadline:
-            self._drain(POLL_S)
+        if self.lifelines is not None:
+            while (self.lifelines.open_ranks() or any(p.is_alive() for p in self.procs.values())) \
+                    and time.monotonic() < deadline:
+                time.sleep(POLL_S)
         for sig in ("terminate", "kill"):
             alive = [p for p in self.procs.values() if p.is_alive()]
             for p in alive:
                 getattr(p, sig)()
             for p in alive:
                 p.join(1.0)
-        self._drain()
         for p in self.procs.values():
             p.join(0)
-        self.reports.close()
-        self.reports.join_thread()
+        if self.lifelines is not None:
+            self.lifelines.close()

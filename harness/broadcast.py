@@ -9,19 +9,20 @@ of decode and prefill batches) and raw byte strings.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from datetime import timedelta
 
 import numpy as np
 import torch.distributed as dist
-from torch.distributed import TCPStore
+from torch.distributed import PrefixStore
 
-from backends import ControlPlane, get_control_plane
+from engine.config import ConfigError
+from engine.llm_engine import make_control_plane
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
+from engine.worker_group import WorkerGroup
 
 from .broadcast_worker import STEP, broadcast_worker
 
@@ -49,42 +50,44 @@ def payloads(w: dict) -> list[tuple[str, tuple]]:
 
 
 class BroadcastGroup:
-    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers and a gloo barrier group."""
+    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned here, or started by
+    torchrun: ``launch``) and a gloo barrier group, on the engine's worker lifecycle
+    (``engine/worker_group.py``).
 
-    def __init__(self, control: str, tp: int, options: dict, timeout_s: float):
+    Raises:
+        ConfigError: the plane cannot reach the ranks where they run.
+        ValueError: a bad plane option.
+    """
+
+    def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
+                 launch=None):
         self.tp = tp
-        self.cp: ControlPlane = get_control_plane(control)(tp, timeout_s=timeout_s, **options)
-        ctx = mp.get_context("spawn")
-        self.store = TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout_s))
-        self.reports = ctx.Queue()
-        self.procs = [ctx.Process(target=broadcast_worker, daemon=True, name=f"broadcast-worker-{r}",
-                                  args=(self.cp.endpoint(r), r, tp, self.store.port, timeout_s, self.reports))
-                      for r in range(1, tp)]
-        for p in self.procs:
-            p.start()
-        self.cp.workers_started()
-        self.cp.liveness_check = self.check
-        dist.init_process_group("gloo", store=self.store, rank=0, world_size=tp, timeout=timedelta(seconds=timeout_s))
-
-    def check(self) -> None:
-        dead = [(r, p.exitcode) for r, p in enumerate(self.procs, 1) if not p.is_alive()]
-        if dead:
-            raise RuntimeError(f"broadcast worker rank {dead[0][0]} exited with code {dead[0][1]}")
+        self.group = WorkerGroup(tp, timeout_s, startup_timeout_s, launch)
+        try:
+            try:
+                self.cp = make_control_plane(control, options, tp, timeout_s, self.group.context)
+            except (ConfigError, ValueError) as e:
+                self.group.refuse(str(e))
+                raise
+            self.group.start(self.cp, broadcast_worker, (tp, timeout_s))
+            dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0, world_size=tp,
+                                    timeout=timedelta(seconds=timeout_s))
+        except BaseException:
+            self.group.join(0)
+            raise
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:
         """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause.
 
         Raises:
-            RuntimeError: a worker exited (named, when that explains a failed barrier).
+            WorkerError: a worker died or failed (named, when that explains a failed barrier).
         """
         for _ in range(count):
             self.cp.send(*message)
             try:
                 dist.barrier()
             except RuntimeError:
-                time.sleep(0.2)  # let a dying worker's exit code arrive: it names the cause
-                self.check()
+                self.group.check(wait_s=1.0)
                 raise
             if gap_s:
                 time.sleep(gap_s)
@@ -94,25 +97,16 @@ class BroadcastGroup:
         send, self.cp.send_stats = self.cp.send_stats, type(self.cp.send_stats)()
         self.cp.send(STEP, "report")
         dist.barrier()
-        recv = {}
-        for _ in self.procs:
-            rank, stats = self.reports.get(timeout=60)
-            recv[rank] = stats
+        recv = self.group.collect_stats()
         self.cp.send_stats = type(self.cp.send_stats)()
         return send.as_dict(), recv
 
     def close(self) -> None:
         self.cp.send_exit()
-        for p in self.procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(1)
+        self.group.join(5.0)
         if dist.is_initialized():
             dist.destroy_process_group()
         self.cp.close()
-        self.reports.close()
-        self.reports.join_thread()
 
 
 def latency_row(send: dict, recv: dict) -> dict:
@@ -127,19 +121,15 @@ def latency_row(send: dict, recv: dict) -> dict:
     return row
 
 
-def run_broadcast(w: dict, control: str, tp: int, options: dict, timeout_s: float, progress: bool):
-    """Yields one result dict per payload: ``payload``, ``payload_bytes`` and the latency columns."""
+def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
+    """Yields one result dict per payload of workload ``w`` on ``group``: ``payload``, ``payload_bytes`` and
+    the latency columns."""
     from tqdm.auto import tqdm
 
-    group = BroadcastGroup(control, tp, options, timeout_s)
-    try:
-        items = payloads(w)
-        for name, message in tqdm(items, desc=f"broadcast {control} tp={tp}", disable=not progress):
-            group.run(message, w["warmup"], w["gap_us"] / 1e6)
-            nbytes = group.collect()[0]["nbytes"][0]
-            count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
-            group.run(message, count, w["gap_us"] / 1e6)
-            send, recv = group.collect()
-            yield {"payload": name, "payload_bytes": nbytes, **latency_row(send, recv)}
-    finally:
-        group.close()
+    for name, message in tqdm(payloads(w), desc=f"broadcast {group.cp.name} tp={group.tp}", disable=not progress):
+        group.run(message, w["warmup"], w["gap_us"] / 1e6)
+        nbytes = group.collect()[0]["nbytes"][0]
+        count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
+        group.run(message, count, w["gap_us"] / 1e6)
+        send, recv = group.collect()
+        yield {"payload": name, "payload_bytes": nbytes, **latency_row(send, recv)}

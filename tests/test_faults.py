@@ -242,7 +242,7 @@ def test_one_engine_per_process_and_no_use_after_shutdown(tiny_untied):
 
 
 def test_stale_segment_of_a_dead_run_is_removed():
-    from backends.shm import remove_stale_segments
+    from backends.segments import remove_stale_segments
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()

@@ -112,10 +112,12 @@ class SymmMemAllReduce(TorchAllReduce):
         return self._reduce(view)
 
 
-def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int):
+def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int,
+                    num_nodes: int = 1):
     """The group's all-reduce for ``mode`` (``auto``, ``nccl`` or ``symm_mem``; config-checked), or None at
-    tp=1. ``auto`` is symm_mem on CUDA for bf16/float32 where PyTorch can set it up on every rank, else
-    NCCL; CPU always uses gloo. ``numel``: the largest message worth a symmetric buffer (elements; capped at
+    tp=1. ``auto`` is symm_mem on CUDA for bf16/float32 where PyTorch can set it up on every rank and every
+    rank is on one node (symmetric memory maps the peers' GPU memory: NVLink, not the network), else NCCL;
+    CPU always uses gloo. ``numel``: the largest message worth a symmetric buffer (elements; capped at
     ``SYMM_MAX_BYTES``). Every rank takes the same decision (agreed by an all_reduce of MIN).
 
     Raises:
@@ -127,7 +129,9 @@ def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: tor
         return TorchAllReduce("gloo")
     impl, reason = None, "not asked for"
     if mode in ("auto", "symm_mem"):
-        if dtype not in SYMM_DTYPES:
+        if num_nodes > 1:
+            reason = f"the ranks are on {num_nodes} nodes"
+        elif dtype not in SYMM_DTYPES:
             reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
         else:
             numel = max(1, min(numel, SYMM_MAX_BYTES // torch.empty(0, dtype=dtype).element_size()))

@@ -1,0 +1,139 @@
+"""``hybrid``: a shared-memory ring inside each node, and one network hop (zmq) per other node.
+
+Rank 0 writes each message into its own node's ring (read by the other ranks of node 0) and pushes it once
+over zmq to the local leader of every other node (that node's lowest rank). A leader takes the message,
+republishes the same bytes into its own node's ring (created by the leader on its host; its name reaches
+the node's other ranks through the run's store) and runs it itself. So the network carries one copy per
+node, not one per remote rank, and every rank but the leaders reads from local shared memory. The one-way
+latency of a follower includes the hop and the republish (the stamp is rank 0's).
+
+Which ranks share a node comes from the context's ``node_of`` (a shared-memory probe at start-up, not host
+names). On one node the plane is a plain ring. Layout, ordering and waiting: ``ring_buffer.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import zmq
+
+from .base import NETWORK, ControlPlane, WorkerEndpoint
+from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
+from .segments import attach_segment, create_segment, release_segment
+from .zmq import push_socket, recv_one, send_all
+
+KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
+
+
+class HybridControlPlane(ControlPlane):
+    """Driver side. Args: world_size, timeout_s, context (see :class:`ControlPlane`; ``context.node_of``
+    places the ranks); ``nslots``, ``slot_bytes``, ``spin_us``, ``idle_ms``, ``sleep_us``: every node's
+    ring (``ring_buffer.py``); ``hwm``: the zmq queue of each leader.
+
+    Raises:
+        ValueError: a bad option, or several nodes without a store in the context.
+    """
+
+    name = "hybrid"
+    scope = NETWORK
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
+                 spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, hwm: int = 64,
+                 context=None):
+        super().__init__(world_size, timeout_s, context)
+        node_of = list(self.context.node_of) or [0] * world_size
+        self.groups: dict[int, list[int]] = {}
+        for rank, node in enumerate(node_of):
+            self.groups.setdefault(node, []).append(rank)
+        if len(self.groups) > 1 and self.context.store is None:
+            raise ValueError("hybrid across nodes needs the run's store in its context")
+        check_geometry(nslots, slot_bytes, max(len(g) for g in self.groups.values()), "hybrid")
+        self.ring_args = (nslots, slot_bytes, check_poll_args(spin_us, idle_ms, sleep_us, "hybrid"))
+        self.local = self.groups[node_of[0]][1:]  # rank 0's node: ring readers
+        self.shm = self.writer = None
+        if self.local:
+            self.shm = create_segment(nslots * slot_bytes)
+            self.writer = RingWriter(self.shm, nslots, slot_bytes, len(self.local), self.ring_args[2])
+        self.ctx = zmq.Context()
+        self.leaders: dict[int, tuple[zmq.Socket, int]] = {}  # leader rank -> (socket, port)
+        for node, ranks in self.groups.items():
+            if node != node_of[0]:
+                self.leaders[ranks[0]] = push_socket(self.ctx, hwm)
+        self.node_of = node_of
+
+    def endpoint(self, rank: int) -> "HybridEndpoint":
+        node = self.node_of[rank]
+        ranks = self.groups[node]
+        if rank in self.local:
+            return HybridEndpoint(rank, "reader", self.ring_args, len(self.local), self.local.index(rank),
+                                  segment=self.shm.name)
+        if rank == ranks[0]:
+            return HybridEndpoint(rank, "leader", self.ring_args, len(ranks) - 1, None, key=KEY.format(node),
+                                  address=(self.context.host, self.leaders[rank][1]), timeout_s=self.timeout_s)
+        return HybridEndpoint(rank, "follower", self.ring_args, len(ranks) - 1, ranks.index(rank) - 1,
+                              key=KEY.format(node), timeout_s=self.context.startup_timeout_s)
+
+    def _send_bytes(self, payload: bytes) -> None:
+        for leader, (sock, _) in self.leaders.items():  # remote nodes first: their hop is the longer one
+            send_all(sock, payload, self.liveness_check, self.timeout_s, f"node leader rank {leader}")
+        if self.writer is not None:
+            self.writer.write(payload, self.liveness_check, self.timeout_s)
+
+    def close(self) -> None:
+        for sock, _ in self.leaders.values():
+            sock.close(linger=0)
+        self.leaders = {}
+        self.ctx.term()
+        self.writer = None
+        self.shm = release_segment(self.shm, unlink=True)
+
+
+class HybridEndpoint(WorkerEndpoint):
+    """A rank of rank 0's node ("reader"), another node's leader ("leader": zmq in, its node's ring out)
+    or a rank behind a leader ("follower")."""
+
+    name = "hybrid"
+
+    def __init__(self, rank: int, role: str, ring_args: tuple, num_readers: int, index: int | None,
+                 segment: str | None = None, key: str | None = None, address: tuple[str, int] | None = None,
+                 timeout_s: float = 60.0):
+        super().__init__(rank)
+        self.role, self.ring_args, self.num_readers, self.index = role, ring_args, num_readers, index
+        self.segment, self.key, self.address, self.timeout_s = segment, key, address, timeout_s
+        self.shm = self.reader = self.writer = self.ctx = self.sock = None
+
+    def open(self, store=None) -> None:
+        nslots, slot_bytes, poll_args = self.ring_args
+        if self.role == "leader":
+            self.ctx = zmq.Context()
+            self.sock = self.ctx.socket(zmq.PULL)
+            self.sock.setsockopt(zmq.LINGER, 0)
+            self.sock.connect(f"tcp://{self.address[0]}:{self.address[1]}")
+            if self.num_readers:
+                self.shm = create_segment(nslots * slot_bytes)
+                self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_readers, poll_args)
+                store.set(self.key, self.shm.name)
+            return
+        if self.role == "follower":
+            store.wait([self.key], timedelta(seconds=self.timeout_s))
+            self.segment = store.get(self.key).decode()
+        self.shm = attach_segment(self.segment)
+        self.reader = RingReader(self.shm, nslots, slot_bytes, self.num_readers, self.index, poll_args)
+
+    def _recv_bytes(self) -> bytes:
+        if self.role != "leader":
+            return self.reader.read(self.liveness_check)
+        payload = recv_one(self.sock, self.liveness_check)
+        if self.writer is not None:
+            self.writer.write(payload, self.liveness_check, self.timeout_s)
+        return payload
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.ctx.term()
+        self.sock = self.ctx = self.reader = self.writer = None
+        self.shm = release_segment(self.shm, unlink=self.role == "leader")
+
+
+CONTROL_PLANE = HybridControlPlane

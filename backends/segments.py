@@ -1,0 +1,81 @@
+"""Shared-memory segments of the control planes: created with a per-run unique name, released by their
+creator, and removed after a run whose processes all died (nobody was left to unlink them).
+
+Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run on the same host recognise a segment as
+stale (its creator no longer exists) without touching a live run's.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from multiprocessing import shared_memory
+
+PREFIX = "tpcp"
+
+
+def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
+    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists. Returns the names removed."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("_")
+        if len(parts) != 3 or parts[0] != PREFIX or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except OSError:
+                pass
+        except PermissionError:  # alive, another user's
+            pass
+    return removed
+
+
+def create_segment(size: int) -> shared_memory.SharedMemory:
+    """A new segment of ``size`` bytes named ``tpcp_<pid>_<random>``, after removing the stale segments of
+    dead runs."""
+    remove_stale_segments()
+    return shared_memory.SharedMemory(name=f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+
+
+def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> None:
+    """Close ``shm`` (and unlink it: the creator's job); returns None for ``self.shm = release_segment(...)``."""
+    if shm is not None:
+        shm.close()
+        if unlink:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+    return None
+
+
+def attach_segment(name: str) -> shared_memory.SharedMemory:
+    """Open an existing segment created by another process.
+
+    A process spawned by the segment's creator shares the creator's resource tracker, which unlinks the
+    segment if every process of the run dies; others (ranks started by torchrun) must keep their own tracker
+    out of it, or it would unlink the segment under its creator when the attaching process exits.
+
+    Raises:
+        FileNotFoundError: no such segment on this host (e.g. created on another node).
+    """
+    import multiprocessing as mp
+
+    if mp.parent_process() is not None:
+        return shared_memory.SharedMemory(name=name)
+    try:
+        return shared_memory.SharedMemory(name=name, track=False)
+    except TypeError:  # Python < 3.13: no track argument
+        shm = shared_memory.SharedMemory(name=name)
+        from multiprocessing import resource_tracker
+
+        resource_tracker.unregister(shm._name, "shared_memory")
+        return shm

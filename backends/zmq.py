@@ -1,0 +1,122 @@
+"""``zmq``: one ZeroMQ PUSH socket per worker (pyzmq, the library vLLM's cross-node MessageQueue uses). Works
+across hosts.
+
+Rank 0 binds each socket to a port the OS picks (``tcp://*:*``, then reads the bound endpoint back: no
+port is chosen before it is held, so there is no bind race) and tells each worker its port in the worker's
+endpoint. PUSH never drops: a message waits in the socket's queue until the worker's PULL takes it, and at
+``hwm`` queued messages the send blocks (flow control); rank 0 waits for that with ``poll`` in steps of
+POLL_S, checking liveness, for at most ``timeout_s``. One copy of each message crosses the network per
+worker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+
+
+def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:
+    """A PUSH socket bound on every interface to an OS-chosen port; returns (socket, port)."""
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind("tcp://*:*")
+    port = int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+    return sock, port
+
+
+def send_all(sock: zmq.Socket, payload: bytes, check, timeout_s: float, who: str) -> None:
+    """Queue ``payload`` on ``sock``, waiting (``check`` every POLL_S) while its queue is full.
+
+    Raises:
+        ControlPlaneError: still full after ``timeout_s``; or from ``check``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.send(payload, flags=zmq.NOBLOCK, copy=len(payload) < 65536)
+            return
+        except zmq.Again:
+            pass
+        if not sock.poll(int(POLL_S * 1000), zmq.POLLOUT):
+            check()
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"zmq: {who} took nothing for {timeout_s:.0f} s")
+
+
+def recv_one(sock: zmq.Socket, check) -> bytes:
+    """The next message on ``sock``, waiting without bound (``check`` every POLL_S)."""
+    while not sock.poll(int(POLL_S * 1000), zmq.POLLIN):
+        check()
+    try:
+        return sock.recv(copy=True)
+    except zmq.ZMQError as e:
+        raise PeerGone(f"zmq socket failed: {e}") from None
+
+
+class ZmqControlPlane(ControlPlane):
+    """Driver side. Args: world_size, timeout_s, context (see :class:`ControlPlane`); ``hwm``: messages a
+    worker's queue holds before rank 0's send waits.
+
+    Raises:
+        ValueError: a bad option.
+    """
+
+    name = "zmq"
+    scope = NETWORK
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0, hwm: int = 64, context=None):
+        super().__init__(world_size, timeout_s, context)
+        if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
+            raise ValueError(f"zmq option hwm must be an integer >= 1, got {hwm!r}")
+        self.ctx = zmq.Context()
+        self.socks, self.ports = [], []
+        for _ in range(self.num_workers):
+            sock, port = push_socket(self.ctx, hwm)
+            self.socks.append(sock)
+            self.ports.append(port)
+
+    def endpoint(self, rank: int) -> "ZmqEndpoint":
+        return ZmqEndpoint(rank, self.context.host, self.ports[rank - 1])
+
+    def _send_bytes(self, payload: bytes) -> None:
+        for rank, sock in enumerate(self.socks, start=1):
+            send_all(sock, payload, self.liveness_check, self.timeout_s, f"rank {rank}")
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close(linger=0)
+        self.socks = []
+        self.ctx.term()
+
+
+class ZmqEndpoint(WorkerEndpoint):
+    """Worker side: a PULL socket connected to rank 0's ``host:port``."""
+
+    name = "zmq"
+
+    def __init__(self, rank: int, host: str, port: int):
+        super().__init__(rank)
+        self.host, self.port = host, port
+        self.ctx = self.sock = None
+
+    def open(self, store=None) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.PULL)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(f"tcp://{self.host}:{self.port}")
+
+    def _recv_bytes(self) -> bytes:
+        return recv_one(self.sock, self.liveness_check)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.ctx.term()
+        self.sock = self.ctx = None
+
+
+CONTROL_PLANE = ZmqControlPlane

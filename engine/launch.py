@@ -1,0 +1,128 @@
+"""How the ranks of a run come to exist, and where they are.
+
+Two launchers, one worker lifecycle (``worker_group.py`` on rank 0, ``worker.py`` on the others):
+
+* ``spawn`` (the default, one host): rank 0 is the calling process; it hosts a TCPStore on a port the OS
+  picks and spawns ranks 1..tp-1 (``multiprocessing``, spawn context).
+* ``torchrun`` (torch.distributed.elastic; one host or several): every rank is started by torchrun's agent
+  with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set. The store comes from the ``env://``
+  rendezvous (the agent's own store on node 0, or rank 0's), and every key of a run lives under a
+  namespace of its own, so no key and no port is fixed.
+
+Division of labour under torchrun: the agent starts the processes, sets their environment, watches the
+local ones and, when one fails, stops the others of its node (``--max-restarts=0``) and exits; its store
+vanishing ends the waits of ranks still connecting. This project's lifelines (``lifeline.py``) cover what
+the agent does not: rank 0 learns within seconds that a rank on another node died (which rank, which
+node), and every rank exits within seconds of rank 0's death wherever it is blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from torch.distributed import PrefixStore, Store, TCPStore
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process stands. ``launcher``: "spawn" or "torchrun"; ``rank`` / ``world_size`` /
+    ``local_rank`` / ``local_world_size`` as torchrun sets them; ``master_addr``: where the other ranks reach
+    rank 0's host; ``run_id``: the torchrun run (namespaces the store keys)."""
+
+    launcher: str = "spawn"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    run_id: str = ""
+
+    @classmethod
+    def from_env(cls) -> "Launch | None":
+        """The torchrun launch described by the environment, or None when this process was not started by
+        torchrun (or a launcher that sets the same variables)."""
+        if not all(os.environ.get(v) for v in TORCHRUN_VARS):
+            return None
+        env = os.environ
+        return cls("torchrun", int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]),
+                   int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), env["MASTER_ADDR"],
+                   env.get("TORCHELASTIC_RUN_ID", "none"))
+
+
+_runs_in_process = 0  # engines started in this process: every rank of a sweep counts the same way
+
+
+def torchrun_store(launch: Launch, timeout_s: float) -> Store:
+    """The env:// rendezvous store, under a namespace of this run and of this engine (a sweep starts one
+    engine per job, on every rank in the same order)."""
+    import torch.distributed as dist
+
+    global _runs_in_process
+    _runs_in_process += 1
+    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    return PrefixStore(f"tpcp/{launch.run_id}/{_runs_in_process}", store)
+
+
+def spawn_store(world_size: int, timeout_s: float) -> TCPStore:
+    """Rank 0's store for spawned workers: on a port the OS picks, held from the start (no race)."""
+    return TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                    timeout=timedelta(seconds=timeout_s))
+
+
+def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, check=lambda: None) -> list[int]:
+    """Which ranks share a node, found by shared memory rather than host names: every rank creates a small
+    segment, publishes its name, and tries to open every other rank's; ranks that can open each other's
+    share /dev/shm, i.e. a node. Every rank calls this; returns ``node_of`` (rank 0's node is 0, the others
+    numbered by their lowest rank), the same on every rank.
+
+    Raises:
+        TimeoutError: a rank did not take part within ``timeout_s``; or whatever ``check`` raises.
+    """
+    from backends.segments import attach_segment, create_segment, release_segment
+
+    mine = create_segment(64)
+    try:
+        store.set(f"probe/name/{rank}", mine.name)
+        names = wait_get(store, [f"probe/name/{r}" for r in range(world_size)], timeout_s, check)
+        seen = []
+        for r, name in enumerate(names):
+            if r == rank:
+                continue
+            try:
+                release_segment(attach_segment(name.decode()), unlink=False)
+                seen.append(r)
+            except FileNotFoundError:
+                pass
+        store.set(f"probe/seen/{rank}", json.dumps(seen))
+        views = [json.loads(v) for v in wait_get(store, [f"probe/seen/{r}" for r in range(world_size)],
+                                                   timeout_s, check)]
+    finally:
+        # Every rank has published what it saw only once it is done opening: then the segments may go.
+        release_segment(mine, unlink=True)
+    lowest = [min([r] + views[r]) for r in range(world_size)]
+    numbering = {node: i for i, node in enumerate(dict.fromkeys(lowest))}
+    return [numbering[n] for n in lowest]
+
+
+def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None) -> list[bytes]:
+    """The values of ``keys``, waiting for them in steps of POLL_S (calling ``check`` between steps) for at
+    most ``timeout_s``.
+
+    Raises:
+        TimeoutError: a key did not appear in time; or whatever ``check`` raises.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        check()
+        if time.monotonic() > deadline:
+            missing = [k for k in keys if not store.check([k])]
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {', '.join(missing[:3])}")
+        time.sleep(POLL_S)
+    return [store.get(k) for k in keys]

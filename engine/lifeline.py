@@ -1,0 +1,269 @@
+"""Lifelines: one TCP connection from every worker to rank 0, for the whole run, under both launchers.
+
+* Death, both ways, wherever the other side is blocked. Rank 0 reads every lifeline in a thread: end of
+  file means that rank's process is gone (the kernel closes its sockets however it died, on any host),
+  and ``LifelineServer.check`` names it and its node. A worker's watch thread blocks on its end: when rank
+  0 dies it calls ``os._exit`` at once, even if the main thread sits in a store connect or a collective.
+  TCP keepalive (a probe after 2 s idle, every 1 s, 3 misses) covers a host that vanishes without closing.
+* Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
+* Clocks: for a worker on another node rank 0 estimates the offset of the worker's monotonic clock to its
+  own by ping-pong (``PINGS`` round trips; offset = worker time - midpoint of the round trip with the
+  smallest round-trip time; uncertainty = half that round trip, Cristian 1989). On rank 0's node the clock
+  is the same one and the offset is 0.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import select
+import socket
+import struct
+import threading
+import time
+
+FRAME = struct.Struct("!I")
+PINGS = 16
+
+
+def send_frame(sock: socket.socket, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(FRAME.pack(len(data)) + data)
+
+
+def recv_frame(sock: socket.socket):
+    """The next framed object, or None when the peer closed the connection."""
+    head = _recv_exact(sock, FRAME.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, FRAME.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        try:
+            chunk = sock.recv(n - len(buf))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for opt, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, opt):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class LifelineServer:
+    """Rank 0's end: listens on ``bind_host`` at a port the OS picks (``port``), accepts one connection per
+    worker, syncs clocks with workers on other nodes, then reads reports and notices deaths.
+
+    Attributes:
+        hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)} of synced workers;
+        reports: a queue of ("error" | "stats", rank, payload); dead: {rank: reason}; finished: {rank: exit
+        code} of workers that said goodbye before closing (a normal end, not a death).
+    """
+
+    def __init__(self, bind_host: str, local_ranks: set[int] | None = None):
+        self.listener = socket.create_server((bind_host, 0), backlog=128)
+        self.port = self.listener.getsockname()[1]
+        self.local_ranks = local_ranks  # ranks known to share rank 0's clock (no sync); None: none known
+        self.hosts: dict[int, str] = {}
+        self.offsets: dict[int, tuple[int, int]] = {}
+        self.dead: dict[int, str] = {}
+        self.finished: dict[int, int] = {}
+        self.reports: queue.Queue = queue.Queue()
+        self.conns: dict[int, socket.socket] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="lifelines", daemon=True)
+        self._thread.start()
+
+    def _greet(self, conn: socket.socket) -> None:
+        _keepalive(conn)
+        hello = recv_frame(conn)
+        if not hello or hello[0] != "hello":
+            conn.close()
+            return
+        _, rank, host = hello
+        offset = (0, 0)
+        if self.local_ranks is None or rank not in self.local_ranks:
+            best = None
+            for _ in range(PINGS):
+                t0 = time.monotonic_ns()
+                send_frame(conn, ("ping",))
+                reply = recv_frame(conn)
+                t1 = time.monotonic_ns()
+                if reply is None:
+                    conn.close()
+                    return
+                if best is None or t1 - t0 < best[0]:
+                    best = (t1 - t0, reply[1] - (t0 + t1) // 2)
+            offset = (best[1], best[0] // 2)
+        send_frame(conn, ("offset", *offset))
+        with self._lock:
+            self.hosts[rank], self.offsets[rank], self.conns[rank] = host, offset, conn
+
+    def _serve(self) -> None:
+        while not self._closed:
+            with self._lock:
+                by_sock = {c: r for r, c in self.conns.items()}
+            try:
+                ready, _, _ = select.select([self.listener, *by_sock], [], [], 0.05)
+            except (OSError, ValueError):
+                if self._closed:
+                    return
+                continue
+            for sock in ready:
+                if sock is self.listener:
+                    try:
+                        conn, _ = self.listener.accept()
+                    except OSError:
+                        continue
+                    threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+                    continue
+                rank = by_sock[sock]
+                frame = recv_frame(sock)
+                if frame is None:
+                    with self._lock:
+                        self.conns.pop(rank, None)
+                        if rank not in self.finished:
+                            self.dead.setdefault(rank, "its process is gone (lifeline closed)")
+                    sock.close()
+                elif frame[0] == "bye":
+                    self.finished[rank] = frame[1]
+                else:
+                    self.reports.put((frame[0], rank, frame[1]))
+
+    def connected(self) -> set[int]:
+        """Ranks that connected (alive or dead since)."""
+        with self._lock:
+            return set(self.conns) | set(self.dead)
+
+    def open_ranks(self) -> set[int]:
+        """Ranks whose lifeline is still open."""
+        with self._lock:
+            return set(self.conns)
+
+    def clock_uncertainty_us(self) -> float:
+        """The largest clock-offset uncertainty over the workers (us; 0 when all share rank 0's clock)."""
+        with self._lock:
+            return max((u for _, u in self.offsets.values()), default=0) / 1e3
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+        self._thread.join(timeout=1.0)
+        with self._lock:
+            for conn in self.conns.values():
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+            self.conns = {}
+
+
+class Lifeline:
+    """A worker's end. ``connect`` (retrying while rank 0's server comes up, at most ``timeout_s``), then
+    ``watch()`` starts the thread that ends this process when rank 0's end closes.
+
+    Attributes:
+        clock_offset_ns / clock_uncertainty_ns: this host's clock minus rank 0's (0 on rank 0's node).
+    Raises:
+        TimeoutError: rank 0 could not be reached within ``timeout_s``.
+    """
+
+    def __init__(self, host: str, port: int, rank: int, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.sock = socket.create_connection((host, port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"rank {rank}: rank 0 ({host}:{port}) unreachable for {timeout_s:.0f} s")
+                time.sleep(0.05)
+        self.sock.settimeout(None)
+        _keepalive(self.sock)
+        self.rank = rank
+        self._send_lock = threading.Lock()
+        self._closing = False
+        send_frame(self.sock, ("hello", rank, socket.gethostname()))
+        while True:
+            frame = recv_frame(self.sock)
+            if frame is None:
+                raise ConnectionError(f"rank {rank}: rank 0 closed the lifeline while greeting")
+            if frame[0] == "ping":
+                send_frame(self.sock, ("pong", time.monotonic_ns()))
+            else:
+                _, self.clock_offset_ns, self.clock_uncertainty_ns = frame
+                break
+
+    def send(self, kind: str, payload) -> None:
+        """A report to rank 0 ("error" with a traceback, "stats" with control-plane samples)."""
+        with self._send_lock:
+            send_frame(self.sock, (kind, payload))
+
+    def watch(self, on_death=None) -> None:
+        """End this process (``os._exit(1)``, after ``on_death()``) as soon as rank 0's end closes."""
+
+        def run():
+            while recv_frame(self.sock) is not None:
+                pass
+            if self._closing:  # our own close() at a normal exit
+                return
+            if on_death is not None:
+                try:
+                    on_death()
+                except Exception:
+                    pass
+            os._exit(1)
+
+        threading.Thread(target=run, name="lifeline-watch", daemon=True).start()
+
+    def close(self, code: int | None = None) -> None:
+        """Close this end without ending the process; with ``code``, first tell rank 0 that this is a
+        normal end (exit code ``code``), not a death."""
+        self._closing = True
+        if code is not None:
+            try:
+                self.send("bye", code)
+            except OSError:
+                pass
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def watch_parent(on_death=None) -> None:
+    """A spawned process: end it (``os._exit(1)``) as soon as the process that spawned it is gone, even
+    before its lifeline exists (while it connects to the store, for instance)."""
+    import multiprocessing as mp
+
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def run():
+        select.select([parent.sentinel], [], [])
+        if on_death is not None:
+            try:
+                on_death()
+            except Exception:
+                pass
+        os._exit(1)
+
+    threading.Thread(target=run, name="parent-watch", daemon=True).start()

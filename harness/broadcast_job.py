@@ -1,0 +1,73 @@
+"""``workload=broadcast``: the control plane alone, no model, one row per payload and repeat."""
+
+from __future__ import annotations
+
+import sys
+
+from omegaconf import DictConfig, OmegaConf
+
+from engine import ConfigError
+from engine.launch import Launch
+
+from .app import SWEEP_ROWS
+from .broadcast import BroadcastGroup, run_broadcast
+from .job_setup import base_row, check_results_dir, control_options, failed
+from .report import one_line, print_broadcast
+from .results_csv import append_row
+from .schema import COLUMNS, SCHEMA_VERSION
+from .workloads import check_workload
+
+
+def check_broadcast(cfg: DictConfig, launch: Launch | None) -> dict:
+    """The broadcast workload as a dict, checked (every rank checks the same).
+
+    Raises:
+        ConfigError: not the tp engine, tp < 2, tp other than torchrun's world size, or a bad workload key.
+    """
+    if cfg.engine != "tp" or cfg.tp < 2:
+        raise ConfigError("workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2")
+    if launch is not None and cfg.tp != launch.world_size:
+        raise ConfigError(f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: they must be equal")
+    w = OmegaConf.to_container(cfg.workload)
+    try:
+        check_workload(w)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return w
+
+
+def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
+    """Rank 0: one group of workers for the whole job (spawned, or joined by torchrun's ranks), every
+    payload ``repeat`` times. Exit code 0, 1 (a run failed: a failed row), 2 (bad input: no row), 130."""
+    try:
+        results = check_results_dir(cfg)
+        w = check_broadcast(cfg, launch)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
+    try:
+        group = BroadcastGroup(cfg.control.name, cfg.tp, control_options(cfg), cfg.llm.timeout_s,
+                               cfg.llm.startup_timeout_s, launch)
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BaseException as e:
+        return failed(results, row0, 0, e)
+    context = group.group.context
+    sync, uncertainty = group.group.clock_sync()
+    row0.update(launcher=context.launcher, nodes=context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty)
+    r = 0
+    try:
+        for r in range(cfg.repeat):
+            for result in run_broadcast(w, group, cfg.progress):
+                row = {**row0, "repeat": r, "status": "ok", **result}
+                print_broadcast(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+                SWEEP_ROWS.append(row)
+        return 0
+    except BaseException as e:
+        append_row(results, COLUMNS, {**row0, "repeat": r, "status": "failed", "error": one_line(e)}, SCHEMA_VERSION)
+        print(f"error: {'interrupted' if isinstance(e, KeyboardInterrupt) else one_line(e)}", file=sys.stderr)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
+    finally:
+        group.close()

@@ -1,0 +1,170 @@
+"""Several nodes, honestly, on one machine: two simulated nodes (``scripts/sim_nodes.sh``: each node is torchrun
+in namespaces of its own, with its own host name and a private /dev/shm, so neither can see the other's
+shared memory), launched exactly as on two real machines. Skipped, with the reason, where unshare is not
+permitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from engine import LLM, SamplingParams
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPTS = [[1, 5, 9, 300, 7], [11, 200, 17, 3, 900, 44, 12, 8, 1000], [77]]
+
+
+def _unshare_problem() -> str | None:
+    try:
+        proc = subprocess.run(["unshare", "--uts", "--ipc", "--mount", "--propagation", "private", "sh", "-c",
+                               "mount -t tmpfs tmpfs /dev/shm"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unshare unavailable: {e}"
+    return None if proc.returncode == 0 else f"unshare not permitted here: {proc.stderr.strip()[:200]}"
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_unshare_problem() is not None, reason=str(_unshare_problem()))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_nodes(tmp_path, nodes: int, nproc: int, *args: str, wait: bool = True, extra_env=None):
+    """Start ``nodes`` simulated nodes of ``nproc`` ranks running ``args``; returns the finished process
+    (``wait``) or the running one. Node k's output: ``tmp_path / sim_node<k>.log``."""
+    env = {**os.environ, "NODES": str(nodes), "NPROC": str(nproc), "PORT": str(free_port()), "LOGDIR": str(tmp_path),
+           "PYTHONPATH": ROOT, **(extra_env or {})}
+    cmd = ["bash", os.path.join(ROOT, "scripts", "sim_nodes.sh"), *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def node_log(tmp_path, k: int) -> str:
+    path = tmp_path / f"sim_node{k}.log"
+    return path.read_text() if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def tiny_kv4(model_cache) -> str:
+    from conftest import TINY
+    from harness.checkpoint import materialize
+
+    return materialize("tiny-kv4", {**TINY, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16},
+                       seed=2, root=model_cache)
+
+
+@pytest.fixture(scope="module")
+def spawn_tokens(tiny_untied, tiny_kv4) -> dict:
+    """Greedy tokens of the ordinary spawn launch at tp=2 and tp=4 (the reference)."""
+    out = {}
+    for tp, path in ((2, tiny_untied), (4, tiny_kv4)):
+        with LLM(path, tensor_parallel_size=tp, device="cpu", dtype="float32", kvcache_block_size=16,
+                 max_model_len=256, max_num_batched_tokens=256) as llm:
+            out[tp] = [o["token_ids"] for o in llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16,
+                                                                                    ignore_eos=True))]
+    return out
+
+
+@pytest.mark.parametrize("control", ["gloo", "zmq", "hybrid"])
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_two_nodes_give_the_greedy_tokens_of_one(control, nproc, tmp_path, tiny_untied, tiny_kv4, spawn_tokens):
+    tp = 2 * nproc
+    prompts, out = tmp_path / "prompts.json", tmp_path / "out.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    proc = sim_nodes(tmp_path, 2, nproc, os.path.join(ROOT, "tests", "torchrun_generate.py"),
+                     tiny_untied if tp == 2 else tiny_kv4, control, str(out), str(prompts))
+    assert proc.returncode == 0, node_log(tmp_path, 0)[-3000:] + node_log(tmp_path, 1)[-3000:]
+    got = json.loads(out.read_text())
+    assert got["nodes"] == 2
+    assert got["tokens"] == spawn_tokens[tp]
+    method, uncertainty_us = got["clock"]
+    assert method == "ping-pong min-RTT/2" and 0 < uncertainty_us < 100_000
+
+
+@pytest.mark.parametrize("control", ["shm", "ring"])
+def test_shared_memory_planes_are_refused_across_nodes(control, tmp_path, model_cache):
+    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", f"control={control}", "tp=2", "workload=smoke",
+                     f"results_dir={tmp_path}", extra_env={"TPCP_CACHE": model_cache})
+    assert proc.returncode != 0
+    line = f"error: control={control} cannot reach ranks on 2 nodes (scope: "
+    for k in (0, 1):
+        log = node_log(tmp_path, k)
+        assert line in log and "planes that can: gloo, hybrid, zmq" in log, log[-2000:]
+        assert re.search(r"exitcode\s*:\s*2", log), log[-2000:]
+    assert not list(tmp_path.glob("*.csv")), "bad input must write no row"
+
+
+def rank_pids(rank: int, marker: str) -> list[int]:
+    """PIDs of processes whose command line has ``marker`` and whose environment sets RANK=rank."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if marker in cmd and f"RANK={rank}".encode() in env and "torchrun" not in cmd:
+            out.append(int(pid))
+    return out
+
+
+def wait_until(cond, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(victim, tmp_path, model_cache):
+    """Rank 1 (node 1) killed: rank 0 reports it, naming rank and node, within 5 s and writes a failed row.
+    Rank 0 killed: rank 1, blocked in its loop on the other node, exits within 5 s. Either way no process of
+    the run is left."""
+    marker = f"results_dir={tmp_path}"
+    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=zmq", "tp=2", "workload=bench", "repeat=100",
+                     "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
+    try:
+        assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
+        pids = rank_pids(victim, marker)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], 9)
+        killed = time.monotonic()
+        if victim == 1:
+            assert wait_until(lambda: "worker rank 1 failed" in node_log(tmp_path, 0), 5.0), node_log(tmp_path, 0)
+            assert "(node sim-node1)" in node_log(tmp_path, 0)
+        else:
+            assert wait_until(lambda: not rank_pids(1, marker), 5.0), "rank 1 outlived rank 0 by 5 s"
+        print(f"noticed after {time.monotonic() - killed:.2f} s")
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
+    if victim == 1:
+        rows = (tmp_path / "runs.csv").read_text().splitlines()
+        assert any(",failed," in r and "rank 1" in r for r in rows)
+
+
+@pytest.mark.parametrize("control", ["gloo", "zmq", "hybrid"])
+def test_conformance_across_two_nodes_of_two(control, tmp_path):
+    """2,000 messages of 0 B to 20 KB (through 4 KiB ring slots for hybrid: chunked, slots reused) reach all
+    three workers, two of them on the other node, in order and intact."""
+    out = tmp_path / "out.json"
+    proc = sim_nodes(tmp_path, 2, 2, os.path.join(ROOT, "tests", "torchrun_conformance.py"), control, str(out))
+    assert proc.returncode == 0, node_log(tmp_path, 0)[-3000:] + node_log(tmp_path, 1)[-3000:]
+    got = json.loads(out.read_text())
+    assert got["nodes"] == 2
+    assert got["reports"] == {str(r): {"received": 2000, "errors": []} for r in (1, 2, 3)}
