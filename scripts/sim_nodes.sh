@@ -13,7 +13,11 @@ args=$(printf '%q ' "$@")
 export GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 pids=()
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 for ((k = 0; k < NODES; k++)); do
+  if [ "$GPUS" -ge $((NODES * NPROC)) ]; then  # node k gets GPUs k*NPROC .. (k+1)*NPROC-1, as a real node its own
+    export CUDA_VISIBLE_DEVICES=$(seq -s, $((k * NPROC)) $(((k + 1) * NPROC - 1)))
+  fi
   NCCL_HOSTID=sim-node$k unshare --uts --ipc --mount --propagation private sh -c "mount -t tmpfs -o size=1g tmpfs /dev/shm && \
     hostname sim-node$k && exec torchrun --nnodes=$NODES --nproc-per-node=$NPROC --node-rank=$k \
     --master-addr=127.0.0.1 --master-port=$PORT --max-restarts=0 $args" > "$LOGDIR/sim_node$k.log" 2>&1 &

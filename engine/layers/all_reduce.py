@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import torch
 import torch.distributed as dist
@@ -37,6 +36,7 @@ import torch.nn.functional as F
 ONE_SHOT_MAX_BYTES = {2: 1 << 20, 4: 512 << 10, 8: 256 << 10}
 SYMM_MAX_BYTES = 64 << 20  # the symmetric buffer's size cap; larger messages go through NCCL
 SYMM_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's symmetric-memory kernels reduce
+_instances = 0  # symmetric-memory groups set up in this process
 
 
 class TorchAllReduce:
@@ -72,12 +72,17 @@ class SymmMemAllReduce(TorchAllReduce):
         os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # never NVLink multicast
         import torch.distributed._symmetric_memory as symm_mem
 
-        self.group_name = dist.group.WORLD.group_name
-        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, deprecated after
-        if enable is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                enable(self.group_name)
+        # A group name of its own, never used before in this process: PyTorch keeps a group's rendezvous store
+        # for the life of the process, and a process group re-created after destroy_process_group() (a second
+        # engine in one process) reuses the name "0" of the first, whose store is gone: rendezvous would
+        # wait on it forever. The name is agreed through the default group's store, with its own keys.
+        global _instances
+        _instances += 1
+        store = dist.PrefixStore("symm_mem", dist.distributed_c10d._get_default_store())  # one per engine
+        if dist.get_rank() == 0:
+            store.set("name", f"tpcp_symm_{os.getpid()}_{_instances}")
+        self.group_name = store.get("name").decode()
+        symm_mem._SymmetricMemory.set_group_info(self.group_name, dist.get_rank(), world_size, store)
         self.buf = symm_mem.empty(numel, dtype=dtype, device=device)
         symm_mem.rendezvous(self.buf, self.group_name)
         self.one_shot_max = ONE_SHOT_MAX_BYTES.get(world_size, min(ONE_SHOT_MAX_BYTES.values()))
