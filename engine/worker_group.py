@@ -138,11 +138,14 @@ class WorkerGroup:
         return "ping-pong min-RTT/2", max(self.lifelines.offsets[r][1] for r in remote) / 1e3
 
     def _drain(self, wait_s: float = 0.0) -> None:
+        """Take the workers' reports; wait up to ``wait_s`` for one when there are none (with 0, never wait:
+        this runs in every liveness check, i.e. on the send path of some planes)."""
         deadline = time.monotonic() + wait_s
         while True:
+            left = deadline - time.monotonic()
             try:
-                kind, rank, payload = self.lifelines.reports.get(timeout=max(0.0, deadline - time.monotonic())
-                                                                 or 0.001)
+                kind, rank, payload = (self.lifelines.reports.get(timeout=left) if left > 0
+                                       else self.lifelines.reports.get_nowait())
             except queue.Empty:
                 return
             (self.errors if kind == "error" else self.worker_stats)[rank] = payload

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 ONE_SHOT_MAX_BYTES = {2: 1 << 20, 4: 512 << 10, 8: 256 << 10}
 SYMM_MAX_BYTES = 64 << 20  # the symmetric buffer's size cap; larger messages go through NCCL
 SYMM_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's symmetric-memory kernels reduce
-_instances = 0  # symmetric-memory groups set up in this process
+_set_up_in_process = False  # symmetric memory was set up here before (by an earlier engine)
 
 
 class TorchAllReduce:
@@ -72,17 +73,12 @@ class SymmMemAllReduce(TorchAllReduce):
         os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # never NVLink multicast
         import torch.distributed._symmetric_memory as symm_mem
 
-        # A group name of its own, never used before in this process: PyTorch keeps a group's rendezvous store
-        # for the life of the process, and a process group re-created after destroy_process_group() (a second
-        # engine in one process) reuses the name "0" of the first, whose store is gone: rendezvous would
-        # wait on it forever. The name is agreed through the default group's store, with its own keys.
-        global _instances
-        _instances += 1
-        store = dist.PrefixStore("symm_mem", dist.distributed_c10d._get_default_store())  # one per engine
-        if dist.get_rank() == 0:
-            store.set("name", f"tpcp_symm_{os.getpid()}_{_instances}")
-        self.group_name = store.get("name").decode()
-        symm_mem._SymmetricMemory.set_group_info(self.group_name, dist.get_rank(), world_size, store)
+        self.group_name = dist.group.WORLD.group_name
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, deprecated after
+        if enable is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                enable(self.group_name)
         self.buf = symm_mem.empty(numel, dtype=dtype, device=device)
         symm_mem.rendezvous(self.buf, self.group_name)
         self.one_shot_max = ONE_SHOT_MAX_BYTES.get(world_size, min(ONE_SHOT_MAX_BYTES.values()))
@@ -132,22 +128,39 @@ def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: tor
         return None
     if device.type != "cuda":
         return TorchAllReduce("gloo")
+    global _set_up_in_process
     impl, reason = None, "not asked for"
     if mode in ("auto", "symm_mem"):
+        reason = ""
         if num_nodes > 1:
             reason = f"the ranks are on {num_nodes} nodes"
+        elif _set_up_in_process:
+            # PyTorch keeps a group's symmetric-memory rendezvous store for the life of the process, keyed by the
+            # group's name; a default group re-created after destroy_process_group() gets the same name and its
+            # rendezvous would wait on the first engine's store, gone with it (seen with torch 2.11: a hang).
+            reason = "an earlier engine in this process set up symmetric memory (PyTorch cannot set it up twice)"
         elif dtype not in SYMM_DTYPES:
             reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
-        else:
-            numel = max(1, min(numel, SYMM_MAX_BYTES // torch.empty(0, dtype=dtype).element_size()))
-            try:
-                impl = SymmMemAllReduce(world_size, numel, dtype, device)
-            except Exception as e:  # no driver support, old torch: NCCL instead (agreed below)
-                reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    # Every rank must agree before the (collective) rendezvous: a fresh worker process may try where rank 0,
+    # with an earlier engine behind it, may not.
+    may = torch.tensor([mode != "nccl" and not reason], dtype=torch.int32, device=device)
+    dist.all_reduce(may, op=dist.ReduceOp.MIN)
+    if bool(may.item()):
+        numel = max(1, min(numel, SYMM_MAX_BYTES // torch.empty(0, dtype=dtype).element_size()))
+        try:
+            impl = SymmMemAllReduce(world_size, numel, dtype, device)
+            _set_up_in_process = True
+        except Exception as e:  # no driver support, old torch: NCCL instead (agreed below)
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    elif mode != "nccl" and not reason:
+        reason = "another rank cannot use it"
     ok = torch.tensor([impl is not None], dtype=torch.int32, device=device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     if bool(ok.item()):
         return impl
+    if mode != "nccl":
+        warnings.warn(f"tensor-parallel all-reduce: NCCL, not symmetric memory ({reason or 'another rank failed'})",
+                      stacklevel=2)
     if mode == "symm_mem":
         raise RuntimeError(f"llm.all_reduce=symm_mem: symmetric memory is not available on every rank ({reason})")
     return TorchAllReduce("nccl")
