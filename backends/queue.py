@@ -11,6 +11,7 @@ import multiprocessing as mp
 import queue as queue_mod
 
 from .base import POLL_S, ControlPlane, PeerGone, WorkerEndpoint
+from .segments import register_semaphores, unregister_semaphores
 
 
 class QueueControlPlane(ControlPlane):
@@ -22,6 +23,8 @@ class QueueControlPlane(ControlPlane):
         super().__init__(world_size, timeout_s, context)
         ctx = mp.get_context("spawn")
         self.queues = [ctx.Queue() for _ in range(self.num_workers)]
+        # a Queue holds two locks and a semaphore, named in /dev/shm: listed so a SIGKILLed run's go too
+        self.registry = register_semaphores([s for q in self.queues for s in (q._rlock, q._wlock, q._sem) if s])
 
     def endpoint(self, rank: int) -> "QueueEndpoint":
         return QueueEndpoint(rank, self.queues[rank - 1])
@@ -36,6 +39,8 @@ class QueueControlPlane(ControlPlane):
             q.close()
             q.cancel_join_thread()  # a dead reader must not block the driver's exit
         self.queues = []
+        unregister_semaphores(self.registry)
+        self.registry = None
 
 
 class QueueEndpoint(WorkerEndpoint):

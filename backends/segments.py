@@ -2,7 +2,9 @@
 creator, and removed after a run whose processes all died (nobody was left to unlink them).
 
 Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run on the same host recognise a segment as
-stale (its creator no longer exists) without touching a live run's.
+stale (its creator no longer exists) without touching a live run's. The named semaphores a plane creates
+through multiprocessing (``/dev/shm/sem.mp-*``, names without a pid) are listed in a registry file of the
+same form, ``tpcp_<pid>_sems<random>``, so that they are removed with the dead run's segments too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
         try:
             os.kill(int(parts[1]), 0)
         except ProcessLookupError:
+            if parts[2].startswith("sems"):
+                removed += _unlink_listed(os.path.join(directory, name), directory)
             try:
                 os.unlink(os.path.join(directory, name))
                 removed.append(name)
@@ -36,6 +40,46 @@ def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
         except PermissionError:  # alive, another user's
             pass
     return removed
+
+
+def _unlink_listed(registry: str, directory: str) -> list[str]:
+    """Unlink the semaphores a dead run's registry lists; returns their files' names."""
+    removed = []
+    try:
+        with open(registry) as f:
+            names = f.read().split()
+    except OSError:
+        return removed
+    for sem in names:
+        path = os.path.join(directory, "sem." + sem.lstrip("/"))
+        try:
+            os.unlink(path)
+            removed.append(os.path.basename(path))
+        except OSError:
+            pass
+    return removed
+
+
+def register_semaphores(semaphores) -> str | None:
+    """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry file
+    ``/dev/shm/tpcp_<pid>_sems<random>``; returns its path (None where there is no /dev/shm). Pass the path to
+    :func:`unregister_semaphores` once the semaphores are released."""
+    names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
+    names = [n for n in names if n]
+    if not names or not os.path.isdir("/dev/shm"):
+        return None
+    path = os.path.join("/dev/shm", f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}")
+    with open(path, "w") as f:
+        f.write("\n".join(names) + "\n")
+    return path
+
+
+def unregister_semaphores(path: str | None) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def create_segment(size: int) -> shared_memory.SharedMemory:

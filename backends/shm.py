@@ -22,7 +22,7 @@ import multiprocessing as mp
 import struct
 
 from .base import ControlPlane, WorkerEndpoint
-from .segments import attach_segment, create_segment, release_segment
+from .segments import attach_segment, create_segment, register_semaphores, release_segment, unregister_semaphores
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -54,6 +54,7 @@ class ShmControlPlane(ControlPlane):
         self.capacity = segment_bytes - DATA_OFFSET
         self.ready = [ctx.Semaphore(0) for _ in range(self.num_workers)]
         self.acks = [ctx.Semaphore(1) for _ in range(self.num_workers)]  # 1 = the segment is free
+        self.registry = register_semaphores(self.ready + self.acks)  # a SIGKILLed run's are removed by the next
 
     def endpoint(self, rank: int) -> "ShmEndpoint":
         return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
@@ -77,6 +78,9 @@ class ShmControlPlane(ControlPlane):
 
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)
+        self.ready = self.acks = []  # their finalizers unlink the named semaphores now, not at exit
+        unregister_semaphores(self.registry)
+        self.registry = None
 
 
 class ShmEndpoint(WorkerEndpoint):

@@ -51,6 +51,7 @@ class EngineConfig:
         seed: seed of rank 0's sampling generator.
         launcher: "auto" (torchrun when this process was started by it, else spawn), "spawn" (rank 0 spawns
             the workers on this host) or "torchrun" (every rank started by torchrun; ``launch.py``).
+        cpu_threads: torch threads per rank on CPU; 0 = the host's cores / tp (one rank per core share).
     """
 
     model: str
@@ -74,6 +75,7 @@ class EngineConfig:
     startup_timeout_s: float = 600.0
     seed: int = 0
     launcher: str = "auto"
+    cpu_threads: int = 0
     hf_config: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +116,8 @@ class EngineConfig:
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cpu_threads < 0:
+            raise ConfigError(f"cpu_threads must be 0 (cores / tp) or >= 1, got {self.cpu_threads}")
         if self.num_kvcache_blocks != -1 and self.num_kvcache_blocks < 1:
             raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, got {self.num_kvcache_blocks}")
         for name in ("timeout_s", "startup_timeout_s"):

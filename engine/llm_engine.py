@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import time
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ def make_control_plane(name: str, options: dict, world_size: int, timeout_s: flo
         raise ConfigError(f"control={name} cannot reach ranks on {where} (scope: {scope}); planes that can: "
                           f"{', '.join(planes_for(context.launcher, context.num_nodes))}")
     return cls(world_size, timeout_s=timeout_s, context=context, **options)
+
+
+log = logging.getLogger("engine")
 
 
 class DataPlaneError(RuntimeError):
@@ -100,7 +104,10 @@ class LLM:
         self._closed = False
         atexit.register(self.shutdown)
         try:
-            cfg, launch = self.config, self.config.launch
+            cfg, launch, t0 = self.config, self.config.launch, time.perf_counter()
+            log.info("starting: tp=%d on %s (%s), control=%s; %s", cfg.tensor_parallel_size, cfg.device, cfg.dtype,
+                     cfg.control, "waiting for torchrun's ranks" if launch else
+                     f"spawning {cfg.tensor_parallel_size - 1} worker(s)")
             self.group = WorkerGroup(cfg.tensor_parallel_size, cfg.timeout_s, cfg.startup_timeout_s, launch)
             try:
                 self.control = make_control_plane(cfg.control, cfg.control_options, cfg.tensor_parallel_size,
@@ -111,6 +118,8 @@ class LLM:
             self.group.start(self.control, model_worker, (cfg, None))
             self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for,
                                       launch.local_rank if launch else 0, self.group.context.num_nodes)
+            log.info("ready in %.1f s: %d KV blocks per rank, all-reduce %s", time.perf_counter() - t0,
+                     self.runner.num_kvcache_blocks, self.runner.all_reduce)
         except BaseException:
             self.shutdown()
             raise

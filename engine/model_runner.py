@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from datetime import timedelta
@@ -13,6 +14,8 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from .config import EngineConfig
+
+log = logging.getLogger("engine")
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
@@ -40,6 +43,7 @@ class ModelRunner:
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
         all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
+        cpu_threads: torch threads of this rank on CPU (None on CUDA).
         sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
 
@@ -56,7 +60,8 @@ class ModelRunner:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
+            torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // self.world_size))
+        self.cpu_threads = torch.get_num_threads() if self.device.type == "cpu" else None
         sync("joining")
         dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=PrefixStore("data", store),
                                 rank=rank, world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
@@ -71,12 +76,17 @@ class ModelRunner:
                 self.model = Qwen3ForCausalLM(hf)
         finally:
             torch.set_default_dtype(prev_dtype)
+        if rank == 0:
+            log.info("loading rank 0's shard of %s", config.model)
         load_weights(self.model, config.model)
         self.model.eval()
         sync("loaded")
         self.kv_heads = hf["num_key_value_heads"] // self.world_size
         self.head_dim = hf["head_dim"]
         self.num_layers = hf["num_hidden_layers"]
+        if rank == 0:
+            log.info("sizing the KV cache%s", " (a warm-up prefill measures the activations)" if
+                     config.device == "cuda" and config.num_kvcache_blocks < 0 else "")
         num_blocks = torch.tensor([self._local_num_blocks()], dtype=torch.int64, device=self.device)
         dist.all_reduce(num_blocks, op=dist.ReduceOp.MIN)
         self.num_kvcache_blocks = int(num_blocks.item())
@@ -87,6 +97,9 @@ class ModelRunner:
         self.graphs = None
         self.max_blocks = math.ceil(config.max_model_len / self.block_size)
         if config.device == "cuda" and not config.enforce_eager:
+            if rank == 0:
+                log.info("compiling the fused kernels and capturing decode CUDA graphs (batch sizes up to %d)",
+                         config.max_num_seqs)
             if config.compile:
                 compile_elementwise()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from backends import ControlContext, ControlPlane
+from backends.segments import remove_stale_segments
 
 from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
 from .lifeline import LifelineServer
@@ -71,6 +72,7 @@ class WorkerGroup:
         self.procs: dict[int, mp.Process] = {}
         self.store = self.lifelines = None
         self.workers = list(range(1, world_size))
+        remove_stale_segments()  # what runs killed with every process left behind (segments, semaphores)
         try:
             if self.launch.launcher == "spawn":
                 self.store = spawn_store(world_size, timeout_s)

@@ -12,12 +12,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from .overrides import check_overrides
+from .overrides import CONF_DIR, check_overrides
 
 EXIT_CODES: list[int] = []
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
         from .app import run_job

@@ -14,11 +14,9 @@ from engine.launch import Launch
 from . import metrics
 from .engine_cache import engine_key, get_engine
 from .engine_cache import release as release_engine
-from .job_setup import base_row, engine_settings, failed, prepare, resolve_device
+from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .report import print_floor, print_summary
-from .results_csv import append_row
-from .schema import COLUMNS, SCHEMA_VERSION
 from .workloads import Workload
 
 SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
@@ -68,6 +66,8 @@ def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input). Under
     torchrun, ranks other than 0 check the same configuration, then serve rank 0 (``torchrun_worker``)."""
     launch = Launch.from_env()
+    if cfg.workload.get("kind") != "broadcast":
+        resolve_model(cfg, resolve_device(cfg.device))
     if launch is not None and launch.rank != 0:
         from .torchrun_worker import run_worker_rank
 
@@ -87,42 +87,47 @@ def run_engine_job(cfg: DictConfig) -> int:
     """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up.
 
     Bad input (found before anything is spawned) is exit code 2 and no row; any later failure, Ctrl-C
-    included, appends one failed row for the repeat it interrupted (exit code 1, or 130)."""
+    included, appends one failed row for the repeat it interrupted (exit code 1, or 130); a row that could
+    not be written where asked (``Results``) makes it 1 too."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
-    llm, repeat, ok, reuse = None, 0, False, False
+    llm, results, repeat, ok, reuse = None, None, 0, False, False
     try:
         results, path, work = prepare(cfg, device)
+        model, model_hash = model_label(cfg, path)
+        row0.update(model=model, model_hash=model_hash)
         settings, async_scheduling = engine_settings(cfg, path, device)
-        reuse = cfg.reuse_engine and Launch.from_env() is None  # under torchrun the other ranks follow each job
+        launch = Launch.from_env()
+        reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
         llm, reused = get_engine(engine_key(**settings), lambda: LLM(**settings), reuse)
         llm.config.async_scheduling = async_scheduling
         if reused:
-            print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {cfg.model.name})")
+            print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
         sync, uncertainty = llm.group.clock_sync()
         row0.update(dtype=llm.config.dtype, all_reduce=llm.runner.all_reduce, launcher=llm.config.launcher,
-                    nodes=llm.group.context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty)
+                    nodes=llm.group.context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty,
+                    cpu_threads=llm.runner.cpu_threads)
         if work.warmup:
             llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, ignore_eos=True,
                                                                 max_tokens=min(16, work.params[0].max_tokens)))
-        gpus = list(range(cfg.tp)) if device == "cuda" else []
+        gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
         for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
             row = {**row0, "repeat": repeat, "status": "ok", **timed_run(llm, work, sampler, cfg.progress),
                    "gpu_name": sampler.gpu_name}
-            print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+            print_summary(row, results.add(row))
             SWEEP_ROWS.append(row)
             if device == "cuda":
                 print_floor(row, work, llm)
         ok = True
-        return 0
+        return 1 if results.problem else 0
     except (ConfigError, ValueError, TypeError) as e:
         if llm is None:  # bad input: nothing was spawned, no row
             print(f"error: {e}", file=sys.stderr)
             return 2
         return failed(results, row0, repeat, e)
     except BaseException as e:
-        if "results" not in locals():
+        if results is None:
             raise
         return failed(results, row0, repeat, e)
     finally:

@@ -13,8 +13,6 @@ from .app import SWEEP_ROWS
 from .broadcast import BroadcastGroup, run_broadcast
 from .job_setup import base_row, check_results_dir, control_options, failed
 from .report import one_line, print_broadcast
-from .results_csv import append_row
-from .schema import COLUMNS, SCHEMA_VERSION
 from .workloads import check_workload
 
 
@@ -62,11 +60,11 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
         for r in range(cfg.repeat):
             for result in run_broadcast(w, group, cfg.progress):
                 row = {**row0, "repeat": r, "status": "ok", **result}
-                print_broadcast(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+                print_broadcast(row, results.add(row))
                 SWEEP_ROWS.append(row)
-        return 0
+        return 1 if results.problem else 0
     except BaseException as e:
-        append_row(results, COLUMNS, {**row0, "repeat": r, "status": "failed", "error": one_line(e)}, SCHEMA_VERSION)
+        results.add({**row0, "repeat": r, "status": "failed", "error": one_line(e)})
         print(f"error: {'interrupted' if isinstance(e, KeyboardInterrupt) else one_line(e)}", file=sys.stderr)
         return 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:

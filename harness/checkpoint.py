@@ -41,6 +41,7 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
 
+        print(f"building preset {name} once (transformers, random weights, seed {seed}) into {path}", flush=True)
         hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
         if on_gpu:

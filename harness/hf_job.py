@@ -10,29 +10,30 @@ from omegaconf import DictConfig
 from engine import ConfigError
 
 from .hf_peer import run_hf
-from .job_setup import base_row, failed, prepare, resolve_device
+from .job_setup import base_row, failed, model_label, prepare, resolve_device
 from .nvml_sampler import NvmlSampler
 from .report import print_summary
-from .results_csv import append_row
-from .schema import COLUMNS, SCHEMA_VERSION
 
 
 def run_hf_job(cfg: DictConfig) -> int:
     """``engine=hf``: the workload through transformers' generate on one device, one row per repeat."""
     device = resolve_device(cfg.device)
+    gpu = [0] if device == "cuda" else []
     dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
     try:
         if cfg.tp != 1:
             raise ConfigError("engine=hf runs on one device: use tp=1")
         results, path, work = prepare(cfg, device)
+        model, model_hash = model_label(cfg, path)
+        row0.update(model=model, model_hash=model_hash)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     repeat = 0
     try:
         for repeat in range(cfg.repeat):
-            sampler = NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s).start()
+            sampler = NvmlSampler(gpu, cfg.nvml_interval_s).start()
             try:
                 metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed, cfg.progress)
             finally:
@@ -41,7 +42,7 @@ def run_hf_job(cfg: DictConfig) -> int:
                    "gpu_name": sampler.gpu_name}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
-            print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
-        return 0
+            print_summary(row, results.add(row))
+        return 1 if results.problem else 0
     except BaseException as e:
         return failed(results, row0, repeat, e)

@@ -4,20 +4,23 @@ the configuration columns of a row, and the failed row of a run that did not fin
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
+import tempfile
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from engine import ConfigError
 from engine.config import REQUIRED_HF_KEYS, read_hf_config
 
 from .checkpoint import cache_dir, materialize
 from .report import one_line, print_summary
-from .results_csv import append_row
+from .results_csv import Results
 from .schema import COLUMNS, SCHEMA_VERSION
-from .sysinfo import metadata
+from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload
 
 
@@ -25,6 +28,39 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def resolve_model(cfg: DictConfig, device: str) -> None:
+    """``model=auto`` (the default) becomes a preset for the device, in place: ``qwen3-0.6b`` on CUDA (the
+    nano-vllm benchmark's model), ``qwen3-tiny`` on CPU; printed, so nobody benchmarks the tiny model on an
+    H200 by accident. A ``model.path`` given with ``model=auto`` is kept as it is."""
+    if cfg.model.name != "auto":
+        return
+    from .overrides import CONF_DIR
+
+    name = "qwen3-0.6b" if device == "cuda" else "qwen3-tiny"
+    chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
+    path = cfg.model.get("path")
+    with open_dict(cfg):
+        cfg.model = chosen
+        cfg.model.path = path
+    print(f"model=auto: {name} on {device}{' (its shape; weights from model.path)' if path else ''}")
+
+
+def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
+    """(``model`` column, ``model_hash`` column): the preset's name, or for ``model.path`` the checkpoint
+    directory's name; and a short hash of its config.json and its weight files' names and sizes (the
+    safetensors index when there is one), so that rows of two different checkpoints never look alike."""
+    name = os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
+    h = hashlib.sha256()
+    for item in sorted(os.listdir(path)):
+        full = os.path.join(path, item)
+        if item == "config.json" or item.endswith(".safetensors.index.json"):
+            with open(full, "rb") as f:
+                h.update(item.encode() + f.read())
+        elif item.endswith(".safetensors"):
+            h.update(f"{item}:{os.path.getsize(full)}".encode())
+    return name, h.hexdigest()[:12]
 
 
 def model_path(cfg: DictConfig) -> str:
@@ -55,8 +91,8 @@ def control_options(cfg: DictConfig) -> dict:
 
 
 # Command-line keys that have a column of their own, or that do not change what is measured.
-NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "device", "dtype", "workload", "seed", "repeat",
-                    "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine"}
+NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", "dtype", "workload", "seed", "repeat",
+                    "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine", "tag", "cpu_threads"}
 
 
 def task_overrides() -> list[str]:
@@ -74,9 +110,9 @@ def base_row(cfg: DictConfig, device: str) -> dict:
     (``workload.num_seqs=8 llm.async_scheduling=false``...) so rows of a sweep over them stay apart."""
     other = sorted(o for o in task_overrides()
                    if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES and not o.startswith("hydra."))
-    return {"schema_version": SCHEMA_VERSION, "engine": cfg.engine, "control": cfg.control.name, "tp": cfg.tp,
-            "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
-            "overrides": " ".join(other) or None, "seed": cfg.seed, **metadata()}
+    return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
+            "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
+            "overrides": " ".join(other) or None, "seed": cfg.seed, "hydra_dir": hydra_dir(), **metadata(device)}
 
 
 def workload_config(cfg: DictConfig) -> dict:
@@ -89,8 +125,9 @@ def workload_config(cfg: DictConfig) -> dict:
     return w
 
 
-def check_results_dir(cfg: DictConfig) -> str:
-    """The results CSV path; its directory is created and must be writable.
+def check_results_dir(cfg: DictConfig) -> Results:
+    """Where this job's rows go; its directory is created and a file is written there and removed, so a
+    read-only mount or a pseudo file system is found before anything runs.
 
     Raises:
         ConfigError: the directory cannot be created or written.
@@ -98,17 +135,17 @@ def check_results_dir(cfg: DictConfig) -> str:
     directory = os.path.abspath(cfg.results_dir)
     try:
         os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tpcp-write-check-"):
+            pass
     except OSError as e:
-        raise ConfigError(f"cannot write results to {directory}: {e.strerror}") from None
-    if not os.access(directory, os.W_OK):
-        raise ConfigError(f"cannot write results to {directory}: not writable")
-    return os.path.join(directory, cfg.results_file)
+        raise ConfigError(f"cannot write results to {directory}: {e.strerror or e}") from None
+    return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION)
 
 
-def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[str | None, str, Workload]:
+def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
     """Everything that can be checked before a process is spawned: results directory (unless ``results`` is
     false: a rank that writes none), checkpoint, workload and whether its sequences fit
-    ``llm.max_model_len``. Returns (results CSV path or None, model path, workload).
+    ``llm.max_model_len``. Returns (the results, or None; model path; workload).
 
     Raises:
         ConfigError: any of these is wrong.
@@ -116,23 +153,25 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[str | N
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
     results = check_results_dir(cfg) if results else None
+    max_model_len = cfg.llm.max_model_len
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
+        raise ConfigError(f"llm.max_model_len must be an integer >= 1, got {max_model_len!r}")
     path = model_path(cfg)
     hf = read_hf_config(path)
     work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
     longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
-    max_model_len = cfg.llm.max_model_len
-    limit = min(max_model_len, hf["max_position_embeddings"]) if isinstance(max_model_len, int) else longest
-    if longest > limit:  # (a max_model_len of the wrong type is reported by the engine's own checks)
+    limit = min(max_model_len, hf["max_position_embeddings"])
+    if longest > limit:
         raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
                           f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
                           f"max_position_embeddings={hf['max_position_embeddings']})")
     return results, path, work
 
 
-def failed(results: str, row0: dict, repeat: int, e: BaseException) -> int:
+def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     """Append the failed row of an interrupted or crashed run; returns the exit code (130 or 1)."""
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
-    print_summary(row, append_row(results, COLUMNS, row, SCHEMA_VERSION))
+    print_summary(row, results.add(row))
     print(f"error: {one_line(e)}", file=sys.stderr)
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 
@@ -149,5 +188,6 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
     if not isinstance(async_scheduling, bool):
         raise ConfigError(f"llm.async_scheduling must be true or false, got {async_scheduling!r}")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
-                    dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed, **options)
+                    dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed,
+                    cpu_threads=cfg.get("cpu_threads") or 0, **options)
     return settings, async_scheduling

@@ -1,7 +1,10 @@
 """GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py).
 
-Where NVML is missing (no driver, CPU machine) the sampler is inert and every value is None: a
-benchmark on a CPU machine gets empty cells, never a crash.
+NVML numbers GPUs in its own order, whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say: each CUDA
+device of the run is matched to its NVML handle by PCI address (domain, bus, device), never by index. Where
+no handle matches (MIG slices, some containers) the row says so (``nvml`` column) and reads nothing.
+Where NVML is missing (no driver, CPU machine) the sampler is inert and every value is None: a benchmark on
+a CPU machine gets empty cells, never a crash.
 """
 
 from __future__ import annotations
@@ -16,30 +19,61 @@ except ImportError:  # nvidia-ml-py not installed
     pynvml = None
 
 
+def pci_address(cuda_index: int) -> tuple[int, int, int]:
+    """(domain, bus, device) of CUDA device ``cuda_index`` as CUDA numbers it (after CUDA_VISIBLE_DEVICES and
+    CUDA_DEVICE_ORDER)."""
+    import torch
+
+    p = torch.cuda.get_device_properties(cuda_index)
+    return p.pci_domain_id, p.pci_bus_id, p.pci_device_id
+
+
+def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[list, str]:
+    """NVML handles of the CUDA devices ``cuda_indices``, matched by PCI address; returns (handles, how):
+    ``how`` is "pci" when all matched, else a sentence naming the first device without a handle (and the
+    handles are then empty: never another GPU's numbers)."""
+    by_address = {}
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        info = nvml.nvmlDeviceGetPciInfo(h)
+        by_address[(info.domain, info.bus, info.device)] = h
+    handles = []
+    for index in cuda_indices:
+        where = address(index)
+        if where not in by_address:
+            return [], (f"no NVML device at the PCI address of cuda:{index} ({where[0]:04x}:{where[1]:02x}:"
+                        f"{where[2]:02x}; a MIG slice or a container?): not sampled")
+        handles.append(by_address[where])
+    return handles, "pci"
+
+
 class NvmlSampler:
-    """Samples GPUs ``indices`` every ``interval_s`` seconds between ``start()`` and ``stop()``.
+    """Samples CUDA devices ``indices`` (CUDA's numbering) every ``interval_s`` seconds between ``start()``
+    and ``stop()``; ``nvml``: the NVML module (nvidia-ml-py by default; tests pass a stub).
 
     ``summary()`` gives ``gpu_util_pct_mean`` / ``gpu_util_pct_max`` (SM busy %, nvmlDeviceGetUtilizationRates,
     over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order), ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU)
     and ``gpu_power_w_mean`` (board power, W, summed over GPUs, averaged over samples); ``gpu_name``.
     """
 
-    def __init__(self, indices: list[int], interval_s: float = 0.1):
+    def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
         self.indices, self.interval_s = list(indices), interval_s
         self.util, self.mem_mib, self.power_w = [], [], []
-        self.gpu_name = None
+        self.gpu_name = self.how = None
         self.handles = []
         self._stop = threading.Event()
         self._thread = None
-        if pynvml is None or not self.indices:
+        self.nvml = nvml or pynvml
+        if self.nvml is None or not self.indices:
             return
         try:
-            pynvml.nvmlInit()
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
-            name = pynvml.nvmlDeviceGetName(self.handles[0])
-            self.gpu_name = name.decode() if isinstance(name, bytes) else name
-        except Exception:  # pynvml.NVMLError and friends: no usable NVML here
-            self.handles = []
+            self.nvml.nvmlInit()
+            self.handles, self.how = match_handles(self.indices, self.nvml)
+            if self.handles:
+                name = self.nvml.nvmlDeviceGetName(self.handles[0])
+                self.gpu_name = name.decode() if isinstance(name, bytes) else name
+        except Exception as e:  # pynvml.NVMLError and friends: no usable NVML here
+            self.handles, self.how = [], f"NVML unusable: {e}"
 
     @property
     def available(self) -> bool:
@@ -48,10 +82,10 @@ class NvmlSampler:
     def _sample_once(self) -> None:
         util, mem, power = [], [], []
         for h in self.handles:
-            util.append(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            mem.append(pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
+            util.append(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            mem.append(self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
             try:
-                power.append(pynvml.nvmlDeviceGetPowerUsage(h) / 1e3)  # mW -> W
+                power.append(self.nvml.nvmlDeviceGetPowerUsage(h) / 1e3)  # mW -> W
             except Exception:
                 pass
         self.util.append(util)
@@ -79,7 +113,7 @@ class NvmlSampler:
             self._thread = None
         if self.available:
             try:
-                pynvml.nvmlShutdown()
+                self.nvml.nvmlShutdown()
             except Exception:
                 pass
             self.handles = []
@@ -92,4 +126,5 @@ class NvmlSampler:
             "gpu_util_pct_by_gpu": ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None,
             "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
             "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
+            "nvml": self.how,
         }

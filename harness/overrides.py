@@ -7,7 +7,19 @@ import os
 
 from omegaconf import OmegaConf
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+def _conf_dir() -> str:
+    """``conf/`` of this source tree (a checkout, an editable install), else the installed copy, the package
+    ``tpcp_conf``."""
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    if os.path.isfile(os.path.join(here, "config.yaml")):
+        return here
+    import importlib.util
+
+    spec = importlib.util.find_spec("tpcp_conf")
+    return os.path.dirname(spec.origin) if spec and spec.origin else here
+
+
+CONF_DIR = _conf_dir()
 GROUPS = ("control", "model", "workload")
 _MISSING = object()
 
@@ -34,32 +46,49 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf")}
 
 
-def _key_known(key: str) -> bool:
+def _key_known(key: str, controls: list[str]) -> bool:
+    """Whether ``key`` exists in the configuration: in config.yaml, or in some option of its group; a
+    ``control.options.*`` key in every control plane the command selects (``controls``)."""
     head, _, rest = key.partition(".")
     if head == "hydra":
         return True
     if head in GROUPS:
         if not rest:
             return True
-        for option in group_options(head):
-            cfg = OmegaConf.load(os.path.join(CONF_DIR, head, f"{option}.yaml"))
-            if OmegaConf.select(cfg, rest, default=_MISSING) is not _MISSING:
-                return True
-        return False
+        options = controls if head == "control" and rest.startswith("options.") else group_options(head)
+        found = [OmegaConf.select(OmegaConf.load(os.path.join(CONF_DIR, head, f"{o}.yaml")), rest,
+                                  default=_MISSING) is not _MISSING for o in options]
+        return all(found) if head == "control" and rest.startswith("options.") else any(found)
     base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
     return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
 
 
+def _selected_controls(argv: list[str]) -> list[str]:
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key == "control":
+            return [v.strip() for v in value.split(",")]
+    return ["shm"]  # config.yaml's default
+
+
 def check_overrides(argv: list[str]) -> str | None:
-    """One-line message for the first bad override (unknown group option or key, a bad value of tp,
-    repeat, seed or device), or None. Sweep values (``a,b``) are each checked; ``+key=`` is left to Hydra."""
+    """One-line message for the first bad override, or None: an unknown group option or key (``+key`` adds
+    only keys some option of the group knows, or a Qwen3Config field under ``model.preset``), a
+    ``control.options`` key the selected plane does not take, a bad value of tp, repeat, seed, device or
+    engine, a sweep value without ``-m``."""
     sweep = "-m" in argv or "--multirun" in argv
+    controls = _selected_controls(argv)
     for arg in argv:
         if arg.startswith("-"):
             continue
         key, sep, value = arg.partition("=")
-        if not sep or key.startswith(("+", "~")):
+        if not sep:
             continue
+        plain = key.lstrip("+~")
+        if key.startswith(("+", "~")):
+            if plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls):
+                continue
+            return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
         if "," in value and not sweep and not value.strip().startswith(("[", "{", "'", '"')):
             return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
         values = [v.strip() for v in value.split(",")]
@@ -69,7 +98,11 @@ def check_overrides(argv: list[str]) -> str | None:
             if bad:
                 return f"unknown {key} {bad[0]!r}; available: {', '.join(known)}"
             continue
-        if not _key_known(key):
+        if key.startswith("control.options.") and not _key_known(key, controls):
+            lacking = [c for c in controls if not _key_known(key, [c])]
+            return (f"control={lacking[0]} has no option {key.split('.', 2)[2]!r} "
+                    f"(its options: {', '.join(_options_of(lacking[0])) or 'none'})")
+        if not _key_known(key, controls):
             return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
         if key in VALUE_CHECKS:
             for v in values:
@@ -77,3 +110,8 @@ def check_overrides(argv: list[str]) -> str | None:
                 if problem:
                     return problem
     return None
+
+
+def _options_of(control: str) -> list[str]:
+    options = OmegaConf.load(os.path.join(CONF_DIR, "control", f"{control}.yaml")).get("options") or {}
+    return sorted(options)

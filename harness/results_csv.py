@@ -2,15 +2,20 @@
 
 Concurrent runs (a multirun sweep, two jobs on one host) each add exactly one whole line: the line is
 built in memory and written with one ``write`` while holding ``<file>.lock``. An existing file whose header
-differs from this schema is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it.
+differs from this schema is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it, and
+``Results`` says so in one loud line. A row that cannot be written at all (read-only mount, no lock file)
+goes to a fallback file; the run's numbers are never lost.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime
 import hashlib
 import io
 import os
+import sys
+import uuid
 
 from filelock import FileLock
 
@@ -53,3 +58,49 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
             f.flush()
             os.fsync(f.fileno())
     return path
+
+
+class Results:
+    """Where a job's rows go. ``add(row)`` stamps the row (``time_utc``: when it is written; ``run_id``) and
+    appends it to ``path``; if that fails it writes the row to ``<stem>.unwritten-<run_id>.csv`` beside
+    ``path``, else in the working directory, else prints the CSV line, saying where in one line on stderr
+    and keeping the problem in ``problem`` (the job then exits with code 1).
+
+    Args:
+        path: the results CSV; columns / schema_version: see :func:`append_row`.
+    """
+
+    def __init__(self, path: str, columns: list[str], schema_version: int):
+        self.path, self.columns, self.schema_version = path, columns, schema_version
+        self.problem: str | None = None
+
+    def add(self, row: dict) -> str:
+        """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
+        row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "run_id": row.get("run_id") or uuid.uuid4().hex[:12]}
+        try:
+            written = append_row(self.path, self.columns, row, self.schema_version)
+        except (OSError, TimeoutError) as e:
+            return self._fallback(row, f"{type(e).__name__}: {e}")
+        if written != self.path:
+            print(f"NOTE: {self.path} has another schema's header: this row went to {written} "
+                  f"(python -m harness.analyze {os.path.dirname(self.path) or '.'} reads both)", file=sys.stderr)
+        return written
+
+    def _fallback(self, row: dict, why: str) -> str:
+        stem = os.path.splitext(os.path.basename(self.path))[0]
+        name = f"{stem}.unwritten-{row['run_id']}.csv"
+        for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
+            target = os.path.join(directory, name)
+            try:
+                with open(target, "w", newline="") as f:
+                    f.write(_line(self.columns) + _line([row.get(c) for c in self.columns]))
+            except OSError:
+                continue
+            self.problem = f"cannot write to {self.path} ({why}); the row went to {target}"
+            print(f"error: {self.problem}", file=sys.stderr)
+            return target
+        self.problem = f"cannot write to {self.path} ({why}) nor to a fallback file; the row is printed here"
+        print(f"error: {self.problem}\n{_line(self.columns)}{_line([row.get(c) for c in self.columns])}",
+              file=sys.stderr)
+        return "stderr"

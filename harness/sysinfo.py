@@ -1,8 +1,8 @@
-"""Run metadata for the results row: UTC time, git commit, library versions, host."""
+"""Run metadata for the results row: git commit, library versions, host, and for CPU runs what
+pytest-benchmark records as machine info (CPU model, cores, torch threads, load average)."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 import socket
@@ -30,16 +30,40 @@ def git_commit(repo_dir: str) -> str | None:
         return None
 
 
-def metadata() -> dict:
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def metadata(device: str = "cpu") -> dict:
+    """Provenance columns of a row; on CPU also the machine's load (the numbers depend on it)."""
     nccl = None
     if torch.cuda.is_available():
         try:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:
             nccl = None
-    return {
-        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-        "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "nccl_version": nccl,
-        "host": socket.gethostname(), "python_version": platform.python_version(),
-    }
+    out = {"git_commit": git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+           "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "nccl_version": nccl,
+           "host": socket.gethostname(), "python_version": platform.python_version(),
+           "cpu_model": cpu_model(), "cpu_cores": os.cpu_count()}
+    if device == "cpu":
+        out["load_avg_1m"] = os.getloadavg()[0]
+    return out
+
+
+def hydra_dir() -> str | None:
+    """This job's Hydra output directory (None outside Hydra)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.output_dir
+    except Exception:
+        return None

@@ -1,4 +1,4 @@
-"""python -m harness.analyze: table, plot, compare (exit 1 on a regression), damaged input."""
+"""python -m harness.analyze: table, plot, the --compare gate, damaged input, failed and diverted rows."""
 
 from __future__ import annotations
 
@@ -30,9 +30,12 @@ def test_sweep_gives_one_row_per_job_and_repeat(sweep):
 def test_table_and_plot(sweep, tmp_path, capsys):
     png = tmp_path / "plot.png"
     assert main([sweep, "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "| tp | control" in out.replace("  ", " ") or "control" in out
-    assert "(1.00x)" in out  # shm against itself
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("|"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[:2] == ["tp", "control"] and "n" in cells and "output_tok_s" in cells
+    shm_rows = [line for line in lines if re.match(r"\|\s+\d\s+\|\s+shm\s", line)]
+    assert len(shm_rows) == 2 and all("(1.00x)" in r for r in shm_rows)  # shm against itself
     assert png.stat().st_size > 10_000
 
 
@@ -43,7 +46,36 @@ def test_compare_flags_halved_throughput_and_passes_identical(sweep, tmp_path, c
     df["output_tok_s"] /= 2
     df.to_csv(worse, index=False)
     assert main(["--compare", sweep, str(worse), "--threshold", "10%"]) == 1
-    assert "WORSE" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "WORSE" in out and "fewer than 3 repeats" in out  # two repeats: the gate warns
+
+
+def test_compare_fails_on_a_configuration_missing_or_failed_in_new(sweep, tmp_path, capsys):
+    df = pd.read_csv(sweep)
+    missing, failed = tmp_path / "missing.csv", tmp_path / "failed.csv"
+    df[df.control != "pipe"].to_csv(missing, index=False)
+    broken = df.copy()
+    broken.loc[broken.control == "pipe", "status"] = "failed"
+    broken.to_csv(failed, index=False)
+    assert main(["--compare", sweep, str(missing)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("MISSING in NEW") == 2 and "control=pipe" in out
+    assert main(["--compare", sweep, str(failed)]) == 1
+    assert capsys.readouterr().out.count("FAILED  in NEW") == 2
+    assert main(["--compare", sweep, str(missing), "--allow-missing"]) == 0
+
+
+def test_compare_never_calls_a_difference_inside_the_repeats_spread(sweep, tmp_path, capsys):
+    """Repeats whose ranges overlap are no regression however far the medians move."""
+    df = pd.read_csv(sweep)
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    a, b = df.copy(), df.copy()
+    a["output_tok_s"] = [100.0, 300.0] * (len(a) // 2)  # ranges 100-300 ...
+    b["output_tok_s"] = [90.0, 110.0] * (len(b) // 2)   # ... and 90-110: median 200 -> 100, ranges overlap
+    a.to_csv(old, index=False)
+    b.to_csv(new, index=False)
+    assert main(["--compare", str(old), str(new), "--metrics", "output_tok_s"]) == 0
+    assert "WORSE" not in capsys.readouterr().out
 
 
 def test_older_schema_rows_still_load(sweep, tmp_path):
@@ -56,7 +88,6 @@ def test_older_schema_rows_still_load(sweep, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("", "empty file"),
-    ("control,tp,status\nshm,2,ok\nshm,2,o", "truncated"),
     ("a,b\n1,2\n", "missing column"),
 ])
 def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
@@ -65,6 +96,20 @@ def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_truncated_or_damaged_row_is_refused_not_measured(sweep, tmp_path, capsys):
+    """A writer that died mid-row leaves a line without its newline: it is dropped with a warning, never
+    counted (pandas alone would read it as a row of empty cells); so is a line with too many cells."""
+    text = open(sweep).read()
+    header, first = text.splitlines()[:2]
+    damaged = tmp_path / "damaged.csv"
+    damaged.write_text(header + "\n" + first + "\n" + first + ",extra,cells\n" + first[: len(first) // 2])
+    assert main([str(damaged)]) == 0
+    captured = capsys.readouterr()
+    assert "truncated last line" in captured.err and "1 damaged line" in captured.err
+    row = next(line for line in captured.out.splitlines() if re.match(r"\|\s+\d\s+\|", line))
+    assert re.search(r"\|\s+1\s+\|", row)  # one measurement, not three
 
 
 def test_missing_file_is_a_clear_error(capsys):
@@ -83,6 +128,28 @@ def test_bad_arguments_are_a_clear_error(args, message, sweep, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
+    only_failed = tmp_path / "failed.csv"
+    df = pd.read_csv(sweep)
+    df["status"] = "failed"
+    df.to_csv(only_failed, index=False)
+    assert main([str(only_failed)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("0 (+2 failed)") == 4
+
+
+def test_a_directory_finds_the_rows_diverted_to_other_files(sweep, tmp_path, capsys):
+    import shutil
+
+    shutil.copy(sweep, tmp_path / "runs.csv")
+    df = pd.read_csv(sweep)
+    df["control"] = "ring"
+    df.to_csv(tmp_path / "runs.schema9-abcdef12.csv", index=False)
+    assert main([str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "runs.schema9-abcdef12.csv" in captured.err and "ring" in captured.out
 
 
 def test_non_numeric_cells_do_not_crash(sweep, tmp_path):

@@ -119,7 +119,7 @@ def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model
     proc.kill()
     proc.communicate(timeout=10)
     waited = wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 10, "orphans to exit")
-    assert waited < 10
+    assert waited < 2.0, f"workers outlived rank 0 by {waited:.1f} s"
     wait_until(lambda: not segments_of(proc.pid), 10, "the resource tracker to unlink the segment")
     res = harness("tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]

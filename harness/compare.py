@@ -1,0 +1,71 @@
+"""``python -m harness.analyze --compare OLD NEW``: the regression gate.
+
+Configurations are matched on every configuration column. For each metric in both files, the change of the
+median over repeats is a regression when it is worse by more than the threshold AND the repeats' ranges do
+not overlap (old [min, max] against new [min, max]): a difference that lies inside the spread of the repeats
+is never called. Every configuration of OLD that NEW lacks or has only failed rows for (and every one failed
+in OLD) is listed; any of those fails the gate unless ``allow_missing``. Fewer than 3 repeats on a side: a
+warning (the range of 1 or 2 repeats says little about the spread).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
+LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "tpot_ms_p50", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
+                   "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls"]
+MIN_REPEATS = 3
+
+
+def _label(keys: list[str], idx) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,)) if v != "-")
+
+
+def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
+            metrics: list[str] | None = None) -> int:
+    """Print every change beyond the gate and every missing or failed configuration; returns the exit code:
+    1 on a regression, or a missing/failed configuration unless ``allow_missing``; else 0. ``old`` / ``new``:
+    all rows (ok and failed) with key cells filled; ``metrics``: only these (default: all known in both)."""
+    known = HIGHER_IS_BETTER + LOWER_IS_BETTER
+    metrics = [m for m in (metrics or known) if old[m].notna().any() and new[m].notna().any()]
+    ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
+    cfg_old, cfg_new = set(map(tuple, old[keys].values)), set(map(tuple, new[keys].values))
+    good_old, good_new = set(map(tuple, ok_old[keys].values)), set(map(tuple, ok_new[keys].values))
+    problems = []
+    for cfg in sorted(cfg_old | cfg_new, key=str):
+        where = _label(keys, cfg)
+        if cfg in cfg_old and cfg not in cfg_new:
+            problems.append(f"MISSING in NEW: {where}")
+        elif cfg in cfg_new and cfg not in good_new:
+            problems.append(f"FAILED  in NEW (no ok row): {where}")
+        if cfg in cfg_old and cfg not in good_old:
+            problems.append(f"FAILED  in OLD (no ok row): {where}")
+    for line in problems:
+        print(line)
+    common = sorted(good_old & good_new, key=str)
+    go, gn = ok_old.groupby(keys)[metrics], ok_new.groupby(keys)[metrics]
+    omed, omin, omax, on = go.median(), go.min(), go.max(), go.size()
+    nmed, nmin, nmax, nn = gn.median(), gn.min(), gn.max(), gn.size()
+    few = [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]
+    if few:
+        print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "
+              f"side: their ranges say little about the spread, so small regressions can pass unseen")
+    worse = 0
+    for cfg in common:
+        for m in metrics:
+            a, b = omed.at[cfg, m], nmed.at[cfg, m]
+            if pd.isna(a) or pd.isna(b) or a == 0:
+                continue
+            change = (b - a) / abs(a)
+            higher = m in HIGHER_IS_BETTER
+            bad = change < -threshold if higher else change > threshold
+            good = change > threshold if higher else change < -threshold
+            apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
+            if (bad or good) and apart:
+                worse += bad
+                print(f"{'WORSE' if bad else 'better':6} {_label(keys, cfg)}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; "
+                      f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g})")
+    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
+          f"repeats' ranges; {len(problems)} missing or failed")
+    return 1 if worse or (problems and not allow_missing) else 0

@@ -1,0 +1,94 @@
+"""Reading results CSVs for analysis: files or directories, every schema version, damaged lines refused with
+a message rather than counted, failed rows kept (so that they can be counted)."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+from .schema import COLUMNS, RENAMED
+
+REQUIRED = ["control", "tp", "status"]
+NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
+           "decode_step_ms_p50", "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "tpot_ms_p50",
+           "ctrl_bytes_mean", "ctrl_calls", "repeat"]
+
+
+class InputError(ValueError):
+    """A results file that cannot be analysed; the message says which and why."""
+
+
+def find_csvs(paths: list[str]) -> list[str]:
+    """The CSV files named, and every ``*.csv`` in a directory named (``runs.csv`` and the files rows were
+    diverted to: ``*.schema<N>-*.csv`` for another header, ``*.unwritten-*.csv`` for an unwritable file).
+
+    Raises:
+        InputError: a path that does not exist, or a directory without CSV files.
+    """
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(glob.glob(os.path.join(path, "*.csv")))
+            if not found:
+                raise InputError(f"{path}: no *.csv file in this directory")
+            diverted = [f for f in found if ".schema" in os.path.basename(f) or ".unwritten-" in os.path.basename(f)]
+            if diverted:
+                print(f"NOTE: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
+                      f"{', '.join(os.path.basename(f) for f in diverted)}", file=sys.stderr)
+            files += found
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    return files
+
+
+def _read_one(path: str) -> pd.DataFrame:
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        raise InputError(f"{path}: empty file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text CSV file") from None
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)",
+              file=sys.stderr)
+    bad = []
+    try:
+        df = pd.read_csv(io.StringIO(text), engine="python", on_bad_lines=lambda line: bad.append(line) and None)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    if bad:
+        print(f"warning: {path}: ignored {len(bad)} damaged line(s) (wrong number of cells)", file=sys.stderr)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
+    return df
+
+
+def load(paths: list[str]) -> pd.DataFrame:
+    """Every row of the CSVs (directories searched, ``find_csvs``), ok and failed; missing newer columns are
+    empty, damaged numeric cells empty.
+
+    Raises:
+        InputError: a missing, empty or unreadable file, or one without the required columns.
+    """
+    frames = []
+    for path in find_csvs(paths):
+        df = _read_one(path)
+        df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
+        for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
+            if col not in df.columns:
+                df[col] = np.nan
+        for col in NUMERIC:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,165 @@
+"""Results one can trust: per-run counters and stamps, the right GPUs, rows never lost, bounded start-up,
+nothing left behind by a killed run, one-line errors for bad overrides."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from harness.nvml_sampler import NvmlSampler, match_handles
+from test_harness_cli import ROOT, harness
+
+
+class FakeNvml:
+    """NVML with GPUs at PCI buses 0x1a, 0x1b, 0x3c, 0x3d (in NVML's own order)."""
+
+    def __init__(self, buses=(0x1A, 0x1B, 0x3C, 0x3D)):
+        self.buses = buses
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.buses)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return f"gpu{i}"
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return SimpleNamespace(domain=0, bus=self.buses[int(handle[3:])], device=0)
+
+    def nvmlDeviceGetName(self, handle):
+        return b"Fake H200"
+
+
+def test_nvml_handles_follow_the_cuda_devices_not_their_indices():
+    """CUDA_VISIBLE_DEVICES=2,3: cuda:0 and cuda:1 are NVML's GPUs 2 and 3, found by PCI address."""
+    visible = {0: (0, 0x3C, 0), 1: (0, 0x3D, 0)}
+    handles, how = match_handles([0, 1], FakeNvml(), address=visible.__getitem__)
+    assert handles == ["gpu2", "gpu3"] and how == "pci"
+
+
+def test_a_device_without_an_nvml_handle_is_named_and_not_sampled():
+    handles, how = match_handles([0], FakeNvml(), address=lambda i: (0, 0x99, 0))
+    assert handles == [] and "cuda:0" in how and "not sampled" in how
+    sampler = NvmlSampler([], nvml=FakeNvml())  # no CUDA device: inert
+    assert not sampler.available and sampler.summary()["gpu_util_pct_mean"] is None
+
+
+@pytest.mark.slow
+def test_a_row_holds_its_own_run(tmp_path, model_cache, tiny_untied):
+    """Three repeats of a workload that hits the prefix cache: each row counts its own hits (not a running
+    total), has its own time stamp and run id, names the checkpoint given by model.path and its hash, and
+    records the CPU it ran on and the torch threads asked for."""
+    res = harness("tp=1", "workload=latency", "workload.output_len=16", "llm.kvcache_block_size=16", "repeat=3",
+                  f"model.path={tiny_untied}", "cpu_threads=1", f"results_dir={tmp_path}", "progress=false",
+                  cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert len(df) == 3
+    hits = df.prefix_cache_hit_tokens.tolist()
+    assert hits[0] > 0 and len(set(hits)) == 1 and all(h <= n for h, n in zip(hits, df.input_tokens))
+    assert df.run_id.nunique() == 3 and df.time_utc.is_monotonic_increasing
+    assert set(df.model) == {os.path.basename(tiny_untied)} and df.model_hash.nunique() == 1
+    assert set(df.cpu_threads) == {1} and df.cpu_cores.iloc[0] == os.cpu_count() and df.load_avg_1m.notna().all()
+    assert df.hydra_dir.notna().all() and os.path.isdir(df.hydra_dir.iloc[0])
+
+
+@pytest.mark.slow
+def test_a_row_that_cannot_be_written_is_never_lost(tmp_path, model_cache):
+    """The lock file cannot be created: the numbers are printed, the row goes to a fallback file beside the
+    results, one line says where, exit code 1. An unwritable results directory is refused before anything
+    runs (exit 2)."""
+    os.mkdir(tmp_path / "runs.csv.lock")  # FileLock cannot create its lock file there
+    res = harness("tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "throughput" in res.stdout and "Traceback" not in res.stderr
+    fallback = list(tmp_path.glob("runs.unwritten-*.csv"))
+    assert len(fallback) == 1 and f"the row went to {fallback[0]}" in res.stderr
+    assert pd.read_csv(fallback[0]).status.tolist() == ["ok"]
+    res = harness("tp=1", "workload=smoke", "results_dir=/sys/kernel", "progress=false", cache=model_cache)
+    assert res.returncode == 2 and res.stderr.strip().startswith("error: cannot write results to /sys/kernel")
+
+
+@pytest.mark.slow
+def test_gloo_starts_with_a_small_timeout_s(tmp_path, model_cache):
+    """timeout_s bounds waits once running; joining the planes at start-up is bounded by startup_timeout_s."""
+    res = harness("control=gloo", "tp=2", "workload=smoke", "llm.timeout_s=2", f"results_dir={tmp_path}",
+                  "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def semaphores() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_sigkilled_runs_semaphores_are_removed_by_the_next_run(tmp_path, model_cache):
+    """Every process of a shm run SIGKILLed (the resource tracker too): its named semaphores stay in /dev/shm;
+    the next run removes them, and never those of a run that is alive."""
+    env = {**os.environ, "TPCP_CACHE": model_cache}
+
+    def start(control, name):
+        return subprocess.Popen([sys.executable, "-m", "harness", f"control={control}", "tp=2", "workload=bench",
+                                 "repeat=50", "progress=false", f"results_dir={tmp_path}/{name}"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def new_semaphores(since, at_least=1):
+        deadline = time.monotonic() + 120
+        while len(semaphores() - since) < at_least and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # whatever else the plane creates
+        return semaphores() - since
+
+    before = semaphores()
+    live = start("queue", "live")
+    victim = None
+    try:
+        live_sems = new_semaphores(before)
+        assert live_sems, "the live run created no named semaphore"
+        victim = start("shm", "victim")
+        victim_sems = new_semaphores(before | live_sems, at_least=2)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        time.sleep(1.0)
+        assert victim_sems <= semaphores(), "SIGKILL of every process should leave the run's semaphores behind"
+        res = harness("control=shm", "tp=2", "workload=smoke", f"results_dir={tmp_path}/next", "progress=false",
+                      cache=model_cache)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert not (semaphores() & victim_sems), "the dead run's semaphores are still there"
+        assert live.poll() is None and live_sems <= semaphores(), "a live run's semaphores were touched"
+    finally:
+        for proc in (victim, live):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["control=ring", "control.options.segment_bytes=4096"], "control=ring has no option 'segment_bytes'"),
+    (["+anything=1"], "unknown config key 'anything'"),
+    (["llm.max_model_len=-5"], "llm.max_model_len must be an integer >= 1, got -5"),
+])
+def test_bad_overrides_are_one_line_and_exit_2(overrides, message, tmp_path, model_cache):
+    res = harness(*overrides, "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip() == f"error: {res.stderr.strip()[7:]}" and message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("*.csv"))
+
+
+def test_model_auto_says_which_preset_it_took(tmp_path, model_cache):
+    res = harness("tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "model=auto: qwen3-tiny on cpu" in res.stdout
+    assert pd.read_csv(tmp_path / "runs.csv").model.tolist() == ["qwen3-tiny"]
