@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import EXIT, HOST, NETWORK, SPAWN, ControlContext, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import (EXIT, HOST, NETWORK, SPAWN, ControlContext, ControlPlane, ControlPlaneError, ControlStats, PeerGone,
+                   WorkerEndpoint)
 
-_NOT_BACKENDS = {"base", "segments", "ring_buffer"}
+_NOT_BACKENDS = {"base", "segments", "ring_buffer", "validation"}  # helpers, not planes
 
 
 def available() -> list[str]:
@@ -39,5 +40,6 @@ def planes_for(launcher: str, num_nodes: int) -> list[str]:
     return [n for n in available() if scope_fits(get_control_plane(n).scope_of({}), launcher, num_nodes)]
 
 
-__all__ = ["EXIT", "HOST", "NETWORK", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "PeerGone",
+__all__ = ["EXIT", "HOST", "NETWORK", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "ControlStats",
+           "PeerGone",
            "WorkerEndpoint", "available", "get_control_plane", "planes_for", "scope_fits"]

@@ -87,6 +87,20 @@ class ControlStats:
         self.nbytes.append(nbytes)
         self.ns.append(ns)
 
+    def __len__(self) -> int:
+        return len(self.ns)
+
+    def last(self) -> tuple[int, int]:
+        """(bytes, ns) of the latest sample."""
+        return self.nbytes[-1], self.ns[-1]
+
+    def drop_last(self) -> "ControlStats":
+        """Forget the latest sample (the report message that asked for these); returns self."""
+        if self.ns:
+            self.nbytes.pop()
+            self.ns.pop()
+        return self
+
     def as_dict(self) -> dict[str, list[int]]:
         return {"nbytes": self.nbytes.tolist(), "ns": self.ns.tolist()}
 
@@ -135,6 +149,11 @@ class ControlPlane(ABC):
         self._send_bytes(payload)
         self.send_stats.add(len(payload), time.monotonic_ns() - t0)
         return len(payload)
+
+    def take_send_stats(self) -> ControlStats:
+        """The send samples so far; sampling starts afresh."""
+        stats, self.send_stats = self.send_stats, ControlStats()
+        return stats
 
     def send_exit(self) -> None:
         """Tell every worker to leave its command loop (best effort: errors are swallowed)."""
@@ -198,6 +217,11 @@ class WorkerEndpoint(ABC):
     def open(self, store=None) -> None:
         """Attach to the transport; called once inside the worker process. ``store``: the run's
         torch.distributed Store when the plane's context had one (for handshakes)."""
+
+    def take_recv_stats(self) -> ControlStats:
+        """The receive samples so far; sampling starts afresh."""
+        stats, self.recv_stats = self.recv_stats, ControlStats()
+        return stats
 
     def recv(self) -> tuple[str, tuple]:
         """Block until the next message; return ``(method, args)``.

@@ -10,8 +10,9 @@ Messages outside a replay (start-up, statistics, exit) travel over the inner pla
 
 What the timed pass measures is the engine with a control plane that costs nothing: every other plane's
 decode step minus ideal's is what that plane exposes. The owner drives the passes: ``start_recording()``,
-the recording pass, ``stop_recording()``, ``start_replay()``, the timed pass, ``finish_replay()``; the engine must be reset to the
-same state before both passes (``LLM.reset()``). Workers record one-way latency 0 for replayed messages.
+the recording pass, ``stop_recording()``, ``start_replay()``, the timed pass, ``finish_replay()``; the
+engine must be reset to the same state before both passes (``LLM.reset()``). Workers record one-way latency
+0 for replayed messages.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class IdealControlPlane(ControlPlane):
             if self._recording is not None:
                 self._recording.append((method, args))
             n = self.inner.send(method, *args)
-            self.send_stats.add(n, self.inner.send_stats.ns[-1])
+            self.send_stats.add(n, self.inner.send_stats.last()[1])
             return n
         t0 = time.monotonic_ns()
         i = self._replayed
@@ -170,7 +171,7 @@ class IdealEndpoint(WorkerEndpoint):
         while not self.preloaded:
             method, args = self.inner.recv()
             if method != REPLAY:
-                self.recv_stats.add(self.inner.recv_stats.nbytes[-1], self.inner.recv_stats.ns[-1])
+                self.recv_stats.add(*self.inner.recv_stats.last())
                 return method, args
             self.preloaded.extend(args[0])
         method, args = self.preloaded.popleft()

@@ -38,6 +38,7 @@ import zlib
 from multiprocessing import shared_memory
 
 from .base import POLL_S, ControlPlaneError
+from .validation import check_int, is_number
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -52,8 +53,7 @@ def data_offset(num_readers: int) -> int:
 def check_geometry(nslots, slot_bytes, num_readers: int, owner: str) -> None:
     """Raises ValueError (naming ``owner``'s option) for a ring that cannot hold a chunk or is too large."""
     for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{owner} option {key} must be an integer, got {value!r}")
+        check_int(f"{owner} option", key, value, 1)
     if nslots < 1 or slot_bytes <= data_offset(num_readers):
         raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
     if nslots * slot_bytes > MAX_SEGMENT_BYTES:
@@ -62,7 +62,7 @@ def check_geometry(nslots, slot_bytes, num_readers: int, owner: str) -> None:
 
 def check_poll_args(spin_us, idle_ms, sleep_us, owner: str) -> tuple[float, float, float]:
     for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        if not is_number(value) or value < 0:
             raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
     return spin_us, idle_ms, sleep_us
 

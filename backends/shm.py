@@ -22,6 +22,7 @@ import multiprocessing as mp
 import struct
 
 from .base import ControlPlane, WorkerEndpoint
+from .validation import check_int
 from .segments import attach_segment, create_segment, register_semaphores, release_segment, unregister_semaphores
 
 HEADER = struct.Struct("<QQQ")
@@ -43,10 +44,7 @@ class ShmControlPlane(ControlPlane):
     def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  context=None):
         super().__init__(world_size, timeout_s, context)
-        if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int):
-            raise ValueError(f"shm option segment_bytes must be an integer, got {segment_bytes!r}")
-        if segment_bytes <= DATA_OFFSET:
-            raise ValueError(f"segment_bytes must be > {DATA_OFFSET}, got {segment_bytes}")
+        check_int("shm option", "segment_bytes", segment_bytes, DATA_OFFSET + 1)
         ctx = mp.get_context("spawn")
         self.shm = None
         if self.num_workers:

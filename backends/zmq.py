@@ -16,6 +16,7 @@ import time
 import zmq
 
 from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .validation import check_int
 
 
 def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:
@@ -70,8 +71,7 @@ class ZmqControlPlane(ControlPlane):
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, hwm: int = 64, context=None):
         super().__init__(world_size, timeout_s, context)
-        if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
-            raise ValueError(f"zmq option hwm must be an integer >= 1, got {hwm!r}")
+        check_int("zmq option", "hwm", hwm, 1)
         self.ctx = zmq.Context()
         self.socks, self.ports = [], []
         for _ in range(self.num_workers):

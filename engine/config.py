@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from backends import available as available_control_planes
+from backends.validation import is_int, is_number
 
 CPU_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CUDA_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` where CUDA is available, else ``cpu``; other values unchanged."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` on CPU; other values unchanged."""
+    if dtype == "auto":
+        return "bfloat16" if device == "cuda" else "float32"
+    return dtype
 
 
 class ConfigError(ValueError):
@@ -52,6 +65,7 @@ class EngineConfig:
         launcher: "auto" (torchrun when this process was started by it, else spawn), "spawn" (rank 0 spawns
             the workers on this host) or "torchrun" (every rank started by torchrun; ``launch.py``).
         cpu_threads: torch threads per rank on CPU; 0 = the host's cores / tp (one rank per core share).
+        fault_injection: allow ``LLM.inject_fault`` drills (tests, chaos runs); off in production.
     """
 
     model: str
@@ -76,6 +90,7 @@ class EngineConfig:
     seed: int = 0
     launcher: str = "auto"
     cpu_threads: int = 0
+    fault_injection: bool = False
     hf_config: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -105,9 +120,9 @@ class EngineConfig:
     def _check_types(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            if f.type == "int" and not is_int(v):
                 raise ConfigError(f"{f.name} must be an integer, got {v!r}")
-            if f.type == "float" and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)):
+            if f.type == "float" and not is_number(v):
                 raise ConfigError(f"{f.name} must be a number, got {v!r}")
             if f.type == "bool" and not isinstance(v, bool):
                 raise ConfigError(f"{f.name} must be true or false, got {v!r}")
@@ -119,14 +134,15 @@ class EngineConfig:
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be 0 (cores / tp) or >= 1, got {self.cpu_threads}")
         if self.num_kvcache_blocks != -1 and self.num_kvcache_blocks < 1:
-            raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, got {self.num_kvcache_blocks}")
+            raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, "
+                              f"got {self.num_kvcache_blocks}")
         for name in ("timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def _check_parallelism(self) -> None:
         tp, hf = self.tensor_parallel_size, self.hf_config
-        if not isinstance(tp, int) or tp < 1:
+        if not is_int(tp) or tp < 1:
             raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
         for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
             if hf[key] % tp:
@@ -159,8 +175,7 @@ class EngineConfig:
                                   f"ranks: tp must equal nnodes x nproc-per-node")
 
     def _check_device_and_dtype(self) -> None:
-        if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = resolve_device(self.device)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.device == "cuda":
@@ -174,8 +189,7 @@ class EngineConfig:
             raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
         if self.all_reduce != "auto" and self.device != "cuda":
             raise ConfigError(f"all_reduce={self.all_reduce} needs device=cuda (CPU runs all-reduce with gloo)")
-        if self.dtype == "auto":
-            self.dtype = "bfloat16" if self.device == "cuda" else "float32"
+        self.dtype = resolve_dtype(self.dtype, self.device)
         allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
         if self.dtype not in allowed:
             raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use one of {sorted(allowed)}")
@@ -221,8 +235,7 @@ def read_hf_config(path: str) -> dict:
     missing = [k for k in REQUIRED_HF_KEYS if k not in hf]
     if missing:
         raise ConfigError(f"{cfg_path} lacks {', '.join(missing)}")
-    bad = [k for k in REQUIRED_HF_KEYS
-           if k != "rms_norm_eps" and (not isinstance(hf[k], int) or isinstance(hf[k], bool) or hf[k] < 1)]
+    bad = [k for k in REQUIRED_HF_KEYS if k != "rms_norm_eps" and (not is_int(hf[k]) or hf[k] < 1)]
     if bad:
         raise ConfigError(f"{cfg_path}: {bad[0]} must be a positive integer, got {hf[bad[0]]!r}")
     if not any(name.endswith(".safetensors") for name in os.listdir(path)):

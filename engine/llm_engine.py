@@ -11,18 +11,17 @@ import torch
 from tqdm.auto import tqdm
 
 from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
-from backends.base import ControlStats
 
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .loader import check_checkpoint
-from .requests import validate_requests
+from .request_checks import validate_requests
 from .model_runner import ModelRunner
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
-from .worker import REPORT_CONTROL_STATS, model_worker
+from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill, model_worker
 from .worker_group import WorkerGroup
 
 
@@ -175,6 +174,16 @@ class LLM:
                                      f"may be stalled): {first}") from e
             raise
 
+    def inject_fault(self, rank: int, message: str) -> None:
+        """A fault drill (needs ``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at
+        once; the next step then reports the worker's failure (``WorkerError`` with its traceback).
+
+        Raises:
+            RuntimeError: on rank 0 when ``rank`` is 0, or when fault injection is off.
+        """
+        self.control.send(FAULT_DRILL, rank, message)
+        fault_drill(self.config, 0, rank, message)
+
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
                  use_tqdm: bool = False) -> list[dict]:
         """Generate for every prompt; returns, in input order, dicts with ``token_ids`` (generated ids),
@@ -221,13 +230,13 @@ class LLM:
             launched = self._launch()  # the only running sequence was preempted: this prefills it
             if launched is None:
                 raise RuntimeError("the scheduler found nothing to run with no step in flight")
-        finished = self.flush()
+        finished = self.finish_step()
         self._in_flight = launched
         if not self.config.async_scheduling:
-            finished += self.flush()
+            finished += self.finish_step()
         return finished
 
-    def flush(self) -> list[Sequence]:
+    def finish_step(self) -> list[Sequence]:
         """Finish the step in flight, if any: wait for its sampled tokens and hand them to the scheduler.
         Returns the sequences that finished."""
         step, self._in_flight = self._in_flight, None
@@ -259,9 +268,8 @@ class LLM:
         else:
             host, done = tokens, None
         positions = self.scheduler.on_launch(seqs)
-        sent = self.control.send_stats
-        return _InFlight(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0,
-                         sent.ns[-1], sent.nbytes[-1])
+        message_bytes, send_ns = self.control.send_stats.last()
+        return _InFlight(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes)
 
     def _wait_tokens(self, step: _InFlight) -> list[int]:
         """The step's sampled tokens, once the device has produced them (polled, so that a dead worker
@@ -291,9 +299,9 @@ class LLM:
         Raises:
             WorkerError / TimeoutError: a worker failed or did not answer.
         """
-        send, self.control.send_stats = self.control.send_stats, ControlStats()
+        send = self.control.take_send_stats()
         self.control.send(REPORT_CONTROL_STATS)
-        self.control.send_stats = ControlStats()
+        self.control.take_send_stats()  # the report message
         return {"send": send.as_dict(), "recv": self.group.collect_stats()}
 
     def shutdown(self) -> None:

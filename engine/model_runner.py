@@ -14,17 +14,16 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from .config import EngineConfig
-
-log = logging.getLogger("engine")
-from .loader import load_weights
-from .models.qwen3 import Qwen3ForCausalLM
 from .cuda_graphs import DecodeGraphs
-from .step_batch import StepBatch
 from .layers.all_reduce import make_all_reduce
 from .layers.embed_head import ParallelLMHead
-from .layers.fusion import compile_elementwise
 from .layers.parallel import set_all_reduce
+from .loader import load_weights
+from .models.qwen3 import Qwen3ForCausalLM
+from .step_batch import StepBatch
 from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
+
+log = logging.getLogger("engine")
 
 
 class ModelRunner:
@@ -101,7 +100,7 @@ class ModelRunner:
                 log.info("compiling the fused kernels and capturing decode CUDA graphs (batch sizes up to %d)",
                          config.max_num_seqs)
             if config.compile:
-                compile_elementwise()
+                self.model.ops.use_compiled()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
                                        self.num_kvcache_blocks, self.device)
 
@@ -205,15 +204,6 @@ class ModelRunner:
         hidden = self.model(inputs)
         hidden = hidden if decode_cuda else hidden[inputs.logits_index]
         return ParallelLMHead.gather(self.model.compute_logits(hidden))
-
-    def raise_on_rank(self, rank: int, message: str) -> None:
-        """Fault injection for tests and drills: raise ``RuntimeError(message)`` on ``rank`` only.
-
-        Raises:
-            RuntimeError: on that rank.
-        """
-        if self.rank == rank:
-            raise RuntimeError(message)
 
     def exit(self) -> None:
         """Tear down the CUDA graphs and the data-plane process group (idempotent)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from backends.validation import is_int, is_number
 
 
 @dataclass
@@ -25,9 +26,9 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        if not is_number(t) or t < 0:
             raise ValueError(f"temperature must be a number >= 0, got {t!r}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")

@@ -15,12 +15,12 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from backends import EXIT, PeerGone, WorkerEndpoint
-from backends.base import ControlStats
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
 
 REPORT_CONTROL_STATS = "report_control_stats"
+FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(message); needs config.fault_injection
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
 
@@ -128,6 +128,19 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, time
     return worker_entry(boot, None, body, body_args, launch)
 
 
+def fault_drill(config, rank: int, target: int, message: str) -> None:
+    """A drill (tests, chaos runs): rank ``target`` raises ``RuntimeError(message)``, to see what the engine
+    does when a worker fails mid-run. Refused unless the engine was built with ``fault_injection=True``.
+
+    Raises:
+        RuntimeError: on rank ``target``; or on every rank when fault injection is off.
+    """
+    if not config.fault_injection:
+        raise RuntimeError("fault drill refused: the engine was built without fault_injection=True")
+    if rank == target:
+        raise RuntimeError(message)
+
+
 def serve_worker(config) -> int:
     """Under torchrun, on every rank but 0: serve the engine that rank 0 builds with an equal
     ``EngineConfig`` (``LLM(...)``) until it shuts down; returns the exit code (0, 1 on a failure reported
@@ -157,10 +170,10 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
             if method == EXIT:
                 return 0
             if method == REPORT_CONTROL_STATS:
-                stats, endpoint.recv_stats = endpoint.recv_stats, ControlStats()
-                stats.nbytes.pop()
-                stats.ns.pop()
-                lifeline.send("stats", stats.as_dict())
+                lifeline.send("stats", endpoint.take_recv_stats().drop_last().as_dict())  # without the report
+                continue
+            if method == FAULT_DRILL:
+                fault_drill(config, rank, *args)
                 continue
             getattr(runner, method)(*args)
     finally:

@@ -62,7 +62,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataF
     metrics = [m for m in KEY_METRICS if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
     out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max"))
-    counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()), failed=lambda s: int((s != "ok").sum()))
+    counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
+                                         failed=lambda s: int((s != "ok").sum()))
     out = counts.join(out, how="left").reset_index()
     if baseline and "control" in keys:
         others = [k for k in keys if k != "control"]

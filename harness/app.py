@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from engine import LLM, ConfigError, SamplingParams
 from engine.launch import Launch

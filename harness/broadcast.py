@@ -25,6 +25,7 @@ from engine.step_batch import StepBatch
 from engine.worker_group import WorkerGroup
 
 from .broadcast_worker import STEP, broadcast_worker
+from .metrics import message_metrics
 
 
 def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
@@ -94,11 +95,11 @@ class BroadcastGroup:
 
     def collect(self) -> tuple[dict, dict]:
         """rank 0's send samples and every worker's receive samples since the last collect (ns)."""
-        send, self.cp.send_stats = self.cp.send_stats, type(self.cp.send_stats)()
+        send = self.cp.take_send_stats()
         self.cp.send(STEP, "report")
         dist.barrier()
         recv = self.group.collect_stats()
-        self.cp.send_stats = type(self.cp.send_stats)()
+        self.cp.take_send_stats()  # the report message
         return send.as_dict(), recv
 
     def close(self) -> None:
@@ -107,18 +108,6 @@ class BroadcastGroup:
         if dist.is_initialized():
             dist.destroy_process_group()
         self.cp.close()
-
-
-def latency_row(send: dict, recv: dict) -> dict:
-    """Percentiles (us) of one payload: one-way latency pooled over workers, rank 0's send cost."""
-    oneway = np.concatenate([np.asarray(r["ns"], dtype=np.float64) for r in recv.values()]) / 1e3 if recv else np.array([])
-    send_us = np.asarray(send["ns"], dtype=np.float64) / 1e3
-    row = {"ctrl_calls": len(send["ns"]), "ctrl_bytes_mean": float(np.mean(send["nbytes"])) if send["nbytes"] else None,
-           "ctrl_bytes_max": int(max(send["nbytes"])) if send["nbytes"] else None}
-    for p in (50, 99):
-        row[f"ctrl_oneway_us_p{p}"] = float(np.percentile(oneway, p)) if oneway.size else None
-        row[f"ctrl_send_us_p{p}"] = float(np.percentile(send_us, p)) if send_us.size else None
-    return row
 
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
@@ -132,4 +121,4 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
         count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
         group.run(message, count, w["gap_us"] / 1e6)
         send, recv = group.collect()
-        yield {"payload": name, "payload_bytes": nbytes, **latency_row(send, recv)}
+        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(send, recv)}

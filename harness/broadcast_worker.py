@@ -10,7 +10,6 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from backends import EXIT
-from backends.base import ControlStats
 
 STEP = "control_step"
 
@@ -26,10 +25,7 @@ def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
             if method == EXIT:
                 return 0
             if method == STEP and args and args[0] == "report":
-                stats, endpoint.recv_stats = endpoint.recv_stats, ControlStats()
-                stats.nbytes.pop()  # the report message itself
-                stats.ns.pop()
-                lifeline.send("stats", stats.as_dict())
+                lifeline.send("stats", endpoint.take_recv_stats().drop_last().as_dict())  # without the report
             dist.barrier()
     finally:
         dist.destroy_process_group()

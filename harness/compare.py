@@ -64,8 +64,10 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
             apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
             if (bad or good) and apart:
                 worse += bad
+                ranges = (f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, "
+                          f"new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}")
                 print(f"{'WORSE' if bad else 'better':6} {_label(keys, cfg)}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; "
-                      f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g})")
+                      f"{ranges})")
     print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
           f"repeats' ranges; {len(problems)} missing or failed")
     return 1 if worse or (problems and not allow_missing) else 0

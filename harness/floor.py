@@ -21,7 +21,8 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
     the all-reduces per decode step, and the floor: ``floor_s`` (s), ``floor_tok_s`` (output tok/s) and
     ``step_floor_ms`` (the mean decode step, ms: a TPOT floor when the batch runs together)."""
     H, L, D = hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"]
-    q, kv, inter, V = hf["num_attention_heads"] * D, hf["num_key_value_heads"] * D, hf["intermediate_size"], hf["vocab_size"]
+    q, kv = hf["num_attention_heads"] * D, hf["num_key_value_heads"] * D
+    inter, V = hf["intermediate_size"], hf["vocab_size"]
     per_layer = H * (q + 2 * kv) + q * H + 3 * H * inter + 2 * H + 2 * D
     weights = (L * per_layer + V * H + H) * bytes_per_elt  # layers + LM head (tied or not, read once) + norm
     kv_per_token = 2 * L * kv * bytes_per_elt

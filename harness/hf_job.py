@@ -8,8 +8,9 @@ import sys
 from omegaconf import DictConfig
 
 from engine import ConfigError
+from engine.config import resolve_dtype
 
-from .hf_peer import run_hf
+from .transformers_baseline import run_hf
 from .job_setup import base_row, failed, model_label, prepare, resolve_device
 from .nvml_sampler import NvmlSampler
 from .report import print_summary
@@ -19,7 +20,7 @@ def run_hf_job(cfg: DictConfig) -> int:
     """``engine=hf``: the workload through transformers' generate on one device, one row per repeat."""
     device = resolve_device(cfg.device)
     gpu = [0] if device == "cuda" else []
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+    dtype = resolve_dtype(cfg.dtype, device)
     row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
     try:
         if cfg.tp != 1:

@@ -5,7 +5,6 @@ the configuration columns of a row, and the failed row of a run that did not fin
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -13,8 +12,9 @@ import tempfile
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from backends.validation import is_int
 from engine import ConfigError
-from engine.config import REQUIRED_HF_KEYS, read_hf_config
+from engine.config import REQUIRED_HF_KEYS, read_hf_config, resolve_device  # noqa: F401 (resolve_device: re-exported)
 
 from .checkpoint import cache_dir, materialize
 from .report import one_line, print_summary
@@ -22,12 +22,6 @@ from .results_csv import Results
 from .schema import COLUMNS, SCHEMA_VERSION
 from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
@@ -75,7 +69,7 @@ def model_path(cfg: DictConfig) -> str:
     preset = OmegaConf.to_container(cfg.model.preset)
     for key in REQUIRED_HF_KEYS:
         v = preset.get(key)
-        if key != "rms_norm_eps" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        if key != "rms_norm_eps" and (not is_int(v) or v < 1):
             raise ConfigError(f"model.preset.{key} must be a positive integer, got {v!r}")
     if preset["hidden_size"] % preset["num_attention_heads"] and "head_dim" not in preset:
         raise ConfigError("model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)")
@@ -154,7 +148,7 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
         raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
     results = check_results_dir(cfg) if results else None
     max_model_len = cfg.llm.max_model_len
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
+    if not is_int(max_model_len) or max_model_len < 1:
         raise ConfigError(f"llm.max_model_len must be an integer >= 1, got {max_model_len!r}")
     path = model_path(cfg)
     hf = read_hf_config(path)

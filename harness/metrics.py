@@ -60,26 +60,34 @@ def step_metrics(steps) -> dict:
     }
 
 
-def control_metrics(stats: dict, steps) -> dict:
-    """Control-plane columns from ``LLM.control_stats()`` after shutdown.
-
-    ``ctrl_oneway_us_*`` pools every worker's one-way latencies; ``ctrl_send_us_*`` is rank 0's serialise +
-    write cost. ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest one-way
-    latency over the sum of decode step times: what the one-way latency amounts to beside the step, NOT what
-    it costs (async scheduling hides most of it; the cost is a plane's step time minus ``control=ideal``'s,
-    ``harness.analyze``). Step i is message i: the harness resets the stats right before the timed run, whose only
-    messages are its steps (then the exit message).
-    """
-    send, recv = stats.get("send") or {}, stats.get("recv") or {}
+def message_metrics(send: dict, recv: dict) -> dict:
+    """The control plane's message columns from rank 0's send samples and every worker's receive samples
+    (``{"nbytes": [...], "ns": [...]}``; ``LLM.collect_control_stats``): calls, size (bytes), one-way latency
+    pooled over workers and rank 0's send cost (serialise + write), p50 / p99 (us)."""
     nbytes, send_ns = send.get("nbytes", []), send.get("ns", [])
     row = {"ctrl_calls": len(nbytes),
            "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
            "ctrl_bytes_max": int(max(nbytes)) if nbytes else None}
     oneway = [np.asarray(r["ns"], dtype=np.float64) / 1e3 for r in recv.values()]
     pooled = np.concatenate(oneway) if oneway else np.array([])
+    send_us = np.asarray(send_ns, dtype=np.float64) / 1e3
     for p in (50, 99):
         row[f"ctrl_oneway_us_p{p}"] = float(np.percentile(pooled, p)) if pooled.size else None
-        row[f"ctrl_send_us_p{p}"] = float(np.percentile(np.asarray(send_ns) / 1e3, p)) if send_ns else None
+        row[f"ctrl_send_us_p{p}"] = float(np.percentile(send_us, p)) if send_us.size else None
+    return row
+
+
+def control_metrics(stats: dict, steps) -> dict:
+    """Control-plane columns of an engine run from ``LLM.collect_control_stats()``: ``message_metrics`` and
+    ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest one-way latency over
+    the sum of decode step times: what the one-way latency amounts to beside the step, NOT what it costs
+    (async scheduling hides most of it; the cost is a plane's step time minus ``control=ideal``'s,
+    ``harness.analyze``). Step i is message i: the harness resets the stats right before the timed run, whose
+    only messages are its steps.
+    """
+    send, recv = stats.get("send") or {}, stats.get("recv") or {}
+    row = message_metrics(send, recv)
+    oneway = [np.asarray(r["ns"], dtype=np.float64) / 1e3 for r in recv.values()]
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     decode_s = sum(steps[i].duration_s for i in decode_idx)
     row["ctrl_oneway_over_step_pct"] = None

@@ -52,8 +52,10 @@ class NvmlSampler:
     and ``stop()``; ``nvml``: the NVML module (nvidia-ml-py by default; tests pass a stub).
 
     ``summary()`` gives ``gpu_util_pct_mean`` / ``gpu_util_pct_max`` (SM busy %, nvmlDeviceGetUtilizationRates,
-    over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order), ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU)
-    and ``gpu_power_w_mean`` (board power, W, summed over GPUs, averaged over samples); ``gpu_name``.
+    over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order),
+    ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU), ``gpu_power_w_mean`` (board
+    power, W, summed over GPUs, averaged over samples) and ``nvml`` (how the devices were matched); also
+    ``gpu_name``.
     """
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):

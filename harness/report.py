@@ -21,8 +21,8 @@ def print_summary(row: dict, path: str) -> None:
     if row["status"] != "ok":
         print(f"  error: {row['error']}")
     else:
-        print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, {f('req_s', '.2f')} req/s "
-              f"({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
+        print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, "
+              f"{f('req_s', '.2f')} req/s ({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
         print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
               f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
               f"{f('decode_step_ms_p50', '.2f')}")

@@ -17,8 +17,8 @@ CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p5
            "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_oneway_over_step_pct", "clock_sync", "clock_uncertainty_us"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
        "nvml"]
-META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version", "hydra_dir",
-        "cpu_model", "cpu_cores", "load_avg_1m"]
+META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version",
+        "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m"]
 
 RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -> current, for reading old files
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from backends.validation import is_int, is_number
 from engine import SamplingParams
 
 
@@ -71,21 +72,21 @@ def check_workload(w: dict) -> None:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed or broadcast)")
     for key, least in INT_KEYS[kind].items():
         v = w.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        if not is_int(v) or v < least:
             raise ValueError(f"workload.{key} must be an integer >= {least}, got {v!r}")
     for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
         if kind == "random" and w[lo] > w[hi]:
             raise ValueError(f"workload.{lo}={w[lo]} is above workload.{hi}={w[hi]}")
     t = w.get("temperature", 0.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+    if not is_number(t) or t < 0:
         raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
     if kind == "broadcast":
         lists = {"decode_batches": 1, "raw_bytes": 0}
         for key, least in lists.items():
-            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= least for x in w.get(key) or []):
+            if not all(is_int(x) and x >= least for x in w.get(key) or []):
                 raise ValueError(f"workload.{key} must be a list of integers >= {least}, got {w.get(key)!r}")
         pairs = w.get("prefill_batches") or []
-        if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 1 for x in p)
+        if not all(isinstance(p, list) and len(p) == 2 and all(is_int(x) and x >= 1 for x in p)
                    for p in pairs):
             raise ValueError(f"workload.prefill_batches must be a list of [num_seqs, tokens] pairs >= 1, got {pairs!r}")
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):

@@ -166,7 +166,8 @@ def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_pa
     other = df.copy()
     other["workload"], other["overrides"], other["output_tok_s"] = "latency", "workload.num_seqs=8", 1.0
     bcast = df.copy()  # broadcast rows: a payload, no throughput
-    bcast["workload"], bcast["payload"], bcast["output_tok_s"], bcast["ctrl_oneway_us_p50"] = "broadcast", "raw-256B", None, 9.0
+    bcast["workload"], bcast["payload"] = "broadcast", "raw-256B"
+    bcast["output_tok_s"], bcast["ctrl_oneway_us_p50"] = None, 9.0
     mixed = tmp_path / "mixed.csv"
     pd.concat([df, other, bcast]).to_csv(mixed, index=False)
     assert main([str(mixed), "--plot", str(tmp_path / "mixed.png")]) == 0

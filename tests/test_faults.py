@@ -68,8 +68,8 @@ def test_killed_worker_is_reported_within_5s(control, tiny_untied):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("control", available())
 def test_worker_exception_carries_its_traceback(control, tiny_untied):
-    with LLM(tiny_untied, tensor_parallel_size=2, control=control, **OPTS) as llm:
-        llm.call("raise_on_rank", 1, "injected failure 4242")
+    with LLM(tiny_untied, tensor_parallel_size=2, control=control, fault_injection=True, **OPTS) as llm:
+        llm.inject_fault(1, "injected failure 4242")
         t0 = time.monotonic()
         with pytest.raises(WorkerError) as err:
             llm.generate([[1, 2, 3]], LONG)

@@ -151,7 +151,8 @@ def test_bf16_logits_agree_with_transformers_float32(tiny_realistic):
     hf = Qwen3ForCausalLM.from_pretrained(tiny_untied, dtype=torch.float32).cuda().eval()
     with torch.no_grad():
         ref_prefill = torch.stack([hf(torch.tensor([p]).cuda()).logits[0, -1] for p in prompts])
-        ref_decode = torch.stack([hf(torch.tensor([p + [t]]).cuda()).logits[0, -1] for p, t in zip(prompts, next_tokens)])
+        ref_decode = torch.stack([hf(torch.tensor([p + [t]]).cuda()).logits[0, -1]
+                                  for p, t in zip(prompts, next_tokens)])
     with LLM(tiny_untied, device="cuda", dtype="bfloat16", kvcache_block_size=16, max_model_len=256, max_num_seqs=8,
              max_num_batched_tokens=512, gpu_memory_utilization=0.3) as llm:
         prefill, decode = engine_logits(llm, prompts, next_tokens)

@@ -101,7 +101,7 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
 
 
-def test_hf_peer_writes_a_row_beside_the_engine(tmp_path, model_cache):
+def test_transformers_baseline_writes_a_row_beside_the_engine(tmp_path, model_cache):
     for engine in ("tp", "hf"):
         res = harness(f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
                       cache=model_cache)

@@ -3,8 +3,9 @@ RoPE, SiLU-and-mul), fusable with torch.compile.
 
 Each is several tiny kernels in eager mode (RMSNorm alone: cast, square, mean, rsqrt, two multiplies,
 cast back), and a decode step runs ~100 of them per layer: on a GPU their launch cost, not their bytes,
-dominates. ``compile_elementwise()`` swaps in torch.compile'd versions (one Triton kernel each); the
-model runner calls it on CUDA unless ``enforce_eager``. CPU runs keep the eager functions.
+dominates. A model holds one :class:`ElementwiseOps` that all its layers call through; the model runner
+switches it to torch.compile'd versions (one Triton kernel each) on CUDA unless ``enforce_eager``. CPU runs
+keep the eager functions. Each model has its own: switching one never changes another.
 """
 
 from __future__ import annotations
@@ -48,12 +49,20 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-IMPL = {"rms_norm": rms_norm, "add_rms_norm": add_rms_norm, "qk_norm_rotary": qk_norm_rotary,
-        "silu_and_mul": silu_and_mul}
+EAGER = {"rms_norm": rms_norm, "add_rms_norm": add_rms_norm, "qk_norm_rotary": qk_norm_rotary,
+         "silu_and_mul": silu_and_mul}
+_compiled: dict | None = None  # torch.compile'd versions, made once per process (compiling is slow)
 
 
-def compile_elementwise() -> None:
-    """Replace the eager functions by compiled ones, for every model in this process (idempotent)."""
-    for name, fn in list(IMPL.items()):
-        if not hasattr(fn, "_torchdynamo_orig_callable"):
-            IMPL[name] = torch.compile(fn, dynamic=True)
+class ElementwiseOps:
+    """The elementwise functions a model's layers call (``ops.rms_norm(...)`` and so on): eager until
+    :meth:`use_compiled` switches this model's to torch.compile'd ones."""
+
+    def __init__(self):
+        self.__dict__.update(EAGER)
+
+    def use_compiled(self) -> None:
+        global _compiled
+        if _compiled is None:
+            _compiled = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()}
+        self.__dict__.update(_compiled)

@@ -3,9 +3,10 @@
 Each program keeps the ``Hq / Hkv`` query heads that share its KV head (grouped-query attention) in one
 tile, walks the sequence's block table ``BLOCK_N`` tokens at a time and accumulates softmax(q k^T) v with
 the online-softmax recurrence of FlashAttention (Dao et al. 2022, algorithm 1), so K and V are read from
-device memory exactly once. The new token's K/V come in registers (one last step of the recurrence) and
-are stored into the cache by the same program: no separate cache-write kernels per layer. The query-head group is padded to 16 rows for ``tl.dot``. Memory-bound: the
-cost is the bytes of K and V of every context token, (2 * Hkv * head_dim * 2 bytes per token per layer).
+device memory exactly once. The new token's K/V come in registers (one last step of the recurrence) and are
+stored into the cache by the same program: no separate cache-write kernels per layer. The query-head group
+is padded to 16 rows for ``tl.dot``. Memory-bound: the cost is the bytes of K and V of every context token,
+(2 * Hkv * head_dim * 2 bytes per token per layer).
 
 Imported only on CUDA machines (Triton is not a dependency of the CPU build).
 """
@@ -33,7 +34,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     q_heads = kv_head * GROUP + rows
     q = tl.load(q_ptr + seq * stride_qb + q_heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None], other=0.0)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    l = tl.zeros([GROUP_PAD], tl.float32)
+    denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
     for start in range(0, num_cached, BLOCK_N):
         block = tl.load(block_tables_ptr + seq * stride_btb + start // BLOCK_SIZE)
@@ -48,7 +49,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
     # The new token, from registers: one more step of the same recurrence.
@@ -58,9 +59,9 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     m_new = tl.maximum(m, s_new)
     alpha = tl.exp(m - m_new)
     p = tl.exp(s_new - m_new)
-    l = l * alpha + p
+    denom = denom * alpha + p
     acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
-    out = acc / l[:, None]
+    out = acc / denom[:, None]
     tl.store(out_ptr + seq * stride_ob + q_heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty),
              mask=row_ok[:, None])
     # Store the new token for later steps. No program reads this slot in this launch: it is past every

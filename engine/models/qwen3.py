@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..layers.attention import Attention
-from ..layers.fusion import IMPL
+from ..layers.fusion import ElementwiseOps
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.norm import RMSNorm
@@ -19,8 +19,9 @@ from ..step_inputs import StepInputs
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, hf: dict):
+    def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
+        self.ops = ops
         tp = tp_size()
         self.head_dim = hf["head_dim"]
         self.num_heads = hf["num_attention_heads"] // tp
@@ -29,14 +30,14 @@ class Qwen3Attention(nn.Module):
         self.qkv_proj = QKVParallelLinear(hf["hidden_size"], self.head_dim, hf["num_attention_heads"],
                                           hf["num_key_value_heads"], bias)
         self.o_proj = RowParallelLinear(hf["num_attention_heads"] * self.head_dim, hf["hidden_size"], bias)
-        self.q_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"])
-        self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"])
+        self.q_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
+        self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
 
     def forward(self, x, cos_sin, inputs: StepInputs):
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
-        q, k = IMPL["qk_norm_rotary"](q.view(-1, self.num_heads, self.head_dim),
+        q, k = self.ops.qk_norm_rotary(q.view(-1, self.num_heads, self.head_dim),
                                       k.view(-1, self.num_kv_heads, self.head_dim),
                                       self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
@@ -45,23 +46,24 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    def __init__(self, hf: dict):
+    def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
+        self.ops = ops
         inter = hf["intermediate_size"]
         self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
         self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
 
     def forward(self, x):
-        return self.down_proj(IMPL["silu_and_mul"](self.gate_up_proj(x)))
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
-    def __init__(self, hf: dict):
+    def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
-        self.self_attn = Qwen3Attention(hf)
-        self.mlp = Qwen3MLP(hf)
-        self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
-        self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
+        self.self_attn = Qwen3Attention(hf, ops)
+        self.mlp = Qwen3MLP(hf, ops)
+        self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
+        self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
 
     def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
@@ -73,11 +75,11 @@ class Qwen3DecoderLayer(nn.Module):
 
 
 class Qwen3Model(nn.Module):
-    def __init__(self, hf: dict):
+    def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(hf["vocab_size"], hf["hidden_size"])
-        self.layers = nn.ModuleList(Qwen3DecoderLayer(hf) for _ in range(hf["num_hidden_layers"]))
-        self.norm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"])
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(hf, ops) for _ in range(hf["num_hidden_layers"]))
+        self.norm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
         self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
@@ -99,7 +101,8 @@ class Qwen3ForCausalLM(nn.Module):
 
     def __init__(self, hf: dict):
         super().__init__()
-        self.model = Qwen3Model(hf)
+        self.ops = ElementwiseOps()  # this model's elementwise functions (``layers/fusion.py``)
+        self.model = Qwen3Model(hf, self.ops)
         self.tie_word_embeddings = bool(hf.get("tie_word_embeddings", False))
         self.lm_head = ParallelLMHead(hf["vocab_size"], hf["hidden_size"])
         if self.tie_word_embeddings:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-import numbers
+
+from backends.validation import is_int
 
 from .config import ConfigError, EngineConfig
 from .sampling_params import SamplingParams
@@ -24,7 +25,7 @@ def validate_requests(cfg: EngineConfig, num_kvcache_blocks: int, prompts: list[
             raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
         if len(p) == 0:
             raise ConfigError(f"prompt {i} is empty")
-        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in p):
+        if not all(is_int(t) for t in p):
             raise ConfigError(f"prompt {i} has a token id that is not an integer")
         if len(p) >= cfg.max_model_len:
             raise ConfigError(f"prompt {i} has {len(p)} tokens; max_model_len={cfg.max_model_len} leaves "

@@ -15,10 +15,11 @@ import time
 import numpy as np
 import torch
 
+from engine.config import CUDA_DTYPES
+
 from .metrics import summarize
 from .workloads import Workload
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, seed: int,
@@ -28,7 +29,7 @@ def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, 
     from tqdm.auto import tqdm
     from transformers import Qwen3ForCausalLM
 
-    model = Qwen3ForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device).eval()
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=CUDA_DTYPES[dtype]).to(device).eval()
     torch.manual_seed(seed)
 
     def generate(prompts: list[list[int]], max_new: int, temperature: float) -> None:

@@ -1,0 +1,23 @@
+"""Type checks shared by every layer (here, in the lowest one, so nothing imports upward): an integer that is
+not a bool (``True`` is an ``int`` in Python, and ``tp=true`` must not mean 1), a finite number."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def is_int(v) -> bool:
+    """An integer (any ``numbers.Integral``: int, numpy ints), never a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """A finite real number (int or float, numpy's too), never a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_int(owner: str, key: str, v, least: int) -> None:
+    """Raises ValueError ``"{owner} {key} must be an integer >= {least}, got ..."`` unless ``v`` is one."""
+    if not is_int(v) or v < least:
+        raise ValueError(f"{owner} {key} must be an integer >= {least}, got {v!r}")
