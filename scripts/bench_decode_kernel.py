@@ -1,6 +1,10 @@
 """Time the Triton paged-decode kernel at the bench's shape (Qwen3-0.6B: Hq 16, Hkv 8, D 128, bf16,
 block 256) for several launch configurations; prints achieved bandwidth next to the 4.3 TB/s copy rate.
-Bytes counted = K and V of every context token, read once (the kernel's floor)."""
+Bytes counted = K and V of every context token, read once (the kernel's floor).
+
+    PYTHONPATH=. python3 scripts/bench_decode_kernel.py   # from the repository root, on a CUDA GPU;
+                                                          # KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
+"""
 
 import itertools
 

@@ -1,5 +1,8 @@
 """Print the workload=broadcast rows of a results CSV as markdown tables: one-way latency p50 / p99 (us)
-per payload x (control, tp), plus the spread over repeats when there are several."""
+per payload x (control, tp), plus the spread over repeats when there are several (rank 0's send cost too).
+
+    python3 scripts/broadcast_table.py results/h200/broadcast_tp2-4-8.csv [more.csv ...]
+"""
 
 import sys
 

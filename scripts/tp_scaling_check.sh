@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# On nvidia-h200-x2: GPU tests (multi-GPU included), the all-reduce size table (NCCL protocols against
-# symmetric memory), tp=1 against tp=2 on Qwen3-0.6B (latency batch 1, bench), and a profile of the tp=2
-# batch-1 decode step. Everything lands in $OUT; the last lines printed are the summary.
+# What tp=2 costs and gains against tp=1 on two GPUs (device tool, nvidia-h200-x2): the GPU tests
+# (multi-GPU included; TEST_ARGS for pytest options, TEST_S its time limit), the all-reduce size table
+# (scripts/all_reduce_sizes.py: NCCL with its default, LL and LL128 protocols against symmetric memory's
+# one-shot and two-shot, us per call, 2 KiB to 64 MiB), tp=1 against tp=2 on Qwen3-0.6B (latency batch 1,
+# 3 repeats, and bench; JOB_S limits each), and a profile of the tp=2 batch-1 decode step
+# (scripts/profile_steps.py). The results of results/h200x2/ (all_reduce_*.md, profile_tp2_b1.txt).
+# Run from the repository root:
+#   bash scripts/tp_scaling_check.sh
+#   TEST_ARGS="-k symm_mem" JOB_S=120 bash scripts/tp_scaling_check.sh
+# Everything lands in $OUT (rows in runs.csv); the last lines printed are the summary.
 set -uo pipefail
 source scripts/device_env.sh
 nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
