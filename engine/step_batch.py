@@ -1,9 +1,9 @@
 """One step's sequences as flat int32 arrays: the control-plane message and every rank's model input.
 
-Pickling 256 per-sequence tuples of Python lists costs rank 0 ~30 us and each worker ~50 us to unpickle on
-a fast host (3x that on the H200 host); then every rank loops over them again to build tensors. Here rank
-0 flattens the step once (``from_sequences``), the wire carries one ``bytes`` object, and each rank reads
-it back as zero-copy numpy views and builds its inputs with vectorised numpy (``step_inputs``).
+Rather than pickling a tuple of Python lists per sequence (and every rank then looping over them to build
+tensors), rank 0 flattens the step once (``from_sequences``), the wire carries one ``bytes`` object, and
+each rank reads it back as zero-copy numpy views and builds its inputs with vectorised numpy
+(``step_inputs``). What that saves is measured in results/h200/RING.md.
 
 Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks, seed, has_temperatures]``, then
 ``num_tokens[B]``, ``num_new[B]`` (prefill only; 1 each in decode), ``temperatures[B]`` (float32 bits; only

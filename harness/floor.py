@@ -1,4 +1,4 @@
-"""The physical floor of a decode-heavy workload (REFERENCE.md, "Floors on one H200").
+"""The physical floor of a decode-heavy workload (the method of results/h200/NOTES.md, "The two floors").
 
 Each decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's
 context, and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler, each
@@ -11,7 +11,7 @@ Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S
 
 from __future__ import annotations
 
-H200_COPY_BANDWIDTH = 4.3e12  # bytes/s, device-to-device copy measured on the H200 machine (REFERENCE.md)
+H200_COPY_BANDWIDTH = 4.3e12  # bytes/s: a device-to-device copy on the H200 machines (the device tool's KINDS.md)
 ALL_REDUCE_FLOOR_S = 3e-6  # seconds per all-reduce (see the module docstring)
 
 
