@@ -26,8 +26,11 @@ for ctx in (512, 1024, 2048):
     nbytes = 2 * B * ctx * Hkv * D * 2
     for block_n, warps, stages in itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4)):
         try:
-            ms = triton.testing.do_bench(lambda: paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens,
-                                                                        D ** -0.5, block_n, warps, stages), warmup=20, rep=100)
+            def step():
+                return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5, block_n,
+                                              warps, stages)
+
+            ms = triton.testing.do_bench(step, warmup=20, rep=100)
         except Exception as e:  # a configuration that does not compile (shared memory) is skipped
             print(f"ctx {ctx} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
             continue

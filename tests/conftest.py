@@ -5,16 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from harness.checkpoint import materialize
-
-# Large initial weights so that greedy decoding of a random model depends on the whole context
-# (with small ones the argmax just repeats the last token, and any bug would pass unnoticed).
-TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=32, vocab_size=1024, max_position_embeddings=1024, rope_theta=10000.0, initializer_range=0.3,
-            rms_norm_eps=1e-6)
-
+from helpers import TINY
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> str:
@@ -29,19 +22,6 @@ def tiny_untied(model_cache) -> str:
 @pytest.fixture(scope="session")
 def tiny_tied(model_cache) -> str:
     return materialize("tiny-tied", {**TINY, "tie_word_embeddings": True}, seed=1, root=model_cache)
-
-
-def hf_greedy(path: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """transformers' own greedy generate, float32, one prompt at a time (no padding)."""
-    from transformers import Qwen3ForCausalLM
-
-    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    out = []
-    for p in prompts:
-        ids = model.generate(torch.tensor([p]), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=0)
-        out.append(ids[0, len(p):].tolist())
-    return out
 
 
 def _creator_gone_or_me(name: str) -> bool:

@@ -60,6 +60,7 @@ def run_messages(name: str, world_size: int, payloads) -> list[tuple]:
     return reports
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", available())
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_10k_messages_back_to_back_arrive_in_order_and_intact(name, world_size):
@@ -70,6 +71,7 @@ def test_10k_messages_back_to_back_arrive_in_order_and_intact(name, world_size):
     run_messages(name, world_size, payloads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", available())
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_edge_sizes_up_to_64_mib(name, world_size):
@@ -84,13 +86,14 @@ def test_world_size_one_sends_nothing(name):
     cp.close()
 
 
-def test_ring_stress_100k_random_sizes_with_checksums():
-    """backends/ring.py's ordering argument, exercised: 100,000 messages of random sizes (some spanning
+@pytest.mark.parametrize("count", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
+def test_ring_stress_random_sizes_with_checksums(count):
+    """ring_buffer.py's ordering argument, exercised: ``count`` messages of random sizes (some spanning
     several slots), every one checked, through a small ring so slots are reused constantly."""
     from backends.ring import RingControlPlane
 
     rng = random.Random(7)
-    sizes = [rng.choice((0, 1, 100, 3000, 5000, 20000)) for _ in range(100_000)]
+    sizes = [rng.choice((0, 1, 100, 3000, 5000, 20000)) for _ in range(count)]
     ctx = mp.get_context("spawn")
     cp = RingControlPlane(3, timeout_s=60, nslots=4, slot_bytes=4096)
     results = ctx.Queue()
@@ -113,9 +116,10 @@ def test_ring_stress_100k_random_sizes_with_checksums():
             if p.is_alive():
                 p.kill()
         cp.close()
-    assert reports == [(1, 100_000, []), (2, 100_000, [])]
+    assert reports == [(1, count, []), (2, count, [])]
 
 
+@pytest.mark.slow
 def test_idle_ring_reader_costs_under_5_percent_of_a_core():
     from backends.ring import RingControlPlane
 

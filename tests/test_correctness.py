@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import random
 
 import pytest
 
 from backends import available
 from engine import LLM, SamplingParams
-from conftest import hf_greedy
+from helpers import hf_greedy, prompts_of_lengths
 
 MAX_NEW = 24
 
 
-def prompts_of_lengths(lengths, seed=0, vocab=1024):
-    rng = random.Random(seed)
-    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
-
-
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("checkpoint", ["tiny_untied", "tiny_tied"])
 def test_greedy_matches_transformers(tp, checkpoint, request):
     path = request.getfixturevalue(checkpoint)
@@ -31,7 +25,8 @@ def test_greedy_matches_transformers(tp, checkpoint, request):
         assert g["token_ids"] == w, f"prompt {i} (len {len(prompts[i])}) differs"
 
 
-@pytest.mark.parametrize("tp,async_scheduling", [(1, True), (2, True), (2, False)])
+@pytest.mark.parametrize("tp,async_scheduling", [(1, True), pytest.param(2, True, marks=pytest.mark.slow),
+                                                 pytest.param(2, False, marks=pytest.mark.slow)])
 def test_prefix_cache_hit_and_preemption(tp, async_scheduling, tiny_untied):
     shared = prompts_of_lengths([32], seed=1)[0]
     prompts = [shared + tail for tail in prompts_of_lengths([4, 4, 4], seed=2)]
@@ -53,6 +48,7 @@ def test_prefix_cache_hit_and_preemption(tp, async_scheduling, tiny_untied):
     assert second[0]["token_ids"] == want[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_eos_stops_each_sequence_at_its_first_eos(async_scheduling, tiny_untied):
     prompts = prompts_of_lengths([5, 9, 20, 40])
@@ -96,6 +92,7 @@ def test_sampling_is_seeded_and_respects_max_tokens(tiny_untied):
     assert all(len(o["token_times_s"]) == len(o["token_ids"]) for o in runs[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("control", available())
 def test_every_control_plane_gives_identical_greedy_tokens(control, tiny_untied):
     prompts = prompts_of_lengths([4, 30, 65], seed=3)
@@ -108,13 +105,14 @@ def test_every_control_plane_gives_identical_greedy_tokens(control, tiny_untied)
 
 @pytest.fixture(scope="module")
 def tiny_four_kv_heads(model_cache) -> str:
-    from conftest import TINY
+    from helpers import TINY
     from harness.checkpoint import materialize
 
     return materialize("tiny-kv4", {**TINY, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16},
                        seed=2, root=model_cache)
 
 
+@pytest.mark.slow
 def test_tp4_gives_the_same_greedy_tokens_as_tp1(tiny_four_kv_heads):
     prompts = prompts_of_lengths([3, 25, 60], seed=9)
     outs = []
@@ -137,13 +135,7 @@ def test_outputs_say_why_they_stopped_and_numpy_prompts_work(tiny_untied):
     assert outs[1]["finish_reason"] == "length" and len(outs[1]["token_ids"]) <= 4  # max_model_len cut it
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": "a"}, {"temperature": -1.0}, {"max_tokens": True},
-                                    {"ignore_eos": "no"}])
-def test_bad_sampling_params_are_refused(kwargs):
-    with pytest.raises(ValueError):
-        SamplingParams(**kwargs)
-
-
+@pytest.mark.slow
 def test_seeded_sampling_does_not_depend_on_tp(tiny_untied):
     """Each rank samples its vocabulary shard with noise keyed by the global column: tp=1 and tp=2 draw the
     same tokens from the same seed (float32)."""

@@ -14,33 +14,12 @@ import pytest
 
 from backends import available
 from engine import LLM, ConfigError, SamplingParams, WorkerError
-from test_harness_cli import ROOT, harness
+from helpers import ROOT, children, harness, wait_until
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batched_tokens=1024)
 LONG = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-
-
-def children(pid: int) -> list[int]:
-    """Live child processes of ``pid`` (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid and fields[0] != "Z":
-                    out.append(int(entry))
-            except (OSError, IndexError):
-                pass
-    return out
-
-
-def wait_until(predicate, timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 @pytest.mark.timeout(120)
@@ -148,66 +127,6 @@ def test_two_runs_at_once_both_succeed(tmp_path, model_cache):
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
     df = pd.read_csv(tmp_path / "runs.csv")
     assert len(df) == 2 and (df.status == "ok").all()
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(tensor_parallel_size=0), "tensor_parallel_size must be an integer >= 1"),
-    (dict(tensor_parallel_size=3), "does not divide num_attention_heads"),
-    (dict(tensor_parallel_size=8), "does not divide num_attention_heads"),
-    (dict(device="cuda"), "CUDA is not available|needs that many GPUs"),
-    (dict(control="carrier-pigeon"), "unknown control plane"),
-    (dict(dtype="float16"), "not supported on cpu"),
-    (dict(kvcache_block_size=100), "power of two"),
-    (dict(max_num_batched_tokens=64, max_model_len=128), "must be >= max_model_len"),
-])
-def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
-    before = children(os.getpid())
-    with pytest.raises(ConfigError, match=message):
-        LLM(tiny_untied, **{**dict(device="cpu"), **kwargs})
-    assert children(os.getpid()) == before
-
-
-def test_bad_checkpoints_fail_before_spawning(tmp_path, tiny_untied):
-    import json
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
-    with pytest.raises(ConfigError, match="not found"):
-        LLM(str(tmp_path / "missing"), device="cpu")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="no config.json"):
-        LLM(str(tmp_path / "empty"), device="cpu")
-    tensors = load_file(os.path.join(tiny_untied, "model.safetensors"))
-    for name, change in [("missing", lambda t: t.pop("model.norm.weight")),
-                         ("shape", lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:-1].clone()}))]:
-        d = tmp_path / name
-        d.mkdir()
-        shutil.copy(os.path.join(tiny_untied, "config.json"), d)
-        t = dict(tensors)
-        change(t)
-        save_file(t, str(d / "model.safetensors"))
-        with pytest.raises(ConfigError, match="model.norm.weight"):
-            LLM(str(d), device="cpu")
-    other = tmp_path / "other"
-    other.mkdir()
-    cfg = json.load(open(os.path.join(tiny_untied, "config.json")))
-    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
-    with pytest.raises(ConfigError, match="only 'qwen3'"):
-        LLM(str(other), device="cpu")
-
-
-def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
-    with LLM(tiny_untied, tensor_parallel_size=2, **OPTS) as llm:
-        ok = SamplingParams(temperature=0, max_tokens=4)
-        for prompts, message in [([], "at least one prompt"), ([[]], "is empty"),
-                                 ([[1] * 512], "max_model_len"), ([[10 ** 6]], "outside")]:
-            with pytest.raises(ConfigError, match=message):
-                llm.generate(prompts, ok)
-        assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
-    for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
-        with pytest.raises(ValueError):
-            SamplingParams(**bad)
 
 
 @pytest.mark.timeout(120)

@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from harness.schema import COLUMNS
+from helpers import ROOT, harness, orphaned_workers  # noqa: F401
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def harness(*overrides, cache, timeout=300):
-    env = {**os.environ, "TPCP_CACHE": cache, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "harness", *overrides], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def orphaned_workers() -> set[int]:
-    """Spawned processes whose parent is gone (re-parented to init): what a crashed run would leave."""
-    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
-    return {int(line.split()[0]) for line in out.splitlines()[1:]
-            if "multiprocessing.spawn" in line and line.split()[1] == "1"}
-
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     res = harness("control=shm", "tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
@@ -118,3 +103,15 @@ def test_latency_workload_runs_fixed_batches_many_times(tmp_path, model_cache):
     row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
     assert row.num_requests == 16 and row.output_tokens == 16 * 16
     assert row.decode_steps == 2 * 15 and row.ctrl_calls == row.prefill_steps + row.decode_steps
+
+
+def test_sweep_gives_one_row_per_job_and_repeat(tmp_path, model_cache):
+    """-m control=shm,pipe tp=1,2 workload=smoke repeat=2: one row per job and repeat, 8 in all, and the
+    summary table of the sweep at its end."""
+    res = harness("-m", "control=shm,pipe", "tp=1,2", "workload=smoke", "repeat=2", f"results_dir={tmp_path}",
+                  "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert len(df) == 8 and set(zip(df.control, df.tp)) == {("shm", 1), ("shm", 2), ("pipe", 1), ("pipe", 2)}
+    assert sorted(df.repeat.unique()) == [0, 1] and (df.status == "ok").all()
+    assert "== sweep: 4 jobs, 8 ok rows ==" in res.stdout

@@ -10,7 +10,7 @@ import pytest
 from backends.ideal import IdealControlPlane, ScheduleMismatch
 from control_plane_worker import echo_worker
 from engine import LLM, SamplingParams
-from test_correctness import prompts_of_lengths
+from helpers import prompts_of_lengths
 
 
 def messages(start: int, count: int) -> list[tuple]:
@@ -18,6 +18,7 @@ def messages(start: int, count: int) -> list[tuple]:
             for i in range(count)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inner", ["pipe", "ring"])
 def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
     """200 live messages (recorded), then the same 200 replayed: every worker sees 400 in order, intact; the
@@ -77,6 +78,7 @@ def test_a_step_that_differs_from_the_recording_is_refused_in_one_line():
     cp.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_engine_under_ideal_gives_the_same_tokens_and_refuses_another_schedule(tiny_untied, async_scheduling):
     prompts = prompts_of_lengths([4, 30, 65], seed=3)

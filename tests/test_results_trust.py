@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from harness.nvml_sampler import NvmlSampler, match_handles
-from test_harness_cli import ROOT, harness
+from helpers import ROOT, harness
 
 
 class FakeNvml:
@@ -146,6 +146,7 @@ def test_a_sigkilled_runs_semaphores_are_removed_by_the_next_run(tmp_path, model
                 proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, message", [
     (["control=ring", "control.options.segment_bytes=4096"], "control=ring has no option 'segment_bytes'"),
     (["+anything=1"], "unknown config key 'anything'"),
@@ -158,6 +159,7 @@ def test_bad_overrides_are_one_line_and_exit_2(overrides, message, tmp_path, mod
     assert len(res.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("*.csv"))
 
 
+@pytest.mark.slow
 def test_model_auto_says_which_preset_it_took(tmp_path, model_cache):
     res = harness("tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -16,6 +16,8 @@ from engine import LLM, SamplingParams
 from engine.sequence import Sequence
 from harness.broadcast import BroadcastGroup, step_message
 
+pytestmark = pytest.mark.slow  # every benchmark starts processes
+
 
 @pytest.mark.parametrize("control", available())
 def test_broadcast_round_trip_decode_64(benchmark, control):

@@ -1,0 +1,90 @@
+"""Bad input is refused in one line before anything runs: engine configuration, checkpoints, generate()'s
+requests, sampling parameters; and the harness's defaults are the engine's."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+from engine import LLM, ConfigError, EngineConfig, SamplingParams
+from helpers import ROOT, children
+
+OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batched_tokens=1024)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tensor_parallel_size=0), "tensor_parallel_size must be an integer >= 1"),
+    (dict(tensor_parallel_size=3), "does not divide num_attention_heads"),
+    (dict(tensor_parallel_size=8), "does not divide num_attention_heads"),
+    (dict(device="cuda"), "CUDA is not available|needs that many GPUs"),
+    (dict(control="carrier-pigeon"), "unknown control plane"),
+    (dict(dtype="float16"), "not supported on cpu"),
+    (dict(kvcache_block_size=100), "power of two"),
+    (dict(max_num_batched_tokens=64, max_model_len=128), "must be >= max_model_len"),
+])
+def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
+    before = children(os.getpid())
+    with pytest.raises(ConfigError, match=message):
+        LLM(tiny_untied, **{**dict(device="cpu"), **kwargs})
+    assert children(os.getpid()) == before
+
+
+def test_bad_checkpoints_fail_before_spawning(tmp_path, tiny_untied):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    with pytest.raises(ConfigError, match="not found"):
+        LLM(str(tmp_path / "missing"), device="cpu")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no config.json"):
+        LLM(str(tmp_path / "empty"), device="cpu")
+    tensors = load_file(os.path.join(tiny_untied, "model.safetensors"))
+    for name, change in [("missing", lambda t: t.pop("model.norm.weight")),
+                         ("shape", lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:-1].clone()}))]:
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copy(os.path.join(tiny_untied, "config.json"), d)
+        t = dict(tensors)
+        change(t)
+        save_file(t, str(d / "model.safetensors"))
+        with pytest.raises(ConfigError, match="model.norm.weight"):
+            LLM(str(d), device="cpu")
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg = json.load(open(os.path.join(tiny_untied, "config.json")))
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
+    with pytest.raises(ConfigError, match="only 'qwen3'"):
+        LLM(str(other), device="cpu")
+
+
+def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
+    with LLM(tiny_untied, **OPTS) as llm:  # checked on rank 0 before any step: one rank shows it
+        ok = SamplingParams(temperature=0, max_tokens=4)
+        for prompts, message in [([], "at least one prompt"), ([[]], "is empty"),
+                                 ([[1] * 512], "max_model_len"), ([[10 ** 6]], "outside")]:
+            with pytest.raises(ConfigError, match=message):
+                llm.generate(prompts, ok)
+        assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
+    for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
+        with pytest.raises(ValueError):
+            SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": "a"}, {"temperature": -1.0}, {"max_tokens": True},
+                                    {"ignore_eos": "no"}])
+def test_bad_sampling_params_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)
+
+
+def test_config_yaml_llm_block_holds_the_engine_defaults():
+    """conf/config.yaml's llm: block is what EngineConfig does by default: one set of defaults, not two."""
+    llm = OmegaConf.to_container(OmegaConf.load(os.path.join(ROOT, "conf", "config.yaml")).llm)
+    defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    assert llm and all(key in defaults for key in llm), sorted(set(llm) - set(defaults))
+    assert {key: defaults[key] for key in llm} == llm
