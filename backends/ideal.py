@@ -45,7 +45,20 @@ def _describe(message: tuple) -> str:
     return f"{method} ({size} bytes)"
 
 
-class IdealControlPlane(ControlPlane):
+class _InnerLiveness:
+    """The liveness check the owner installs goes to the wrapped plane or endpoint, whose waits call it."""
+
+    @property
+    def liveness_check(self):
+        return self.inner.liveness_check
+
+    @liveness_check.setter
+    def liveness_check(self, check) -> None:
+        if hasattr(self, "inner"):  # (the base class sets a default before ``inner`` exists)
+            self.inner.liveness_check = check
+
+
+class IdealControlPlane(_InnerLiveness, ControlPlane):
     """Driver side. Args: world_size, timeout_s (see :class:`ControlPlane`); ``inner``: the plane that
     carries the recording pass and every message outside a replay; ``inner_options``: its options.
 
@@ -67,15 +80,6 @@ class IdealControlPlane(ControlPlane):
     @classmethod
     def scope_of(cls, options: dict) -> str:
         return _inner_class(options.get("inner", "pipe")).scope_of(options.get("inner_options") or {})
-
-    @property
-    def liveness_check(self):
-        return self.inner.liveness_check
-
-    @liveness_check.setter
-    def liveness_check(self, check) -> None:
-        if hasattr(self, "inner"):
-            self.inner.liveness_check = check
 
     def endpoint(self, rank: int) -> "IdealEndpoint":
         return IdealEndpoint(rank, self.inner.endpoint(rank))
@@ -144,7 +148,7 @@ class IdealControlPlane(ControlPlane):
         self.inner.close()
 
 
-class IdealEndpoint(WorkerEndpoint):
+class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
     """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
     first (no transport: one-way latency 0)."""
 
@@ -154,15 +158,6 @@ class IdealEndpoint(WorkerEndpoint):
         super().__init__(rank)
         self.inner = inner
         self.preloaded: deque = deque()
-
-    @property
-    def liveness_check(self):
-        return self.inner.liveness_check
-
-    @liveness_check.setter
-    def liveness_check(self, check) -> None:
-        if hasattr(self, "inner"):
-            self.inner.liveness_check = check
 
     def open(self, store=None) -> None:
         self.inner.open(store)

@@ -221,14 +221,8 @@ class Lifeline:
         def run():
             while recv_frame(self.sock) is not None:
                 pass
-            if self._closing:  # our own close() at a normal exit
-                return
-            if on_death is not None:
-                try:
-                    on_death()
-                except Exception:
-                    pass
-            os._exit(1)
+            if not self._closing:  # not our own close() at a normal exit
+                _die(on_death)
 
         threading.Thread(target=run, name="lifeline-watch", daemon=True).start()
 
@@ -259,11 +253,17 @@ def watch_parent(on_death=None) -> None:
 
     def run():
         select.select([parent.sentinel], [], [])
-        if on_death is not None:
-            try:
-                on_death()
-            except Exception:
-                pass
-        os._exit(1)
+        _die(on_death)
 
     threading.Thread(target=run, name="parent-watch", daemon=True).start()
+
+
+def _die(on_death) -> None:
+    """End this process at once (exit code 1), after ``on_death()`` if given, whatever its other threads
+    are blocked in."""
+    if on_death is not None:
+        try:
+            on_death()
+        except Exception:
+            pass
+    os._exit(1)

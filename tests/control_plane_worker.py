@@ -12,6 +12,41 @@ import multiprocessing as mp
 from backends import EXIT, PeerGone
 
 
+def check_messages(endpoint) -> tuple[int, list[str]]:
+    """Receive ``("check", index, payload, sha256)`` messages until EXIT; returns (how many, the first
+    errors: a wrong index or checksum)."""
+    received, errors = 0, []
+    while True:
+        method, args = endpoint.recv()
+        if method == EXIT:
+            return received, errors[:5]
+        index, payload, digest = args
+        if index != received:
+            errors.append(f"message {received} arrived as {index}")
+        if hashlib.sha256(payload).hexdigest() != digest:
+            errors.append(f"message {index} ({len(payload)} B) is corrupt")
+        received += 1
+
+
+def start_echo_workers(cp, ranks):
+    """Spawn ``echo_worker`` for each of ``ranks`` on plane ``cp``; returns (processes, result queue)."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in ranks]
+    for p in procs:
+        p.start()
+    cp.workers_started()
+    return procs, results
+
+
+def stop_echo_workers(procs, cp) -> None:
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    cp.close()
+
+
 def echo_worker(endpoint, results) -> None:
     parent = mp.parent_process()
 
@@ -21,18 +56,8 @@ def echo_worker(endpoint, results) -> None:
 
     endpoint.liveness_check = alive
     endpoint.open()
-    received, errors = 0, []
     try:
-        while True:
-            method, args = endpoint.recv()
-            if method == EXIT:
-                break
-            index, payload, digest = args
-            if index != received:
-                errors.append(f"message {received} arrived as {index}")
-            if hashlib.sha256(payload).hexdigest() != digest:
-                errors.append(f"message {index} ({len(payload)} B) is corrupt")
-            received += 1
+        received, errors = check_messages(endpoint)
     finally:
         endpoint.close()
-    results.put((endpoint.rank, received, errors[:5]))
+    results.put((endpoint.rank, received, errors))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from backends import available, get_control_plane
-from control_plane_worker import echo_worker
+from control_plane_worker import echo_worker, start_echo_workers, stop_echo_workers
 
 SEGMENT = 1 << 16  # small segments for shm-like backends, so the chunking paths run
 
@@ -94,14 +94,8 @@ def test_ring_stress_random_sizes_with_checksums(count):
 
     rng = random.Random(7)
     sizes = [rng.choice((0, 1, 100, 3000, 5000, 20000)) for _ in range(count)]
-    ctx = mp.get_context("spawn")
     cp = RingControlPlane(3, timeout_s=60, nslots=4, slot_bytes=4096)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in (1, 2)]
-    for p in procs:
-        p.start()
-    cp.workers_started()
-    cp.liveness_check = lambda: None
+    procs, results = start_echo_workers(cp, (1, 2))
     try:
         blob = os.urandom(20000)
         for i, n in enumerate(sizes):
@@ -111,11 +105,7 @@ def test_ring_stress_random_sizes_with_checksums(count):
         cp.send_exit()
         reports = sorted(results.get(timeout=120) for _ in procs)
     finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-        cp.close()
+        stop_echo_workers(procs, cp)
     assert reports == [(1, count, []), (2, count, [])]
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import multiprocessing as mp
 
 import pytest
 
 from backends.ideal import IdealControlPlane, ScheduleMismatch
-from control_plane_worker import echo_worker
+from control_plane_worker import start_echo_workers, stop_echo_workers
 from engine import LLM, SamplingParams
 from helpers import prompts_of_lengths
 
@@ -23,13 +22,8 @@ def messages(start: int, count: int) -> list[tuple]:
 def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
     """200 live messages (recorded), then the same 200 replayed: every worker sees 400 in order, intact; the
     replayed ones cost the transport nothing (one-way latency 0) and rank 0 only checks them."""
-    ctx = mp.get_context("spawn")
     cp = IdealControlPlane(3, timeout_s=30, inner=inner)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results), daemon=True) for r in (1, 2)]
-    for p in procs:
-        p.start()
-    cp.workers_started()
+    procs, results = start_echo_workers(cp, (1, 2))
     try:
         cp.start_recording()
         for m in messages(0, 200):
@@ -50,11 +44,7 @@ def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
         cp.send_exit()
         assert sorted(results.get(timeout=60) for _ in procs) == [(1, 400, []), (2, 400, [])]
     finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-        cp.close()
+        stop_echo_workers(procs, cp)
 
 
 def test_a_step_that_differs_from_the_recording_is_refused_in_one_line():

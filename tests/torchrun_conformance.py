@@ -7,31 +7,24 @@ checks order and checksum and reports (received, errors) to rank 0, which writes
 
 import hashlib
 import json
+import os
 import random
 import sys
 
-from backends import EXIT
 from engine.launch import Launch
 from engine.llm_engine import make_control_plane
 from engine.worker import serve
 from engine.worker_group import WorkerGroup
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from control_plane_worker import check_messages  # noqa: E402
+
 OPTIONS = {"hybrid": {"nslots": 4, "slot_bytes": 4096}}
 
 
 def check_body(joined) -> int:
-    received, errors = 0, []
-    while True:
-        method, args = joined.endpoint.recv()
-        if method == EXIT:
-            break
-        index, payload, digest = args
-        if index != received:
-            errors.append(f"message {received} arrived as {index}")
-        if hashlib.sha256(payload).hexdigest() != digest:
-            errors.append(f"message {index} ({len(payload)} B) is corrupt")
-        received += 1
-    joined.lifeline.send("stats", {"received": received, "errors": errors[:5]})
+    received, errors = check_messages(joined.endpoint)
+    joined.lifeline.send("stats", {"received": received, "errors": errors})
     return 0
 
 
