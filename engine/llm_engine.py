@@ -5,15 +5,15 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
+from backends import ControlPlaneError
 
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
+from .control_plane import make_control_plane
 from .loader import check_checkpoint
 from .request_checks import validate_requests
 from .model_runner import ModelRunner
@@ -21,25 +21,9 @@ from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
+from .step_records import StepRecord, InFlightStep
 from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill, model_worker
 from .worker_group import WorkerGroup
-
-
-def make_control_plane(name: str, options: dict, world_size: int, timeout_s: float, context: ControlContext):
-    """The control plane ``name`` with ``options`` for ranks placed as ``context`` says.
-
-    Raises:
-        ConfigError: the plane cannot work there (one line naming the planes that can): a plane whose
-            worker ends must be inherited, under torchrun; a shared-memory plane, across nodes.
-        ValueError: a bad option (from the plane).
-    """
-    cls = get_control_plane(name)
-    scope = cls.scope_of(options)
-    if not scope_fits(scope, context.launcher, context.num_nodes):
-        where = f"{context.num_nodes} nodes" if context.num_nodes > 1 else "ranks started by torchrun"
-        raise ConfigError(f"control={name} cannot reach ranks on {where} (scope: {scope}); planes that can: "
-                          f"{', '.join(planes_for(context.launcher, context.num_nodes))}")
-    return cls(world_size, timeout_s=timeout_s, context=context, **options)
 
 
 log = logging.getLogger("engine")
@@ -47,35 +31,6 @@ log = logging.getLogger("engine")
 
 class DataPlaneError(RuntimeError):
     """A data-plane collective failed or timed out on rank 0 while every worker was still alive."""
-
-
-@dataclass
-class _InFlight:
-    """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
-    yet read."""
-
-    seqs: list[Sequence]
-    positions: list[int]
-    is_prefill: bool
-    num_tokens: int
-    tokens: torch.Tensor
-    done: torch.cuda.Event | None
-    launch_s: float
-    send_ns: int
-    message_bytes: int
-
-
-@dataclass
-class StepRecord:
-    """One engine step: kind, batch size, new tokens, wall time (s: from the previous step's tokens to
-    this one's) and rank 0's control-plane send (ns) and message size (bytes)."""
-
-    is_prefill: bool
-    num_seqs: int
-    num_tokens: int
-    duration_s: float
-    send_ns: int
-    message_bytes: int
 
 
 class LLM:
@@ -123,7 +78,7 @@ class LLM:
             self.shutdown()
             raise
         self.steps: list[StepRecord] = []
-        self._in_flight: _InFlight | None = None
+        self._in_flight: InFlightStep | None = None
         self._last_done_s: float | None = None
         self.reset()
 
@@ -251,7 +206,7 @@ class LLM:
                                      step.message_bytes))
         return finished
 
-    def _launch(self) -> _InFlight | None:
+    def _launch(self) -> InFlightStep | None:
         seqs, is_prefill = self.scheduler.schedule()
         if not seqs:
             return None
@@ -269,9 +224,9 @@ class LLM:
             host, done = tokens, None
         positions = self.scheduler.on_launch(seqs)
         message_bytes, send_ns = self.control.send_stats.last()
-        return _InFlight(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes)
+        return InFlightStep(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes)
 
-    def _wait_tokens(self, step: _InFlight) -> list[int]:
+    def _wait_tokens(self, step: InFlightStep) -> list[int]:
         """The step's sampled tokens, once the device has produced them (polled, so that a dead worker
         or a hung collective is reported instead of waited on forever). Each poll releases the GIL
         (``time.sleep(0)``): a tight ``query()`` loop would hold it for the whole step and starve the

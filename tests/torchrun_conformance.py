@@ -12,7 +12,7 @@ import random
 import sys
 
 from engine.launch import Launch
-from engine.llm_engine import make_control_plane
+from engine.control_plane import make_control_plane
 from engine.worker import serve
 from engine.worker_group import WorkerGroup
 

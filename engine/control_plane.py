@@ -1,0 +1,24 @@
+"""Building the run's control plane for where its ranks are (one host or several, spawned or not)."""
+
+from __future__ import annotations
+
+from backends import ControlContext, get_control_plane, planes_for, scope_fits
+
+from .config import ConfigError
+
+
+def make_control_plane(name: str, options: dict, world_size: int, timeout_s: float, context: ControlContext):
+    """The control plane ``name`` with ``options`` for ranks placed as ``context`` says.
+
+    Raises:
+        ConfigError: the plane cannot work there (one line naming the planes that can): a plane whose
+            worker ends must be inherited, under torchrun; a shared-memory plane, across nodes.
+        ValueError: a bad option (from the plane).
+    """
+    cls = get_control_plane(name)
+    scope = cls.scope_of(options)
+    if not scope_fits(scope, context.launcher, context.num_nodes):
+        where = f"{context.num_nodes} nodes" if context.num_nodes > 1 else "ranks started by torchrun"
+        raise ConfigError(f"control={name} cannot reach ranks on {where} (scope: {scope}); planes that can: "
+                          f"{', '.join(planes_for(context.launcher, context.num_nodes))}")
+    return cls(world_size, timeout_s=timeout_s, context=context, **options)
