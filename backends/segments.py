@@ -3,7 +3,7 @@ creator, and removed after a run whose processes all died (nobody was left to un
 
 Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run on the same host recognise a segment as
 stale (its creator no longer exists) without touching a live run's. The named semaphores a plane creates
-through multiprocessing (``/dev/shm/sem.mp-*``, names without a pid) are listed in a registry file of the
+through multiprocessing (``/dev/shm/sem.mp-*``, names without a pid) are listed in a registry segment of the
 same form, ``tpcp_<pid>_sems<random>``, so that they are removed with the dead run's segments too.
 """
 
@@ -46,8 +46,8 @@ def _unlink_listed(registry: str, directory: str) -> list[str]:
     """Unlink the semaphores a dead run's registry lists; returns their files' names."""
     removed = []
     try:
-        with open(registry) as f:
-            names = f.read().split()
+        with open(registry, "rb") as f:
+            names = f.read().rstrip(b"\0").decode().split()
     except OSError:
         return removed
     for sem in names:
@@ -60,26 +60,25 @@ def _unlink_listed(registry: str, directory: str) -> list[str]:
     return removed
 
 
-def register_semaphores(semaphores) -> str | None:
-    """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry file
-    ``/dev/shm/tpcp_<pid>_sems<random>``; returns its path (None where there is no /dev/shm). Pass the path to
+def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
+    """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry segment
+    ``tpcp_<pid>_sems<random>`` (names separated by newlines, zero-padded); returns it, or None where there is
+    nothing to list or no /dev/shm. Being a segment, the resource tracker unlinks it with the semaphores when
+    the creator alone dies; :func:`remove_stale_segments` reads it when the tracker died too. Pass it to
     :func:`unregister_semaphores` once the semaphores are released."""
     names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
-    names = [n for n in names if n]
-    if not names or not os.path.isdir("/dev/shm"):
+    payload = "".join(n + "\n" for n in names if n).encode()
+    if not payload or not os.path.isdir("/dev/shm"):
         return None
-    path = os.path.join("/dev/shm", f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}")
-    with open(path, "w") as f:
-        f.write("\n".join(names) + "\n")
-    return path
+    registry = shared_memory.SharedMemory(name=f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True,
+                                          size=len(payload))
+    registry.buf[:len(payload)] = payload
+    return registry
 
 
-def unregister_semaphores(path: str | None) -> None:
-    if path:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+def unregister_semaphores(registry: shared_memory.SharedMemory | None) -> None:
+    """Remove a registry made by :func:`register_semaphores` (None: nothing to do)."""
+    release_segment(registry, unlink=True)
 
 
 def create_segment(size: int) -> shared_memory.SharedMemory:
