@@ -6,6 +6,7 @@ the worst job's code: 0 ok, 1 a run failed, 2 bad input, 130 interrupted (which 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -52,7 +53,7 @@ if __name__ == "__main__":
         from .engine_cache import release
 
         release()
-    if len(EXIT_CODES) > 1:
+    if len(EXIT_CODES) > 1 and os.environ.get("RANK", "0") == "0":  # rank 0 writes the rows; the others serve
         from .app import SWEEP_ROWS
         from .analyze import print_sweep_summary
 

@@ -105,6 +105,15 @@ def test_shared_memory_planes_are_refused_across_nodes(control, tmp_path, model_
     assert not list(tmp_path.glob("*.csv")), "bad input must write no row"
 
 
+def test_a_sweep_across_nodes_writes_every_row_and_one_summary(tmp_path, model_cache):
+    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "-m", "control=zmq,hybrid", "tp=2", "workload=smoke",
+                     "progress=false", f"results_dir={tmp_path}", extra_env={"TPCP_CACHE": model_cache})
+    logs = [node_log(tmp_path, k) for k in (0, 1)]
+    assert proc.returncode == 0, logs[0][-2000:] + logs[1][-2000:]
+    rows = (tmp_path / "runs.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 and all(",ok," in r for r in rows)
+    assert logs[0].count("== sweep: 2 jobs, 2 ok rows ==") == 1 and "== sweep" not in logs[1], logs
+
 def rank_pids(rank: int, marker: str) -> list[int]:
     """PIDs of processes whose command line has ``marker`` and whose environment sets RANK=rank."""
     out = []
