@@ -86,6 +86,13 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
 
 
+def test_broadcast_refuses_ideal_which_has_no_transport(tmp_path, model_cache):
+    res = harness("workload=broadcast", "control=ideal", "tp=2", f"results_dir={tmp_path}", cache=model_cache,
+                  timeout=120)
+    assert res.returncode == 2 and "error: control=ideal has no transport to time alone" in res.stderr, res.stderr
+    assert not list(tmp_path.glob("*.csv"))
+
+
 def test_transformers_baseline_writes_a_row_beside_the_engine(tmp_path, model_cache):
     for engine in ("tp", "hf"):
         res = harness(f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
