@@ -96,6 +96,8 @@ class GlooControlPlane(ControlPlane):
 
 
 class GlooEndpoint(WorkerEndpoint):
+    """Worker side of :class:`GlooControlPlane`: joins the plane's gloo group (``host``:``port``, or the run's
+    store) as ``rank`` and receives each message as a length broadcast, then the bytes."""
     name = "gloo"
 
     def __init__(self, rank: int, host: str, port: int | None, world_size: int):

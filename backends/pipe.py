@@ -79,6 +79,7 @@ class PipeControlPlane(ControlPlane):
 
 
 class PipeEndpoint(WorkerEndpoint):
+    """Worker side of :class:`PipeControlPlane`: reads each message from its end ``conn`` of a one-way pipe."""
     name = "pipe"
 
     def __init__(self, rank: int, conn):

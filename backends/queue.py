@@ -44,6 +44,7 @@ class QueueControlPlane(ControlPlane):
 
 
 class QueueEndpoint(WorkerEndpoint):
+    """Worker side of :class:`QueueControlPlane`: takes each message from its own queue ``q``."""
     name = "queue"
 
     def __init__(self, rank: int, q):

@@ -47,6 +47,8 @@ MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev
 
 
 def data_offset(num_readers: int) -> int:
+    """Byte offset of the first slot in the segment: the header and one 8-byte read marker per reader,
+    rounded up to a 64-byte cache line."""
     return (MARKERS_AT + 8 * num_readers + 63) // 64 * 64
 
 
@@ -61,6 +63,8 @@ def check_geometry(nslots, slot_bytes, num_readers: int, owner: str) -> None:
 
 
 def check_poll_args(spin_us, idle_ms, sleep_us, owner: str) -> tuple[float, float, float]:
+    """The readers' waiting policy (us, ms, us), checked. Raises ValueError (naming ``owner``) on a value
+    that is not a number >= 0."""
     for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
         if not is_number(value) or value < 0:
             raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")

@@ -21,6 +21,8 @@ def block_hash(token_ids: list[int], prefix_hash: int) -> int:
 
 
 class Block:
+    """One KV-cache block: its id, how many sequences hold it (``ref_count``) and the hash of its full
+    token content (for prefix caching; NO_HASH while it is not full)."""
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_count = 0

@@ -28,6 +28,7 @@ PINGS = 16
 
 
 def send_frame(sock: socket.socket, obj) -> None:
+    """Send ``obj`` pickled, behind its length (FRAME). Raises OSError when the peer is gone."""
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(FRAME.pack(len(data)) + data)
 

@@ -36,6 +36,7 @@ def expected_tensors(hf: dict) -> dict[str, tuple[int, ...]]:
 
 
 def checkpoint_files(path: str) -> list[str]:
+    """The ``*.safetensors`` files of checkpoint directory ``path``, sorted."""
     return sorted(glob.glob(os.path.join(path, "*.safetensors")))
 
 
@@ -62,6 +63,7 @@ def check_checkpoint(path: str, hf: dict) -> None:
 
 
 def default_weight_loader(param: nn.Parameter, src) -> None:
+    """Copy safetensors slice ``src`` into ``param`` whole. Raises ValueError when the shapes differ."""
     shape = tuple(src.get_shape())
     if shape != tuple(param.shape):
         raise ValueError(f"shape {list(shape)} in the checkpoint, expected {list(param.shape)}")

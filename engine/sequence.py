@@ -9,6 +9,7 @@ from .sampling_params import SamplingParams
 
 
 class SequenceStatus(Enum):
+    """Where a sequence is in the scheduler: waiting (not yet, or again after preemption), running, finished."""
     WAITING = auto()
     RUNNING = auto()
     FINISHED = auto()

@@ -20,6 +20,8 @@ EXIT_CODES: list[int] = []
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    """One Hydra job (a sweep calls it once per job): run it and record its exit code; Ctrl-C before a row
+    could be written exits 130."""
     try:
         from .app import run_job
 

@@ -34,6 +34,8 @@ KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p
 
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
+    """The columns that identify a configuration: ``group`` when given, else tp, control and every other
+    configuration column whose value differs between rows. Raises InputError on an unknown column."""
     if group:
         bad = [g for g in group if g not in df.columns]
         if bad:
@@ -81,6 +83,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataF
 
 
 def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> None:
+    """Print ``summary()``'s table as markdown: median [min-max] per metric, and the ratio to ``baseline``."""
     metrics = [c[:-7] for c in table.columns if c.endswith("_median")]
     rows = []
     for _, r in table.iterrows():
@@ -145,6 +148,8 @@ def parse_threshold(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring). Exit code 0; 1 when the gate finds a regression; 2 on bad
+    input (one line)."""
     p = argparse.ArgumentParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", help="results CSV files or directories")
     p.add_argument("--group", nargs="+", help="grouping columns (default: tp, control and every other "

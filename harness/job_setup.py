@@ -80,6 +80,7 @@ def model_path(cfg: DictConfig) -> str:
 
 
 def control_options(cfg: DictConfig) -> dict:
+    """The plane's ``control.options`` as a plain dict (empty when it has none)."""
     options = cfg.control.get("options")
     return OmegaConf.to_container(options) if options is not None else {}
 

@@ -25,6 +25,7 @@ _MISSING = object()
 
 
 def group_options(group: str) -> list[str]:
+    """The choices of config group ``group`` (``control``, ``model``, ``workload``): its yaml files' names."""
     return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
 
 

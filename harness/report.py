@@ -9,6 +9,7 @@ from .workloads import Workload
 
 
 def print_summary(row: dict, path: str) -> None:
+    """Print one engine run's row (throughput, latency in ms, control plane in us, GPU) and where it went."""
     def f(key, spec=".1f"):
         v = row.get(key)
         return "-" if v is None else format(v, spec)
@@ -48,6 +49,7 @@ def print_floor(row: dict, work: Workload, llm) -> None:
 
 
 def print_broadcast(row: dict, path: str) -> None:
+    """Print one broadcast row: the plane, payload, bytes, one-way and send latency p50/p99 (us)."""
     def us(key):
         return "-" if row.get(key) is None else f"{row[key]:.1f}"
 
@@ -57,6 +59,7 @@ def print_broadcast(row: dict, path: str) -> None:
 
 
 def one_line(e: BaseException) -> str:
+    """``e`` as one line for the ``error`` column: its type, first line and, when longer, its last line."""
     if isinstance(e, KeyboardInterrupt):
         return f"interrupted ({e.args[0] if e.args else 'SIGINT'})"
     text = str(e).strip().splitlines()

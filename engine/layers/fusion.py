@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019, as Qwen3 computes it: in float32, scaled in the input dtype):
+    ``x [..., d]``, ``weight [d]`` -> ``[..., d]``."""
     dtype = x.dtype
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
@@ -35,16 +37,20 @@ def qk_norm_rotary(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_w
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[..., d]`` -> ``[..., d]``: the halves (x1, x2) become (-x2, x1), RoPE's rotation (HF layout)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """RoPE (Su et al. 2021): ``q [N, heads, d]``, ``k [N, kv_heads, d]``, ``cos``/``sin [N, d]`` -> rotated
+    (q, k), same shapes and dtype."""
     cos, sin = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU: ``gate_up [N, 2 * inter]`` -> ``silu(gate) * up`` ``[N, inter]``."""
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
 

@@ -15,10 +15,12 @@ _ALL_REDUCE = None  # set by set_all_reduce; None: torch.distributed's in-place 
 
 
 def tp_rank() -> int:
+    """This process's rank in the tensor-parallel group (0 without torch.distributed)."""
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def tp_size() -> int:
+    """The tensor-parallel size (1 without torch.distributed)."""
     return dist.get_world_size() if dist.is_initialized() else 1
 
 

@@ -19,6 +19,9 @@ from ..step_inputs import StepInputs
 
 
 class Qwen3Attention(nn.Module):
+    """Self-attention of one layer on this rank's heads: ``x [N, hidden]`` -> ``[N, hidden]`` (all-reduced by
+    o_proj). QKV column-parallel over heads (``num_attention_heads / tp`` query, ``num_key_value_heads / tp``
+    KV heads), q/k RMSNorm and RoPE, paged attention, row-parallel output projection."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -46,6 +49,8 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
+    """SwiGLU MLP: ``x [N, hidden]`` -> ``[N, hidden]``; gate/up column-parallel (``intermediate / tp`` each),
+    down row-parallel (all-reduced)."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -58,6 +63,7 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3DecoderLayer(nn.Module):
+    """One transformer block: RMSNorm, attention, RMSNorm, MLP, with the residual adds inside the norms."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.self_attn = Qwen3Attention(hf, ops)
@@ -75,6 +81,8 @@ class Qwen3DecoderLayer(nn.Module):
 
 
 class Qwen3Model(nn.Module):
+    """Embedding (vocabulary-parallel), the decoder layers and the final norm: StepInputs -> hidden
+    ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(hf["vocab_size"], hf["hidden_size"])
