@@ -26,7 +26,11 @@ reader is still copying. The writer's data stores likewise depend on its check o
 Waiting. Readers spin for ``spin_us``, then yield the CPU (``sched_yield``) until ``idle_ms`` have passed
 without a message, then sleep ``sleep_us`` between polls, so an idle reader costs well under 5% of a core;
 every wait calls a liveness check at least every POLL_S. The writer's waits for read markers have the same
-shape and a timeout.
+shape and a timeout. On a host with more runnable processes than cores, yielding is worse than sleeping: the
+yielding reader stays runnable and takes turns with the ranks that do the work (2 simulated nodes x 2 ranks
+on 2 cores: hybrid one-way p50 617 us yielding, 370 us sleeping 100 us instead, ``results/cpu/CONTROL.md``).
+A yield that comes back late says so (another task had the core), and for the next RECHECK_S the yield phase
+sleeps CONTENDED_SLEEP_S per poll instead. A host with idle cores never sees a late yield.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
 MARKERS_AT = 64
 MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev/shm
+CONTENDED_YIELD_S = 50e-6  # a sched_yield longer than this ran another task: the host has no idle core
+CONTENDED_SLEEP_S = 100e-6  # the yield phase's poll period on such a host (100 beat 20 us: CONTROL.md)
+RECHECK_S = 1.0  # how long a late yield's verdict stands before yielding is tried again
 
 
 def data_offset(num_readers: int) -> int:
@@ -77,6 +84,7 @@ class Poller:
 
     def __init__(self, spin_us: float, idle_ms: float, sleep_us: float):
         self.spin_s, self.idle_s, self.sleep_s = spin_us / 1e6, idle_ms / 1e3, sleep_us / 1e6
+        self.contended_until = 0.0  # time.monotonic() until which yielding is replaced by short sleeps
 
     def wait(self, ready, check, timeout_s: float | None, what: str) -> None:
         if ready():
@@ -95,12 +103,22 @@ class Poller:
                     if ready():
                         return
                 if idle > self.spin_s:
-                    os.sched_yield()
+                    self._yield()
             if now > next_check:
                 check()
                 next_check = now + POLL_S
                 if timeout_s is not None and idle > timeout_s:
                     raise ControlPlaneError(f"ring: timed out after {timeout_s:.0f} s waiting for {what}")
+
+    def _yield(self) -> None:
+        """Give up the core once: ``sched_yield``, or a short sleep while the host is contended."""
+        before = time.monotonic()
+        if before < self.contended_until:
+            time.sleep(CONTENDED_SLEEP_S)
+            return
+        os.sched_yield()
+        if time.monotonic() - before > CONTENDED_YIELD_S:
+            self.contended_until = before + RECHECK_S
 
 
 class RingWriter:

@@ -140,3 +140,43 @@ def test_idle_ring_reader_costs_under_5_percent_of_a_core():
             proc.kill()
         cp.close()
     assert share < 0.05, f"an idle reader used {share:.1%} of a core"
+
+
+def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(monkeypatch):
+    """A late sched_yield (another task had the core) switches the yield phase to short sleeps for RECHECK_S;
+    prompt yields (an idle core) never do."""
+    from backends import ring_buffer
+
+    calls = {"yield": 0, "sleep": 0}
+    late = {"on": False}
+
+    def fake_yield():
+        calls["yield"] += 1
+        if late["on"]:
+            time.sleep(ring_buffer.CONTENDED_YIELD_S * 4)
+
+    def fake_sleep(s):
+        if s == ring_buffer.CONTENDED_SLEEP_S:
+            calls["sleep"] += 1
+
+    def wait_once(poller):
+        polls = {"n": 0}
+
+        def ready():
+            polls["n"] += 1
+            return polls["n"] > 64 * 20  # 20 rounds of 64 polls, each followed by a yield or a sleep
+
+        poller.wait(ready, lambda: None, None, "test")
+
+    monkeypatch.setattr(ring_buffer.os, "sched_yield", fake_yield)
+    poller = ring_buffer.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
+    wait_once(poller)
+    assert calls["yield"] >= 19 and calls["sleep"] == 0  # prompt yields: yielding goes on
+
+    late["on"] = True
+    real_sleep = time.sleep
+    monkeypatch.setattr(ring_buffer.time, "sleep", lambda s: (fake_sleep(s), real_sleep(s)))
+    calls.update({"yield": 0, "sleep": 0})
+    wait_once(poller)
+    assert calls["yield"] == 1 and calls["sleep"] >= 18  # one late yield, then short sleeps
+    assert poller.contended_until > time.monotonic()
