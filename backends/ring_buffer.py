@@ -29,8 +29,8 @@ every wait calls a liveness check at least every POLL_S. The writer's waits for 
 shape and a timeout. On a host with more runnable processes than cores, yielding is worse than sleeping: the
 yielding reader stays runnable and takes turns with the ranks that do the work (2 simulated nodes x 2 ranks
 on 2 cores: hybrid one-way p50 617 us yielding, 370 us sleeping 100 us instead, ``results/cpu/CONTROL.md``).
-A yield that comes back late says so (another task had the core), and for the next RECHECK_S the yield phase
-sleeps CONTENDED_SLEEP_S per poll instead. A host with idle cores never sees a late yield.
+A yield that comes back late says so (another task had the core); after LATE_YIELDS of them in a row the yield
+phase sleeps CONTENDED_SLEEP_S per poll instead, for the next RECHECK_S. A host with idle cores keeps yielding.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ MARKERS_AT = 64
 MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev/shm
 CONTENDED_YIELD_S = 50e-6  # a sched_yield longer than this ran another task: the host has no idle core
 CONTENDED_SLEEP_S = 100e-6  # the yield phase's poll period on such a host (100 beat 20 us: CONTROL.md)
-RECHECK_S = 1.0  # how long a late yield's verdict stands before yielding is tried again
+LATE_YIELDS = 3  # this many late yields in a row make the verdict (one can be a stray thread on an idle host)
+RECHECK_S = 1.0  # how long the verdict stands before yielding is tried again
 
 
 def data_offset(num_readers: int) -> int:
@@ -85,6 +86,7 @@ class Poller:
     def __init__(self, spin_us: float, idle_ms: float, sleep_us: float):
         self.spin_s, self.idle_s, self.sleep_s = spin_us / 1e6, idle_ms / 1e3, sleep_us / 1e6
         self.contended_until = 0.0  # time.monotonic() until which yielding is replaced by short sleeps
+        self.late_yields = 0  # consecutive late yields
 
     def wait(self, ready, check, timeout_s: float | None, what: str) -> None:
         if ready():
@@ -117,8 +119,9 @@ class Poller:
             time.sleep(CONTENDED_SLEEP_S)
             return
         os.sched_yield()
-        if time.monotonic() - before > CONTENDED_YIELD_S:
-            self.contended_until = before + RECHECK_S
+        self.late_yields = self.late_yields + 1 if time.monotonic() - before > CONTENDED_YIELD_S else 0
+        if self.late_yields >= LATE_YIELDS:
+            self.contended_until, self.late_yields = before + RECHECK_S, 0
 
 
 class RingWriter:
