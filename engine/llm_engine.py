@@ -75,7 +75,7 @@ class LLM:
             log.info("ready in %.1f s: %d KV blocks per rank, all-reduce %s", time.perf_counter() - t0,
                      self.runner.num_kvcache_blocks, self.runner.all_reduce)
         except BaseException:
-            self.shutdown()
+            self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
             raise
         self.steps: list[StepRecord] = []
         self._in_flight: InFlightStep | None = None
@@ -259,9 +259,9 @@ class LLM:
         self.control.take_send_stats()  # the report message
         return {"send": send.as_dict(), "recv": self.group.collect_stats()}
 
-    def shutdown(self) -> None:
-        """Stop the workers (exit message, then terminate/kill after a timeout), tear down the process
-        group and free the control plane. Idempotent; never raises."""
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        """Stop the workers (exit message; those still alive after ``grace_s`` seconds are terminated, then
+        killed), tear down the process group and free the control plane. Idempotent; never raises."""
         if self._closed:
             return
         self._closed = True
@@ -275,6 +275,6 @@ class LLM:
             except Exception:
                 pass
         if self.group is not None:
-            self.group.join(timeout_s=5.0)
+            self.group.join(timeout_s=grace_s)
         if self.control is not None:
             self.control.close()

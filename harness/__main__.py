@@ -6,6 +6,7 @@ the worst job's code: 0 ok, 1 a run failed, 2 bad input, 130 interrupted (which 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -40,6 +41,7 @@ def _terminate(signum, frame):
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     problem = check_overrides(sys.argv[1:])

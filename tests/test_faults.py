@@ -72,6 +72,18 @@ def wait_for_workers(proc) -> list[int]:
     return spawned()
 
 
+def finish(proc, timeout: float) -> None:
+    """Wait for ``proc`` to exit; past ``timeout`` fail with the stacks of its threads (SIGUSR1: faulthandler)."""
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        pytest.fail(f"still running {timeout} s after the signal; its threads:\n{err[-6000:]}")
+
+
 def segments_of(pid: int) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"tpcp_{pid}_")]
 
@@ -83,12 +95,30 @@ def test_signal_to_rank0_stops_everything(sig, tmp_path, model_cache):
     workers = wait_for_workers(proc)
     assert segments_of(proc.pid)
     proc.send_signal(sig)
-    proc.communicate(timeout=10)
+    finish(proc, 10)
     assert proc.returncode != 0
     wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
     assert not segments_of(proc.pid)
     df = pd.read_csv(tmp_path / "runs.csv")
     assert (df.status == "failed").sum() == 1 and df.status.iloc[-1] == "failed"
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_start_up_stops_everything_at_once(tmp_path, model_cache):
+    """Workers still starting cannot read the exit message: rank 0 must not wait its full grace for them
+    (it waited 5 s, and the whole exit took over 10 s on a loaded machine)."""
+    proc = start_long_run(tmp_path, model_cache)
+    for line in proc.stdout:
+        if "loading rank 0's shard" in line:
+            break
+    workers = [c for c in children(proc.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
+    proc.send_signal(signal.SIGINT)
+    finish(proc, 10)
+    assert proc.returncode == 130
+    wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
+    assert not segments_of(proc.pid)
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert list(df.status) == ["failed"] and "interrupted" in df.error.iloc[0]
 
 
 @pytest.mark.timeout(180)
