@@ -192,7 +192,8 @@ class EngineConfig:
         self.dtype = resolve_dtype(self.dtype, self.device)
         allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
         if self.dtype not in allowed:
-            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use one of {sorted(allowed)}")
+            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use auto, "
+                              f"{', '.join(sorted(allowed))}")
 
     def _check_cache_and_batching(self) -> None:
         bs = self.kvcache_block_size

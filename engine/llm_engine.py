@@ -59,9 +59,8 @@ class LLM:
         atexit.register(self.shutdown)
         try:
             cfg, launch, t0 = self.config, self.config.launch, time.perf_counter()
-            log.info("starting: tp=%d on %s (%s), control=%s; %s", cfg.tensor_parallel_size, cfg.device, cfg.dtype,
-                     cfg.control, "waiting for torchrun's ranks" if launch else
-                     f"spawning {cfg.tensor_parallel_size - 1} worker(s)")
+            log.info("starting: tp=%d on %s (%s), control=%s", cfg.tensor_parallel_size, cfg.device, cfg.dtype,
+                     cfg.control)
             self.group = WorkerGroup(cfg.tensor_parallel_size, cfg.timeout_s, cfg.startup_timeout_s, launch)
             try:
                 self.control = make_control_plane(cfg.control, cfg.control_options, cfg.tensor_parallel_size,
@@ -69,6 +68,8 @@ class LLM:
             except (ConfigError, ValueError) as e:
                 self.group.refuse(str(e))
                 raise ConfigError(str(e)) from None
+            log.info("%s", "waiting for torchrun's ranks" if launch else
+                     f"spawning {cfg.tensor_parallel_size - 1} worker(s)")
             self.group.start(self.control, model_worker, (cfg, None))
             self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for,
                                       launch.local_rank if launch else 0, self.group.context.num_nodes)

@@ -147,10 +147,18 @@ def parse_threshold(text: str) -> float:
     return value / 100 if percent else value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error:`` line and exit 2, like the rest of the harness."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see python -m harness.analyze --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module docstring). Exit code 0; 1 when the gate finds a regression; 2 on bad
     input (one line)."""
-    p = argparse.ArgumentParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", help="results CSV files or directories")
     p.add_argument("--group", nargs="+", help="grouping columns (default: tp, control and every other "
                                                "configuration column that differs between rows)")
@@ -177,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
                            args.metrics)
         if not args.files:
             p.error("give at least one CSV file or directory, or --compare OLD NEW")
-        df = load(args.files)
-        keys = report(df, args.group, args.baseline)
         if args.plot:
             directory = os.path.dirname(os.path.abspath(args.plot))
             if not os.path.isdir(directory):
                 raise InputError(f"--plot: directory {directory} does not exist")
             if not args.plot.lower().endswith((".png", ".pdf", ".svg")):
                 raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {args.plot!r}")
+        df = load(args.files)
+        keys = report(df, args.group, args.baseline)
+        if args.plot:
             from .plots import plot
 
             plot(fill_keys(df[df.status == "ok"], keys), keys, args.plot)

@@ -43,8 +43,48 @@ def _choice(*allowed: str):
     return check
 
 
+def _not_empty(hint: str):
+    def check(key: str, v: str) -> str | None:
+        return None if v else f"{key} is empty: {hint}"
+    return check
+
+
 VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
-                "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf")}
+                "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
+                "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
+                "results_dir": _not_empty("give a directory (default: results)"),
+                "results_file": _not_empty("give a file name (default: runs.csv)")}
+
+
+def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
+    """``workload.<k>=v`` applied to each selected workload and checked as the run would check it, so that
+    a sweep's bad value fails before its first job rather than when its job comes up."""
+    import yaml
+
+    from .workloads import check_workload
+
+    for name in workloads:
+        w = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "workload", f"{name}.yaml")))
+        sub = key.split(".", 1)[1]
+        if sub not in w:
+            continue
+        try:
+            w[sub] = yaml.safe_load(v) if v else v
+        except yaml.YAMLError:
+            w[sub] = v
+        try:
+            check_workload(w)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
+def _selected(argv: list[str], group: str, default: str) -> list[str]:
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key == group:
+            return [v.strip() for v in value.split(",")]
+    return [default]
 
 
 def _key_known(key: str, controls: list[str]) -> bool:
@@ -64,21 +104,14 @@ def _key_known(key: str, controls: list[str]) -> bool:
     return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
 
 
-def _selected_controls(argv: list[str]) -> list[str]:
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if sep and key == "control":
-            return [v.strip() for v in value.split(",")]
-    return ["shm"]  # config.yaml's default
-
-
 def check_overrides(argv: list[str]) -> str | None:
     """One-line message for the first bad override, or None: an unknown group option or key (``+key`` adds
     only keys some option of the group knows, or a Qwen3Config field under ``model.preset``), a
-    ``control.options`` key the selected plane does not take, a bad value of tp, repeat, seed, device or
-    engine, a sweep value without ``-m``."""
+    ``control.options`` key the selected plane does not take, a bad value of tp, repeat, seed, device,
+    engine or a ``workload.*`` key (every value of a sweep), an empty path, a sweep value without ``-m``."""
     sweep = "-m" in argv or "--multirun" in argv
-    controls = _selected_controls(argv)
+    controls = _selected(argv, "control", "shm")  # config.yaml's defaults
+    workloads = _selected(argv, "workload", "bench")
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -105,11 +138,11 @@ def check_overrides(argv: list[str]) -> str | None:
                     f"(its options: {', '.join(_options_of(lacking[0])) or 'none'})")
         if not _key_known(key, controls):
             return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
-        if key in VALUE_CHECKS:
-            for v in values:
-                problem = VALUE_CHECKS[key](key, v)
-                if problem:
-                    return problem
+        for v in values:
+            problem = VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS else (
+                _check_workload_value(key, v, workloads) if key.startswith("workload.") else None)
+            if problem:
+                return problem
     return None
 
 

@@ -137,6 +137,23 @@ def test_bad_arguments_are_a_clear_error(args, message, sweep, capsys):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--compare", "only-one.csv"], "expected 2 arguments"),
+    (["--bogus", "x.csv"], "unrecognized arguments: --bogus"),
+])
+def test_usage_errors_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr()
+    assert exit_.value.code == 2 and err.out == ""
+    assert err.err.startswith("error: ") and message in err.err and len(err.err.strip().splitlines()) == 1
+
+
+def test_plot_path_is_checked_before_the_table_is_printed(sweep, capsys):
+    assert main([sweep, "--plot", "/nonexistent-dir/x.png"]) == 2
+    assert capsys.readouterr().out == ""
+
+
 def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
     only_failed = tmp_path / "failed.csv"
     df = pd.read_csv(sweep)

@@ -50,6 +50,10 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["llm.max_model_len=8"], "max_model_len=8"),
     (["device=cuda"], "CUDA is not available"),
     (["results_dir=/proc/forbidden"], "cannot write results"),
+    (["results_dir="], "results_dir is empty"),
+    (["model.path="], "model.path is empty"),
+    (["workload.warmup=maybe"], "workload.warmup must be true or false"),
+    (["-m", "workload.num_seqs=2,0"], "workload.num_seqs must be an integer >= 1, got 0"),  # before job 0 runs
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
