@@ -42,6 +42,9 @@ def _terminate(signum, frame):
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
+    # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN: the run would
+    # then ignore Ctrl-C / kill -INT. It always stops, unlinks its segments and writes its failed row instead.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     problem = check_overrides(sys.argv[1:])

@@ -125,7 +125,8 @@ def check_overrides(argv: list[str]) -> str | None:
             return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
         if "," in value and not sweep and not value.strip().startswith(("[", "{", "'", '"')):
             return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
-        values = [v.strip() for v in value.split(",")]
+        listed = value.strip().startswith(("[", "{", "'", '"'))  # one value that holds commas, not a sweep
+        values = [value.strip()] if listed else [v.strip() for v in value.split(",")]
         if key in GROUPS:
             known = group_options(key)
             bad = [v for v in values if v not in known]
@@ -139,6 +140,8 @@ def check_overrides(argv: list[str]) -> str | None:
         if not _key_known(key, controls):
             return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
         for v in values:
+            if "(" in v:  # Hydra's sweep functions (range, choice, interval...): Hydra expands and checks them
+                continue
             problem = VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS else (
                 _check_workload_value(key, v, workloads) if key.startswith("workload.") else None)
             if problem:

@@ -58,10 +58,13 @@ def test_worker_exception_carries_its_traceback(control, tiny_untied):
 
 
 def start_long_run(tmp_path, cache, *extra):
+    """The harness on a long job, started with SIGINT ignored as a shell starts a background job (Python
+    keeps that): the run must stop on SIGINT all the same."""
     env = {**os.environ, "TPCP_CACHE": cache}
     return subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50", "progress=false",
                              f"results_dir={tmp_path}", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 
 def wait_for_workers(proc) -> list[int]:
