@@ -59,19 +59,21 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
 def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
     """``workload.<k>=v`` applied to each selected workload and checked as the run would check it, so that
     a sweep's bad value fails before its first job rather than when its job comes up."""
-    import yaml
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     from .workloads import check_workload
 
+    try:
+        typed = OverridesParser.create().parse_overrides([f"{key}={v}"])[0].value()  # as Hydra will type it
+    except HydraException:
+        return None  # Hydra reports its own grammar errors
+    sub = key.split(".", 1)[1]
     for name in workloads:
         w = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "workload", f"{name}.yaml")))
-        sub = key.split(".", 1)[1]
         if sub not in w:
             continue
-        try:
-            w[sub] = yaml.safe_load(v) if v else v
-        except yaml.YAMLError:
-            w[sub] = v
+        w[sub] = typed
         try:
             check_workload(w)
         except ValueError as e:
@@ -123,9 +125,9 @@ def check_overrides(argv: list[str]) -> str | None:
             if plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls):
                 continue
             return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
-        if "," in value and not sweep and not value.strip().startswith(("[", "{", "'", '"')):
-            return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
         listed = value.strip().startswith(("[", "{", "'", '"'))  # one value that holds commas, not a sweep
+        if "," in value and not sweep and not listed:
+            return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
         values = [value.strip()] if listed else [v.strip() for v in value.split(",")]
         if key in GROUPS:
             known = group_options(key)
