@@ -114,6 +114,7 @@ class ControlPlane(ABC):
         context: where the ranks run (:class:`ControlContext`; default: one host, spawned workers).
     Attributes:
         send_stats: per ``send`` the message size (bytes) and the send cost, serialise + write (ns).
+        last_send_start_ns: ``time.monotonic_ns()`` when the latest send began (None before the first).
         scope: SPAWN, HOST or NETWORK: where this plane works.
     """
 
@@ -129,6 +130,7 @@ class ControlPlane(ABC):
         self.context = context or ControlContext(node_of=(0,) * world_size)
         self.liveness_check: Callable[[], None] = _no_check
         self.send_stats = ControlStats()
+        self.last_send_start_ns: int | None = None
 
     @classmethod
     def scope_of(cls, options: dict) -> str:
@@ -144,11 +146,17 @@ class ControlPlane(ABC):
         if not self.num_workers:  # tp=1: there is nobody to tell
             self.send_stats.add(0, 0)
             return 0
-        t0 = time.monotonic_ns()
+        t0 = self.last_send_start_ns = time.monotonic_ns()
         payload = pickle.dumps((t0, method, args), protocol=pickle.HIGHEST_PROTOCOL)
         self._send_bytes(payload)
         self.send_stats.add(len(payload), time.monotonic_ns() - t0)
         return len(payload)
+
+    def ns_since_send(self) -> int | None:
+        """Nanoseconds since the latest :meth:`send` began (rank 0's clock); None before the first send or
+        at tp=1. With :meth:`WorkerEndpoint.ns_since_send` it places an event on rank 0 and on a worker on
+        one time line (a step's launch lag)."""
+        return None if self.last_send_start_ns is None else time.monotonic_ns() - self.last_send_start_ns
 
     def take_send_stats(self) -> ControlStats:
         """The send samples so far; sampling starts afresh."""
@@ -204,6 +212,7 @@ class WorkerEndpoint(ABC):
         rank: this worker's rank.
         recv_stats: per message its size (bytes) and one-way latency, receive-done minus send-start (ns).
         clock_offset_ns: this host's monotonic clock minus rank 0's (0 on rank 0's host).
+        last_send_ns: rank 0's ``time.monotonic_ns()`` when it began sending the latest message.
     """
 
     name = "base"
@@ -213,6 +222,7 @@ class WorkerEndpoint(ABC):
         self.liveness_check: Callable[[], None] = _no_check
         self.recv_stats = ControlStats()
         self.clock_offset_ns = 0
+        self.last_send_ns: int | None = None  # rank 0's send stamp of the latest message (its clock)
 
     def open(self, store=None) -> None:
         """Attach to the transport; called once inside the worker process. ``store``: the run's
@@ -231,8 +241,16 @@ class WorkerEndpoint(ABC):
         """
         payload = self._recv_bytes()
         send_ns, method, args = pickle.loads(payload)
+        self.last_send_ns = send_ns
         self.recv_stats.add(len(payload), time.monotonic_ns() - self.clock_offset_ns - send_ns)
         return method, args
+
+    def ns_since_send(self) -> int | None:
+        """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock (this
+        host's offset subtracted); None when the latest message did not travel (``ideal``'s replay)."""
+        if self.last_send_ns is None:
+            return None
+        return time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
 
     @abstractmethod
     def _recv_bytes(self) -> bytes:

@@ -124,8 +124,9 @@ class IdealControlPlane(_InnerLiveness, ControlPlane):
                 self._recording.append((method, args))
             n = self.inner.send(method, *args)
             self.send_stats.add(n, self.inner.send_stats.last()[1])
+            self.last_send_start_ns = self.inner.last_send_start_ns
             return n
-        t0 = time.monotonic_ns()
+        t0 = self.last_send_start_ns = time.monotonic_ns()
         i = self._replayed
         if i >= len(self._expected) or self._expected[i] != (method, args):
             want = _describe(self._expected[i]) if i < len(self._expected) else "nothing (the recording ended)"
@@ -167,9 +168,11 @@ class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
             method, args = self.inner.recv()
             if method != REPLAY:
                 self.recv_stats.add(*self.inner.recv_stats.last())
+                self.last_send_ns = self.inner.last_send_ns
                 return method, args
             self.preloaded.extend(args[0])
         method, args = self.preloaded.popleft()
+        self.last_send_ns = None  # replayed: no send to measure from
         self.recv_stats.add(sum(len(a) for a in args if isinstance(a, (bytes, bytearray))), 0)
         return method, args
 

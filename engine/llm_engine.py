@@ -204,7 +204,7 @@ class LLM:
         since = self._last_done_s if self._last_done_s is not None else step.launch_s
         self._last_done_s = now
         self.steps.append(StepRecord(step.is_prefill, len(step.seqs), step.num_tokens, now - since, step.send_ns,
-                                     step.message_bytes))
+                                     step.message_bytes, step.launch_ns))
         return finished
 
     def _launch(self) -> InFlightStep | None:
@@ -216,6 +216,7 @@ class LLM:
             s.temperature > 0 for s in seqs) else 0
         batch = StepBatch.from_sequences(seqs, is_prefill, seed)
         tokens = self.call("run", batch.to_bytes())
+        launch_ns = self.control.ns_since_send()
         if tokens.is_cuda:
             host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
             host.copy_(tokens, non_blocking=True)
@@ -225,7 +226,8 @@ class LLM:
             host, done = tokens, None
         positions = self.scheduler.on_launch(seqs)
         message_bytes, send_ns = self.control.send_stats.last()
-        return InFlightStep(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes)
+        return InFlightStep(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes,
+                            launch_ns)
 
     def _wait_tokens(self, step: InFlightStep) -> list[int]:
         """The step's sampled tokens, once the device has produced them (polled, so that a dead worker

@@ -12,7 +12,7 @@ from .sequence import Sequence
 @dataclass
 class InFlightStep:
     """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
-    yet read."""
+    yet read; the other fields go to its :class:`StepRecord`."""
 
     seqs: list[Sequence]
     positions: list[int]
@@ -23,12 +23,15 @@ class InFlightStep:
     launch_s: float
     send_ns: int
     message_bytes: int
+    launch_ns: int | None = None
 
 
 @dataclass
 class StepRecord:
     """One engine step: kind, batch size, new tokens, wall time (s: from the previous step's tokens to
-    this one's) and rank 0's control-plane send (ns) and message size (bytes)."""
+    this one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from the start
+    of that send to rank 0's ``run()`` returning (ns; None at tp=1), the reference for the workers' launch
+    lag."""
 
     is_prefill: bool
     num_seqs: int
@@ -36,3 +39,4 @@ class StepRecord:
     duration_s: float
     send_ns: int
     message_bytes: int
+    launch_ns: int | None = None

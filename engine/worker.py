@@ -9,6 +9,7 @@ import pickle
 import signal
 import sys
 import traceback
+from array import array
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -158,23 +159,30 @@ def serve_worker(config) -> int:
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
     """The engine's worker body: a model runner for the joined rank (on ``cuda:local_rank``), then rank 0's
     commands until EXIT. ``(REPORT_CONTROL_STATS)`` sends this worker's control-plane samples so far (without
-    that message's own) to rank 0 and starts them afresh."""
+    that message's own) to rank 0 and starts them afresh, with ``launch_ns``: per ``run`` step, the time from
+    rank 0's send to this rank's ``run()`` returning (ns, rank 0's clock; on CUDA that is when the step's
+    kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays)."""
     from .model_runner import ModelRunner
 
     rank, store, endpoint, lifeline = joined.rank, joined.store, joined.endpoint, joined.lifeline
     runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"), local_rank,
                          num_nodes=len(set(joined.node_of)))
+    launched = array("q")  # per step: ns from rank 0's send to this rank's run() returning (rank 0's clock)
     try:
         while True:
             method, args = endpoint.recv()
             if method == EXIT:
                 return 0
             if method == REPORT_CONTROL_STATS:
-                lifeline.send("stats", endpoint.take_recv_stats().drop_last().as_dict())  # without the report
+                stats = endpoint.take_recv_stats().drop_last().as_dict()  # without the report itself
+                lifeline.send("stats", {**stats, "launch_ns": launched.tolist()})
+                launched = array("q")
                 continue
             if method == FAULT_DRILL:
                 fault_drill(config, rank, *args)
                 continue
             getattr(runner, method)(*args)
+            if method == "run" and (ns := endpoint.ns_since_send()) is not None:
+                launched.append(ns)
     finally:
         runner.exit()

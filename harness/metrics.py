@@ -97,4 +97,25 @@ def control_metrics(stats: dict, steps) -> dict:
             row["ctrl_oneway_over_step_pct"] = 100.0 * float(worst_us[decode_idx].sum()) / 1e6 / decode_s
         elif not oneway:
             row["ctrl_oneway_over_step_pct"] = 0.0
+    row.update(launch_lag(recv, steps))
+    return row
+
+
+def launch_lag(recv: dict, steps) -> dict:
+    """``ctrl_launch_lag_us_p50`` / ``_p99``: over decode steps, how much later than rank 0 the slowest worker
+    returned from the step's ``run()`` (us; both measured from rank 0's send, on rank 0's clock). On CUDA
+    ``run()`` returns once the step's kernels are queued, so this is how long rank 0's GPU can wait for a
+    worker at the step's first collective: the part of a plane's exposed cost that is the worker's receive
+    and step preparation coming after rank 0's. Can be negative (a worker ready first). None at tp=1, under
+    ``control=ideal`` (its workers get no message to measure from) or when samples are missing."""
+    row = {"ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
+    workers = [np.asarray(r.get("launch_ns", []), dtype=np.float64) for r in recv.values()]
+    decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
+    if not workers or not decode_idx or any(len(w) < len(steps) for w in workers) \
+            or any(steps[i].launch_ns is None for i in decode_idx):
+        return row
+    latest = np.max(np.stack([w[:len(steps)] for w in workers]), axis=0)[decode_idx]
+    lag_us = (latest - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
+    for p in (50, 99):
+        row[f"ctrl_launch_lag_us_p{p}"] = float(np.percentile(lag_us, p))
     return row

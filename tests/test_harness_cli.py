@@ -24,14 +24,16 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     assert row.output_tokens > 0 and row.output_tok_s > 0 and row.total_tok_s > row.output_tok_s
     assert row.ttft_ms_p50 > 0 and row.e2el_ms_p99 >= row.e2el_ms_p50 >= row.ttft_ms_p50
     assert row.ctrl_calls == row.prefill_steps + row.decode_steps and row.ctrl_oneway_us_p50 > 0
+    assert row.ctrl_launch_lag_us_p99 >= row.ctrl_launch_lag_us_p50  # both measured (p50 may be < 0)
     assert pd.isna(row.gpu_util_pct_mean)  # no NVML on a CPU machine: empty, not a crash
-    assert "row appended to" in res.stdout
+    assert "row appended to" in res.stdout and "launch lag us p50" in res.stdout
 
     res = harness("control=shm", "tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
                   cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]
     df = pd.read_csv(tmp_path / "runs.csv")
     assert len(df) == 2 and list(df.tp) == [2, 1]
+    assert pd.isna(df.ctrl_launch_lag_us_p50[1])  # tp=1: no worker to lag
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -81,11 +81,15 @@ def test_engine_under_ideal_gives_the_same_tokens_and_refuses_another_schedule(t
         llm.control.start_recording()
         recorded = [o["token_ids"] for o in llm.generate(prompts, params)]
         llm.control.stop_recording()
+        steps = len(llm.steps)
+        # recorded messages travel: the worker times each step's launch from rank 0's send
+        assert len(llm.collect_control_stats()["recv"][1]["launch_ns"]) == steps
         llm.reset()
         llm.control.start_replay()
         replayed = [o["token_ids"] for o in llm.generate(prompts, params)]
         llm.control.finish_replay()
         assert recorded == replayed == want
+        assert llm.collect_control_stats()["recv"][1]["launch_ns"] == []  # replayed: no send to time from
         llm.reset()
         llm.control.start_recording()
         llm.generate(prompts, params)

@@ -1,0 +1,37 @@
+"""The control-plane columns computed from per-step samples (harness/metrics.py), on hand-made samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.step_records import StepRecord
+from harness.metrics import launch_lag
+
+
+def step(is_prefill: bool, launch_ns: int | None) -> StepRecord:
+    return StepRecord(is_prefill, 1, 1, 0.002, 20_000, 64, launch_ns)
+
+
+def test_launch_lag_is_the_slowest_worker_minus_rank0_over_decode_steps():
+    steps = [step(True, 100_000), step(False, 50_000), step(False, 60_000), step(False, 70_000)]
+    recv = {1: {"ns": [1, 1, 1, 1], "launch_ns": [900_000, 80_000, 70_000, 60_000]},
+            2: {"ns": [1, 1, 1, 1], "launch_ns": [0, 90_000, 40_000, 110_000]}}
+    row = launch_lag(recv, steps)
+    # decode lags: max(80, 90) - 50 = 40 us, max(70, 40) - 60 = 10 us, max(60, 110) - 70 = 40 us; the prefill
+    # step (900 us behind) is not a decode step
+    assert row["ctrl_launch_lag_us_p50"] == pytest.approx(40.0)
+    assert row["ctrl_launch_lag_us_p99"] == pytest.approx(40.0)
+
+
+def test_a_worker_ready_before_rank0_gives_a_negative_lag():
+    row = launch_lag({1: {"launch_ns": [30_000]}}, [step(False, 50_000)])
+    assert row["ctrl_launch_lag_us_p50"] == pytest.approx(-20.0)
+
+
+@pytest.mark.parametrize("recv, steps", [
+    ({1: {"launch_ns": []}}, [step(False, 50_000)]),             # ideal: replayed steps have no send to time
+    ({}, [step(False, None)]),                                   # tp=1: no worker, rank 0 sent nothing
+    ({1: {"launch_ns": [1, 2]}}, [step(True, 5), step(True, 6)]),  # no decode step
+])
+def test_no_launch_lag_without_samples(recv, steps):
+    assert launch_lag(recv, steps) == {"ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
