@@ -30,7 +30,8 @@ from .schema import COLUMNS
 CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype",
                "all_reduce", "workload", "overrides", "payload", "seed", "tag"]
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
-               "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99"]
+               "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_p50"]
+SIGNED = {"ctrl_launch_lag_us_p50"}  # can be negative or near 0: a ratio to the baseline would mean nothing
 
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
@@ -70,7 +71,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataF
     if baseline and "control" in keys:
         others = [k for k in keys if k != "control"]
         base = out[out.control == baseline]
-        for m in metrics if len(base) else []:
+        for m in [m for m in metrics if m not in SIGNED] if len(base) else []:
             col = f"{m}_median"
             if others:
                 ref = out[others].merge(base[others + [col]], on=others, how="left")[col].to_numpy(dtype=float)
@@ -97,7 +98,8 @@ def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> N
                 continue
             cell = f"{r[m + '_median']:.4g}"
             if r["repeats"] > 1:
-                cell += f" [{r[m + '_min']:.4g}-{r[m + '_max']:.4g}]"
+                sep = "-" if r[m + "_min"] >= 0 else " .. "  # "[-3--2]" would misread
+                cell += f" [{r[m + '_min']:.4g}{sep}{r[m + '_max']:.4g}]"
             ratio = r.get(f"{m}_vs_{baseline}", np.nan)
             if baseline and pd.notna(ratio):
                 cell += f" ({ratio:.2f}x)"

@@ -28,7 +28,8 @@ def sweep(tmp_path_factory) -> str:
                              "itl_ms_p99": 40.0, "e2el_ms_p99": 300.0, "decode_step_ms_p50": 29.0 + repeat,
                              "ctrl_calls": 8, "ctrl_bytes_mean": 135.0 if tp == 2 else 0.0,
                              "ctrl_oneway_us_p50": 100.0 + repeat if tp == 2 else None,
-                             "ctrl_oneway_us_p99": 900.0 if tp == 2 else None})
+                             "ctrl_oneway_us_p99": 900.0 if tp == 2 else None,
+                             "ctrl_launch_lag_us_p50": -3.0 + repeat if tp == 2 else None})
     path = tmp_path_factory.mktemp("sweep") / "runs.csv"
     pd.DataFrame(rows).reindex(columns=COLUMNS).to_csv(path, index=False)
     return str(path)
@@ -43,6 +44,9 @@ def test_table_and_plot(sweep, tmp_path, capsys):
     assert cells[:2] == ["tp", "control"] and "n" in cells and "output_tok_s" in cells
     shm_rows = [line for line in lines if re.match(r"\|\s+\d\s+\|\s+shm\s", line)]
     assert len(shm_rows) == 2 and all("(1.00x)" in r for r in shm_rows)  # shm against itself
+    lag = cells.index("ctrl_launch_lag_us_p50")  # shown, but never as a ratio: it can be negative
+    tp2_shm = [c.strip() for c in shm_rows[1].strip("|").split("|")]
+    assert tp2_shm[lag] == "-2.5 [-3 .. -2]"
     assert png.stat().st_size > 10_000
 
 
