@@ -77,6 +77,15 @@ def message_metrics(send: dict, recv: dict) -> dict:
     return row
 
 
+def slowest_worker(recv: dict, key: str, num_steps: int) -> np.ndarray | None:
+    """Per step, the largest of the workers' ``recv[rank][key]`` samples (ns, ``[num_steps]`` float64); None
+    when there is no worker or one of them has fewer samples than steps."""
+    workers = [np.asarray(r.get(key, []), dtype=np.float64) for r in recv.values()]
+    if not workers or any(len(w) < num_steps for w in workers):
+        return None
+    return np.max(np.stack([w[:num_steps] for w in workers]), axis=0)
+
+
 def control_metrics(stats: dict, steps) -> dict:
     """Control-plane columns of an engine run from ``LLM.collect_control_stats()``: ``message_metrics`` and
     ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest one-way latency over
@@ -87,15 +96,14 @@ def control_metrics(stats: dict, steps) -> dict:
     """
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
     row = message_metrics(send, recv)
-    oneway = [np.asarray(r["ns"], dtype=np.float64) / 1e3 for r in recv.values()]
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     decode_s = sum(steps[i].duration_s for i in decode_idx)
     row["ctrl_oneway_over_step_pct"] = None
     if decode_idx and decode_s > 0:
-        if oneway and all(len(w) >= len(steps) for w in oneway):
-            worst_us = np.max(np.stack([w[:len(steps)] for w in oneway]), axis=0)
-            row["ctrl_oneway_over_step_pct"] = 100.0 * float(worst_us[decode_idx].sum()) / 1e6 / decode_s
-        elif not oneway:
+        worst_ns = slowest_worker(recv, "ns", len(steps))
+        if worst_ns is not None:
+            row["ctrl_oneway_over_step_pct"] = 100.0 * float(worst_ns[decode_idx].sum()) / 1e9 / decode_s
+        elif not recv:
             row["ctrl_oneway_over_step_pct"] = 0.0
     row.update(launch_lag(recv, steps))
     return row
@@ -109,13 +117,11 @@ def launch_lag(recv: dict, steps) -> dict:
     and step preparation coming after rank 0's. Can be negative (a worker ready first). None at tp=1, under
     ``control=ideal`` (its workers get no message to measure from) or when samples are missing."""
     row = {"ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
-    workers = [np.asarray(r.get("launch_ns", []), dtype=np.float64) for r in recv.values()]
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
-    if not workers or not decode_idx or any(len(w) < len(steps) for w in workers) \
-            or any(steps[i].launch_ns is None for i in decode_idx):
+    latest = slowest_worker(recv, "launch_ns", len(steps))
+    if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):
         return row
-    latest = np.max(np.stack([w[:len(steps)] for w in workers]), axis=0)[decode_idx]
-    lag_us = (latest - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
+    lag_us = (latest[decode_idx] - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
     for p in (50, 99):
         row[f"ctrl_launch_lag_us_p{p}"] = float(np.percentile(lag_us, p))
     return row
