@@ -70,7 +70,7 @@ def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
         return None  # Hydra reports its own grammar errors
     sub = key.split(".", 1)[1]
     for name in workloads:
-        w = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "workload", f"{name}.yaml")))
+        w = OmegaConf.to_container(_load_option("workload", name))
         if sub not in w:
             continue
         w[sub] = typed
@@ -82,11 +82,28 @@ def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
 
 
 def _selected(argv: list[str], group: str, default: str) -> list[str]:
-    for arg in argv:
+    """The options of ``group`` the command selects: its last ``group=...`` (as Hydra takes), else ``default``."""
+    for arg in reversed(argv):
         key, sep, value = arg.partition("=")
         if sep and key == group:
             return [v.strip() for v in value.split(",")]
     return [default]
+
+
+def _load_option(group: str, option: str):
+    """``conf/<group>/<option>.yaml`` as Hydra composes it: its ``defaults`` (other options of the same group,
+    and ``_self_``) merged in order (latency-b8 is latency plus its own keys)."""
+    conf = OmegaConf.load(os.path.join(CONF_DIR, group, f"{option}.yaml"))
+    defaults = conf.pop("defaults", None)
+    if not defaults:
+        return conf
+    parts = [conf if d == "_self_" else _load_option(group, d) for d in defaults]
+    return OmegaConf.merge(*parts, *([] if "_self_" in defaults else [conf]))
+
+
+def _in_option(group: str, option: str, key: str) -> bool:
+    """Whether option ``option`` of ``group`` has ``key`` (dotted)."""
+    return OmegaConf.select(_load_option(group, option), key, default=_MISSING) is not _MISSING
 
 
 def _key_known(key: str, controls: list[str]) -> bool:
@@ -99,8 +116,7 @@ def _key_known(key: str, controls: list[str]) -> bool:
         if not rest:
             return True
         options = controls if head == "control" and rest.startswith("options.") else group_options(head)
-        found = [OmegaConf.select(OmegaConf.load(os.path.join(CONF_DIR, head, f"{o}.yaml")), rest,
-                                  default=_MISSING) is not _MISSING for o in options]
+        found = [_in_option(head, o, rest) for o in options]
         return all(found) if head == "control" and rest.startswith("options.") else any(found)
     base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
     return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
@@ -141,6 +157,11 @@ def check_overrides(argv: list[str]) -> str | None:
                     f"(its options: {', '.join(_options_of(lacking[0])) or 'none'})")
         if not _key_known(key, controls):
             return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
+        if key.startswith("workload."):  # Hydra refuses a key the selected workload lacks, in 7 lines
+            lacking = [w for w in workloads if not _in_option("workload", w, key.split(".", 1)[1])]
+            if lacking:
+                return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "
+                        f"it, e.g. workload=latency, or add it with ++{key}=...)")
         for v in values:
             if "(" in v:  # Hydra's sweep functions (range, choice, interval...): Hydra expands and checks them
                 continue

@@ -47,6 +47,8 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["seed=abc"], "seed must be an integer"),
     (["foo=1"], "unknown config key 'foo'"),
     (["llm.foo=1"], "unknown config key 'llm.foo'"),
+    (["workload.iterations=-1"], "workload=smoke has no key 'iterations'"),  # latency has it, smoke not
+    (["workload=latency-b8", "workload.iterations=0"], "workload.iterations must be an integer >= 1"),  # inherited
     (["llm.max_model_len=abc"], "max_model_len must be an integer"),
     (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
     (["llm.max_model_len=8"], "max_model_len=8"),
