@@ -59,6 +59,9 @@ class EngineConfig:
         all_reduce: the tensor-parallel layers' all-reduce on CUDA: "auto" (PyTorch's symmetric memory where
             it can be set up on every rank, else NCCL), "nccl" or "symm_mem" (fail if unavailable); CPU
             runs use gloo whatever this says (``layers/all_reduce.py``).
+        gemm: the linear layers' matmul on CUDA: "auto" (the Triton skinny kernel for decode batches of at
+            most 8 rows where Triton imports, cuBLAS above; ``layers/gemm.py``), "triton" (the same, fail
+            without Triton) or "cublas" (cuBLAS always); CPU runs use torch whatever this says.
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
@@ -85,6 +88,7 @@ class EngineConfig:
     compile: bool = True
     async_scheduling: bool = True
     all_reduce: str = "auto"
+    gemm: str = "auto"
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0
@@ -189,6 +193,10 @@ class EngineConfig:
             raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
         if self.all_reduce != "auto" and self.device != "cuda":
             raise ConfigError(f"all_reduce={self.all_reduce} needs device=cuda (CPU runs all-reduce with gloo)")
+        if self.gemm not in ("auto", "cublas", "triton"):
+            raise ConfigError(f"gemm must be auto, cublas or triton, got {self.gemm!r}")
+        if self.gemm != "auto" and self.device != "cuda":
+            raise ConfigError(f"gemm={self.gemm} needs device=cuda (CPU runs use torch's matmul)")
         self.dtype = resolve_dtype(self.dtype, self.device)
         allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
         if self.dtype not in allowed:

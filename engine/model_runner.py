@@ -17,6 +17,7 @@ from .config import EngineConfig
 from .cuda_graphs import DecodeGraphs
 from .layers.all_reduce import make_all_reduce
 from .layers.embed_head import ParallelLMHead
+from .layers.gemm import set_gemm
 from .layers.parallel import set_all_reduce
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
@@ -42,6 +43,7 @@ class ModelRunner:
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
         all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
+        gemm: the linear layers' matmul: "triton" (skinny kernel at decode batches <= 8), "cublas" or "torch" (CPU).
         cpu_threads: torch threads of this rank on CPU (None on CUDA).
         sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
@@ -68,6 +70,9 @@ class ModelRunner:
         impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
         set_all_reduce(impl)
         self.all_reduce = impl.name if impl is not None else "none"
+        self.gemm = set_gemm(config.gemm, self.device)
+        if rank == 0 and self.gemm == "triton":
+            log.info("linear layers: the Triton skinny kernel for decode batches of <= 8 rows, cuBLAS above")
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(config.torch_dtype)
         try:

@@ -54,6 +54,29 @@ def sample_triton(logits, t, seed):
     return sample(logits, 0, logits.shape[1], t, torch.tensor([seed], device="cuda"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_skinny_gemm_matches_float64(dtype):
+    """The decode matmul kernel at every batch it serves (1-8 rows), odd and model shapes, into a strided
+    ``out`` (the symmetric buffer's row-parallel path) and with a strided x (a split of qkv)."""
+    from engine.layers.skinny_gemm import MAX_M, skinny_linear
+
+    torch.manual_seed(0)
+    for n, k in [(1, 16), (100, 257), (2048, 1024), (1024, 1536), (6144, 4096), (75968, 1024)]:
+        w = torch.randn(n, k, device="cuda", dtype=dtype)
+        for m in range(1, MAX_M + 1):
+            x = torch.randn(m, k + 3, device="cuda", dtype=dtype)[:, 3:]
+            ref = x.double() @ w.double().T
+            out = torch.full((m, n + 5), 7.0, device="cuda", dtype=dtype)
+            got = skinny_linear(x, w, out=out[:, :n])
+            assert got.data_ptr() == out.data_ptr() and torch.all(out[:, n:] == 7.0)
+            # float32: summation order only; bf16: the output's rounding (8 bits of mantissa)
+            tol = (1e-5 if dtype == torch.float32 else 8e-3) * ref.abs().max().item()
+            err = (got.double() - ref).abs().max().item()
+            assert err <= tol, f"[{m}, {k}] x [{n}, {k}]^T {dtype}: max error {err:.3g} > {tol:.3g}"
+    with pytest.raises(ValueError, match="M <= "):
+        skinny_linear(torch.randn(MAX_M + 1, 16, device="cuda"), torch.randn(4, 16, device="cuda"))
+
+
 def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
     torch.manual_seed(0)
     logits = (torch.randn(6, 151936, device="cuda") * 3).to(torch.bfloat16)

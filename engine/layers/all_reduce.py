@@ -31,7 +31,8 @@ import warnings
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+
+from .gemm import linear
 
 # Largest message (bytes) sent one-shot, by tp size; above it two-shot, up to the buffer. See the module docstring.
 ONE_SHOT_MAX_BYTES = {2: 1 << 20, 4: 512 << 10, 8: 256 << 10}
@@ -53,7 +54,7 @@ class TorchAllReduce:
 
     def matmul(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x ``[N, in/tp]``, weight ``[out, in/tp]`` -> ``x @ weight.T`` ``[N, out]`` summed over ranks."""
-        return self(F.linear(x, weight))
+        return self(linear(x, weight))
 
 
 class SymmMemAllReduce(TorchAllReduce):
@@ -109,7 +110,7 @@ class SymmMemAllReduce(TorchAllReduce):
         view = self._view((x.shape[0], weight.shape[0]), x.dtype)
         if view is None:
             return super().matmul(x, weight)
-        torch.mm(x, weight.t(), out=view)  # the partial sum lands in the symmetric buffer: no copy in
+        linear(x, weight, out=view)  # the partial sum lands in the symmetric buffer: no copy in
         return self._reduce(view)
 
 

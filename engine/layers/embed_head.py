@@ -7,6 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from .gemm import linear
 from .linear import check_shape
 from .parallel import all_reduce, shard_range, tp_rank, tp_size
 
@@ -42,7 +43,7 @@ class ParallelLMHead(VocabParallelEmbedding):
     embeddings the weight is the embedding's shard (set by the model)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weight)
+        return linear(hidden, self.weight)
 
     @staticmethod
     def gather(logits: torch.Tensor) -> torch.Tensor | None:

@@ -8,9 +8,9 @@ columns of the checkpoint tensor. ``src`` is a safetensors slice (``get_shape()`
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .gemm import linear
 from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
@@ -42,7 +42,7 @@ class ColumnParallelLinear(nn.Module):
         param.data.copy_(src[start:end])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):

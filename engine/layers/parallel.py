@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+
+from .gemm import linear
 
 _ALL_REDUCE = None  # set by set_all_reduce; None: torch.distributed's in-place all_reduce
 
@@ -44,9 +45,9 @@ def matmul_all_reduce(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x ``[N, in/tp]`` @ weight ``[out, in/tp]``.T summed over the ranks -> ``[N, out]`` (a row-parallel
     layer's output; with symmetric memory the GEMM writes into the shared buffer directly)."""
     if tp_size() == 1:
-        return F.linear(x, weight)
+        return linear(x, weight)
     if _ALL_REDUCE is None:
-        return all_reduce(F.linear(x, weight))
+        return all_reduce(linear(x, weight))
     return _ALL_REDUCE.matmul(x, weight)
 
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 12: the decode matmul (llm.gemm) on the H200s: the Triton skinny kernel against cuBLAS.
+#   1. scripts/bench_skinny_gemm.py on GPU 0 (every layer shape of both models at tp=1 and 2, batch 1 and 8;
+#      SWEEP=1 adds the tile sweep) -> $OUT/skinny_gemm.md, while the presets are drawn on GPU 1;
+#   2. the engine, one harness process per (model, tp, gemm) so that every tp=2 engine gets symmetric memory
+#      (layers/all_reduce.py): latency at batch 1 and 8, REPEAT repeats -> $OUT/${CSV:-gemm_ab.csv}.
+#      llm.max_num_seqs=8: only the batch sizes these workloads use are captured (start-up in seconds), the
+#      same for both arms.
+#   MODELS=qwen3-0.6b,qwen3-8b TPS=1,2 GEMMS=auto,cublas REPEAT=3 bash scripts/gemm_ab.sh
+set -uo pipefail
+source scripts/device_env.sh
+mkdir -p "$OUT/logs"
+MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; TPS=${TPS:-1,2}; GEMMS=${GEMMS:-auto,cublas}
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee "$OUT/logs/versions.txt"
+(for m in ${MODELS//,/ }; do
+   CUDA_VISIBLE_DEVICES=1 python3 -c "import yaml; from harness.checkpoint import materialize
+print(materialize('$m', yaml.safe_load(open('conf/model/$m.yaml'))['preset'], seed=0))"
+ done > "$OUT/logs/presets.log" 2>&1) &
+presets=$!
+CUDA_VISIBLE_DEVICES=0 timeout ${BENCH_S:-200} python3 scripts/bench_skinny_gemm.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \
+  --out "$OUT/skinny_gemm.md" > "$OUT/logs/skinny_gemm.log" 2>&1
+echo "skinny bench: exit $? at $SECONDS s"
+wait $presets
+echo "presets: at $SECONDS s"
+for model in ${MODELS//,/ }; do
+  for tp in ${TPS//,/ }; do
+    for g in ${GEMMS//,/ }; do
+      [ $SECONDS -gt ${TOTAL_S:-560} ] && { echo "$model tp=$tp gemm=$g: not run (time)"; continue; }
+      log="$OUT/logs/ab_${model}_tp${tp}_$g.log"
+      timeout ${JOB_S:-120} python3 -m harness -m model=$model tp=$tp llm.gemm=$g workload=latency,latency-b8 \
+        llm.max_num_seqs=8 ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false \
+        results_dir="$OUT" results_file=${CSV:-gemm_ab.csv} > "$log" 2>&1
+      echo "$model tp=$tp gemm=$g: exit $? at $SECONDS s, $(grep -c '^\[ok\]' "$log") ok rows"
+    done
+  done
+done
+rm -f "$OUT"/*.lock
+cut -d'|' -f2-10 "$OUT/skinny_gemm.md" | tail -42
