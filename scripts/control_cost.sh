@@ -11,6 +11,7 @@
 #                  MODELS=qwen3-0.6b WORKLOADS=latency PER_PROCESS=1 SIM_NODES=1
 #   SIM_NODES=1    also tp=2 on two simulated nodes, one GPU each (scripts/sim_nodes.sh, control=hybrid,
 #                  latency batch 1) -> $OUT/sim_nodes.csv
+#   BROADCAST=0    skip the planes-alone (workload=broadcast) part
 # Other knobs: CONTROLS, TPS, WORKLOADS, ASYNC, REPEAT, ITER, CSV (control.csv), BROADCAST_S. Logs: $OUT/logs/.
 set -uo pipefail
 source scripts/device_env.sh
@@ -32,10 +33,12 @@ else
   MODELS=$MODELS CONTROLS=$CONTROLS TPS=${TPS:-2} WORKLOADS=${WORKLOADS:-latency,latency-b8} ASYNC=${ASYNC:-true,false} \
     TAG=${TAG:-control} CSV=$CSV bash scripts/multi_gpu_sweep.sh
 fi
-timeout ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
-  "workload.decode_batches=[1,8]" "workload.prefill_batches=[]" "workload.raw_bytes=[256]" repeat=3 progress=false \
-  results_dir="$OUT" results_file=broadcast.csv > "$OUT/logs/broadcast.log" 2>&1
-echo "broadcast: exit $? after $SECONDS s"
+if [ "${BROADCAST:-1}" = 1 ]; then
+  timeout ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
+    "workload.decode_batches=[1,8]" "workload.prefill_batches=[]" "workload.raw_bytes=[256]" repeat=3 progress=false \
+    results_dir="$OUT" results_file=broadcast.csv > "$OUT/logs/broadcast.log" 2>&1
+  echo "broadcast: exit $? after $SECONDS s"
+fi
 if [ "${SIM_NODES:-0}" = 1 ]; then
   LOGDIR="$OUT/logs" NODES=2 NPROC=1 PORT=29650 timeout ${SIM_S:-60} bash scripts/sim_nodes.sh -m harness \
     control=hybrid tp=2 model=qwen3-0.6b workload=latency ++workload.iterations=5 repeat=2 device=cuda \

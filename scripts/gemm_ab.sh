@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 12: the decode matmul (llm.gemm) on the H200s: the Triton skinny kernel against cuBLAS.
-#   1. scripts/bench_skinny_gemm.py on GPU 0 (every layer shape of both models at tp=1 and 2, batch 1 and 8;
-#      SWEEP=1 adds the tile sweep) -> $OUT/skinny_gemm.md, while the presets are drawn on GPU 1;
+# Issue 12: the decode matmul (llm.gemm) on the H200s: the Triton GEMV against cuBLAS.
+#   1. scripts/bench_gemv.py on GPU 0 (every layer shape of both models at tp=1 and 2, batch 1; SWEEP=1 adds
+#      the tile sweep) -> $OUT/gemv.md, while the presets are drawn on GPU 1;
 #   2. the engine, one harness process per (model, tp, gemm) so that every tp=2 engine gets symmetric memory
 #      (layers/all_reduce.py): latency at batch 1 and 8, REPEAT repeats -> $OUT/${CSV:-gemm_ab.csv}.
 #      llm.max_num_seqs=8: only the batch sizes these workloads use are captured (start-up in seconds), the
@@ -17,9 +17,9 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 print(materialize('$m', yaml.safe_load(open('conf/model/$m.yaml'))['preset'], seed=0))"
  done > "$OUT/logs/presets.log" 2>&1) &
 presets=$!
-CUDA_VISIBLE_DEVICES=0 timeout ${BENCH_S:-200} python3 scripts/bench_skinny_gemm.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \
-  --out "$OUT/skinny_gemm.md" > "$OUT/logs/skinny_gemm.log" 2>&1
-echo "skinny bench: exit $? at $SECONDS s"
+CUDA_VISIBLE_DEVICES=0 timeout ${BENCH_S:-200} python3 scripts/bench_gemv.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \
+  --out "$OUT/gemv.md" > "$OUT/logs/gemv.log" 2>&1
+echo "gemv bench: exit $? at $SECONDS s"
 wait $presets
 echo "presets: at $SECONDS s"
 for model in ${MODELS//,/ }; do
@@ -27,7 +27,7 @@ for model in ${MODELS//,/ }; do
     for g in ${GEMMS//,/ }; do
       [ $SECONDS -gt ${TOTAL_S:-560} ] && { echo "$model tp=$tp gemm=$g: not run (time)"; continue; }
       log="$OUT/logs/ab_${model}_tp${tp}_$g.log"
-      timeout ${JOB_S:-120} python3 -m harness -m model=$model tp=$tp llm.gemm=$g workload=latency,latency-b8 \
+      timeout ${JOB_S:-120} python3 -m harness -m model=$model tp=$tp llm.gemm=$g workload=${WORKLOADS:-latency,latency-b8} \
         llm.max_num_seqs=8 ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false \
         results_dir="$OUT" results_file=${CSV:-gemm_ab.csv} > "$log" 2>&1
       echo "$model tp=$tp gemm=$g: exit $? at $SECONDS s, $(grep -c '^\[ok\]' "$log") ok rows"
@@ -35,4 +35,4 @@ for model in ${MODELS//,/ }; do
   done
 done
 rm -f "$OUT"/*.lock
-cut -d'|' -f2-10 "$OUT/skinny_gemm.md" | tail -42
+cut -d'|' -f2-11 "$OUT/gemv.md" | tail -22

@@ -55,26 +55,37 @@ def sample_triton(logits, t, seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_skinny_gemm_matches_float64(dtype):
-    """The decode matmul kernel at every batch it serves (1-8 rows), odd and model shapes, into a strided
-    ``out`` (the symmetric buffer's row-parallel path) and with a strided x (a split of qkv)."""
-    from engine.layers.skinny_gemm import MAX_M, skinny_linear
+def test_gemv_matches_float64(dtype):
+    """The batch-1 matmul kernel on odd and model shapes, into a strided ``out`` (the symmetric buffer's
+    row-parallel path) and from a strided x; and what ``linear`` dispatches to it."""
+    from engine.layers import gemm
+    from engine.layers.gemv import GEMV_MAX_WEIGHT_ELEMENTS, gemv
 
     torch.manual_seed(0)
-    for n, k in [(1, 16), (100, 257), (2048, 1024), (1024, 1536), (6144, 4096), (75968, 1024)]:
+    for n, k in [(1, 16), (100, 257), (2048, 1024), (1024, 1536), (1024, 3072), (6144, 4096)]:
         w = torch.randn(n, k, device="cuda", dtype=dtype)
-        for m in range(1, MAX_M + 1):
-            x = torch.randn(m, k + 3, device="cuda", dtype=dtype)[:, 3:]
-            ref = x.double() @ w.double().T
-            out = torch.full((m, n + 5), 7.0, device="cuda", dtype=dtype)
-            got = skinny_linear(x, w, out=out[:, :n])
-            assert got.data_ptr() == out.data_ptr() and torch.all(out[:, n:] == 7.0)
-            # float32: summation order only; bf16: the output's rounding (8 bits of mantissa)
-            tol = (1e-5 if dtype == torch.float32 else 8e-3) * ref.abs().max().item()
-            err = (got.double() - ref).abs().max().item()
-            assert err <= tol, f"[{m}, {k}] x [{n}, {k}]^T {dtype}: max error {err:.3g} > {tol:.3g}"
-    with pytest.raises(ValueError, match="M <= "):
-        skinny_linear(torch.randn(MAX_M + 1, 16, device="cuda"), torch.randn(4, 16, device="cuda"))
+        x = torch.randn(1, k + 3, device="cuda", dtype=dtype)[:, 3:]
+        ref = x.double() @ w.double().T
+        out = torch.full((1, n + 5), 7.0, device="cuda", dtype=dtype)
+        got = gemv(x, w, out=out[:, :n])
+        assert got.data_ptr() == out.data_ptr() and torch.all(out[:, n:] == 7.0)
+        # float32: summation order only; bf16: the output's rounding (8 bits of mantissa)
+        tol = (1e-5 if dtype == torch.float32 else 8e-3) * ref.abs().max().item()
+        err = (got.double() - ref).abs().max().item()
+        assert err <= tol, f"[1, {k}] x [{n}, {k}]^T {dtype}: max error {err:.3g} > {tol:.3g}"
+    with pytest.raises(ValueError, match="x \\[1, K\\]"):
+        gemv(torch.randn(2, 16, device="cuda"), torch.randn(4, 16, device="cuda"))
+    assert gemm.set_gemm("auto", torch.device("cuda")) == "triton"
+    try:
+        calls = []
+        gemm._gemv = lambda x, w, out=None: calls.append(tuple(w.shape)) or gemv(x, w, out=out)
+        big = torch.randn(GEMV_MAX_WEIGHT_ELEMENTS // 1024 + 1, 1024, device="cuda")
+        for x, w in [(torch.randn(1, 1024, device="cuda"), big[:64]), (torch.randn(1, 1024, device="cuda"), big),
+                     (torch.randn(2, 1024, device="cuda"), big[:64])]:
+            torch.testing.assert_close(gemm.linear(x, w), x @ w.T, rtol=1e-5, atol=1e-4)
+        assert calls == [(64, 1024)], calls  # batch 1 and a small weight only
+    finally:
+        gemm.set_gemm("auto", torch.device("cpu"))
 
 
 def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():

@@ -1,0 +1,107 @@
+"""The decode GEMMs at batch 1: cuBLAS (``F.linear``) against the Triton GEMV (``engine/layers/gemv.py``).
+
+    python scripts/bench_gemv.py [--sweep] [--out table.md]
+
+For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
+holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness/floor.py``),
+and which one ``llm.gemm=auto`` runs (``engine/layers/gemm.py``). Timing: CALLS calls captured in one CUDA
+graph, each on a different copy of the weight (> 200 MB in all, so the 50 MB L2 cannot serve them, as it
+cannot in a model's step), 10 replays after warm-up, CUDA events. ``--sweep`` also times a grid of tile
+sizes per shape and prints the best. Every result is checked against float64 first.
+(``results/h200x2/skinny_gemm_call8.md`` is this table's first version, with batch 8 and a 3-D tile.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from engine.layers.gemv import GEMV_MAX_WEIGHT_ELEMENTS, gemv  # noqa: E402
+
+HBM_BYTES_S = 4.3e12  # REFERENCE.md: H200 HBM3e bandwidth as measured by a copy, not the 4.8 TB/s spec
+CALLS, REPLAYS = 32, 10
+MODELS = {  # Hugging Face config.json of each (conf/model/*.yaml): hidden, intermediate, heads, kv heads, head_dim, vocab
+    "qwen3-0.6b": (1024, 3072, 16, 8, 128, 151936),
+    "qwen3-8b": (4096, 12288, 32, 8, 128, 151936),
+}
+
+
+def shapes(model: str, tp: int) -> dict[str, tuple[int, int]]:
+    """Layer -> the (N, K) of one rank's weight shard."""
+    hidden, inter, heads, kv, dim, vocab = MODELS[model]
+    return {"qkv_proj": ((heads + 2 * kv) * dim // tp, hidden), "o_proj": (hidden, heads * dim // tp),
+            "gate_up_proj": (2 * inter // tp, hidden), "down_proj": (hidden, inter // tp),
+            "lm_head": (vocab // tp, hidden)}
+
+
+def time_us(fn_i, copies: int) -> float:
+    """Microseconds per call of ``fn_i(i)`` (CALLS calls over ``copies`` weights, in one CUDA graph)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for i in range(3):
+            fn_i(i % copies)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS):
+            fn_i(i % copies)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(REPLAYS):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (REPLAYS * CALLS)
+
+
+SWEEP = list(itertools.product((4, 8, 16), (512, 1024, 2048)))  # (block_n, block_k)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.version.__version__}; bf16, batch 1; us per call; "
+             f"floor = weight bytes / {HBM_BYTES_S / 1e12:.1f} TB/s; auto = what llm.gemm=auto runs", "",
+             "| model | tp | layer | N x K | floor us | cuBLAS us | GEMV us | GEMV/cuBLAS | auto | best swept (block_n, block_k) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    for model, tp in itertools.product(MODELS, (1, 2)):
+        for layer, (n, k) in shapes(model, tp).items():
+            copies = max(2, min(64, (256 << 20) // (n * k * 2)))
+            ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+            x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
+            ref = x.double() @ ws[0].double().T
+            err = (gemv(x, ws[0]).double() - ref).abs().max().item()
+            assert err <= 0.01 * ref.abs().max().item(), f"{model} {layer}: error {err}"
+            cub = time_us(lambda i: F.linear(x, ws[i]), copies)
+            tri = time_us(lambda i: gemv(x, ws[i]), copies)
+            best = ""
+            if args.sweep:
+                t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk), copies), (bn, bk))
+                             for bn, bk in SWEEP)
+                best = f"{t:.2f} {cfg}"
+            auto = "GEMV" if n * k <= GEMV_MAX_WEIGHT_ELEMENTS else "cuBLAS"
+            line = (f"| {model} | {tp} | {layer} | {n} x {k} | {n * k * 2 / HBM_BYTES_S * 1e6:.2f} | {cub:.2f} | "
+                    f"{tri:.2f} | {tri / cub:.2f} | {auto} | {best} |")
+            lines.append(line)
+            print(line, flush=True)
+            del ws
+            torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
