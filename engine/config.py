@@ -59,9 +59,9 @@ class EngineConfig:
         all_reduce: the tensor-parallel layers' all-reduce on CUDA: "auto" (PyTorch's symmetric memory where
             it can be set up on every rank, else NCCL), "nccl" or "symm_mem" (fail if unavailable); CPU
             runs use gloo whatever this says (``layers/all_reduce.py``).
-        gemm: the linear layers' matmul on CUDA: "auto" (the Triton skinny kernel for decode batches of at
-            most 8 rows where Triton imports, cuBLAS above; ``layers/gemm.py``), "triton" (the same, fail
-            without Triton) or "cublas" (cuBLAS always); CPU runs use torch whatever this says.
+        gemm: the linear layers' matmul on CUDA: "auto" (a Triton GEMV at batch 1 where Triton imports,
+            cuBLAS otherwise; ``layers/gemm.py``), "triton" (the same, fail without Triton) or "cublas"
+            (cuBLAS always); CPU runs use torch whatever this says.
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.

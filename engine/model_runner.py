@@ -43,7 +43,7 @@ class ModelRunner:
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
         all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
-        gemm: the linear layers' matmul: "triton" (skinny kernel at decode batches <= 8), "cublas" or "torch" (CPU).
+        gemm: the linear layers' matmul: "triton" (a GEMV at batch 1), "cublas" or "torch" (CPU).
         cpu_threads: torch threads of this rank on CPU (None on CUDA).
         sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
@@ -72,7 +72,7 @@ class ModelRunner:
         self.all_reduce = impl.name if impl is not None else "none"
         self.gemm = set_gemm(config.gemm, self.device)
         if rank == 0 and self.gemm == "triton":
-            log.info("linear layers: the Triton skinny kernel for decode batches of <= 8 rows, cuBLAS above")
+            log.info("linear layers: a Triton GEMV at batch 1, cuBLAS above")
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(config.torch_dtype)
         try:

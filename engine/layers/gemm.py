@@ -1,6 +1,6 @@
-"""Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 for weights
-of at most ``gemv.GEMV_MAX_WEIGHT_ELEMENTS`` the Triton GEMV (``gemv.py``), which reads a small weight at
-closer to HBM bandwidth than cuBLAS's latency-bound GEMM kernels do.
+"""Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
+GEMV (``gemv.py``), which reads the weight closer to HBM bandwidth than cuBLAS's latency-bound GEMM
+kernels do (most of all for a tensor-parallel rank's small shards).
 
 Chosen once per process by the model runner (``set_gemm``), like the all-reduce: process-wide state.
 """
@@ -11,28 +11,27 @@ import torch
 import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
-_gemv_max_weight = 0  # gemv.GEMV_MAX_WEIGHT_ELEMENTS when on
 
 
 def set_gemm(mode: str, device: torch.device) -> str:
     """Install the matmul for ``mode`` ("auto", "cublas" or "triton"; config-checked) on ``device``; returns
-    what runs: "triton" (the GEMV at batch 1 for small weights, cuBLAS otherwise), "cublas", or "torch" on
+    what runs: "triton" (the GEMV at batch 1, cuBLAS otherwise), "cublas", or "torch" on
     CPU. "auto" is "triton" on CUDA where Triton imports.
 
     Raises:
         RuntimeError: ``mode="triton"`` and Triton cannot be imported here.
     """
-    global _gemv, _gemv_max_weight
-    _gemv, _gemv_max_weight = None, 0
+    global _gemv
+    _gemv = None
     if device.type != "cuda" or mode == "cublas":
         return "torch" if device.type != "cuda" else "cublas"
     try:
-        from .gemv import GEMV_MAX_WEIGHT_ELEMENTS, gemv
+        from .gemv import gemv
     except ImportError as e:
         if mode == "triton":
             raise RuntimeError(f"llm.gemm=triton: Triton is not importable here ({e})") from e
         return "cublas"
-    _gemv, _gemv_max_weight = gemv, GEMV_MAX_WEIGHT_ELEMENTS
+    _gemv = gemv
     return "triton"
 
 
@@ -40,8 +39,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            out: torch.Tensor | None = None) -> torch.Tensor:
     """x ``[M, K]`` @ weight ``[N, K]``.T (+ bias ``[N]``) -> ``[M, N]``, into ``out`` when given (``[M, N]``,
     unit column stride; no bias then)."""
-    if (_gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1
-            and weight.numel() <= _gemv_max_weight):
+    if _gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1:
         y = _gemv(x, weight, out=out)
         return y if bias is None else y + bias
     if out is not None:

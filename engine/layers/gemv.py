@@ -1,13 +1,13 @@
 """y = x W^T for one row of x (decode at batch 1): a Triton GEMV that reads W once, at full width.
 
 At batch 1 a linear layer moves the weight's bytes and does almost no arithmetic: its floor is
-``N * K * 2 bytes / HBM bandwidth``. For the small weight shards of a tensor-parallel rank cuBLAS's GEMM
-kernels are latency-bound: on the H200 (``results/h200x2/skinny_gemm_call8.md``) Qwen3-0.6B's o_proj at
-tp=2 (1024 x 1024) takes 7.6 us against a 0.5 us floor, down_proj (1024 x 1536) 10.2 us. This kernel gives
-each program ``BLOCK_N`` (4) output columns and walks K in ``BLOCK_K`` slices, float32 products and sums
-(float32 runs compute true float32, no TF32): 2.9 and 3.5 us there. For weights above
-``GEMV_MAX_WEIGHT_ELEMENTS`` cuBLAS is as fast or faster (same table: Qwen3-8B's shards, the LM head), and
-at batch 8 this one-row-at-a-time form loses to cuBLAS everywhere (2-15x), so it serves batch 1 only.
+``N * K * 2 bytes / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
+smaller the weight: on the H200 (``results/h200x2/gemv_call9.md``) Qwen3-0.6B's o_proj at tp=2 (1024 x
+1024) takes 7.6 us against a 0.5 us floor, down_proj (1024 x 1536) 10.1 us. This kernel gives each
+program ``block_n`` output rows and walks K in ``BLOCK_K`` slices, float32 products and sums (float32
+runs compute true float32, no TF32): 3.2 and 4.0 us there, and 0.9-1.0x cuBLAS's time on Qwen3-8B's
+shards and the LM heads. At batch 8 the first version of this kernel (a 3-D tile, ``skinny_gemm_call8.md``)
+lost to cuBLAS 2-15x, so it serves batch 1 only.
 
 Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
 it on the CPU.
@@ -19,12 +19,11 @@ import torch
 import triton
 import triton.language as tl
 
-# Largest weight (elements) sent to the GEMV: 4 Mi (8 MiB in bf16). From the call-8 table: at or below it
-# the GEMV wins or ties (0.6B: qkv 2048 x 1024 0.79x cuBLAS's time, 4096 x 1024 1.03x); above it cuBLAS wins
-# (6144 x 1024 1.05x, 8B's o_proj 4096 x 2048 1.08x, the LM heads 1.0-2.7x).
-GEMV_MAX_WEIGHT_ELEMENTS = 4 << 20
-BLOCK_N = 4  # output columns per program: the best of 4-32 for every shape that wins (call-8 sweep)
-MAX_BLOCK_K = 2048  # K per trip; the sweep's best was all of K up to 2048
+# Tiles from the call-9 sweep (block_n in 4, 8, 16 x block_k in 512, 1024, 2048, every layer of both models at
+# tp=1 and 2): block_k 512 was best for 18 of 20 shapes (2048 for the other two, by <= 3%); block_n 4, except 8 for the widest weights (the LM
+# heads and 8B's gate_up at tp=1, N >= 24576).
+BLOCK_K = 512
+WIDE_N = 16384  # above it, 8 rows per program
 
 
 @triton.jit
@@ -44,10 +43,10 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int = BLOCK_N, block_k: int | None = None) -> torch.Tensor:
+         block_n: int | None = None, block_k: int = BLOCK_K) -> torch.Tensor:
     """x ``[1, K]`` (unit stride along K), weight ``[N, K]`` (unit stride along K) -> ``x @ weight.T``
     ``[1, N]`` in x's dtype, written into ``out`` when given (``[1, N]``, unit stride along N).
-    ``block_n`` / ``block_k``: tile sizes (benchmarks); ``block_k`` defaults to K up to ``MAX_BLOCK_K``.
+    ``block_n`` / ``block_k``: tile sizes (benchmarks); ``block_n`` defaults to 4, 8 above ``WIDE_N`` rows.
 
     Raises:
         ValueError: x is not one row, the shapes do not match, or a tensor lacks unit stride where needed.
@@ -60,7 +59,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
         out = torch.empty(1, n, dtype=x.dtype, device=x.device)
     elif tuple(out.shape) != (1, n) or out.stride(1) != 1:
         raise ValueError(f"gemv: out {list(out.shape)} (stride {out.stride()}), expected [1, {n}]")
-    block_k = block_k or min(triton.next_power_of_2(k), MAX_BLOCK_K)
+    block_n = block_n or (8 if n > WIDE_N else 4)
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
                                              BLOCK_K=block_k, num_warps=4)
     return out
