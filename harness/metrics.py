@@ -110,18 +110,20 @@ def control_metrics(stats: dict, steps) -> dict:
 
 
 def launch_lag(recv: dict, steps) -> dict:
-    """``ctrl_launch_lag_us_p50`` / ``_p99``: over decode steps, how much later than rank 0 the slowest worker
-    returned from the step's ``run()`` (us; both measured from rank 0's send, on rank 0's clock). On CUDA
+    """``ctrl_launch_lag_us_mean`` / ``_p50`` / ``_p99``: over decode steps, how much later than rank 0 the
+    slowest worker returned from the step's ``run()`` (us; both measured from rank 0's send, on rank 0's clock). On CUDA
     ``run()`` returns once the step's kernels are queued, so this is how long rank 0's GPU can wait for a
     worker at the step's first collective: the part of a plane's exposed cost that is the worker's receive
     and step preparation coming after rank 0's. Can be negative (a worker ready first). None at tp=1, under
-    ``control=ideal`` (its workers get no message to measure from) or when samples are missing."""
-    row = {"ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
+    ``control=ideal`` (its workers get no message to measure from) or when samples are missing. The mean is
+    what a step time (TPOT is a mean of steps) can absorb; the p50 alone hides a tail of late steps."""
+    row = {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     latest = slowest_worker(recv, "launch_ns", len(steps))
     if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):
         return row
     lag_us = (latest[decode_idx] - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
+    row["ctrl_launch_lag_us_mean"] = float(lag_us.mean())
     for p in (50, 99):
         row[f"ctrl_launch_lag_us_p{p}"] = float(np.percentile(lag_us, p))
     return row

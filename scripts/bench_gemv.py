@@ -27,7 +27,8 @@ from engine.layers.gemv import gemv  # noqa: E402
 
 HBM_BYTES_S = 4.3e12  # REFERENCE.md: H200 HBM3e bandwidth as measured by a copy, not the 4.8 TB/s spec
 CALLS, REPLAYS = 32, 10
-MODELS = {  # Hugging Face config.json of each (conf/model/*.yaml): hidden, intermediate, heads, kv heads, head_dim, vocab
+# Hugging Face config.json of each (conf/model/*.yaml): hidden, intermediate, heads, kv heads, head_dim, vocab
+MODELS = {
     "qwen3-0.6b": (1024, 3072, 16, 8, 128, 151936),
     "qwen3-8b": (4096, 12288, 32, 8, 128, 151936),
 }
@@ -74,7 +75,8 @@ def main() -> None:
     dev = torch.device("cuda")
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.version.__version__}; bf16, batch 1; us per call; "
              f"floor = weight bytes / {HBM_BYTES_S / 1e12:.1f} TB/s; llm.gemm=auto runs the GEMV for all", "",
-             "| model | tp | layer | N x K | floor us | cuBLAS us | GEMV us | GEMV/cuBLAS | best swept (block_n, block_k) |",
+             "| model | tp | layer | N x K | floor us | cuBLAS us | GEMV us | GEMV/cuBLAS "
+             "| best swept (block_n, block_k) |",
              "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for model, tp in itertools.product(MODELS, (1, 2)):
@@ -96,7 +98,7 @@ def main() -> None:
                     f"{tri:.2f} | {tri / cub:.2f} | {best} |")
             lines.append(line)
             print(line, flush=True)
-            del ws
+            ws.clear()  # free this shape's copies before the next
             torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

@@ -25,8 +25,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     assert row.ttft_ms_p50 > 0 and row.e2el_ms_p99 >= row.e2el_ms_p50 >= row.ttft_ms_p50
     assert row.ctrl_calls == row.prefill_steps + row.decode_steps and row.ctrl_oneway_us_p50 > 0
     assert row.ctrl_launch_lag_us_p99 >= row.ctrl_launch_lag_us_p50  # both measured (p50 may be < 0)
+    assert pd.notna(row.ctrl_launch_lag_us_mean)
     assert pd.isna(row.gpu_util_pct_mean)  # no NVML on a CPU machine: empty, not a crash
-    assert "row appended to" in res.stdout and "launch lag us p50" in res.stdout
+    assert "row appended to" in res.stdout and "launch lag us mean" in res.stdout
 
     res = harness("control=shm", "tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
                   cache=model_cache)
@@ -52,6 +53,7 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["llm.max_model_len=abc"], "max_model_len must be an integer"),
     (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
     (["llm.max_model_len=8"], "max_model_len=8"),
+    (["llm.gemm=cublas"], "gemm=cublas needs device=cuda"),
     (["device=cuda"], "CUDA is not available"),
     (["results_dir=/proc/forbidden"], "cannot write results"),
     (["results_dir="], "results_dir is empty"),

@@ -21,6 +21,18 @@ def test_launch_lag_is_the_slowest_worker_minus_rank0_over_decode_steps():
     # step (900 us behind) is not a decode step
     assert row["ctrl_launch_lag_us_p50"] == pytest.approx(40.0)
     assert row["ctrl_launch_lag_us_p99"] == pytest.approx(40.0)
+    assert row["ctrl_launch_lag_us_mean"] == pytest.approx(30.0)  # (40 + 10 + 40) / 3
+
+
+def test_a_tail_of_late_steps_shows_in_the_mean_not_the_p50():
+    # call 11 on the H200s: lag p50 near 0 us while ring still exposed ~130 us per step; a few late steps
+    # move the mean (what TPOT, a mean of steps, absorbs) and leave the median where it was
+    n = 100
+    steps = [step(False, 1_000_000 * i) for i in range(n)]
+    late = {i: 600_000 for i in range(0, n, 5)}  # every fifth step 600 us late, the rest on time
+    row = launch_lag({1: {"launch_ns": [1_000_000 * i + late.get(i, 0) for i in range(n)]}}, steps)
+    assert row["ctrl_launch_lag_us_p50"] == pytest.approx(0.0)
+    assert row["ctrl_launch_lag_us_mean"] == pytest.approx(120.0)
 
 
 def test_a_worker_ready_before_rank0_gives_a_negative_lag():
@@ -34,4 +46,5 @@ def test_a_worker_ready_before_rank0_gives_a_negative_lag():
     ({1: {"launch_ns": [1, 2]}}, [step(True, 5), step(True, 6)]),  # no decode step
 ])
 def test_no_launch_lag_without_samples(recv, steps):
-    assert launch_lag(recv, steps) == {"ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
+    assert launch_lag(recv, steps) == {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None,
+                                       "ctrl_launch_lag_us_p99": None}

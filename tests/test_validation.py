@@ -24,6 +24,8 @@ OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batc
     (dict(dtype="float16"), "not supported on cpu"),
     (dict(kvcache_block_size=100), "power of two"),
     (dict(max_num_batched_tokens=64, max_model_len=128), "must be >= max_model_len"),
+    (dict(gemm="cutlass"), "gemm must be auto, cublas or triton"),
+    (dict(gemm="triton"), "gemm=triton needs device=cuda"),
 ])
 def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
     before = children(os.getpid())

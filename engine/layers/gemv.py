@@ -19,9 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-# Tiles from the call-9 sweep (block_n in 4, 8, 16 x block_k in 512, 1024, 2048, every layer of both models at
-# tp=1 and 2): block_k 512 was best for 18 of 20 shapes (2048 for the other two, by <= 3%); block_n 4, except 8 for the widest weights (the LM
-# heads and 8B's gate_up at tp=1, N >= 24576).
+# Tiles from the call-9 sweep (block_n in 4, 8, 16 x block_k in 512, 1024, 2048, every layer of both models
+# at tp=1 and 2): block_k 512 was best for 18 of 20 shapes (2048 for the other two, by <= 3%); block_n 4,
+# except 8 for the widest weights (the LM heads and 8B's gate_up at tp=1, N >= 24576).
 BLOCK_K = 512
 WIDE_N = 16384  # above it, 8 rows per program
 
