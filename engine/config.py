@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 import torch
 
@@ -189,6 +189,15 @@ class EngineConfig:
             local = self.launch.local_world_size if self.launcher == "torchrun" else self.tensor_parallel_size
             if local > n:
                 raise ConfigError(f"{local} ranks on this host need as many GPUs; {n} visible")
+        self._check_kernels()
+        self.dtype = resolve_dtype(self.dtype, self.device)
+        allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
+        if self.dtype not in allowed:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use auto, "
+                              f"{', '.join(sorted(allowed))}")
+
+    def _check_kernels(self) -> None:
+        """``all_reduce`` and ``gemm``: known values, and the CUDA-only ones only on CUDA (``device`` resolved)."""
         if self.all_reduce not in ("auto", "nccl", "symm_mem"):
             raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
         if self.all_reduce != "auto" and self.device != "cuda":
@@ -197,11 +206,28 @@ class EngineConfig:
             raise ConfigError(f"gemm must be auto, cublas or triton, got {self.gemm!r}")
         if self.gemm != "auto" and self.device != "cuda":
             raise ConfigError(f"gemm={self.gemm} needs device=cuda (CPU runs use torch's matmul)")
-        self.dtype = resolve_dtype(self.dtype, self.device)
-        allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
-        if self.dtype not in allowed:
-            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use auto, "
-                              f"{', '.join(sorted(allowed))}")
+
+    @classmethod
+    def check_settings(cls, **settings) -> None:
+        """The checks that need no checkpoint (types, ranges, the kernel choices and what needs CUDA) of
+        ``settings`` over the defaults, so that a sweep's bad value can be refused before its first job.
+
+        Raises:
+            ConfigError: the first setting that the engine would refuse; TypeError for an unknown name.
+        """
+        names = {f.name for f in fields(cls)}
+        unknown = set(settings) - names
+        if unknown:
+            raise TypeError(f"unknown EngineConfig settings: {sorted(unknown)}")
+        cfg = object.__new__(cls)
+        for f in fields(cls):
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            setattr(cfg, f.name, "" if default is MISSING else default)  # model: checked when the job runs
+        for name, value in settings.items():
+            setattr(cfg, name, value)
+        cfg._check_types()
+        cfg.device = resolve_device(cfg.device)
+        cfg._check_kernels()
 
     def _check_cache_and_batching(self) -> None:
         bs = self.kvcache_block_size

@@ -28,7 +28,7 @@ from .load_results import NUMERIC, InputError, load
 from .schema import COLUMNS
 
 CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype",
-               "all_reduce", "workload", "overrides", "payload", "seed", "tag"]
+               "all_reduce", "gemm", "workload", "overrides", "payload", "seed", "tag"]
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
                "ctrl_launch_lag_us_p50"]
@@ -184,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                                  f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
             old, new = load([args.compare[0]]), load([args.compare[1]])
-            keys = [k for k in CONFIG_KEYS if old[k].notna().any() or new[k].notna().any()]
+            # a key one file never fills (a column its older schema lacks, e.g. gemm before schema 8) cannot
+            # tell its configurations apart: comparing on it would call every configuration missing
+            keys = [k for k in CONFIG_KEYS if old[k].notna().any() and new[k].notna().any()]
+            one_sided = [k for k in CONFIG_KEYS if k not in keys and (old[k].notna().any() or new[k].notna().any())]
+            if one_sided:
+                print(f"(not compared, filled in one file only: {', '.join(one_sided)})")
             return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing,
                            args.metrics)
         if not args.files:

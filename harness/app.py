@@ -104,7 +104,8 @@ def run_engine_job(cfg: DictConfig) -> int:
         if reused:
             print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
         sync, uncertainty = llm.group.clock_sync()
-        row0.update(dtype=llm.config.dtype, all_reduce=llm.runner.all_reduce, launcher=llm.config.launcher,
+        row0.update(dtype=llm.config.dtype, all_reduce=llm.runner.all_reduce, gemm=llm.runner.gemm,
+                    launcher=llm.config.launcher,
                     nodes=llm.group.context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty,
                     cpu_threads=llm.runner.cpu_threads)
         if work.warmup:

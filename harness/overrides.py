@@ -59,13 +59,12 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
 def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
     """``workload.<k>=v`` applied to each selected workload and checked as the run would check it, so that
     a sweep's bad value fails before its first job rather than when its job comes up."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     from .workloads import check_workload
 
     try:
-        typed = OverridesParser.create().parse_overrides([f"{key}={v}"])[0].value()  # as Hydra will type it
+        typed = _typed(key, v)
     except HydraException:
         return None  # Hydra reports its own grammar errors
     sub = key.split(".", 1)[1]
@@ -78,6 +77,35 @@ def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
             check_workload(w)
         except ValueError as e:
             return str(e)
+    return None
+
+
+def _typed(key: str, v: str):
+    """``v`` as Hydra will type it (int, float, bool, str, ...); raises HydraException on a grammar error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([f"{key}={v}"])[0].value()
+
+
+def _check_llm_value(key: str, v: str, devices: list[str]) -> str | None:
+    """``llm.<setting>=v`` checked as the engine checks it without a checkpoint (``EngineConfig.check_settings``:
+    type, range, the kernel choices and what needs CUDA) on every selected device, so that a sweep's bad
+    value fails before its first job rather than when its job comes up."""
+    from hydra.errors import HydraException
+
+    from engine import ConfigError, EngineConfig
+
+    try:
+        typed = _typed(key, v)
+    except HydraException:
+        return None  # Hydra reports its own grammar errors
+    for device in devices:
+        try:
+            EngineConfig.check_settings(**{key.split(".", 1)[1]: typed, "device": device})
+        except TypeError:
+            return None  # not an engine setting (the key check has passed): the harness handles it
+        except ConfigError as e:
+            return f"{key}: {e}"
     return None
 
 
@@ -126,10 +154,12 @@ def check_overrides(argv: list[str]) -> str | None:
     """One-line message for the first bad override, or None: an unknown group option or key (``+key`` adds
     only keys some option of the group knows, or a Qwen3Config field under ``model.preset``), a
     ``control.options`` key the selected plane does not take, a bad value of tp, repeat, seed, device,
-    engine or a ``workload.*`` key (every value of a sweep), an empty path, a sweep value without ``-m``."""
+    engine, a ``workload.*`` or ``llm.*`` key (every value of a sweep), an empty path, a sweep value without
+    ``-m``, a ``+key`` for a key that exists (Hydra's ``+`` adds; setting needs no prefix)."""
     sweep = "-m" in argv or "--multirun" in argv
     controls = _selected(argv, "control", "shm")  # config.yaml's defaults
     workloads = _selected(argv, "workload", "bench")
+    devices = _selected(argv, "device", "auto")
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -137,6 +167,8 @@ def check_overrides(argv: list[str]) -> str | None:
         if not sep:
             continue
         plain = key.lstrip("+~")
+        if key.startswith("+") and not key.startswith("++") and _exists(plain, controls, workloads):
+            return f"{plain} exists already: set it without the + ({plain}={value})"
         if key.startswith(("+", "~")):
             if plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls):
                 continue
@@ -165,11 +197,23 @@ def check_overrides(argv: list[str]) -> str | None:
         for v in values:
             if "(" in v:  # Hydra's sweep functions (range, choice, interval...): Hydra expands and checks them
                 continue
-            problem = VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS else (
-                _check_workload_value(key, v, workloads) if key.startswith("workload.") else None)
+            problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
+                       else _check_workload_value(key, v, workloads) if key.startswith("workload.")
+                       else _check_llm_value(key, v, devices) if key.startswith("llm.") else None)
             if problem:
                 return problem
     return None
+
+
+def _exists(key: str, controls: list[str], workloads: list[str]) -> bool:
+    """Whether ``key`` is already in the composed configuration: config.yaml, or every selected option of its
+    group (where Hydra's ``+key=`` fails with "Could not append to config")."""
+    head, _, rest = key.partition(".")
+    if head in GROUPS:
+        selected = {"control": controls, "workload": workloads}.get(head)
+        return bool(rest and selected) and all(_in_option(head, o, rest) for o in selected)
+    base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
+    return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
 
 
 def _options_of(control: str) -> list[str]:

@@ -16,6 +16,7 @@ def print_summary(row: dict, path: str) -> None:
 
     control = f" control={row['control']}" if row.get("control") else ""
     control += f" all_reduce={row['all_reduce']}" if row.get("all_reduce") not in (None, "none") else ""
+    control += f" gemm={row['gemm']}" if row.get("gemm") not in (None, "torch") else ""
     extra = f" {row['overrides']}" if row.get("overrides") else ""
     print(f"\n[{row['status']}] engine={row['engine']}{control} tp={row['tp']} model={row['model']} "
           f"device={row['device']} workload={row['workload']}{extra} repeat={row.get('repeat')}")

@@ -5,11 +5,11 @@ SCHEMA_VERSION = 8  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_uti
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
 #                       ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct; 6: run_id, tag, model_hash,
 #                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
-#                    8: ctrl_launch_lag_us_mean
+#                    8: ctrl_launch_lag_us_mean, gemm
 
 CONFIG = ["schema_version", "time_utc", "run_id", "tag", "status", "error", "engine", "control", "tp", "launcher",
-          "nodes", "model", "model_hash", "device", "dtype", "cpu_threads", "all_reduce", "workload", "overrides",
-          "payload", "payload_bytes", "seed", "repeat"]
+          "nodes", "model", "model_hash", "device", "dtype", "cpu_threads", "all_reduce", "gemm", "workload",
+          "overrides", "payload", "payload_bytes", "seed", "repeat"]
 THROUGHPUT = ["num_requests", "input_tokens", "output_tokens", "duration_s", "output_tok_s", "total_tok_s", "req_s"]
 LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for s in ("mean", "p50", "p90", "p99")]
 STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_p99", "preemptions",

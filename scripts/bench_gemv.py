@@ -4,10 +4,10 @@
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
 holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness/floor.py``).
-Timing: CALLS calls captured in one CUDA
-graph, each on a different copy of the weight (> 200 MB in all, so the 50 MB L2 cannot serve them, as it
-cannot in a model's step), 10 replays after warm-up, CUDA events. ``--sweep`` also times a grid of tile
-sizes per shape and prints the best. Every result is checked against float64 first.
+Timing: CALLS (32) calls captured in one CUDA graph, cycling over copies of the weight (up to 256 MB of
+copies; every shape reads >= 64 MB per replay, more than the 50 MB L2 holds, as a model's step reads more
+than it), 10 replays after warm-up, CUDA events. ``--sweep`` also times a grid of tile sizes per shape and
+prints the best. The GEMV's result with its default tiles is checked against float64 first.
 (``results/h200x2/skinny_gemm_call8.md``: a first version, batch 8 and a 3-D tile; ``gemv_call9.md``: the sweep
 that chose the tiles.)
 """
@@ -24,8 +24,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from engine.layers.gemv import gemv  # noqa: E402
+from harness.floor import H200_COPY_BANDWIDTH  # noqa: E402
 
-HBM_BYTES_S = 4.3e12  # REFERENCE.md: H200 HBM3e bandwidth as measured by a copy, not the 4.8 TB/s spec
+HBM_BYTES_S = H200_COPY_BANDWIDTH  # bytes/s, the harness's floor: a copy's bandwidth, not the 4.8 TB/s spec
 CALLS, REPLAYS = 32, 10
 # Hugging Face config.json of each (conf/model/*.yaml): hidden, intermediate, heads, kv heads, head_dim, vocab
 MODELS = {

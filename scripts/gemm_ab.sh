@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 12: the decode matmul (llm.gemm) on the H200s: the Triton GEMV against cuBLAS.
-#   1. scripts/bench_gemv.py on GPU 0 (every layer shape of both models at tp=1 and 2, batch 1; SWEEP=1 adds
-#      the tile sweep) -> $OUT/gemv.md, while the presets are drawn on GPU 1;
+#   1. scripts/bench_gemv.py on GPU 0 (every layer shape of both models at tp=1 and 2, batch 1, and the tile
+#      sweep unless SWEEP=0) -> $OUT/gemv.md, while the presets are drawn on GPU 1;
 #   2. the engine, one harness process per (model, tp, gemm) so that every tp=2 engine gets symmetric memory
 #      (layers/all_reduce.py): latency at batch 1 and 8, REPEAT repeats -> $OUT/${CSV:-gemm_ab.csv}.
 #      llm.max_num_seqs=8: only the batch sizes these workloads use are captured (start-up in seconds), the
 #      same for both arms.
 #   MODELS=qwen3-0.6b,qwen3-8b TPS=1,2 GEMMS=auto,cublas REPEAT=3 bash scripts/gemm_ab.sh
+# Other knobs: WORKLOADS (latency,latency-b8), ITER (5 iterations per repeat), CSV (gemm_ab.csv); time limits
+# in seconds: BENCH_S (200, the bench), JOB_S (120, each harness process), TOTAL_S (560: no job starts later).
 set -uo pipefail
 source scripts/device_env.sh
 mkdir -p "$OUT/logs"
@@ -35,4 +37,4 @@ for model in ${MODELS//,/ }; do
   done
 done
 rm -f "$OUT"/*.lock
-cut -d'|' -f2-11 "$OUT/gemv.md" | tail -22
+[ -f "$OUT/gemv.md" ] && cut -d'|' -f2-11 "$OUT/gemv.md" | tail -22

@@ -76,6 +76,18 @@ def test_compare_fails_on_a_configuration_missing_or_failed_in_new(sweep, tmp_pa
     assert main(["--compare", sweep, str(missing), "--allow-missing"]) == 0
 
 
+def test_compare_across_schemas_ignores_a_column_the_older_file_lacks(sweep, tmp_path, capsys):
+    """A schema-7 baseline has no gemm column; a schema-8 run fills it (torch on CPU): the same
+    configurations, not all of them missing (found when schema 8 met CI's committed baseline)."""
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    df = pd.read_csv(sweep)
+    df.drop(columns=["gemm"]).to_csv(old, index=False)
+    df.assign(gemm="torch").to_csv(new, index=False)
+    assert main(["--compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "not compared, filled in one file only: gemm" in out and "MISSING" not in out
+
+
 def test_compare_never_calls_a_difference_inside_the_repeats_spread(sweep, tmp_path, capsys):
     """Repeats whose ranges overlap are no regression however far the medians move."""
     df = pd.read_csv(sweep)

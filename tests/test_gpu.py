@@ -73,16 +73,23 @@ def test_gemv_matches_float64(dtype):
         tol = (1e-5 if dtype == torch.float32 else 8e-3) * ref.abs().max().item()
         err = (got.double() - ref).abs().max().item()
         assert err <= tol, f"[1, {k}] x [{n}, {k}]^T {dtype}: max error {err:.3g} > {tol:.3g}"
-    with pytest.raises(ValueError, match="x \\[1, K\\]"):
-        gemv(torch.randn(2, 16, device="cuda"), torch.randn(4, 16, device="cuda"))
+    cuda = dict(device="cuda")
+    for bad, message in [((torch.randn(2, 16, **cuda), torch.randn(4, 16, **cuda)), "x \\[1, K\\]"),
+                         ((torch.randn(1, 16, **cuda), torch.randn(4, 16, **cuda).bfloat16()), "one dtype"),
+                         ((torch.randn(1, 16, **cuda), torch.randn(4, 16)), "one device")]:
+        with pytest.raises(ValueError, match=message):
+            gemv(*bad)
+    with pytest.raises(ValueError, match="power of two"):
+        gemv(torch.randn(1, 16, **cuda), torch.randn(4, 16, **cuda), block_n=-4)
     assert gemm.set_gemm("auto", torch.device("cuda")) == "triton"
     try:
         calls = []
         gemm._gemv = lambda x, w, out=None: calls.append(tuple(w.shape)) or gemv(x, w, out=out)
         w = torch.randn(64, 1024, device="cuda")
-        for x in [torch.randn(1, 1024, device="cuda"), torch.randn(2, 1024, device="cuda")]:
-            torch.testing.assert_close(gemm.linear(x, w), x @ w.T, rtol=1e-5, atol=1e-4)
-        assert calls == [(64, 1024)], calls  # batch 1 only
+        for x, w_ in [(torch.randn(1, 1024, **cuda), w), (torch.randn(2, 1024, **cuda), w),
+                      (torch.randn(1, 64, **cuda), w.T)]:  # the last: no unit stride along K, so cuBLAS
+            torch.testing.assert_close(gemm.linear(x, w_), x @ w_.T, rtol=1e-5, atol=1e-4)
+        assert calls == [(64, 1024)], calls  # batch 1 and a weight the GEMV takes, only
     finally:
         gemm.set_gemm("auto", torch.device("cpu"))
 

@@ -38,8 +38,15 @@ def set_gemm(mode: str, device: torch.device) -> str:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out: torch.Tensor | None = None) -> torch.Tensor:
     """x ``[M, K]`` @ weight ``[N, K]``.T (+ bias ``[N]``) -> ``[M, N]``, into ``out`` when given (``[M, N]``,
-    unit column stride; no bias then)."""
-    if _gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1:
+    unit column stride).
+
+    Raises:
+        ValueError: both ``bias`` and ``out`` given (the sum would not land in ``out``).
+    """
+    if bias is not None and out is not None:
+        raise ValueError("linear: bias and out together are not supported")
+    if (_gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1 and weight.dim() == 2
+            and weight.stride(1) == 1 and weight.dtype == x.dtype and (out is None or out.dtype == x.dtype)):
         y = _gemv(x, weight, out=out)
         return y if bias is None else y + bias
     if out is not None:

@@ -1,13 +1,13 @@
 """y = x W^T for one row of x (decode at batch 1): a Triton GEMV that reads W once, at full width.
 
 At batch 1 a linear layer moves the weight's bytes and does almost no arithmetic: its floor is
-``N * K * 2 bytes / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
+``N * K * element size / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
 smaller the weight: on the H200 (``results/h200x2/gemv_call9.md``) Qwen3-0.6B's o_proj at tp=2 (1024 x
 1024) takes 7.6 us against a 0.5 us floor, down_proj (1024 x 1536) 10.1 us. This kernel gives each
 program ``block_n`` output rows and walks K in ``BLOCK_K`` slices, float32 products and sums (float32
-runs compute true float32, no TF32): 3.2 and 4.0 us there, and 0.9-1.0x cuBLAS's time on Qwen3-8B's
-shards and the LM heads. At batch 8 the first version of this kernel (a 3-D tile, ``skinny_gemm_call8.md``)
-lost to cuBLAS 2-15x, so it serves batch 1 only.
+runs compute true float32, no TF32): 3.2 and 4.0 us there, and 0.86-0.98x cuBLAS's time on Qwen3-8B's
+shards and the LM heads (``gemv_call10.md``). At batch 8 the first version of this kernel (a 3-D tile,
+``skinny_gemm_call8.md``) lost to cuBLAS 2-15x, so it serves batch 1 only.
 
 Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
 it on the CPU.
@@ -24,6 +24,7 @@ import triton.language as tl
 # except 8 for the widest weights (the LM heads and 8B's gate_up at tp=1, N >= 24576).
 BLOCK_K = 512
 WIDE_N = 16384  # above it, 8 rows per program
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # loaded as float32; float64 would lose precision
 
 
 @triton.jit
@@ -49,17 +50,29 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     ``block_n`` / ``block_k``: tile sizes (benchmarks); ``block_n`` defaults to 4, 8 above ``WIDE_N`` rows.
 
     Raises:
-        ValueError: x is not one row, the shapes do not match, or a tensor lacks unit stride where needed.
+        ValueError: x is not one row, the shapes, dtypes (float16, bfloat16 or float32, all one) or devices do
+            not match, a tensor lacks unit stride where needed, ``out`` overlaps x, or a tile size is not a
+            power of two.
     """
-    n, k = weight.shape
-    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != k or x.stride(1) != 1 or weight.stride(1) != 1:
+    if weight.dim() != 2 or x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != weight.shape[1] \
+            or x.stride(1) != 1 or weight.stride(1) != 1:
         raise ValueError(f"gemv: x {list(x.shape)} (stride {x.stride()}), weight {list(weight.shape)} "
-                         f"(stride {weight.stride()}); needs x [1, K] and unit stride along K")
+                         f"(stride {weight.stride() if weight.dim() else ()}); needs x [1, K], weight [N, K] and "
+                         f"unit stride along K")
+    n, k = weight.shape
+    if x.dtype not in DTYPES or weight.dtype != x.dtype or weight.device != x.device:
+        raise ValueError(f"gemv: x {x.dtype} on {x.device}, weight {weight.dtype} on {weight.device}; needs one "
+                         f"dtype of {', '.join(str(d) for d in DTYPES)} and one device")
     if out is None:
         out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (1, n) or out.stride(1) != 1:
-        raise ValueError(f"gemv: out {list(out.shape)} (stride {out.stride()}), expected [1, {n}]")
+    elif tuple(out.shape) != (1, n) or out.stride(1) != 1 or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"gemv: out {list(out.shape)} {out.dtype} (stride {out.stride()}), expected [1, {n}] "
+                         f"{x.dtype} with unit stride")
+    elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        raise ValueError("gemv: out shares x's storage (other programs still read x)")
     block_n = block_n or (8 if n > WIDE_N else 4)
+    if any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in (block_n, block_k)):
+        raise ValueError(f"gemv: block_n={block_n!r}, block_k={block_k!r}: each must be a power of two")
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
                                              BLOCK_K=block_k, num_warps=4)
     return out
