@@ -104,8 +104,9 @@ def _check_llm_value(key: str, v: str, devices: list[str]) -> str | None:
             EngineConfig.check_settings(**{key.split(".", 1)[1]: typed, "device": device})
         except TypeError:
             return None  # not an engine setting (the key check has passed): the harness handles it
-        except ConfigError as e:
-            return f"{key}: {e}"
+        except ConfigError as e:  # the engine names the setting as its keyword; the command line says llm.<name>
+            msg, name = str(e), key.split(".", 1)[1]
+            return f"llm.{msg}" if msg.startswith((f"{name} ", f"{name}=")) else f"{key}: {msg}"
     return None
 
 

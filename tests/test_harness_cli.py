@@ -54,8 +54,8 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
     (["llm.max_model_len=8"], "max_model_len=8"),
     (["llm.gemm=cublas"], "gemm=cublas needs device=cuda"),
-    (["-m", "llm.gemm=auto,cublas"], "llm.gemm: gemm=cublas needs device=cuda"),  # before the auto job runs
-    (["-m", "llm.max_num_seqs=8,0"], "max_num_seqs must be >= 1, got 0"),
+    (["-m", "llm.gemm=auto,cublas"], "llm.gemm=cublas needs device=cuda"),  # before the auto job runs
+    (["-m", "llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),
     (["+tp=2"], "tp exists already: set it without the +"),
     (["device=cuda"], "CUDA is not available"),
     (["results_dir=/proc/forbidden"], "cannot write results"),

@@ -150,7 +150,7 @@ def test_a_sigkilled_runs_semaphores_are_removed_by_the_next_run(tmp_path, model
 @pytest.mark.parametrize("overrides, message", [
     (["control=ring", "control.options.segment_bytes=4096"], "control=ring has no option 'segment_bytes'"),
     (["+anything=1"], "unknown config key 'anything'"),
-    (["llm.max_model_len=-5"], "llm.max_model_len must be an integer >= 1, got -5"),
+    (["llm.max_model_len=-5"], "llm.max_model_len must be >= 1, got -5"),
 ])
 def test_bad_overrides_are_one_line_and_exit_2(overrides, message, tmp_path, model_cache):
     res = harness(*overrides, "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
