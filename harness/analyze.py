@@ -50,6 +50,21 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
                                 and df[k].nunique(dropna=False) > 1]
 
 
+def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out). A key one file never
+    fills (a column its older schema lacks: gemm before schema 8) is left out only where the other file
+    holds one value in it on every row, so it tells no two of that file's configurations apart; otherwise
+    it stays, and the rows it separates show as missing rather than pooled."""
+    keys, dropped = [], []
+    for k in CONFIG_KEYS:
+        in_old, in_new = old[k].notna().any(), new[k].notna().any()
+        if in_old != in_new and (old if in_old else new)[k].nunique(dropna=False) == 1:
+            dropped.append(k)
+        elif in_old or in_new:
+            keys.append(k)
+    return keys, dropped
+
+
 def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Empty key cells become "-" (a group of their own that indexes like any other)."""
     df = df.copy()
@@ -184,12 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                                  f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
             old, new = load([args.compare[0]]), load([args.compare[1]])
-            # a key one file never fills (a column its older schema lacks, e.g. gemm before schema 8) cannot
-            # tell its configurations apart: comparing on it would call every configuration missing
-            keys = [k for k in CONFIG_KEYS if old[k].notna().any() and new[k].notna().any()]
-            one_sided = [k for k in CONFIG_KEYS if k not in keys and (old[k].notna().any() or new[k].notna().any())]
+            keys, one_sided = comparable_keys(old, new)
             if one_sided:
-                print(f"(not compared, filled in one file only: {', '.join(one_sided)})")
+                print(f"(not compared, filled in one file only and there one value throughout: "
+                      f"{', '.join(one_sided)})")
             return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing,
                            args.metrics)
         if not args.files:

@@ -16,6 +16,7 @@ from .engine_cache import engine_key, get_engine
 from .engine_cache import release as release_engine
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
+from .overrides import cli_message
 from .report import print_floor, print_summary
 from .workloads import Workload
 
@@ -124,7 +125,7 @@ def run_engine_job(cfg: DictConfig) -> int:
         return 1 if results.problem else 0
     except (ConfigError, ValueError, TypeError) as e:
         if llm is None:  # bad input: nothing was spawned, no row
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {cli_message(str(e), cfg.llm.keys())}", file=sys.stderr)
             return 2
         return failed(results, row0, repeat, e)
     except BaseException as e:

@@ -56,17 +56,11 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
                 "results_file": _not_empty("give a file name (default: runs.csv)")}
 
 
-def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
-    """``workload.<k>=v`` applied to each selected workload and checked as the run would check it, so that
-    a sweep's bad value fails before its first job rather than when its job comes up."""
-    from hydra.errors import HydraException
-
+def _check_workload_value(key: str, typed, workloads: list[str]) -> str | None:
+    """``workload.<k>`` = ``typed`` applied to each selected workload and checked as the run would check it,
+    so that a sweep's bad value fails before its first job rather than when its job comes up."""
     from .workloads import check_workload
 
-    try:
-        typed = _typed(key, v)
-    except HydraException:
-        return None  # Hydra reports its own grammar errors
     sub = key.split(".", 1)[1]
     for name in workloads:
         w = OmegaConf.to_container(_load_option("workload", name))
@@ -80,42 +74,66 @@ def _check_workload_value(key: str, v: str, workloads: list[str]) -> str | None:
     return None
 
 
-def _typed(key: str, v: str):
-    """``v`` as Hydra will type it (int, float, bool, str, ...); raises HydraException on a grammar error."""
+def parse(arg: str):
+    """``arg`` as Hydra parses it (a ``hydra.core.override_parser.types.Override``), or None on a grammar
+    error (Hydra reports those itself)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create().parse_overrides([f"{key}={v}"])[0].value()
-
-
-def _check_llm_value(key: str, v: str, devices: list[str]) -> str | None:
-    """``llm.<setting>=v`` checked as the engine checks it without a checkpoint (``EngineConfig.check_settings``:
-    type, range, the kernel choices and what needs CUDA) on every selected device, so that a sweep's bad
-    value fails before its first job rather than when its job comes up."""
     from hydra.errors import HydraException
 
+    try:
+        return OverridesParser.create().parse_overrides([arg])[0]
+    except HydraException:
+        return None
+
+
+def typed_values(override) -> list | None:
+    """The values an override gives its key, typed as Hydra types them (int, float, bool, str, list, ...):
+    one, or each of a sweep (``a,b``, ``choice(...)``, ``range(...)``); None where Hydra cannot list them
+    (``interval(...)``, a glob)."""
+    from hydra.core.override_parser.types import QuotedString
+    from hydra.errors import HydraException
+
+    if not override.is_sweep_override():
+        return [override.value()]
+    try:
+        return [v.text if isinstance(v, QuotedString) else v for v in override.sweep_iterator()]
+    except HydraException:
+        return None
+
+
+def cli_message(message: str, llm_keys) -> str:
+    """An engine ``ConfigError`` that names a setting by its keyword (``gemm=cublas needs ...``) renamed as
+    the command line spells it (``llm.gemm=cublas needs ...``) when it is one of ``llm_keys``."""
+    name = message.split(" ", 1)[0].split("=", 1)[0]
+    return f"llm.{message}" if name in llm_keys else message
+
+
+def _check_llm_value(key: str, typed, devices: list[str]) -> str | None:
+    """``llm.<setting>`` = ``typed`` checked as the engine checks it without a checkpoint
+    (``EngineConfig.check_settings``: type, range, the kernel choices and what needs CUDA) on every selected
+    device, so that a sweep's bad value fails before its first job rather than when its job comes up."""
     from engine import ConfigError, EngineConfig
 
-    try:
-        typed = _typed(key, v)
-    except HydraException:
-        return None  # Hydra reports its own grammar errors
+    name = key.split(".", 1)[1]
     for device in devices:
         try:
-            EngineConfig.check_settings(**{key.split(".", 1)[1]: typed, "device": device})
+            EngineConfig.check_settings(**{name: typed, "device": device})
         except TypeError:
             return None  # not an engine setting (the key check has passed): the harness handles it
-        except ConfigError as e:  # the engine names the setting as its keyword; the command line says llm.<name>
-            msg, name = str(e), key.split(".", 1)[1]
-            return f"llm.{msg}" if msg.startswith((f"{name} ", f"{name}=")) else f"{key}: {msg}"
+        except ConfigError as e:
+            return cli_message(str(e), {name})
     return None
 
 
 def _selected(argv: list[str], group: str, default: str) -> list[str]:
-    """The options of ``group`` the command selects: its last ``group=...`` (as Hydra takes), else ``default``."""
+    """The values of ``group`` (or top-level key) the command selects: its last ``group=...`` (as Hydra
+    takes), each value of a sweep, as text; else ``default``."""
     for arg in reversed(argv):
-        key, sep, value = arg.partition("=")
+        key, sep, _ = arg.partition("=")
         if sep and key == group:
-            return [v.strip() for v in value.split(",")]
+            override = parse(arg)
+            values = typed_values(override) if override is not None else None
+            return [str(v) for v in values] if values else [default]
     return [default]
 
 
@@ -161,6 +179,8 @@ def check_overrides(argv: list[str]) -> str | None:
     controls = _selected(argv, "control", "shm")  # config.yaml's defaults
     workloads = _selected(argv, "workload", "bench")
     devices = _selected(argv, "device", "auto")
+    # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
+    builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -168,21 +188,26 @@ def check_overrides(argv: list[str]) -> str | None:
         if not sep:
             continue
         plain = key.lstrip("+~")
-        if key.startswith("+") and not key.startswith("++") and _exists(plain, controls, workloads):
-            return f"{plain} exists already: set it without the + ({plain}={value})"
+        if key.startswith("+") and not key.startswith("++"):
+            where = _exists(plain, controls, workloads)
+            if where is not None:
+                return (f"{plain} exists already{where}: set it without the + ({plain}={value}), or with ++ "
+                        f"where some of the selected options lack it")
         if key.startswith(("+", "~")):
-            if plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls):
+            if not (plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls)):
+                return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
+            if not key.startswith("++"):
                 continue
-            return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
-        listed = value.strip().startswith(("[", "{", "'", '"'))  # one value that holds commas, not a sweep
-        if "," in value and not sweep and not listed:
+            key = plain  # ++ sets a key that exists like a plain override: its values are checked below
+        override = parse(arg)
+        values = typed_values(override) if override is not None else None
+        if override is not None and override.is_sweep_override() and not sweep:
             return f"{arg} is a sweep: add -m (python -m harness -m {arg} ...)"
-        values = [value.strip()] if listed else [v.strip() for v in value.split(",")]
         if key in GROUPS:
             known = group_options(key)
-            bad = [v for v in values if v not in known]
+            bad = [v for v in values or [] if str(v) not in known]
             if bad:
-                return f"unknown {key} {bad[0]!r}; available: {', '.join(known)}"
+                return f"unknown {key} {str(bad[0])!r}; available: {', '.join(known)}"
             continue
         if key.startswith("control.options.") and not _key_known(key, controls):
             lacking = [c for c in controls if not _key_known(key, [c])]
@@ -195,26 +220,27 @@ def check_overrides(argv: list[str]) -> str | None:
             if lacking:
                 return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "
                         f"it, e.g. workload=latency, or add it with ++{key}=...)")
-        for v in values:
-            if "(" in v:  # Hydra's sweep functions (range, choice, interval...): Hydra expands and checks them
-                continue
-            problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
+        for v in values or []:  # None: a grammar error or an interval sweep, which Hydra reports or expands
+            problem = (VALUE_CHECKS[key](key, "" if v is None else str(v)) if key in VALUE_CHECKS
                        else _check_workload_value(key, v, workloads) if key.startswith("workload.")
-                       else _check_llm_value(key, v, devices) if key.startswith("llm.") else None)
+                       else _check_llm_value(key, v, devices) if key.startswith("llm.") and builds_engine
+                       else None)
             if problem:
                 return problem
     return None
 
 
-def _exists(key: str, controls: list[str], workloads: list[str]) -> bool:
-    """Whether ``key`` is already in the composed configuration: config.yaml, or every selected option of its
-    group (where Hydra's ``+key=`` fails with "Could not append to config")."""
+def _exists(key: str, controls: list[str], workloads: list[str]) -> str | None:
+    """Where ``key`` is already in the composed configuration ("" for config.yaml, " in workload=latency"
+    for a selected option of its group), which makes Hydra's ``+key=`` fail ("Could not append to
+    config"); None where it is not."""
     head, _, rest = key.partition(".")
     if head in GROUPS:
-        selected = {"control": controls, "workload": workloads}.get(head)
-        return bool(rest and selected) and all(_in_option(head, o, rest) for o in selected)
+        selected = {"control": controls, "workload": workloads}.get(head) or []
+        having = [o for o in selected if rest and _in_option(head, o, rest)]
+        return f" in {head}={having[0]}" if having else None
     base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
-    return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
+    return "" if OmegaConf.select(base, key, default=_MISSING) is not _MISSING else None
 
 
 def _options_of(control: str) -> list[str]:

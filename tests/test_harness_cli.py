@@ -57,6 +57,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["-m", "llm.gemm=auto,cublas"], "llm.gemm=cublas needs device=cuda"),  # before the auto job runs
     (["-m", "llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),
     (["+tp=2"], "tp exists already: set it without the +"),
+    (["-m", "llm.max_num_seqs=choice(8,0)"], "llm.max_num_seqs must be >= 1, got 0"),  # Hydra's sweep functions
+    (["-m", "++llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),  # ++ sets an existing key too
+    (["-m", "workload=smoke,latency", "+workload.iterations=3"], "exists already in workload=latency"),
     (["device=cuda"], "CUDA is not available"),
     (["results_dir=/proc/forbidden"], "cannot write results"),
     (["results_dir="], "results_dir is empty"),
@@ -71,6 +74,21 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], res.stderr
     assert orphaned_workers() <= before
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "llm.all_reduce='auto',auto"],           # a sweep whose first value is quoted
+    ["-m", "tp=range(1,3)"], ["-m", "device=choice(cpu,auto)"],
+    ["workload=broadcast", "tp=2", "device=cpu", "llm.gemm=cublas"],  # broadcast builds no engine
+    ["engine=hf", "llm.gemm=cublas"],                 # nor does engine=hf
+    ["+workload.iterations=3"],                       # bench lacks the key: + adds it
+    ["++llm.gemm=auto"], ["~llm.gemm"],
+])
+def test_good_overrides_are_not_refused(argv):
+    """Found by a break test of the up-front checks: commands that run were refused."""
+    from harness.overrides import check_overrides
+
+    assert check_overrides(argv) is None
 
 
 def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
