@@ -127,7 +127,7 @@ class EngineConfig:
             if f.type == "int" and not is_int(v):
                 raise ConfigError(f"{f.name} must be an integer, got {v!r}")
             if f.type == "float" and not is_number(v):
-                raise ConfigError(f"{f.name} must be a number, got {v!r}")
+                raise ConfigError(f"{f.name} must be a finite number, got {v!r}")
             if f.type == "bool" and not isinstance(v, bool):
                 raise ConfigError(f"{f.name} must be true or false, got {v!r}")
             if f.type == "str" and not isinstance(v, str):

@@ -51,12 +51,15 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
 
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out). A key one file never
-    fills (a column its older schema lacks: gemm before schema 8) is left out only where the other file
-    holds one value in it on every row, so it tells no two of that file's configurations apart; otherwise
-    it stays, and the rows it separates show as missing rather than pooled."""
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``, which
+    names each side's runs). A key one file never fills (a column its older schema lacks: gemm before
+    schema 8) is left out only where the other file holds one value in it on every row, so it tells no two
+    of that file's configurations apart; otherwise it stays, and the rows it separates show as missing
+    rather than pooled."""
     keys, dropped = [], []
     for k in CONFIG_KEYS:
+        if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration
+            continue
         in_old, in_new = old[k].notna().any(), new[k].notna().any()
         if in_old != in_new and (old if in_old else new)[k].nunique(dropna=False) == 1:
             dropped.append(k)

@@ -95,6 +95,15 @@ def test_compare_across_schemas_ignores_a_column_the_older_file_lacks(sweep, tmp
     assert "MISSING in NEW" in capsys.readouterr().out
 
 
+def test_compare_matches_configurations_across_tags(sweep, tmp_path):
+    """tag=baseline against tag=pr-123: the same configurations (a break test found every one MISSING)."""
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    df = pd.read_csv(sweep)
+    df.assign(tag="baseline").to_csv(old, index=False)
+    df.assign(tag="pr-123").to_csv(new, index=False)
+    assert main(["--compare", str(old), str(new)]) == 0
+
+
 def test_compare_never_calls_a_difference_inside_the_repeats_spread(sweep, tmp_path, capsys):
     """Repeats whose ranges overlap are no regression however far the medians move."""
     df = pd.read_csv(sweep)
