@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
-# The multi-GPU sweep (nvidia-h200-x2 and larger): per model one Hydra sweep over control x tp x workload x
-# async scheduling, the engine reused across workloads and async settings (harness/engine_cache.py).
-#   MODELS=qwen3-0.6b,qwen3-8b CONTROLS=ideal,shm,queue,pipe,gloo,ring TPS=1,2 WORKLOADS=latency,latency-b8,bench \
-#   ASYNC=true,false REPEAT=3 ITER=5 bash scripts/multi_gpu_sweep.sh [extra harness overrides]
+# The multi-GPU sweep (nvidia-h200-x2 and larger): model x tp x control plane, each over the workloads and
+# async settings, repeated. One harness process per (model, tp, plane): PyTorch sets symmetric memory up
+# for a process's first engine only (engine/layers/all_reduce.py), so a second tp=2 engine in one process
+# would measure NCCL. Inside a process the engine is reused across workloads and async settings
+# (harness/engine_cache.py). tp=1 has no workers, so it runs once per model (with the first plane that
+# is not ideal).
+#   MODELS=qwen3-0.6b,qwen3-8b CONTROLS=ideal,shm,queue,pipe,gloo,ring,zmq,hybrid TPS=1,2 \
+#   WORKLOADS=latency,latency-b8,bench ASYNC=true REPEAT=3 ITER=5 bash scripts/multi_gpu_sweep.sh [overrides]
 # ITER: iterations of the latency workloads (128 tokens each; 20 by default in conf/, 5 here to fit a lease).
-# Rows go to $OUT/${CSV:-runs.csv}, each sweep's log to $OUT/logs/.
+# Time limits (s): JOB_S bounds each process (default 300), TOTAL_S is when no further process starts
+# (default 540; every skipped one is named). The presets are drawn first (cached under $TPCP_CACHE).
+# Rows go to $OUT/${CSV:-runs.csv}, each process's log to $OUT/logs/.
 set -uo pipefail
 source scripts/device_env.sh
 mkdir -p "$OUT/logs"
 N=$(python3 -c "import torch; print(torch.cuda.device_count())")
 TPS=${TPS:-$(python3 -c "print(','.join(str(t) for t in (1, 2, 4, 8) if t <= $N))")}
-MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}
+MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid}
 for model in ${MODELS//,/ }; do
-  log="$OUT/logs/sweep_${model}_${TAG:-run}.log"
-  timeout ${SWEEP_S:-590} python3 -m harness -m control=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring} tp=$TPS \
-    model=$model workload=${WORKLOADS:-latency,latency-b8,bench} llm.async_scheduling=${ASYNC:-true,false} \
-    ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false results_dir="$OUT" \
-    results_file=${CSV:-runs.csv} "$@" > "$log" 2>&1
-  echo "$model: exit $? after $SECONDS s; $(grep -c '^\[ok\]' "$log") ok rows, $(grep -c '^\[failed\]' "$log") failed"
+  python3 -c "import yaml; from harness.checkpoint import materialize
+materialize('$model', yaml.safe_load(open('conf/model/$model.yaml'))['preset'], seed=0)" \
+    >> "$OUT/logs/presets.log" 2>&1 || echo "$model: preset failed (see logs/presets.log)"
+  echo "$model preset: ready at $SECONDS s"
+  for tp in ${TPS//,/ }; do
+    planes=${CONTROLS//,/ }
+    [ "$tp" = 1 ] && planes=$(echo $planes | tr ' ' '\n' | grep -vx ideal | head -1)
+    for c in $planes; do
+      [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model tp=$tp $c: not run (time)"; continue; }
+      log="$OUT/logs/sweep_${model}_tp${tp}_$c.log"
+      timeout ${JOB_S:-300} python3 -m harness -m control=$c tp=$tp model=$model \
+        workload=${WORKLOADS:-latency,latency-b8,bench} llm.async_scheduling=${ASYNC:-true} \
+        ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false results_dir="$OUT" \
+        results_file=${CSV:-runs.csv} "$@" > "$log" 2>&1
+      echo "$model tp=$tp $c: exit $? at $SECONDS s, $(grep -c '^\[ok\]' "$log") ok rows," \
+        "$(grep -c '^\[failed\]' "$log") failed, all_reduce $(grep -o 'all_reduce=[a-z_]*' "$log" | sort -u | tr '\n' ' ')"
+    done
+  done
 done
 rm -f "$OUT"/*.lock
