@@ -198,7 +198,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
             if not key.startswith("++"):
                 continue
-            key = plain  # ++ sets a key that exists like a plain override: its values are checked below
+        forced, key = key.startswith("++"), plain  # ++ adds the key where missing; its values are checked below
         override = parse(arg)
         values = typed_values(override) if override is not None else None
         if override is not None and override.is_sweep_override() and not sweep:
@@ -215,7 +215,7 @@ def check_overrides(argv: list[str]) -> str | None:
                     f"(its options: {', '.join(_options_of(lacking[0])) or 'none'})")
         if not _key_known(key, controls):
             return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
-        if key.startswith("workload."):  # Hydra refuses a key the selected workload lacks, in 7 lines
+        if key.startswith("workload.") and not forced:  # Hydra refuses a key the workload lacks, in 7 lines
             lacking = [w for w in workloads if not _in_option("workload", w, key.split(".", 1)[1])]
             if lacking:
                 return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "

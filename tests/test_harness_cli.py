@@ -83,6 +83,8 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     ["engine=hf", "llm.gemm=cublas"],                 # nor does engine=hf
     ["+workload.iterations=3"],                       # bench lacks the key: + adds it
     ["++llm.gemm=auto"], ["~llm.gemm"],
+    # ++ adds where a selected workload lacks the key: scripts/multi_gpu_sweep.sh was refused on the device
+    ["-m", "workload=latency,latency-b8,bench", "++workload.iterations=5", "device=cuda"],
 ])
 def test_good_overrides_are_not_refused(argv):
     """Found by a break test of the up-front checks: commands that run were refused."""
