@@ -101,6 +101,7 @@ class EngineConfig:
         if isinstance(self.model, os.PathLike):
             self.model = os.fspath(self.model)
         self._check_types()
+        self._check_ranges()
         self.model = os.path.abspath(os.path.expanduser(str(self.model)))
         self.hf_config = read_hf_config(self.model)
         self._check_parallelism()
@@ -226,19 +227,23 @@ class EngineConfig:
         for name, value in settings.items():
             setattr(cfg, name, value)
         cfg._check_types()
+        cfg._check_ranges()
         cfg.device = resolve_device(cfg.device)
         cfg._check_kernels()
 
-    def _check_cache_and_batching(self) -> None:
+    def _check_ranges(self) -> None:
+        """The ranges that need no checkpoint (the others are in ``_check_cache_and_batching``)."""
         bs = self.kvcache_block_size
         if not (16 <= bs <= 256 and bs & (bs - 1) == 0):
             raise ConfigError(f"kvcache_block_size must be a power of two in [16, 256], got {bs}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+    def _check_cache_and_batching(self) -> None:
         self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
         if self.max_num_batched_tokens < self.max_model_len:
             raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
                               f"max_model_len={self.max_model_len}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",

@@ -31,9 +31,9 @@ CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_h
                "all_reduce", "gemm", "workload", "overrides", "payload", "seed", "tag"]
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
-               "ctrl_launch_lag_us_p50"]
+               "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"]
 # can be negative or near 0: a ratio to the baseline would mean nothing
-SIGNED = {"ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50"}
+SIGNED = {"ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"}
 
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:

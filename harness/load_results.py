@@ -16,7 +16,8 @@ from .schema import COLUMNS, RENAMED
 REQUIRED = ["control", "tp", "status"]
 NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
            "decode_step_ms_p50", "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "tpot_ms_p50",
-           "ctrl_bytes_mean", "ctrl_calls", "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "repeat"]
+           "ctrl_bytes_mean", "ctrl_calls", "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50",
+           "ctrl_launch_late_us_mean", "repeat"]
 
 
 class InputError(ValueError):

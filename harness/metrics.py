@@ -116,14 +116,18 @@ def launch_lag(recv: dict, steps) -> dict:
     worker at the step's first collective: the part of a plane's exposed cost that is the worker's receive
     and step preparation coming after rank 0's. Can be negative (a worker ready first). None at tp=1, under
     ``control=ideal`` (its workers get no message to measure from) or when samples are missing. The mean is
-    what a step time (TPOT is a mean of steps) can absorb; the p50 alone hides a tail of late steps."""
-    row = {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None}
+    what a step time (TPOT is a mean of steps) can absorb; the p50 alone hides a tail of late steps.
+    ``ctrl_launch_late_us_mean``: the mean of max(lag, 0), the part rank 0 can wait for (a worker that is
+    ready first does not make rank 0's step shorter, so early steps must not cancel late ones)."""
+    row = {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None,
+           "ctrl_launch_late_us_mean": None}
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     latest = slowest_worker(recv, "launch_ns", len(steps))
     if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):
         return row
     lag_us = (latest[decode_idx] - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
     row["ctrl_launch_lag_us_mean"] = float(lag_us.mean())
+    row["ctrl_launch_late_us_mean"] = float(np.maximum(lag_us, 0.0).mean())
     for p in (50, 99):
         row[f"ctrl_launch_lag_us_p{p}"] = float(np.percentile(lag_us, p))
     return row

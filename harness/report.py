@@ -32,7 +32,8 @@ def print_summary(row: dict, path: str) -> None:
             print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
                   f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
                   f"one-way / step {f('ctrl_oneway_over_step_pct', '.2f')}%; launch lag us mean "
-                  f"{f('ctrl_launch_lag_us_mean')} p50 {f('ctrl_launch_lag_us_p50')} p99 {f('ctrl_launch_lag_us_p99')}")
+                  f"{f('ctrl_launch_lag_us_mean')} p50 {f('ctrl_launch_lag_us_p50')} "
+                  f"p99 {f('ctrl_launch_lag_us_p99')}, late mean {f('ctrl_launch_late_us_mean')}")
         print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
               f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
     print(f"  row appended to {path}")

@@ -1,11 +1,11 @@
 """The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
 README.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
-SCHEMA_VERSION = 8  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
+SCHEMA_VERSION = 9  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
 #                       ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct; 6: run_id, tag, model_hash,
 #                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
-#                    8: ctrl_launch_lag_us_mean, gemm
+#                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean
 
 CONFIG = ["schema_version", "time_utc", "run_id", "tag", "status", "error", "engine", "control", "tp", "launcher",
           "nodes", "model", "model_hash", "device", "dtype", "cpu_threads", "all_reduce", "gemm", "workload",
@@ -17,7 +17,7 @@ STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_
 CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
            "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_oneway_over_step_pct", "ctrl_launch_lag_us_mean",
            "ctrl_launch_lag_us_p50",
-           "ctrl_launch_lag_us_p99", "clock_sync", "clock_uncertainty_us"]
+           "ctrl_launch_lag_us_p99", "ctrl_launch_late_us_mean", "clock_sync", "clock_uncertainty_us"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
        "nvml"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version",

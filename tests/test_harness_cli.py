@@ -56,6 +56,8 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["llm.gemm=cublas"], "gemm=cublas needs device=cuda"),
     (["-m", "llm.gemm=auto,cublas"], "llm.gemm=cublas needs device=cuda"),  # before the auto job runs
     (["-m", "llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),
+    (["-m", "llm.kvcache_block_size=256,100"], "llm.kvcache_block_size must be a power of two"),  # were job-time
+    (["-m", "llm.gpu_memory_utilization=0.9,1.5"], "llm.gpu_memory_utilization must be in (0, 1]"),
     (["+tp=2"], "tp exists already: set it without the +"),
     (["-m", "llm.max_num_seqs=choice(8,0)"], "llm.max_num_seqs must be >= 1, got 0"),  # Hydra's sweep functions
     (["-m", "++llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),  # ++ sets an existing key too

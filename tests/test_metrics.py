@@ -22,6 +22,7 @@ def test_launch_lag_is_the_slowest_worker_minus_rank0_over_decode_steps():
     assert row["ctrl_launch_lag_us_p50"] == pytest.approx(40.0)
     assert row["ctrl_launch_lag_us_p99"] == pytest.approx(40.0)
     assert row["ctrl_launch_lag_us_mean"] == pytest.approx(30.0)  # (40 + 10 + 40) / 3
+    assert row["ctrl_launch_late_us_mean"] == pytest.approx(30.0)  # every step late: the same
 
 
 def test_a_tail_of_late_steps_shows_in_the_mean_not_the_p50():
@@ -38,6 +39,15 @@ def test_a_tail_of_late_steps_shows_in_the_mean_not_the_p50():
 def test_a_worker_ready_before_rank0_gives_a_negative_lag():
     row = launch_lag({1: {"launch_ns": [30_000]}}, [step(False, 50_000)])
     assert row["ctrl_launch_lag_us_p50"] == pytest.approx(-20.0)
+    assert row["ctrl_launch_late_us_mean"] == pytest.approx(0.0)
+
+
+def test_early_steps_do_not_cancel_late_ones_in_the_late_mean():
+    # one step 100 us late, one 100 us early: the plain mean says 0, rank 0 still waited 100 us once
+    steps = [step(False, 1_000_000), step(False, 2_000_000)]
+    row = launch_lag({1: {"launch_ns": [1_100_000, 1_900_000]}}, steps)
+    assert row["ctrl_launch_lag_us_mean"] == pytest.approx(0.0)
+    assert row["ctrl_launch_late_us_mean"] == pytest.approx(50.0)
 
 
 @pytest.mark.parametrize("recv, steps", [
@@ -47,4 +57,4 @@ def test_a_worker_ready_before_rank0_gives_a_negative_lag():
 ])
 def test_no_launch_lag_without_samples(recv, steps):
     assert launch_lag(recv, steps) == {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None,
-                                       "ctrl_launch_lag_us_p99": None}
+                                       "ctrl_launch_lag_us_p99": None, "ctrl_launch_late_us_mean": None}
