@@ -25,6 +25,7 @@ materialize('$model', yaml.safe_load(open('conf/model/$model.yaml'))['preset'], 
   for tp in ${TPS//,/ }; do
     planes=${CONTROLS//,/ }
     [ "$tp" = 1 ] && planes=$(echo $planes | tr ' ' '\n' | grep -vx ideal | head -1)
+    [ -z "$planes" ] && echo "$model tp=$tp: not run (tp=1 has no workers, and ideal was the only plane asked)"
     for c in $planes; do
       [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model tp=$tp $c: not run (time)"; continue; }
       log="$OUT/logs/sweep_${model}_tp${tp}_$c.log"
