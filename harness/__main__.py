@@ -47,7 +47,11 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
-    problem = check_overrides(sys.argv[1:])
+    try:
+        problem = check_overrides(sys.argv[1:])
+    except KeyboardInterrupt:  # while the checks import Hydra and torch
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -25,7 +25,7 @@ import pandas as pd
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, load
-from .schema import COLUMNS
+from .schema import ADDED_IN, COLUMNS
 
 CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype",
                "all_reduce", "gemm", "workload", "overrides", "payload", "seed", "tag"]
@@ -52,16 +52,20 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``, which
-    names each side's runs). A key one file never fills (a column its older schema lacks: gemm before
-    schema 8) is left out only where the other file holds one value in it on every row, so it tells no two
-    of that file's configurations apart; otherwise it stays, and the rows it separates show as missing
-    rather than pooled."""
+    names each side's runs). A key one file cannot fill (every row of it from a schema older than the
+    column: gemm before schema 8, ``schema.ADDED_IN``) is left out only where the other file holds one
+    value in it on every row, so it tells no two of that file's configurations apart; otherwise it stays,
+    and the rows it separates show as missing rather than pooled. A column that both schemas have stays a
+    key even where one file leaves it empty (``overrides``: empty = no override, a configuration of its
+    own)."""
     keys, dropped = [], []
     for k in CONFIG_KEYS:
         if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration
             continue
         in_old, in_new = old[k].notna().any(), new[k].notna().any()
-        if in_old != in_new and (old if in_old else new)[k].nunique(dropna=False) == 1:
+        lacking = new if in_old else old  # the file that never fills k (when exactly one does)
+        predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
+        if in_old != in_new and predates and (old if in_old else new)[k].nunique(dropna=False) == 1:
             dropped.append(k)
         elif in_old or in_new:
             keys.append(k)

@@ -4,7 +4,9 @@ Configurations are matched on every configuration column. For each metric in bot
 median over repeats is a regression when it is worse by more than the threshold AND the repeats' ranges do
 not overlap (old [min, max] against new [min, max]): a difference that lies inside the spread of the repeats
 is never called. Every configuration of OLD that NEW lacks or has only failed rows for (and every one failed
-in OLD) is listed; any of those fails the gate unless ``allow_missing``. Fewer than 3 repeats on a side: a
+in OLD) is listed; any of those fails the gate unless ``allow_missing``. A configuration only NEW has is
+listed too (it has nothing to be compared with; it never fails the gate), and a gate under which no
+configuration has ok rows on both sides fails: it compared nothing. Fewer than 3 repeats on a side: a
 warning (the range of 1 or 2 repeats says little about the spread).
 """
 
@@ -25,8 +27,9 @@ def _label(keys: list[str], idx) -> str:
 def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
             metrics: list[str] | None = None) -> int:
     """Print every change beyond the gate and every missing or failed configuration; returns the exit code:
-    1 on a regression, or a missing/failed configuration unless ``allow_missing``; else 0. ``old`` / ``new``:
-    all rows (ok and failed) with key cells filled; ``metrics``: only these (default: all known in both)."""
+    1 on a regression, on nothing compared, or a missing/failed configuration unless ``allow_missing``;
+    else 0. ``old`` / ``new``: all rows (ok and failed) with key cells filled; ``metrics``: only these
+    (default: all known in both)."""
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
     metrics = [m for m in (metrics or known) if old[m].notna().any() and new[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
@@ -43,6 +46,8 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
             problems.append(f"FAILED  in OLD (no ok row): {where}")
     for line in problems:
         print(line)
+    for cfg in sorted(cfg_new - cfg_old, key=str):
+        print(f"NEW only (nothing to compare with): {_label(keys, cfg)}")
     common = sorted(good_old & good_new, key=str)
     go, gn = ok_old.groupby(keys)[metrics], ok_new.groupby(keys)[metrics]
     omed, omin, omax, on = go.median(), go.min(), go.max(), go.size()
@@ -70,4 +75,6 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
                       f"{ranges})")
     print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
           f"repeats' ranges; {len(problems)} missing or failed")
-    return 1 if worse or (problems and not allow_missing) else 0
+    if not common:
+        print("the gate fails: no configuration has ok rows in both files, so nothing was compared")
+    return 1 if worse or not common or (problems and not allow_missing) else 0

@@ -29,23 +29,25 @@ def group_options(group: str) -> list[str]:
     return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
 
 
+# Each check takes the value as Hydra types it (``02`` is the string '02', not an int: the job would refuse it).
 def _int_at_least(minimum: int):
-    def check(key: str, v: str) -> str | None:
-        if not v.lstrip("-").isdigit() or int(v) < minimum:
-            return f"{key} must be an integer >= {minimum}, got {v!r}"
+    def check(key: str, v) -> str | None:
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            return f"{key} must be an integer >= {minimum}, got {'' if v is None else str(v)!r}"
         return None
     return check
 
 
 def _choice(*allowed: str):
-    def check(key: str, v: str) -> str | None:
+    def check(key: str, v) -> str | None:
+        v = "" if v is None else str(v)
         return None if v in allowed else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
     return check
 
 
 def _not_empty(hint: str):
-    def check(key: str, v: str) -> str | None:
-        return None if v else f"{key} is empty: {hint}"
+    def check(key: str, v) -> str | None:
+        return None if v not in (None, "") else f"{key} is empty: {hint}"
     return check
 
 
@@ -58,14 +60,19 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
 
 def _check_workload_value(key: str, typed, workloads: list[str]) -> str | None:
     """``workload.<k>`` = ``typed`` applied to each selected workload and checked as the run would check it,
-    so that a sweep's bad value fails before its first job rather than when its job comes up."""
+    so that a sweep's bad value fails before its first job rather than when its job comes up. A workload
+    that lacks the key (``++`` adds it; its kind ignores it, as bench does ``iterations``) is checked as
+    the first workload that has the key would be: a bad value is refused wherever it is added."""
     from .workloads import check_workload
 
     sub = key.split(".", 1)[1]
     for name in workloads:
         w = OmegaConf.to_container(_load_option("workload", name))
         if sub not in w:
-            continue
+            donors = [o for o in group_options("workload") if _in_option("workload", o, sub)]
+            if not donors:
+                continue
+            w = OmegaConf.to_container(_load_option("workload", donors[0]))
         w[sub] = typed
         try:
             check_workload(w)
@@ -176,8 +183,13 @@ def check_overrides(argv: list[str]) -> str | None:
     engine, a ``workload.*`` or ``llm.*`` key (every value of a sweep), an empty path, a sweep value without
     ``-m``, a ``+key`` for a key that exists (Hydra's ``+`` adds; setting needs no prefix)."""
     sweep = "-m" in argv or "--multirun" in argv
+    flag = next((i for i, a in enumerate(argv) if a in ("-m", "--multirun")), None)
+    if flag is not None and any(not a.startswith("-") for a in argv[:flag]):  # Hydra's argparse: 8 lines
+        rest = " ".join(a for a in argv if a != argv[flag])
+        return f"{argv[flag]} goes before the overrides (python -m harness -m {rest})"
     controls = _selected(argv, "control", "shm")  # config.yaml's defaults
     workloads = _selected(argv, "workload", "bench")
+    selected = {"control": controls, "workload": workloads, "model": _selected(argv, "model", "auto")}
     devices = _selected(argv, "device", "auto")
     # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
     builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
@@ -185,11 +197,13 @@ def check_overrides(argv: list[str]) -> str | None:
         if arg.startswith("-"):
             continue
         key, sep, value = arg.partition("=")
+        plain = key.lstrip("+~")
+        if key.startswith("~") and _exists(plain, selected, every=True) is None:  # Hydra: 3 lines, exit 1
+            return f"~{plain}: no such key to delete (not in config.yaml or in every selected option of its group)"
         if not sep:
             continue
-        plain = key.lstrip("+~")
         if key.startswith("+") and not key.startswith("++"):
-            where = _exists(plain, controls, workloads)
+            where = _exists(plain, selected)
             if where is not None:
                 return (f"{plain} exists already{where}: set it without the + ({plain}={value}), or with ++ "
                         f"where some of the selected options lack it")
@@ -221,7 +235,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "
                         f"it, e.g. workload=latency, or add it with ++{key}=...)")
         for v in values or []:  # None: a grammar error or an interval sweep, which Hydra reports or expands
-            problem = (VALUE_CHECKS[key](key, "" if v is None else str(v)) if key in VALUE_CHECKS
+            problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
                        else _check_workload_value(key, v, workloads) if key.startswith("workload.")
                        else _check_llm_value(key, v, devices) if key.startswith("llm.") and builds_engine
                        else None)
@@ -230,14 +244,17 @@ def check_overrides(argv: list[str]) -> str | None:
     return None
 
 
-def _exists(key: str, controls: list[str], workloads: list[str]) -> str | None:
+def _exists(key: str, selected: dict[str, list[str]], every: bool = False) -> str | None:
     """Where ``key`` is already in the composed configuration ("" for config.yaml, " in workload=latency"
-    for a selected option of its group), which makes Hydra's ``+key=`` fail ("Could not append to
-    config"); None where it is not."""
+    for a selected option of its group; ``selected``: the options the command selects per group), which
+    makes Hydra's ``+key=`` fail ("Could not append to config"); None where it is not. ``every``: only
+    where every selected option of the group has it (what ``~key`` needs to delete it in every job)."""
     head, _, rest = key.partition(".")
     if head in GROUPS:
-        selected = {"control": controls, "workload": workloads}.get(head) or []
-        having = [o for o in selected if rest and _in_option(head, o, rest)]
+        options = selected.get(head) or []
+        having = [o for o in options if rest and _in_option(head, o, rest)]
+        if every and len(having) < len(options):
+            return None
         return f" in {head}={having[0]}" if having else None
     base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
     return "" if OmegaConf.select(base, key, default=_MISSING) is not _MISSING else None

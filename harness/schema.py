@@ -7,6 +7,11 @@ SCHEMA_VERSION = 9  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_uti
 #                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
 #                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean
 
+# The schema version that added each configuration column added after schema 1 (``--compare`` leaves such a
+# key out where one file's schema predates it, see ``harness.analyze.comparable_keys``).
+ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
+            "run_id": 6, "tag": 6, "model_hash": 6, "cpu_threads": 6, "gemm": 8}
+
 CONFIG = ["schema_version", "time_utc", "run_id", "tag", "status", "error", "engine", "control", "tp", "launcher",
           "nodes", "model", "model_hash", "device", "dtype", "cpu_threads", "all_reduce", "gemm", "workload",
           "overrides", "payload", "payload_bytes", "seed", "repeat"]

@@ -3,7 +3,7 @@
 # (record, then replay with no transport) at tp=2, async scheduling on and off, the latency workloads (and
 # bench with WORKLOADS=...), 3 repeats; then the planes alone (workload=broadcast) at the same message
 # sizes; then each plane's exposed cost (its decode step and TPOT minus ideal's, harness.analyze).
-#   MODELS=qwen3-0.6b bash scripts/control_cost.sh
+#   MODELS=qwen3-0.6b bash scripts/control_cost.sh [extra harness overrides for the table's runs]
 # Every plane runs in its own harness process (scripts/multi_gpu_sweep.sh: symmetric memory is set up for a
 # process's first engine only), reusing its engine across workloads and async settings. Options:
 #   SIM_NODES=1    also tp=2 on two simulated nodes, one GPU each (scripts/sim_nodes.sh, control=hybrid,
@@ -17,15 +17,15 @@ source scripts/device_env.sh
 mkdir -p "$OUT/logs"
 CSV=${CSV:-control.csv}
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b} CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid} TPS=${TPS:-2} \
-  WORKLOADS=${WORKLOADS:-latency,latency-b8} ASYNC=${ASYNC:-true,false} CSV=$CSV bash scripts/multi_gpu_sweep.sh
+  WORKLOADS=${WORKLOADS:-latency,latency-b8} ASYNC=${ASYNC:-true,false} CSV=$CSV bash scripts/multi_gpu_sweep.sh "$@"
 if [ "${BROADCAST:-1}" = 1 ]; then
-  timeout ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
+  timeout -k 10 ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
     "workload.decode_batches=[1,8]" "workload.prefill_batches=[]" "workload.raw_bytes=[256]" repeat=3 progress=false \
     results_dir="$OUT" results_file=broadcast.csv > "$OUT/logs/broadcast.log" 2>&1
   echo "broadcast: exit $? after $SECONDS s"
 fi
 if [ "${SIM_NODES:-0}" = 1 ]; then
-  LOGDIR="$OUT/logs" NODES=2 NPROC=1 PORT=29650 timeout ${SIM_S:-60} bash scripts/sim_nodes.sh -m harness \
+  LOGDIR="$OUT/logs" NODES=2 NPROC=1 PORT=29650 timeout -k 10 ${SIM_S:-60} bash scripts/sim_nodes.sh -m harness \
     control=hybrid tp=2 model=qwen3-0.6b workload=latency ++workload.iterations=5 repeat=2 device=cuda \
     progress=false results_dir="$OUT" results_file=sim_nodes.csv > /dev/null 2>&1
   echo "sim nodes: exit $? at $SECONDS s"

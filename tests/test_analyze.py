@@ -81,7 +81,7 @@ def test_compare_across_schemas_ignores_a_column_the_older_file_lacks(sweep, tmp
     configurations, not all of them missing (found when schema 8 met CI's committed baseline)."""
     old, new = tmp_path / "old.csv", tmp_path / "new.csv"
     df = pd.read_csv(sweep)
-    df.drop(columns=["gemm"]).to_csv(old, index=False)
+    df.drop(columns=["gemm"]).assign(schema_version=7).to_csv(old, index=False)
     df.assign(gemm="torch").to_csv(new, index=False)
     assert main(["--compare", str(old), str(new)]) == 0
     out = capsys.readouterr().out
@@ -93,6 +93,19 @@ def test_compare_across_schemas_ignores_a_column_the_older_file_lacks(sweep, tmp
     pd.concat([df.assign(gemm="torch"), worse]).to_csv(both, index=False)
     assert main(["--compare", str(old), str(both)]) == 1
     assert "MISSING in NEW" in capsys.readouterr().out
+
+
+def test_compare_keeps_a_column_both_schemas_have_even_where_one_file_leaves_it_empty(sweep, tmp_path, capsys):
+    """Found by a break test: a run with workload overrides (one value of ``overrides``) compared against a
+    baseline without any (empty) was matched to it and called 9 metrics WORSE. Empty is a configuration."""
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    df = pd.read_csv(sweep)
+    df.to_csv(old, index=False)
+    df.assign(overrides="workload.num_seqs=16", ctrl_calls=df.ctrl_calls * 4).to_csv(new, index=False)
+    assert main(["--compare", str(old), str(new), "--allow-missing"]) == 1  # nothing in common to compare
+    out = capsys.readouterr().out
+    assert "WORSE" not in out and out.count("NEW only") == 4 and out.count("MISSING in NEW") == 4
+    assert "nothing was compared" in out
 
 
 def test_compare_matches_configurations_across_tags(sweep, tmp_path):

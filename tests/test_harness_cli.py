@@ -58,6 +58,13 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["-m", "llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),
     (["-m", "llm.kvcache_block_size=256,100"], "llm.kvcache_block_size must be a power of two"),  # were job-time
     (["-m", "llm.gpu_memory_utilization=0.9,1.5"], "llm.gpu_memory_utilization must be in (0, 1]"),
+    # found by the session-4 break test (each ran a job, or printed Hydra's several lines, before):
+    (["-m", "tp=1,02"], "tp must be an integer >= 1, got '02'"),  # Hydra types 02 as a string
+    (["repeat=02"], "repeat must be an integer >= 1, got '02'"),
+    (["~workload.iterations", "workload=smoke"], "~workload.iterations: no such key to delete"),
+    (["+model.preset.num_hidden_layers=1", "model=qwen3-tiny"], "model.preset.num_hidden_layers exists already"),
+    (["++workload.iterations=abc", "workload=smoke"], "workload.iterations must be an integer >= 1, got 'abc'"),
+    (["tp=1", "-m", "workload=smoke"], "-m goes before the overrides"),
     (["+tp=2"], "tp exists already: set it without the +"),
     (["-m", "llm.max_num_seqs=choice(8,0)"], "llm.max_num_seqs must be >= 1, got 0"),  # Hydra's sweep functions
     (["-m", "++llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),  # ++ sets an existing key too
@@ -71,7 +78,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
-    res = harness("workload=smoke", f"results_dir={tmp_path}", *overrides, cache=model_cache, timeout=120)
+    lead = overrides[:1] if overrides[0] in ("-m", "--multirun") else []  # Hydra takes -m before overrides only
+    res = harness(*lead, "workload=smoke", f"results_dir={tmp_path}", *overrides[len(lead):], cache=model_cache,
+                  timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], res.stderr
