@@ -198,7 +198,7 @@ def check_overrides(argv: list[str]) -> str | None:
             continue
         key, sep, value = arg.partition("=")
         plain = key.lstrip("+~")
-        if key.startswith("~") and _exists(plain, selected, every=True) is None:  # Hydra: 3 lines, exit 1
+        if key.startswith("~") and plain not in GROUPS and _exists(plain, selected, every=True) is None:
             return f"~{plain}: no such key to delete (not in config.yaml or in every selected option of its group)"
         if not sep:
             continue
