@@ -63,12 +63,15 @@ def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], li
         if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration
             continue
         in_old, in_new = old[k].notna().any(), new[k].notna().any()
-        lacking = new if in_old else old  # the file that never fills k (when exactly one does)
-        predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
-        if in_old != in_new and predates and (old if in_old else new)[k].nunique(dropna=False) == 1:
-            dropped.append(k)
-        elif in_old or in_new:
-            keys.append(k)
+        if not (in_old or in_new):
+            continue
+        if in_old != in_new:
+            filled, lacking = (old, new) if in_old else (new, old)
+            predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
+            if predates and filled[k].nunique(dropna=False) == 1:
+                dropped.append(k)
+                continue
+        keys.append(k)
     return keys, dropped
 
 

@@ -15,8 +15,7 @@ mkdir -p "$OUT/logs"
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; TPS=${TPS:-1,2}; GEMMS=${GEMMS:-auto,cublas}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee "$OUT/logs/versions.txt"
 (for m in ${MODELS//,/ }; do
-   CUDA_VISIBLE_DEVICES=1 python3 -c "import yaml; from harness.checkpoint import materialize
-print(materialize('$m', yaml.safe_load(open('conf/model/$m.yaml'))['preset'], seed=0))"
+   CUDA_VISIBLE_DEVICES=1 python3 -m harness.checkpoint $m
  done > "$OUT/logs/presets.log" 2>&1) &
 presets=$!
 CUDA_VISIBLE_DEVICES=0 timeout ${BENCH_S:-200} python3 scripts/bench_gemv.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \

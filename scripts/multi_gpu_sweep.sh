@@ -21,9 +21,8 @@ TPS=${TPS:-$(python3 -c "print(','.join(str(t) for t in (1, 2, 4, 8) if t <= $N)
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid}
 for model in ${MODELS//,/ }; do
   [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model: not run (time)"; continue; }
-  timeout -k 10 ${PRESET_S:-300} python3 -c "import yaml; from harness.checkpoint import materialize
-materialize('$model', yaml.safe_load(open('conf/model/$model.yaml'))['preset'], seed=0)" \
-    >> "$OUT/logs/presets.log" 2>&1 || echo "$model: preset failed (see logs/presets.log)"
+  timeout -k 10 ${PRESET_S:-300} python3 -m harness.checkpoint $model >> "$OUT/logs/presets.log" 2>&1 \
+    || { echo "$model: preset failed (see logs/presets.log), not run"; continue; }
   echo "$model preset: ready at $SECONDS s"
   for tp in ${TPS//,/ }; do
     planes=${CONTROLS//,/ }

@@ -166,3 +166,16 @@ def test_sweep_gives_one_row_per_job_and_repeat(tmp_path, model_cache):
     assert len(df) == 8 and set(zip(df.control, df.tp)) == {("shm", 1), ("shm", 2), ("pipe", 1), ("pipe", 2)}
     assert sorted(df.repeat.unique()) == [0, 1] and (df.status == "ok").all()
     assert "== sweep: 4 jobs, 8 ok rows ==" in res.stdout
+
+
+def test_checkpoint_cli_draws_a_preset_and_refuses_a_non_preset(model_cache, monkeypatch, capsys):
+    """``python -m harness.checkpoint MODEL``, what the device scripts run before timing anything."""
+    from harness.checkpoint import main
+
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    assert main(["qwen3-tiny"]) == 0
+    path = capsys.readouterr().out.strip().splitlines()[-1]
+    assert os.path.isfile(os.path.join(path, "config.json")) and path.startswith(model_cache)
+    with pytest.raises(SystemExit) as e:
+        main(["auto"])  # a model option, not a preset
+    assert e.value.code == 2 and "not a preset" in capsys.readouterr().err
