@@ -1,13 +1,18 @@
 """Profile rank 0's engine steps on the GPU: fill the engine with a workload's requests, run ``--skip``
 steps, then record ``--steps`` steps with torch.profiler. Prints the wall time per step, rank 0's GPU kernel
 time per step (the rest is its GPU idling: on the CPU, or on the other ranks in a collective), and the top
-kernels by GPU time and by CPU time.
+kernels by GPU time and by CPU time, and rank 0's GPU time per step by kind of kernel (GEMM, GEMV, decode
+attention, prefill attention, all-reduce, fused elementwise, other). With ``--prefill-steps N`` the first N
+steps (the prefills of a workload that admits every request at once, such as ``bench``) are profiled too,
+in a window of their own.
 
     python scripts/profile_steps.py [--model qwen3-0.6b] [--workload bench|latency] [--num-seqs 1] [--tp 2]
-                                    [--skip 200] [--steps 20] [--sync] [--all-reduce auto|nccl|symm_mem]
+                                    [--skip 200] [--steps 20] [--prefill-steps 0] [--sync]
+                                    [--all-reduce auto|nccl|symm_mem]
 """
 
 import argparse
+import re
 import time
 
 import torch
@@ -20,6 +25,37 @@ from harness.checkpoint import materialize
 from harness.workloads import build_workload
 
 
+# Kind of each kernel, by name (first match wins): cuBLAS / CUTLASS GEMMs, this engine's Triton GEMV and
+# decode-attention kernels, flash-attention (prefill), the all-reduces (symmetric memory or NCCL), the
+# torch.compile'd elementwise kernels (names start "triton_").
+KINDS = [("all-reduce", r"all_reduce|nccl|AllReduce"), ("decode attention", r"_paged_decode"),
+         ("prefill attention", r"flash|fmha|attention"), ("GEMV", r"_gemv"),
+         ("GEMM", r"nvjet|gemm|cutlass|sm90_xmma|cublas|splitK"), ("fused elementwise", r"^triton_"),
+         ("other", r"")]
+
+
+def by_kind(kernels, steps: int) -> str:
+    """One line per kind: rank 0's GPU ms per step in that kind and its share of the kernel time."""
+    ms = dict.fromkeys((k for k, _ in KINDS), 0.0)
+    for e in kernels:
+        kind = next(k for k, pattern in KINDS if re.search(pattern, e.name))
+        ms[kind] += e.device_time / 1e3 / steps
+    total = sum(ms.values()) or 1.0
+    return "\n".join(f"  {k:18s} {v:8.3f} ms/step {100 * v / total:5.1f}%" for k, v in ms.items())
+
+
+def window(llm, steps: int):
+    """Profile ``steps`` engine steps: (profiler, wall ms per step, CUDA kernel events)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for _ in range(steps):
+            llm.step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t) * 1e3 / steps
+    return prof, wall_ms, [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -28,6 +64,7 @@ def main():
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--skip", type=int, default=200)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--prefill-steps", type=int, default=0, help="also profile the first N steps on their own")
     ap.add_argument("--sync", action="store_true", help="async_scheduling=false")
     ap.add_argument("--all-reduce", default="auto")
     args = ap.parse_args()
@@ -41,24 +78,27 @@ def main():
              all_reduce=args.all_reduce) as llm:
         for p, sp in zip(work.prompts, work.params):
             llm.scheduler.add(Sequence(p, sp, llm.config.kvcache_block_size))
-        for _ in range(args.skip):
+        prefill = window(llm, args.prefill_steps) if args.prefill_steps else None
+        for _ in range(args.skip - args.prefill_steps):
             llm.step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            t = time.perf_counter()
-            for _ in range(args.steps):
-                llm.step()
-            torch.cuda.synchronize()
-            wall_ms = (time.perf_counter() - t) * 1e3 / args.steps
+        prof, wall_ms, kernels = window(llm, args.steps)
         running = len(llm.scheduler.running)
         while not llm.scheduler.is_finished() or llm._in_flight is not None:
             llm.step()
         used = llm.runner.all_reduce
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    head = f"{args.model} tp={args.tp} all_reduce={used} {'sync' if args.sync else 'async'}"
+    if prefill is not None:
+        p_prof, p_wall, p_kernels = prefill
+        p_gpu = sum(e.device_time for e in p_kernels) / 1e3 / args.prefill_steps
+        print(f"{head}: first {args.prefill_steps} steps: wall {p_wall:.3f} ms/step, rank 0 GPU kernels "
+              f"{p_gpu:.3f} ms/step ({100 * p_gpu / p_wall:.0f}% busy)")
+        print(by_kind(p_kernels, args.prefill_steps))
+        print(p_prof.key_averages().table(sort_by="device_time_total", row_limit=10, max_name_column_width=70))
     gpu_ms = sum(e.device_time for e in kernels) / 1e3 / args.steps
-    print(f"{args.model} tp={args.tp} all_reduce={used} {'sync' if args.sync else 'async'}: {running} running; "
+    print(f"{head}: {running} running; "
           f"per step: wall {wall_ms:.3f} ms, rank 0 GPU kernels {gpu_ms:.3f} ms ({100 * gpu_ms / wall_ms:.0f}% busy), "
           f"{len(kernels) / args.steps:.0f} kernels")
+    print(by_kind(kernels, args.steps))
     print(prof.key_averages().table(sort_by="device_time_total", row_limit=15, max_name_column_width=70))
     print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=10, max_name_column_width=70))
 
