@@ -1,11 +1,17 @@
-"""Time the Triton paged-decode kernel at the bench's shape (Qwen3-0.6B: Hq 16, Hkv 8, D 128, bf16,
-block 256) for several launch configurations; prints achieved bandwidth next to the 4.3 TB/s copy rate.
-Bytes counted = K and V of every context token, read once (the kernel's floor).
+"""Time the Triton paged-decode kernel for several launch configurations; prints achieved bandwidth next to
+the 4.3 TB/s copy rate. Bytes counted = K and V of every context token, read once (the kernel's floor).
 
-    PYTHONPATH=. python3 scripts/bench_decode_kernel.py   # from the repository root, on a CUDA GPU;
-                                                          # KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
+Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``8b-tp1`` (Hq 32, Hkv 8), ``8b-tp2``
+(Hq 16, Hkv 4: one rank's heads at tp=2); D 128, bf16, KV block 256, batch ``--batch`` (256). Contexts:
+every sequence at 512, 1024 and 2048 tokens, and ``mixed``: uniform in [300, 1224], the bench's spread
+of contexts after ~200 decode steps (prompts of 100-1024 tokens). ``--quick``: mixed contexts only, a
+smaller grid of tiles, and 1, 2, 4, 8 splits per sequence.
+
+    PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
+    # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
 """
 
+import argparse
 import itertools
 
 import torch
@@ -13,26 +19,55 @@ import triton.testing
 
 from engine.layers.paged_decode import paged_decode_attention
 
-B, Hq, Hkv, D, BS = 256, 16, 8, 128, 256
-for ctx in (512, 1024, 2048):
-    nb = (ctx + BS - 1) // BS
-    kc = torch.randn(B * nb + 1, BS, Hkv, D, device="cuda", dtype=torch.bfloat16)
-    vc = torch.randn_like(kc)
-    tables = torch.randperm(B * nb, device="cuda", dtype=torch.int32)[:B * nb].view(B, nb)
-    lens = torch.full((B,), ctx, dtype=torch.int32, device="cuda")
-    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
-    k_new, v_new = torch.randn(2, B, Hkv, D, device="cuda", dtype=torch.bfloat16)
-    slots = (tables[:, -1].long() * BS + (ctx - 1) % BS).contiguous()
-    nbytes = 2 * B * ctx * Hkv * D * 2
-    for block_n, warps, stages in itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4)):
-        try:
-            def step():
-                return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5, block_n,
-                                              warps, stages)
+SHAPES = {"0.6b": (16, 8), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
+D, BS = 128, 256
 
-            ms = triton.testing.do_bench(step, warmup=20, rep=100)
-        except Exception as e:  # a configuration that does not compile (shared memory) is skipped
-            print(f"ctx {ctx} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
-            continue
-        print(f"ctx {ctx:5d} block_n {block_n:3d} warps {warps} stages {stages}: {ms * 1e3:8.1f} us "
-              f"{nbytes / ms / 1e9:7.2f} TB/s ({nbytes / ms / 1e9 / 4.3:.0%} of 4.3 TB/s)")
+
+def context_lens(kind, batch: int) -> torch.Tensor:
+    if kind == "mixed":
+        g = torch.Generator().manual_seed(0)
+        return torch.randint(300, 1225, (batch,), generator=g, dtype=torch.int32)
+    return torch.full((batch,), kind, dtype=torch.int32)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=SHAPES, default="0.6b")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--quick", action="store_true", help="mixed contexts only, with 1-8 splits")
+    args = ap.parse_args()
+    Hq, Hkv = SHAPES[args.shape]
+    B = args.batch
+    for kind in ("mixed",) if args.quick else (512, 1024, 2048, "mixed"):
+        lens = context_lens(kind, B)
+        nbs = (lens + BS - 1) // BS
+        nb = int(nbs.max())
+        kc = torch.randn(B * nb + 1, BS, Hkv, D, device="cuda", dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        tables = torch.randperm(B * nb, device="cuda", dtype=torch.int32).view(B, nb)
+        lens = lens.cuda()
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+        k_new, v_new = torch.randn(2, B, Hkv, D, device="cuda", dtype=torch.bfloat16)
+        last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
+        slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
+        nbytes = 2 * int(lens.sum()) * Hkv * D * 2
+        grid = itertools.product((32, 64), (2, 4), (2, 3), (1, 2, 4, 8)) if args.quick else \
+            itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4), (1,))
+        for block_n, warps, stages, splits in grid:
+            try:
+                def step():
+                    return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,
+                                                  block_n, warps, stages, splits)
+
+                ms = triton.testing.do_bench(step, warmup=20, rep=100)
+            except Exception as e:  # a configuration that does not compile (shared memory) is skipped
+                print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages} splits {splits}: "
+                      f"{type(e).__name__}")
+                continue
+            tbs = nbytes / ms / 1e9
+            print(f"{args.shape} B {B} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
+                  f"splits {splits}: {ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
+
+
+if __name__ == "__main__":
+    main()
