@@ -85,7 +85,8 @@ def nccl_window_buffer(numel: int, device: torch.device) -> torch.Tensor | None:
         with torch.cuda.use_mem_pool(pool):
             buf = torch.zeros(numel, dtype=torch.bfloat16, device=device)
         backend.register_mem_pool(pool, symm=True)
-        nccl_window_buffer.pool = pool  # kept alive with the buffer
+        # Deregistered before the process group goes (left registered, the exit aborted: SIGABRT, call 17).
+        nccl_window_buffer.release = lambda: backend.deregister_mem_pool(pool)
         return buf
     except Exception as e:  # noqa: BLE001 - report and leave the column out
         print(f"NCCL symk: not available ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
@@ -164,6 +165,10 @@ def main() -> int:
             if args.out:
                 with open(args.out, "w") as f:
                     f.write("\n".join(lines) + "\n")
+    release = getattr(nccl_window_buffer, "release", None)
+    if release is not None:
+        torch.cuda.synchronize()
+        release()
     dist.destroy_process_group()
     return 1 if failures else 0
 

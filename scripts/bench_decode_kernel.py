@@ -5,7 +5,8 @@ Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``8b-tp1`` (H
 (Hq 16, Hkv 4: one rank's heads at tp=2); D 128, bf16, KV block 256, batch ``--batch`` (256). Contexts:
 every sequence at 512, 1024 and 2048 tokens, and ``mixed``: uniform in [300, 1224], the bench's spread
 of contexts after ~200 decode steps (prompts of 100-1024 tokens). ``--quick``: mixed contexts only, a
-smaller grid of tiles, and 1, 2, 4, 8 splits per sequence.
+smaller grid of tiles. (A split-KV variant, tried at commit b1f63cb with 1-8 splits per sequence, lost at
+every split count on the 8B shapes: results/h200x2/logs/session5/.)
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
@@ -34,7 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", choices=SHAPES, default="0.6b")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--quick", action="store_true", help="mixed contexts only, with 1-8 splits")
+    ap.add_argument("--quick", action="store_true", help="mixed contexts only, a smaller grid of tiles")
     args = ap.parse_args()
     Hq, Hkv = SHAPES[args.shape]
     B = args.batch
@@ -51,22 +52,21 @@ def main():
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
-        grid = itertools.product((32, 64), (2, 4), (2, 3), (1, 2, 4, 8)) if args.quick else \
-            itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4), (1,))
-        for block_n, warps, stages, splits in grid:
+        grid = itertools.product((32, 64), (2, 4), (2, 3)) if args.quick else \
+            itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
+        for block_n, warps, stages in grid:
             try:
                 def step():
                     return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,
-                                                  block_n, warps, stages, splits)
+                                                  block_n, warps, stages)
 
                 ms = triton.testing.do_bench(step, warmup=20, rep=100)
             except Exception as e:  # a configuration that does not compile (shared memory) is skipped
-                print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages} splits {splits}: "
-                      f"{type(e).__name__}")
+                print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
                 continue
             tbs = nbytes / ms / 1e9
-            print(f"{args.shape} B {B} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
-                  f"splits {splits}: {ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
+            print(f"{args.shape} B {B} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages}: "
+                  f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
 
 
 if __name__ == "__main__":
