@@ -29,8 +29,12 @@ every wait calls a liveness check at least every POLL_S. The writer's waits for 
 shape and a timeout. On a host with more runnable processes than cores, yielding is worse than sleeping: the
 yielding reader stays runnable and takes turns with the ranks that do the work (2 simulated nodes x 2 ranks
 on 2 cores: hybrid one-way p50 617 us yielding, 370 us sleeping 100 us instead, ``results/cpu/CONTROL.md``).
-A yield that comes back late says so (another task had the core); after LATE_YIELDS of them in a row the yield
-phase sleeps CONTENDED_SLEEP_S per poll instead, for the next RECHECK_S. A host with idle cores keeps yielding.
+A yield that comes back late says so (another task had the core); after LATE_YIELDS of them in a row, on a
+host whose runnable tasks fill every core this process may use (``host_contended``), the yield phase sleeps
+CONTENDED_SLEEP_S per poll instead, for the next RECHECK_S. A host with idle cores keeps yielding: there a late
+yield is a thread of this very process (``os.sched_yield`` lets go of the GIL, and another Python thread may
+hold it for a while), and 100 us naps would make the reader late by ~50 us a message for nothing (seen on
+nvidia-h200-x2, 32 cores: ring's worker late by 60-200 us a step in some processes, results/h200x2/CONTROL.md).
 """
 
 from __future__ import annotations
@@ -79,6 +83,18 @@ def check_poll_args(spin_us, idle_ms, sleep_us, owner: str) -> tuple[float, floa
     return spin_us, idle_ms, sleep_us
 
 
+def host_contended() -> bool:
+    """True when the host's runnable tasks (``/proc/loadavg``'s running count, this process included) are at
+    least the cores this process may run on; True also where that cannot be read (the late yields decide)."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        cores = len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return True
+    return running >= cores
+
+
 class Poller:
     """Spin, then yield, then sleep: ``wait(ready)`` returns once ``ready()`` is true, calling ``check()``
     every POLL_S and raising ``ControlPlaneError`` after ``timeout_s`` (None: wait forever)."""
@@ -121,7 +137,9 @@ class Poller:
         os.sched_yield()
         self.late_yields = self.late_yields + 1 if time.monotonic() - before > CONTENDED_YIELD_S else 0
         if self.late_yields >= LATE_YIELDS:
-            self.contended_until, self.late_yields = before + RECHECK_S, 0
+            if host_contended():
+                self.contended_until = before + RECHECK_S
+            self.late_yields = 0
 
 
 class RingWriter:

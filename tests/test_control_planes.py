@@ -143,10 +143,13 @@ def test_idle_ring_reader_costs_under_5_percent_of_a_core():
 
 
 def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(monkeypatch):
-    """Late sched_yields in a row (another task had the core) switch the yield phase to short sleeps for
-    RECHECK_S; prompt yields (an idle core) never do."""
+    """Late sched_yields in a row (another task had the core) on a host whose runnable tasks fill its cores
+    switch the yield phase to short sleeps for RECHECK_S; prompt yields (an idle core) never do, nor late ones
+    on a host with idle cores (a thread of the same process held the GIL)."""
     from backends import ring_buffer
 
+    contended = {"on": True}
+    monkeypatch.setattr(ring_buffer, "host_contended", lambda: contended["on"])
     calls = {"yield": 0, "sleep": 0}
     late = {"on": False}
 
@@ -179,10 +182,38 @@ def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(mon
     assert calls["yield"] >= 19 and poller.contended_until == 0.0  # a stray late yield is no verdict
 
     late["on"] = "always"
-    poller = ring_buffer.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
     real_sleep = time.sleep
     monkeypatch.setattr(ring_buffer.time, "sleep", lambda s: (fake_sleep(s), real_sleep(s)))
+    contended["on"] = False  # idle cores: late yields are this process's own threads, yielding goes on
+    calls.update({"yield": 0, "sleep": 0})
+    wait_once(poller)
+    assert calls["yield"] >= 19 and calls["sleep"] == 0 and poller.contended_until == 0.0
+
+    contended["on"] = True
+    poller = ring_buffer.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
     calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
     assert calls["yield"] == ring_buffer.LATE_YIELDS and calls["sleep"] >= 16  # late yields, then short sleeps
     assert poller.contended_until > time.monotonic()
+
+
+def test_host_contended_reads_runnable_tasks_against_usable_cores(monkeypatch, tmp_path):
+    """``/proc/loadavg``'s running count against the cores this process may use; unreadable: True."""
+    import builtins
+
+    from backends import ring_buffer
+
+    real_open = builtins.open
+    loadavg = tmp_path / "loadavg"
+
+    def fake_open(path, *a, **k):
+        return real_open(loadavg if path == "/proc/loadavg" else path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(ring_buffer.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    loadavg.write_text("0.50 0.40 0.30 1/77 16368\n")
+    assert ring_buffer.host_contended() is False
+    loadavg.write_text("3.90 3.10 2.00 4/81 16368\n")
+    assert ring_buffer.host_contended() is True
+    loadavg.write_text("garbage\n")
+    assert ring_buffer.host_contended() is True
