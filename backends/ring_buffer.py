@@ -32,9 +32,10 @@ on 2 cores: hybrid one-way p50 617 us yielding, 370 us sleeping 100 us instead, 
 A yield that comes back late says so (another task had the core); after LATE_YIELDS of them in a row, on a
 host whose runnable tasks fill every core this process may use (``host_contended``), the yield phase sleeps
 CONTENDED_SLEEP_S per poll instead, for the next RECHECK_S. A host with idle cores keeps yielding: there a late
-yield is a thread of this very process (``os.sched_yield`` lets go of the GIL, and another Python thread may
-hold it for a while), and 100 us naps would make the reader late by ~50 us a message for nothing (seen on
-nvidia-h200-x2, 32 cores: ring's worker late by 60-200 us a step in some processes, results/h200x2/CONTROL.md).
+yield is more likely a thread of this very process (``os.sched_yield`` lets go of the GIL and another Python
+thread may take it), and 100 us naps would only make the reader wake later. (This was a suspect for ring's
+worker being late by 60-200 us in some async-off steps on nvidia-h200-x2; call 20 cleared it:
+``results/h200x2/CONTROL.md``.)
 """
 
 from __future__ import annotations
