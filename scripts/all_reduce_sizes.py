@@ -142,6 +142,9 @@ def main() -> int:
     p.add_argument("--check", action="store_true", help="correctness only")
     p.add_argument("--out", help="write the timing table here (rank 0)")
     args = p.parse_args()
+    from gpu_only import require_cuda
+
+    require_cuda(2, torchrun=True)
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))

@@ -16,9 +16,13 @@ import argparse
 import itertools
 
 import torch
-import triton.testing
+from gpu_only import require_cuda
 
-from engine.layers.paged_decode import paged_decode_attention
+if __name__ == "__main__":
+    require_cuda()
+import triton.testing  # noqa: E402
+
+from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 
 SHAPES = {"0.6b": (16, 8), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
 D, BS = 128, 256

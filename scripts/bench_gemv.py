@@ -23,6 +23,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gpu_only import require_cuda  # noqa: E402
+
+if __name__ == "__main__":
+    require_cuda()
 from engine.layers.gemv import gemv  # noqa: E402
 from harness.floor import H200_COPY_BANDWIDTH  # noqa: E402
 

@@ -68,6 +68,9 @@ def main():
     ap.add_argument("--sync", action="store_true", help="async_scheduling=false")
     ap.add_argument("--all-reduce", default="auto")
     args = ap.parse_args()
+    from gpu_only import require_cuda
+
+    require_cuda(args.tp)
     preset = yaml.safe_load(open(f"conf/model/{args.model}.yaml"))["preset"]
     path = materialize(args.model, preset, seed=0)
     w = yaml.safe_load(open(f"conf/workload/{args.workload}.yaml"))

@@ -179,3 +179,18 @@ def test_checkpoint_cli_draws_a_preset_and_refuses_a_non_preset(model_cache, mon
     with pytest.raises(SystemExit) as e:
         main(["auto"])  # a model option, not a preset
     assert e.value.code == 2 and "not a preset" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("script", ["bench_gemv.py", "bench_decode_kernel.py", "profile_steps.py",
+                                    "all_reduce_sizes.py"])
+def test_gpu_only_scripts_refuse_a_cpu_machine_in_one_line(script):
+    """The device scripts, run where there is no GPU: one line naming the script, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "Warning" not in ln and "warn(" not in ln]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {script} measures CUDA kernels"), lines
