@@ -6,6 +6,12 @@ spread is the range of differences the repeats allow, [plane min - ideal max, pl
 difference whose range contains 0 is "within noise" (the repeats cannot tell the plane from no transport).
 One-way latency alone is not the cost: async scheduling hides most of it, and what is exposed can also be
 more than it (a plane that holds rank 0's CPU or GIL delays everything after the send).
+
+Beside it, ``send_late_us``: the plane's median over repeats of its send p50 plus the late mean of its
+workers' launches (``ctrl_launch_late_us_mean``, CUDA): rank 0's time in the send, and how long rank 0's GPU
+waits for a worker that queued its step after rank 0 did. On nvidia-h200-x2 at async off this sum tracked
+the exposed TPOT of every plane (``results/h200x2/CONTROL.md``, session 5); an exposed cost well above it
+lies somewhere else.
 """
 
 from __future__ import annotations
@@ -16,11 +22,21 @@ import pandas as pd
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
 
+def send_late_us(plane: pd.DataFrame) -> float:
+    """Median over the plane's repeats of send p50 + launch late mean (us); NaN where either is missing."""
+    if not {"ctrl_send_us_p50", "ctrl_launch_late_us_mean"} <= set(plane.columns):
+        return float("nan")
+    total = pd.to_numeric(plane.ctrl_send_us_p50, errors="coerce") + pd.to_numeric(
+        plane.ctrl_launch_late_us_mean, errors="coerce")
+    return float(total.median()) if total.notna().any() else float("nan")
+
+
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per (configuration, plane other than ideal, metric) where the configuration has ideal rows:
     the grouping ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms`` (medians), ``exposed_us``,
-    ``exposed_pct`` (of ideal's), ``low_us`` / ``high_us`` (the spread), ``repeats`` (plane, ideal) and
-    ``verdict``. Empty when there is no ideal row. ``df``: ok rows only, key cells filled."""
+    ``exposed_pct`` (of ideal's), ``low_us`` / ``high_us`` (the spread), ``repeats`` (plane, ideal),
+    ``verdict`` and ``send_late_us`` (:func:`send_late_us`). Empty when there is no ideal row. ``df``: ok
+    rows only, key cells filled."""
     others = [k for k in keys if k != "control"]
     out = []
     if "ideal" not in set(df.control):
@@ -44,7 +60,8 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                 out.append({**dict(zip(others, cfg)), "control": control, "metric": label,
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
-                            "repeats": f"{len(p)}/{len(i)}", "verdict": verdict})
+                            "repeats": f"{len(p)}/{len(i)}", "verdict": verdict,
+                            "send_late_us": send_late_us(plane)})
     return pd.DataFrame(out)
 
 
@@ -56,7 +73,10 @@ def print_exposed(table: pd.DataFrame) -> None:
     for col, spec in (("ideal_ms", ".3f"), ("plane_ms", ".3f"), ("exposed_us", "+.1f"), ("exposed_pct", "+.2f")):
         shown[col] = shown[col].map(lambda v, s=spec: format(v, s))
     shown["spread_us"] = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in zip(table.low_us, table.high_us)]
+    shown["send_late_us"] = table.send_late_us.map(lambda v: "" if v != v else f"{v:.0f}")
     shown = shown.drop(columns=["low_us", "high_us"])
     print("\nexposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "
-          "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats")
-    print(shown.replace({np.nan: ""}).to_markdown(index=False))
+          "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats; send_late_us = the "
+          "plane's send p50 + its workers' launch late mean (CUDA), what rank 0 spends sending and waits for "
+          "a worker that launched after it")
+    print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs
