@@ -24,7 +24,7 @@ from engine.sequence import Sequence
 from engine.step_batch import StepBatch
 from engine.worker_group import WorkerGroup
 
-from .broadcast_worker import STEP, broadcast_worker
+from .broadcast_worker import JOINING, STEP, broadcast_worker
 from .metrics import message_metrics
 
 
@@ -63,6 +63,7 @@ class BroadcastGroup:
     def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
                  launch=None):
         self.tp = tp
+        self.cp = None
         self.group = WorkerGroup(tp, timeout_s, startup_timeout_s, launch)
         try:
             try:
@@ -71,10 +72,15 @@ class BroadcastGroup:
                 self.group.refuse(str(e))
                 raise
             self.group.start(self.cp, broadcast_worker, (tp, timeout_s))
+            # Join the barrier group only once every worker is about to (checking liveness): a worker that
+            # dies before then is named at once, where gloo's rendezvous would wait out timeout_s for it.
+            self.group.wait_for(JOINING)
             dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0, world_size=tp,
                                     timeout=timedelta(seconds=timeout_s))
         except BaseException:
             self.group.join(0)
+            if self.cp is not None:
+                self.cp.close()  # its shared-memory segments and sockets
             raise
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:

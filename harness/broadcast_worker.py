@@ -12,11 +12,13 @@ from torch.distributed import PrefixStore
 from backends import EXIT
 
 STEP = "control_step"
+JOINING = "barrier-joining"  # store stage: this worker is about to join the gloo barrier group
 
 
 def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
     """``joined``: an ``engine.worker.Joined``; returns the exit code."""
     endpoint, lifeline = joined.endpoint, joined.lifeline
+    joined.store.set(f"{JOINING}/{joined.rank}", "1")
     dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:

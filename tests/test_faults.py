@@ -232,3 +232,22 @@ def test_a_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path, model_ca
     assert "does not divide" in res.stderr
     df = pd.read_csv(tmp_path / "runs.csv")
     assert list(df.tp) == [1] and df.status.iloc[0] == "ok"
+
+
+@pytest.mark.timeout(120)
+def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
+    """workload=broadcast: a worker that dies before joining the barrier group is reported within seconds (a
+    break test saw rank 0 wait out gloo's 60 s rendezvous, then name no rank)."""
+    from engine.worker_group import WorkerGroup
+    from harness import broadcast
+
+    class KillingGroup(WorkerGroup):
+        def start(self, control, body, body_args=()):
+            super().start(control, body, body_args)
+            os.kill(self.procs[1].pid, signal.SIGKILL)  # still importing torch: before it can join
+
+    monkeypatch.setattr(broadcast, "WorkerGroup", KillingGroup)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="rank 1"):
+        broadcast.BroadcastGroup("ring", 2, {}, timeout_s=60)
+    assert time.monotonic() - start < 15.0
