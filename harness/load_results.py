@@ -3,6 +3,7 @@ a message rather than counted, failed rows kept (so that they can be counted).""
 
 from __future__ import annotations
 
+import csv
 import glob
 import io
 import os
@@ -62,13 +63,22 @@ def _read_one(path: str) -> pd.DataFrame:
         text = text[:text.rfind("\n") + 1]
         print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)",
               file=sys.stderr)
-    bad = []
+    # A row with more or fewer cells than the header is damaged: pandas would drop the first kind but fill the
+    # second with empty cells and count it (a writer that died mid-row, whose line the next writer ended).
     try:
-        df = pd.read_csv(io.StringIO(text), engine="python", on_bad_lines=lambda line: bad.append(line) and None)
+        records = [r for r in csv.reader(io.StringIO(text)) if r]
+    except csv.Error as e:
+        raise InputError(f"{path}: not a readable CSV ({e})") from None
+    good = [r for r in records if len(r) == len(records[0])]
+    if len(good) < len(records):
+        print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
+              file=sys.stderr)
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(good)
+    try:
+        df = pd.read_csv(io.StringIO(buf.getvalue()))
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    if bad:
-        print(f"warning: {path}: ignored {len(bad)} damaged line(s) (wrong number of cells)", file=sys.stderr)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
