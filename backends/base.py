@@ -137,6 +137,12 @@ class ControlPlane(ABC):
         """This plane's scope with these constructor ``options`` (a wrapper plane's depends on them)."""
         return cls.scope
 
+    @classmethod
+    def check_options(cls, world_size: int, **options) -> None:
+        """Raises ValueError for an option value this plane refuses, building nothing (no segment, socket or
+        process): what the harness checks before a sweep's first job and the constructor checks first.
+        ``options``: every option of the plane by name (its ``conf/control`` file's, overrides applied)."""
+
     def send(self, method: str, *args: Any) -> int:
         """Broadcast ``method(*args)`` to every worker; returns the message size in bytes.
 

@@ -20,6 +20,7 @@ import zmq
 from .base import NETWORK, ControlPlane, WorkerEndpoint
 from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
 from .segments import attach_segment, create_segment, release_segment
+from .validation import check_int
 from .zmq import push_socket, recv_one, send_all
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
@@ -37,6 +38,12 @@ class HybridControlPlane(ControlPlane):
     name = "hybrid"
     scope = NETWORK
 
+    @classmethod
+    def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm) -> None:
+        check_geometry(nslots, slot_bytes, world_size - 1, "hybrid")  # the most readers a node's ring can have
+        check_poll_args(spin_us, idle_ms, sleep_us, "hybrid")
+        check_int("hybrid option", "hwm", hwm, 1)
+
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, hwm: int = 64,
                  context=None):
@@ -47,8 +54,8 @@ class HybridControlPlane(ControlPlane):
             self.groups.setdefault(node, []).append(rank)
         if len(self.groups) > 1 and self.context.store is None:
             raise ValueError("hybrid across nodes needs the run's store in its context")
-        check_geometry(nslots, slot_bytes, max(len(g) for g in self.groups.values()), "hybrid")
-        self.ring_args = (nslots, slot_bytes, check_poll_args(spin_us, idle_ms, sleep_us, "hybrid"))
+        self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)
+        self.ring_args = (nslots, slot_bytes, (spin_us, idle_ms, sleep_us))
         self.local = self.groups[node_of[0]][1:]  # rank 0's node: ring readers
         self.shm = self.writer = None
         if self.local:

@@ -78,6 +78,10 @@ class IdealControlPlane(_InnerLiveness, ControlPlane):
         self._replayed = 0
 
     @classmethod
+    def check_options(cls, world_size: int, inner="pipe", inner_options=None) -> None:
+        _inner_class(inner)  # the inner plane's own options are checked when it is built
+
+    @classmethod
     def scope_of(cls, options: dict) -> str:
         return _inner_class(options.get("inner", "pipe")).scope_of(options.get("inner_options") or {})
 

@@ -26,12 +26,17 @@ class RingControlPlane(ControlPlane):
     name = "ring"
     scope = "host"
 
+    @classmethod
+    def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us) -> None:
+        check_geometry(nslots, slot_bytes, world_size - 1, "ring")
+        check_poll_args(spin_us, idle_ms, sleep_us, "ring")
+
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):
         super().__init__(world_size, timeout_s, context)
-        check_geometry(nslots, slot_bytes, self.num_workers, "ring")
+        self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us)
         self.nslots, self.slot_bytes = nslots, slot_bytes
-        self.poll_args = check_poll_args(spin_us, idle_ms, sleep_us, "ring")
+        self.poll_args = (spin_us, idle_ms, sleep_us)
         self.shm = self.writer = None
         if self.num_workers:
             self.shm = create_segment(nslots * slot_bytes)

@@ -41,10 +41,14 @@ class ShmControlPlane(ControlPlane):
 
     name = "shm"
 
+    @classmethod
+    def check_options(cls, world_size: int, segment_bytes) -> None:
+        check_int("shm option", "segment_bytes", segment_bytes, DATA_OFFSET + 1)
+
     def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  context=None):
         super().__init__(world_size, timeout_s, context)
-        check_int("shm option", "segment_bytes", segment_bytes, DATA_OFFSET + 1)
+        self.check_options(world_size, segment_bytes)
         ctx = mp.get_context("spawn")
         self.shm = None
         if self.num_workers:

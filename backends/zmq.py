@@ -69,9 +69,13 @@ class ZmqControlPlane(ControlPlane):
     name = "zmq"
     scope = NETWORK
 
+    @classmethod
+    def check_options(cls, world_size: int, hwm) -> None:
+        check_int("zmq option", "hwm", hwm, 1)
+
     def __init__(self, world_size: int, timeout_s: float = 60.0, hwm: int = 64, context=None):
         super().__init__(world_size, timeout_s, context)
-        check_int("zmq option", "hwm", hwm, 1)
+        self.check_options(world_size, hwm)
         self.ctx = zmq.Context()
         self.socks, self.ports = [], []
         for _ in range(self.num_workers):

@@ -3,6 +3,7 @@ instead of Hydra's multi-line report (and fail before any work is done)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from omegaconf import OmegaConf
@@ -241,6 +242,32 @@ def check_overrides(argv: list[str]) -> str | None:
                        else None)
             if problem:
                 return problem
+    return _check_control_options(argv, controls)
+
+
+def _check_control_options(argv: list[str], controls: list[str]) -> str | None:
+    """Every selected plane's options (its conf/control file's, the command's ``control.options.*`` values
+    applied, each combination of a sweep's) through the plane's own check (``check_options``), at the
+    largest tp asked for; the message of the first it refuses, or None."""
+    from backends import get_control_plane
+
+    given: dict[str, list] = {}
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        key = key.lstrip("+")
+        override = parse(arg) if sep and key.startswith("control.options.") else None
+        values = typed_values(override) if override is not None else None
+        if values:
+            given[key.split(".", 2)[2]] = values
+    tps = [int(t) for t in _selected(argv, "tp", "1") if t.isdigit()] or [1]
+    for control in controls:
+        base = OmegaConf.to_container(_load_option("control", control)).get("options") or {}
+        names = [k for k in given if k in base]
+        for combo in itertools.product(*(given[k] for k in names)):
+            try:
+                get_control_plane(control).check_options(max(tps), **{**base, **dict(zip(names, combo))})
+            except ValueError as e:
+                return str(e)
     return None
 
 

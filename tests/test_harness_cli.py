@@ -75,6 +75,14 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["model.path="], "model.path is empty"),
     (["workload.warmup=maybe"], "workload.warmup must be true or false"),
     (["-m", "workload.num_seqs=2,0"], "workload.num_seqs must be an integer >= 1, got 0"),  # before job 0 runs
+    # session-5 break test: plane option values were refused only once the job had started its engine, and
+    # hybrid's hwm not at all
+    (["control=ring", "tp=2", "control.options.spin_us=-1"], "ring option spin_us must be a number >= 0"),
+    (["control=hybrid", "tp=2", "control.options.hwm=abc"], "hybrid option hwm must be an integer >= 1"),
+    (["-m", "control=ring,hybrid", "control.options.sleep_us=nan"], "ring option sleep_us must be a number"),
+    (["control=zmq", "control.options.hwm=-5"], "zmq option hwm must be an integer >= 1, got -5"),
+    (["control=shm", "control.options.segment_bytes=10"], "shm option segment_bytes must be an integer >= 65"),
+    (["-m", "control=ring", "control.options.nslots=16,0"], "ring option nslots must be an integer >= 1, got 0"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
@@ -96,6 +104,8 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     ["++llm.gemm=auto"], ["~llm.gemm"],
     # ++ adds where a selected workload lacks the key: scripts/multi_gpu_sweep.sh was refused on the device
     ["-m", "workload=latency,latency-b8,bench", "++workload.iterations=5", "device=cuda"],
+    ["control=ring", "tp=4", "control.options.spin_us=0", "control.options.nslots=1"],
+    ["-m", "control=ring,hybrid", "control.options.idle_ms=0,10"],
 ])
 def test_good_overrides_are_not_refused(argv):
     """Found by a break test of the up-front checks: commands that run were refused."""
