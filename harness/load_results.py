@@ -82,6 +82,8 @@ def _read_one(path: str) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
+    if df.empty:
+        raise InputError(f"{path}: no rows (a header only)")
     return df
 
 

@@ -141,6 +141,7 @@ def test_older_schema_rows_still_load(sweep, tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("", "empty file"),
     ("a,b\n1,2\n", "missing column"),
+    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + "\n", "no rows (a header only)"),
 ])
 def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
