@@ -70,36 +70,23 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
     return path
 
 
-def preset_of(name: str) -> dict:
-    """The ``preset`` (Qwen3Config keyword arguments) of ``conf/model/<name>.yaml``.
-
-    Raises:
-        ValueError: no such file, or a model without a preset.
-    """
-    import yaml
-
-    from .overrides import CONF_DIR
-
-    path = os.path.join(CONF_DIR, "model", f"{name}.yaml")
-    preset = yaml.safe_load(open(path)).get("preset") if os.path.isfile(path) else None
-    if not preset:
-        raise ValueError(f"{name!r} is not a preset in conf/model/")
-    return preset
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.checkpoint MODEL [--seed N]``: draw preset ``conf/model/MODEL.yaml`` into the cache
     (what a run would do on first use) and print its directory; the device scripts call it before timing."""
     import argparse
 
+    import yaml
+
+    from .overrides import CONF_DIR
+
     ap = argparse.ArgumentParser(prog="python -m harness.checkpoint")
     ap.add_argument("model", help="a preset: the name of a file in conf/model/")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    try:
-        preset = preset_of(args.model)
-    except ValueError as e:
-        ap.error(str(e))
+    path = os.path.join(CONF_DIR, "model", f"{args.model}.yaml")
+    preset = yaml.safe_load(open(path)).get("preset") if os.path.isfile(path) else None
+    if not preset:
+        ap.error(f"{args.model!r} is not a preset in conf/model/")
     print(materialize(args.model, preset, seed=args.seed))
     return 0
 

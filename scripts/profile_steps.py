@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine import LLM
 from engine.sequence import Sequence
-from harness.checkpoint import materialize, preset_of
+from harness.checkpoint import materialize
 from harness.workloads import build_workload
 
 
@@ -71,7 +71,7 @@ def main():
     from gpu_only import require_cuda
 
     require_cuda(args.tp)
-    preset = preset_of(args.model)
+    preset = yaml.safe_load(open(f"conf/model/{args.model}.yaml"))["preset"]
     path = materialize(args.model, preset, seed=0)
     w = yaml.safe_load(open(f"conf/workload/{args.workload}.yaml"))
     if args.num_seqs:
