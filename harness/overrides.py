@@ -194,7 +194,6 @@ def check_overrides(argv: list[str]) -> str | None:
     devices = _selected(argv, "device", "auto")
     # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
     builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
-    options: dict[str, list] = {}  # control.options.<name>: its typed values, checked together at the end
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -236,8 +235,6 @@ def check_overrides(argv: list[str]) -> str | None:
             if lacking:
                 return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "
                         f"it, e.g. workload=latency, or add it with ++{key}=...)")
-        if key.startswith("control.options.") and values:
-            options[key.split(".", 2)[2]] = values
         for v in values or []:  # None: a grammar error or an interval sweep, which Hydra reports or expands
             problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
                        else _check_workload_value(key, v, workloads) if key.startswith("workload.")
@@ -245,15 +242,23 @@ def check_overrides(argv: list[str]) -> str | None:
                        else None)
             if problem:
                 return problem
-    return _check_control_options(argv, controls, options)
+    return _check_control_options(argv, controls)
 
 
-def _check_control_options(argv: list[str], controls: list[str], given: dict[str, list]) -> str | None:
-    """Every selected plane's options (its conf/control file's, with ``given``: the command's
-    ``control.options.*`` values by option name, each combination of a sweep's) through the plane's own
-    check (``check_options``), at the largest tp asked for; the message of the first it refuses, or None."""
+def _check_control_options(argv: list[str], controls: list[str]) -> str | None:
+    """Every selected plane's options (its conf/control file's, the command's ``control.options.*`` values
+    applied, each combination of a sweep's) through the plane's own check (``check_options``), at the
+    largest tp asked for; the message of the first it refuses, or None."""
     from backends import get_control_plane
 
+    given: dict[str, list] = {}
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        key = key.lstrip("+")
+        override = parse(arg) if sep and key.startswith("control.options.") else None
+        values = typed_values(override) if override is not None else None
+        if values:
+            given[key.split(".", 2)[2]] = values
     tps = [int(t) for t in _selected(argv, "tp", "1") if t.isdigit()] or [1]
     for control in controls:
         base = OmegaConf.to_container(_load_option("control", control)).get("options") or {}
