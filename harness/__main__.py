@@ -15,6 +15,8 @@ import hydra
 from omegaconf import DictConfig
 
 from .overrides import CONF_DIR, check_overrides
+from .signals import as_interrupt
+from .signals import install as install_signal_handlers
 
 EXIT_CODES: list[int] = []
 
@@ -27,7 +29,9 @@ def main(cfg: DictConfig) -> None:
         from .app import run_job
 
         code = run_job(cfg)
-    except KeyboardInterrupt:  # before a run could write its row (imports, materialising the preset)
+    except BaseException as e:  # before a run could write its row (imports, materialising the preset)
+        if not isinstance(as_interrupt(e), KeyboardInterrupt):
+            raise
         print("error: interrupted", file=sys.stderr)
         code = 130
     EXIT_CODES.append(code)
@@ -35,18 +39,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
-def _terminate(signum, frame):
-    """SIGTERM and SIGHUP take the same orderly path as Ctrl-C: workers stopped, segments unlinked, a row."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
-    # A shell starts background jobs with SIGINT ignored, and Python keeps an inherited SIG_IGN: the run would
-    # then ignore Ctrl-C / kill -INT. It always stops, unlinks its segments and writes its failed row instead.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)
+    install_signal_handlers()  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, segments unlinked, a failed row
     try:
         problem = check_overrides(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch

@@ -18,6 +18,7 @@ from .job_setup import base_row, engine_settings, failed, model_label, prepare, 
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
 from .report import print_floor, print_summary
+from .signals import as_interrupt
 from .workloads import Workload
 
 SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
@@ -123,14 +124,13 @@ def run_engine_job(cfg: DictConfig) -> int:
                 print_floor(row, work, llm)
         ok = True
         return 1 if results.problem else 0
-    except (ConfigError, ValueError, TypeError) as e:
-        if llm is None:  # bad input: nothing was spawned, no row
+    except BaseException as e:
+        e = as_interrupt(e)
+        if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
             print(f"error: {cli_message(str(e), cfg.llm.keys())}", file=sys.stderr)
             return 2
-        return failed(results, row0, repeat, e)
-    except BaseException as e:
         if results is None:
-            raise
+            raise e from None
         return failed(results, row0, repeat, e)
     finally:
         if not ok or not reuse:

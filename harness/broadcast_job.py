@@ -13,6 +13,7 @@ from .app import SWEEP_ROWS
 from .broadcast import BroadcastGroup, run_broadcast
 from .job_setup import base_row, check_results_dir, control_options, failed
 from .report import one_line, print_broadcast
+from .signals import as_interrupt
 from .workloads import check_workload
 
 
@@ -51,10 +52,11 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
     try:
         group = BroadcastGroup(cfg.control.name, cfg.tp, control_options(cfg), cfg.llm.timeout_s,
                                cfg.llm.startup_timeout_s, launch)
-    except (ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except BaseException as e:
+        e = as_interrupt(e)
+        if isinstance(e, (ConfigError, ValueError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return failed(results, row0, 0, e)
     context = group.group.context
     sync, uncertainty = group.group.clock_sync()
@@ -68,8 +70,9 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
                 SWEEP_ROWS.append(row)
         return 1 if results.problem else 0
     except BaseException as e:
+        e = as_interrupt(e)
         results.add({**row0, "repeat": r, "status": "failed", "error": one_line(e)})
-        print(f"error: {'interrupted' if isinstance(e, KeyboardInterrupt) else one_line(e)}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
         group.close()

@@ -18,6 +18,7 @@ from engine.config import REQUIRED_HF_KEYS, read_hf_config, resolve_device  # no
 
 from .checkpoint import cache_dir, materialize
 from .report import one_line, print_summary
+from .signals import as_interrupt
 from .results_csv import Results
 from .schema import COLUMNS, SCHEMA_VERSION
 from .sysinfo import hydra_dir, metadata
@@ -165,6 +166,7 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
 
 def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     """Append the failed row of an interrupted or crashed run; returns the exit code (130 or 1)."""
+    e = as_interrupt(e)
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
     print_summary(row, results.add(row))
     print(f"error: {one_line(e)}", file=sys.stderr)
