@@ -5,8 +5,11 @@ Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``8b-tp1`` (H
 (Hq 16, Hkv 4: one rank's heads at tp=2); D 128, bf16, KV block 256, batch ``--batch`` (256). Contexts:
 every sequence at 512, 1024 and 2048 tokens, and ``mixed``: uniform in [300, 1224], the bench's spread
 of contexts after ~200 decode steps (prompts of 100-1024 tokens). ``--quick``: mixed contexts only, a
-smaller grid of tiles. (A split-KV variant, tried at commit b1f63cb with 1-8 splits per sequence, lost at
-every split count on the 8B shapes: results/h200x2/logs/session5/.)
+smaller grid of tiles. ``--default-only``: the engine's launch (32 / 2 / 2) alone. ``--contexts mixed,762``:
+the context kinds to run (an integer: every sequence at that length). ``--longest-first``: the sequences
+sorted by context length, longest first (programs are scheduled in that order: the last to start are the
+shortest, the longest-processing-time rule). (A split-KV variant, tried at commit b1f63cb with 1-8 splits
+per sequence, lost at every split count on the 8B shapes: results/h200x2/logs/session5/.)
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
@@ -40,11 +43,18 @@ def main():
     ap.add_argument("--shape", choices=SHAPES, default="0.6b")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--quick", action="store_true", help="mixed contexts only, a smaller grid of tiles")
+    ap.add_argument("--default-only", action="store_true", help="only the engine's launch: 32 / 2 / 2")
+    ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
+    ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
     args = ap.parse_args()
+    kinds = (tuple(k if k == "mixed" else int(k) for k in args.contexts.split(",")) if args.contexts
+             else ("mixed",) if args.quick else (512, 1024, 2048, "mixed"))
     Hq, Hkv = SHAPES[args.shape]
     B = args.batch
-    for kind in ("mixed",) if args.quick else (512, 1024, 2048, "mixed"):
+    for kind in kinds:
         lens = context_lens(kind, B)
+        if args.longest_first:
+            lens = lens.sort(descending=True).values
         nbs = (lens + BS - 1) // BS
         nb = int(nbs.max())
         kc = torch.randn(B * nb + 1, BS, Hkv, D, device="cuda", dtype=torch.bfloat16)
@@ -56,8 +66,8 @@ def main():
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
-        grid = itertools.product((32, 64), (2, 4), (2, 3)) if args.quick else \
-            itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
+        grid = [(32, 2, 2)] if args.default_only else itertools.product((32, 64), (2, 4), (2, 3)) if args.quick \
+            else itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
         for block_n, warps, stages in grid:
             try:
                 def step():
@@ -69,7 +79,8 @@ def main():
                 print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
                 continue
             tbs = nbytes / ms / 1e9
-            print(f"{args.shape} B {B} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages}: "
+            order = " longest-first" if args.longest_first else ""
+            print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
 
 
