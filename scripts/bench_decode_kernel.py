@@ -8,8 +8,11 @@ of contexts after ~200 decode steps (prompts of 100-1024 tokens). ``--quick``: m
 smaller grid of tiles. ``--default-only``: the engine's launch (32 / 2 / 2) alone. ``--contexts mixed,762``:
 the context kinds to run (an integer: every sequence at that length). ``--longest-first``: the sequences
 sorted by context length, longest first (programs are scheduled in that order: the last to start are the
-shortest, the longest-processing-time rule). (A split-KV variant, tried at commit b1f63cb with 1-8 splits
-per sequence, lost at every split count on the 8B shapes: results/h200x2/logs/session5/.)
+shortest, the longest-processing-time rule). ``--head-major``: the caches laid out ``[num_blocks, Hkv,
+block_size, D]`` (each KV head's tokens of a block contiguous) and passed to the kernel as the engine's
+``[num_blocks, block_size, Hkv, D]`` view (the kernel takes strides). (A split-KV variant, tried at
+commit b1f63cb with 1-8 splits per sequence, lost at every split count on the 8B shapes:
+results/h200x2/logs/session5/.)
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
@@ -46,6 +49,7 @@ def main():
     ap.add_argument("--default-only", action="store_true", help="only the engine's launch: 32 / 2 / 2")
     ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
     ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
+    ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
     args = ap.parse_args()
     kinds = (tuple(k if k == "mixed" else int(k) for k in args.contexts.split(",")) if args.contexts
              else ("mixed",) if args.quick else (512, 1024, 2048, "mixed"))
@@ -57,8 +61,12 @@ def main():
             lens = lens.sort(descending=True).values
         nbs = (lens + BS - 1) // BS
         nb = int(nbs.max())
-        kc = torch.randn(B * nb + 1, BS, Hkv, D, device="cuda", dtype=torch.bfloat16)
-        vc = torch.randn_like(kc)
+        if args.head_major:
+            kc, vc = (torch.randn(B * nb + 1, Hkv, BS, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                      for _ in range(2))
+        else:
+            kc = torch.randn(B * nb + 1, BS, Hkv, D, device="cuda", dtype=torch.bfloat16)
+            vc = torch.randn_like(kc)
         tables = torch.randperm(B * nb, device="cuda", dtype=torch.int32).view(B, nb)
         lens = lens.cuda()
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
@@ -79,7 +87,7 @@ def main():
                 print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
                 continue
             tbs = nbytes / ms / 1e9
-            order = " longest-first" if args.longest_first else ""
+            order = " longest-first" * args.longest_first + " head-major" * args.head_major
             print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
 
