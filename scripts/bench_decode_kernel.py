@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--quick", action="store_true", help="mixed contexts only, a smaller grid of tiles")
     ap.add_argument("--default-only", action="store_true", help="only the engine's launch: 32 / 2 / 2")
+    ap.add_argument("--launch", help="only this launch: block_n,warps,stages (e.g. 64,2,2)")
     ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
     ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
@@ -74,8 +75,12 @@ def main():
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
-        grid = [(32, 2, 2)] if args.default_only else itertools.product((32, 64), (2, 4), (2, 3)) if args.quick \
-            else itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
+        if args.launch or args.default_only:
+            grid = [tuple(int(x) for x in (args.launch or "32,2,2").split(","))]
+        elif args.quick:
+            grid = itertools.product((32, 64), (2, 4), (2, 3))
+        else:
+            grid = itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
         for block_n, warps, stages in grid:
             try:
                 def step():
