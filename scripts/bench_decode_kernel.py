@@ -1,24 +1,26 @@
 """Time the Triton paged-decode kernel for several launch configurations; prints achieved bandwidth next to
 the 4.3 TB/s copy rate. Bytes counted = K and V of every context token, read once (the kernel's floor).
 
-Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``8b-tp1`` (Hq 32, Hkv 8), ``8b-tp2``
-(Hq 16, Hkv 4: one rank's heads at tp=2); D 128, bf16, KV block 256, batch ``--batch`` (256). Contexts:
-every sequence at 512, 1024 and 2048 tokens, and ``mixed``: uniform in [300, 1224], the bench's spread
-of contexts after ~200 decode steps (prompts of 100-1024 tokens). ``--quick``: mixed contexts only, a
-smaller grid of tiles. ``--default-only``: the engine's launch (32 / 2 / 2) alone. ``--contexts mixed,762``:
-the context kinds to run (an integer: every sequence at that length). ``--longest-first``: the sequences
-sorted by context length, longest first (programs are scheduled in that order: the last to start are the
-shortest, the longest-processing-time rule). ``--head-major``: the caches laid out ``[num_blocks, Hkv,
-block_size, D]`` (each KV head's tokens of a block contiguous) and passed to the kernel as the engine's
-``[num_blocks, block_size, Hkv, D]`` view (the kernel takes strides). (A split-KV variant, tried at
-commit b1f63cb with 1-8 splits per sequence, lost at every split count on the 8B shapes:
-results/h200x2/logs/session5/.)
+Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``0.6b-tp2`` (Hq 8, Hkv 4),
+``8b-tp1`` (Hq 32, Hkv 8), ``8b-tp2`` (Hq 16, Hkv 4: one rank's heads at tp=2); D 128, bf16, KV block 256,
+batch ``--batch`` (256). Contexts: every sequence at 512, 1024 and 2048 tokens, and ``mixed``: uniform in
+[300, 1224], the bench's spread of contexts after ~200 decode steps (prompts of 100-1024 tokens).
+
+Options: ``--quick``: mixed contexts only, a smaller grid of launches. ``--default-only``: the engine's
+launch alone; ``--launch 64,2,2``: that one (block_n, warps, stages). ``--contexts mixed,762``: the context
+kinds (an integer: every sequence at that length). ``--longest-first``: the sequences sorted by context,
+longest first (the programs start in that order). ``--head-major``: the caches laid out ``[num_blocks, Hkv,
+block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the kernel takes
+strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
+programs and the tile do. A split-KV variant (commit b1f63cb, 1-8 splits per sequence) lost at every split
+count on the 8B shapes (results/h200x2/logs/session5/).
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
 """
 
 import argparse
+import inspect
 import itertools
 
 import torch
@@ -30,7 +32,9 @@ import triton.testing  # noqa: E402
 
 from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 
-SHAPES = {"0.6b": (16, 8), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
+DEFAULT_LAUNCH = tuple(inspect.signature(paged_decode_attention).parameters[p].default
+                       for p in ("block_n", "num_warps", "num_stages"))
+SHAPES = {"0.6b": (16, 8), "0.6b-tp2": (8, 4), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
 D, BS = 128, 256
 
 
@@ -46,7 +50,7 @@ def main():
     ap.add_argument("--shape", choices=SHAPES, default="0.6b")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--quick", action="store_true", help="mixed contexts only, a smaller grid of tiles")
-    ap.add_argument("--default-only", action="store_true", help="only the engine's launch: 32 / 2 / 2")
+    ap.add_argument("--default-only", action="store_true", help="only the engine's launch")
     ap.add_argument("--launch", help="only this launch: block_n,warps,stages (e.g. 64,2,2)")
     ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
     ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
@@ -76,7 +80,7 @@ def main():
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
         if args.launch or args.default_only:
-            grid = [tuple(int(x) for x in (args.launch or "32,2,2").split(","))]
+            grid = [tuple(int(x) for x in args.launch.split(","))] if args.launch else [DEFAULT_LAUNCH]
         elif args.quick:
             grid = itertools.product((32, 64), (2, 4), (2, 3))
         else:

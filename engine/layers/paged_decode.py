@@ -74,7 +74,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
 
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
-                           context_lens: torch.Tensor, scale: float, block_n: int = 32, num_warps: int = 2,
+                           context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
                            num_stages: int = 2) -> torch.Tensor:
     """One decode step of attention, the new token's K/V store included.
 
@@ -83,7 +83,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     block_tables ``[B, max_blocks]`` int32; context_lens ``[B]`` int32 (tokens, >= 1, the new one
     included) -> ``[B, Hq, D]``; k_new / v_new are written into the caches at their slots.
     ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
-    tuning (scripts/bench_decode_kernel.py; 32 / 2 / 2 measured fastest on the H200 at contexts 512-2048).
+    tuning (scripts/bench_decode_kernel.py; 64 / 2 / 2 measured fastest on the H200 at the 8B shapes with
+    ~1,000 programs, results/h200/session6/; 32 and 64 tie where programs are many).
     """
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
