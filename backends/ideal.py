@@ -155,7 +155,7 @@ class IdealControlPlane(_InnerLiveness, ControlPlane):
 
 class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
     """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
-    first (no transport: one-way latency 0)."""
+    first (no transport: a replayed message has no one-way latency, and adds no receive sample)."""
 
     name = "ideal"
 
@@ -176,8 +176,7 @@ class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
                 return method, args
             self.preloaded.extend(args[0])
         method, args = self.preloaded.popleft()
-        self.last_send_ns = None  # replayed: no send to measure from
-        self.recv_stats.add(sum(len(a) for a in args if isinstance(a, (bytes, bytearray))), 0)
+        self.last_send_ns = None  # replayed: no send to measure from, so no one-way sample (not a 0)
         return method, args
 
     def _recv_bytes(self) -> bytes:  # every receive goes through recv() above

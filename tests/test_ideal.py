@@ -9,6 +9,7 @@ import pytest
 from backends.ideal import IdealControlPlane, ScheduleMismatch
 from control_plane_worker import start_echo_workers, stop_echo_workers
 from engine import LLM, SamplingParams
+from harness.metrics import control_metrics
 from helpers import prompts_of_lengths
 
 
@@ -21,7 +22,7 @@ def messages(start: int, count: int) -> list[tuple]:
 @pytest.mark.parametrize("inner", ["pipe", "ring"])
 def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
     """200 live messages (recorded), then the same 200 replayed: every worker sees 400 in order, intact; the
-    replayed ones cost the transport nothing (one-way latency 0) and rank 0 only checks them."""
+    replayed ones cost the transport nothing (no receive sample) and rank 0 only checks them."""
     cp = IdealControlPlane(3, timeout_s=30, inner=inner)
     procs, results = start_echo_workers(cp, (1, 2))
     try:
@@ -89,7 +90,12 @@ def test_engine_under_ideal_gives_the_same_tokens_and_refuses_another_schedule(t
         replayed = [o["token_ids"] for o in llm.generate(prompts, params)]
         llm.control.finish_replay()
         assert recorded == replayed == want
-        assert llm.collect_control_stats()["recv"][1]["launch_ns"] == []  # replayed: no send to time from
+        replay_stats = llm.collect_control_stats()
+        assert len(replay_stats["send"]["ns"]) == len(llm.steps)  # rank 0 checked every step
+        # replayed: no send to time from, so neither a launch lag nor a one-way latency (blank, not 0)
+        assert replay_stats["recv"][1]["launch_ns"] == [] and replay_stats["recv"][1]["ns"] == []
+        row = control_metrics(replay_stats, llm.steps)
+        assert row["ctrl_oneway_us_p50"] is None and row["ctrl_oneway_over_step_pct"] is None
         llm.reset()
         llm.control.start_recording()
         llm.generate(prompts, params)
