@@ -17,7 +17,7 @@ from .engine_cache import release as release_engine
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
-from .report import print_floor, print_summary
+from .report import print_floor, print_summary, show_progress
 from .signals import as_interrupt
 from .workloads import Workload
 
@@ -116,8 +116,8 @@ def run_engine_job(cfg: DictConfig) -> int:
         gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
         for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
-            row = {**row0, "repeat": repeat, "status": "ok", **timed_run(llm, work, sampler, cfg.progress),
-                   "gpu_name": sampler.gpu_name}
+            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress))
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
             print_summary(row, results.add(row))
             SWEEP_ROWS.append(row)
             if device == "cuda":

@@ -12,7 +12,7 @@ from engine.launch import Launch
 from .app import SWEEP_ROWS
 from .broadcast import BroadcastGroup, run_broadcast
 from .job_setup import base_row, check_results_dir, control_options, failed
-from .report import one_line, print_broadcast
+from .report import one_line, print_broadcast, show_progress
 from .signals import as_interrupt
 from .workloads import check_workload
 
@@ -64,7 +64,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
     r = 0
     try:
         for r in range(cfg.repeat):
-            for result in run_broadcast(w, group, cfg.progress):
+            for result in run_broadcast(w, group, show_progress(cfg.progress)):
                 row = {**row0, "repeat": r, "status": "ok", **result}
                 print_broadcast(row, results.add(row))
                 SWEEP_ROWS.append(row)

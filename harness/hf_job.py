@@ -13,7 +13,7 @@ from engine.config import resolve_dtype
 from .transformers_baseline import run_hf
 from .job_setup import base_row, failed, model_label, prepare, resolve_device
 from .nvml_sampler import NvmlSampler
-from .report import print_summary
+from .report import print_summary, show_progress
 
 
 def run_hf_job(cfg: DictConfig) -> int:
@@ -36,7 +36,8 @@ def run_hf_job(cfg: DictConfig) -> int:
         for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpu, cfg.nvml_interval_s).start()
             try:
-                metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed, cfg.progress)
+                metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed,
+                                                    show_progress(cfg.progress))
             finally:
                 sampler.stop()
             row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **sampler.summary(),

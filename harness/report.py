@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .floor import decode_floor
@@ -68,3 +70,9 @@ def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     head = text[0] if text else type(e).__name__
     return f"{type(e).__name__}: {head}" + (f" ... {text[-1].strip()}" if len(text) > 1 else "")
+
+
+def show_progress(progress: bool) -> bool:
+    """Whether to draw tqdm bars: asked for (``progress=true``, the default) and stderr is a terminal. Into a
+    log file or a pipe a bar is not redrawn in place: every refresh would add a line of its own."""
+    return bool(progress) and sys.stderr.isatty()
