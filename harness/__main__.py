@@ -11,12 +11,19 @@ import os
 import signal
 import sys
 
-import hydra
-from omegaconf import DictConfig
-
-from .overrides import CONF_DIR, check_overrides
 from .signals import as_interrupt
 from .signals import install as install_signal_handlers
+
+if __name__ == "__main__":
+    install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below with exit 130
+try:
+    import hydra
+    from omegaconf import DictConfig
+
+    from .overrides import CONF_DIR, check_overrides
+except KeyboardInterrupt:
+    print("error: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 EXIT_CODES: list[int] = []
 
@@ -41,7 +48,6 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
-    install_signal_handlers()  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, segments unlinked, a failed row
     try:
         problem = check_overrides(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
@@ -56,9 +62,11 @@ if __name__ == "__main__":
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     finally:
-        from .engine_cache import release
-
-        release()
+        # Only an engine cache that was imported can hold an engine. Importing it here would import torch
+        # again after a signal interrupted its first import: a traceback, or a crash, instead of exit 130.
+        engine_cache = sys.modules.get("harness.engine_cache")
+        if engine_cache is not None:
+            engine_cache.release()
     if len(EXIT_CODES) > 1 and os.environ.get("RANK", "0") == "0":  # rank 0 writes the rows; the others serve
         from .app import SWEEP_ROWS
         from .analyze import print_sweep_summary

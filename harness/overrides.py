@@ -52,18 +52,42 @@ def _not_empty(hint: str):
     return check
 
 
+def _bool(key: str, v) -> str | None:
+    return None if isinstance(v, bool) else f"{key} must be true or false, got {'' if v is None else str(v)!r}"
+
+
+def _positive_number(key: str, v) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        return f"{key} must be a number > 0, got {'' if v is None else str(v)!r}"
+    return None
+
+
+def _file_name(key: str, v) -> str | None:
+    """A plain file name: the rows go inside ``results_dir`` (checked writable before the run), never
+    elsewhere through a path."""
+    if v in (None, ""):
+        return f"{key} is empty: give a file name (default: runs.csv)"
+    if "/" in str(v) or str(v) in (".", ".."):
+        return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
+    return None
+
+
 VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
-                "results_dir": _not_empty("give a directory (default: results)"),
-                "results_file": _not_empty("give a file name (default: runs.csv)")}
+                "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
+                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
+                "reuse_engine": _bool}
 
 
-def _check_workload_value(key: str, typed, workloads: list[str]) -> str | None:
+def _check_workload_value(key: str, typed, workloads: list[str], given: dict) -> str | None:
     """``workload.<k>`` = ``typed`` applied to each selected workload and checked as the run would check it,
     so that a sweep's bad value fails before its first job rather than when its job comes up. A workload
     that lacks the key (``++`` adds it; its kind ignores it, as bench does ``iterations``) is checked as
-    the first workload that has the key would be: a bad value is refused wherever it is added."""
+    the first workload that has the key would be: a bad value is refused wherever it is added. ``given``:
+    the command's other ``workload.*`` values (the first of a sweep's), applied too where the workload has
+    the key, so that a pair set together (``min_input_len`` above the default ``max_input_len``, with a
+    larger ``max_input_len``) is checked as the pair."""
     from .workloads import check_workload
 
     sub = key.split(".", 1)[1]
@@ -74,6 +98,7 @@ def _check_workload_value(key: str, typed, workloads: list[str]) -> str | None:
             if not donors:
                 continue
             w = OmegaConf.to_container(_load_option("workload", donors[0]))
+        w.update({k: v for k, v in given.items() if k in w})
         w[sub] = typed
         try:
             check_workload(w)
@@ -177,6 +202,19 @@ def _key_known(key: str, controls: list[str]) -> bool:
     return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
 
 
+def _workload_values(argv: list[str]) -> dict:
+    """The command's ``workload.<k>`` settings: {k: the first value it gives} (typed as Hydra types it)."""
+    given = {}
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        key = key.lstrip("+")
+        override = parse(arg) if sep and key.startswith("workload.") else None
+        values = typed_values(override) if override is not None else None
+        if values:
+            given[key.split(".", 1)[1]] = values[0]
+    return given
+
+
 def check_overrides(argv: list[str]) -> str | None:
     """One-line message for the first bad override, or None: an unknown group option or key (``+key`` adds
     only keys some option of the group knows, or a Qwen3Config field under ``model.preset``), a
@@ -194,6 +232,7 @@ def check_overrides(argv: list[str]) -> str | None:
     devices = _selected(argv, "device", "auto")
     # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
     builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
+    workload_given = _workload_values(argv)
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -237,7 +276,7 @@ def check_overrides(argv: list[str]) -> str | None:
                         f"it, e.g. workload=latency, or add it with ++{key}=...)")
         for v in values or []:  # None: a grammar error or an interval sweep, which Hydra reports or expands
             problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
-                       else _check_workload_value(key, v, workloads) if key.startswith("workload.")
+                       else _check_workload_value(key, v, workloads, workload_given) if key.startswith("workload.")
                        else _check_llm_value(key, v, devices) if key.startswith("llm.") and builds_engine
                        else None)
             if problem:

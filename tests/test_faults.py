@@ -124,6 +124,20 @@ def test_ctrl_c_during_start_up_stops_everything_at_once(tmp_path, model_cache):
     assert list(df.status) == ["failed"] and "interrupted" in df.error.iloc[0]
 
 
+@pytest.mark.timeout(240)
+def test_a_stop_signal_at_any_moment_of_start_up_exits_130_without_a_traceback(tmp_path, model_cache):
+    """Session-6 break test: SIGINT 1-3.5 s after the start (torch half imported) gave a traceback, exit 1 or
+    a segfault, because the exit path imported torch again; in the first ~0.3 s (Hydra importing, before
+    the handlers) a traceback and death by the signal."""
+    for delay in (0.1, 0.5, 1.0, 1.5, 2.5, 3.5):
+        proc = start_long_run(tmp_path, model_cache)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Traceback" not in err, f"SIGINT after {delay} s: {err[-3000:]}"
+        assert not segments_of(proc.pid)
+
+
 @pytest.mark.timeout(180)
 def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model_cache):
     proc = start_long_run(tmp_path, model_cache)

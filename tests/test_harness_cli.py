@@ -83,6 +83,15 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["control=zmq", "control.options.hwm=-5"], "zmq option hwm must be an integer >= 1, got -5"),
     (["control=shm", "control.options.segment_bytes=10"], "shm option segment_bytes must be an integer >= 65"),
     (["-m", "control=ring", "control.options.nslots=16,0"], "ring option nslots must be an integer >= 1, got 0"),
+    # session-6 break test: a negative hf_batch_size wrote an ok row of 0 tokens; a results_file with a path
+    # wrote outside results_dir (or waited out a file lock under /proc); the others were not checked at all
+    (["engine=hf", "tp=1", "hf_batch_size=-3"], "hf_batch_size must be an integer >= 1, got '-3'"),
+    (["results_file=/etc/x.csv"], "results_file must be a file name inside results_dir"),
+    (["results_file=."], "results_file must be a file name inside results_dir"),
+    (["nvml_interval_s=0"], "nvml_interval_s must be a number > 0"),
+    (["progress=maybe"], "progress must be true or false, got 'maybe'"),
+    (["reuse_engine=2"], "reuse_engine must be true or false, got '2'"),
+    (["workload.min_input_len=50", "workload.max_input_len=40"], "min_input_len=50 is above workload.max_input_len=40"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
@@ -106,6 +115,9 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     ["-m", "workload=latency,latency-b8,bench", "++workload.iterations=5", "device=cuda"],
     ["control=ring", "tp=4", "control.options.spin_us=0", "control.options.nslots=1"],
     ["-m", "control=ring,hybrid", "control.options.idle_ms=0,10"],
+    # a pair set together was checked against the other's default (session-6 break test)
+    ["workload=smoke", "workload.min_input_len=50", "workload.max_input_len=100"],
+    ["workload=smoke", "workload.max_output_len=2", "workload.min_output_len=1"],
 ])
 def test_good_overrides_are_not_refused(argv):
     """Found by a break test of the up-front checks: commands that run were refused."""
