@@ -202,16 +202,17 @@ def _key_known(key: str, controls: list[str]) -> bool:
     return OmegaConf.select(base, key, default=_MISSING) is not _MISSING
 
 
-def _workload_values(argv: list[str]) -> dict:
-    """The command's ``workload.<k>`` settings: {k: the first value it gives} (typed as Hydra types it)."""
+def _given(argv: list[str], prefix: str) -> dict[str, list]:
+    """The command's settings under ``prefix`` (``workload.``, ``control.options.``): {the key after the
+    prefix: its values, typed as Hydra types them (several for a sweep)}."""
     given = {}
     for arg in argv:
         key, sep, _ = arg.partition("=")
         key = key.lstrip("+")
-        override = parse(arg) if sep and key.startswith("workload.") else None
+        override = parse(arg) if sep and key.startswith(prefix) else None
         values = typed_values(override) if override is not None else None
         if values:
-            given[key.split(".", 1)[1]] = values[0]
+            given[key[len(prefix):]] = values
     return given
 
 
@@ -232,7 +233,7 @@ def check_overrides(argv: list[str]) -> str | None:
     devices = _selected(argv, "device", "auto")
     # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
     builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
-    workload_given = _workload_values(argv)
+    workload_given = {k: v[0] for k, v in _given(argv, "workload.").items()}
     for arg in argv:
         if arg.startswith("-"):
             continue
@@ -290,14 +291,7 @@ def _check_control_options(argv: list[str], controls: list[str]) -> str | None:
     largest tp asked for; the message of the first it refuses, or None."""
     from backends import get_control_plane
 
-    given: dict[str, list] = {}
-    for arg in argv:
-        key, sep, _ = arg.partition("=")
-        key = key.lstrip("+")
-        override = parse(arg) if sep and key.startswith("control.options.") else None
-        values = typed_values(override) if override is not None else None
-        if values:
-            given[key.split(".", 2)[2]] = values
+    given = _given(argv, "control.options.")
     tps = [int(t) for t in _selected(argv, "tp", "1") if t.isdigit()] or [1]
     for control in controls:
         base = OmegaConf.to_container(_load_option("control", control)).get("options") or {}
