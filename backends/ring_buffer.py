@@ -48,11 +48,11 @@ from multiprocessing import shared_memory
 
 from .base import POLL_S, ControlPlaneError
 from .validation import check_int, is_number
+from .segments import MAX_SEGMENT_BYTES
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
 MARKERS_AT = 64
-MAX_SEGMENT_BYTES = 1 << 30  # a larger ring buys nothing and could exhaust /dev/shm
 CONTENDED_YIELD_S = 50e-6  # a sched_yield longer than this ran another task: the host has no idle core
 CONTENDED_SLEEP_S = 100e-6  # the yield phase's poll period on such a host (100 beat 20 us: CONTROL.md)
 LATE_YIELDS = 3  # this many late yields in a row make the verdict (one can be a stray thread on an idle host)

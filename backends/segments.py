@@ -14,6 +14,7 @@ import secrets
 from multiprocessing import shared_memory
 
 PREFIX = "tpcp"
+MAX_SEGMENT_BYTES = 1 << 30  # a larger segment buys a plane nothing and could exhaust /dev/shm
 
 
 def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:

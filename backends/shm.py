@@ -23,7 +23,8 @@ import struct
 
 from .base import ControlPlane, WorkerEndpoint
 from .validation import check_int
-from .segments import attach_segment, create_segment, register_semaphores, release_segment, unregister_semaphores
+from .segments import (MAX_SEGMENT_BYTES, attach_segment, create_segment, register_semaphores, release_segment,
+                       unregister_semaphores)
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -35,7 +36,7 @@ class ShmControlPlane(ControlPlane):
 
     Args:
         world_size, timeout_s, context: see :class:`ControlPlane`.
-        segment_bytes: size of the shared segment (bytes, > 64); messages above ``segment_bytes - 64``
+        segment_bytes: size of the shared segment (bytes, > 64, <= 1 GiB); messages above ``segment_bytes - 64``
             travel in several chunks.
     """
 
@@ -44,6 +45,8 @@ class ShmControlPlane(ControlPlane):
     @classmethod
     def check_options(cls, world_size: int, segment_bytes) -> None:
         check_int("shm option", "segment_bytes", segment_bytes, DATA_OFFSET + 1)
+        if segment_bytes > MAX_SEGMENT_BYTES:
+            raise ValueError(f"shm: segment_bytes={segment_bytes} exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  context=None):

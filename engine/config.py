@@ -256,7 +256,8 @@ def read_hf_config(path: str) -> dict:
 
     Raises:
         ConfigError: missing directory, missing/unreadable config.json, no safetensors file, not Qwen3,
-            a required key missing, or RoPE scaling (unsupported).
+            a required key missing or of the wrong type (sizes, rms_norm_eps, tie_word_embeddings, eos_token_id),
+            or RoPE scaling (unsupported).
     """
     if not os.path.isdir(path):
         raise ConfigError(f"checkpoint directory not found: {path}")
@@ -286,6 +287,10 @@ def read_hf_config(path: str) -> dict:
         raise ConfigError(f"{cfg_path}: RoPE scaling {rope} is not supported")
     hf["rope_theta"] = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
     hf.setdefault("tie_word_embeddings", False)
+    if not is_number(hf["rms_norm_eps"]) or hf["rms_norm_eps"] <= 0:
+        raise ConfigError(f"{cfg_path}: rms_norm_eps must be a number > 0, got {hf['rms_norm_eps']!r}")
+    if not isinstance(hf["tie_word_embeddings"], bool):
+        raise ConfigError(f"{cfg_path}: tie_word_embeddings must be true or false, got {hf['tie_word_embeddings']!r}")
     gen_path = os.path.join(path, "generation_config.json")
     if os.path.isfile(gen_path):
         try:
@@ -293,4 +298,8 @@ def read_hf_config(path: str) -> dict:
                 hf["generation_eos_token_id"] = json.load(f).get("eos_token_id")
         except (OSError, json.JSONDecodeError, AttributeError) as e:
             raise ConfigError(f"cannot read {gen_path}: {e}") from None
+    for key, where in (("eos_token_id", cfg_path), ("generation_eos_token_id", gen_path)):
+        eos = hf.get(key)
+        if eos is not None and not (is_int(eos) or isinstance(eos, list) and all(is_int(i) for i in eos)):
+            raise ConfigError(f"{where}: eos_token_id must be a token id or a list of them, got {eos!r}")
     return hf

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import pickle
 import queue
+import signal
 import time
 from dataclasses import dataclass
 
@@ -120,7 +121,14 @@ class WorkerGroup:
                                   self.startup_timeout_s, self.timeout_s)
                 p = ctx.Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
                                 args=(boot, control.endpoint(rank), body, body_args))
-                p.start()
+                # The child inherits the blocked SIGINT through exec, so a Ctrl-C at the terminal (sent to
+                # every process of the group) cannot interrupt its imports with a traceback before
+                # worker_entry ignores it; here the signal waits, and is delivered when unblocked.
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    p.start()
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 self.procs[rank] = p
         else:
             for rank in self.workers:

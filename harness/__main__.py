@@ -20,7 +20,7 @@ try:
     import hydra
     from omegaconf import DictConfig
 
-    from .overrides import CONF_DIR, check_overrides
+    from .overrides import CONF_DIR, check_overrides, for_hydra
 except KeyboardInterrupt:
     print("error: interrupted", file=sys.stderr)
     sys.exit(130)
@@ -50,6 +50,8 @@ if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
     try:
         problem = check_overrides(sys.argv[1:])
+        if not problem:
+            sys.argv[1:] = for_hydra(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -67,9 +69,13 @@ if __name__ == "__main__":
         engine_cache = sys.modules.get("harness.engine_cache")
         if engine_cache is not None:
             engine_cache.release()
-    if len(EXIT_CODES) > 1 and os.environ.get("RANK", "0") == "0":  # rank 0 writes the rows; the others serve
-        from .app import SWEEP_ROWS
-        from .analyze import print_sweep_summary
+        # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
+        if len(EXIT_CODES) > 1 and os.environ.get("RANK", "0") == "0":
+            try:
+                from .app import SWEEP_ROWS
+                from .analyze import print_sweep_summary
 
-        print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES))
+                print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
+            except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
+                pass
     sys.exit(max(EXIT_CODES, default=0))

@@ -150,10 +150,10 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None) -> l
     return keys
 
 
-def print_sweep_summary(rows: list[dict], jobs: int) -> None:
-    """The end of a sweep: the summary of the rows it wrote, and each plane's exposed cost where the sweep
-    ran ``control=ideal`` too (then the ratios are to ideal)."""
-    print(f"\n== sweep: {jobs} jobs, {len(rows)} ok rows ==")
+def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
+    """The end of a sweep (``interrupted``: stopped at its ``jobs``-th job): the summary of the rows it wrote,
+    and each plane's exposed cost where the sweep ran ``control=ideal`` too (then the ratios are to ideal)."""
+    print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} jobs, {len(rows)} ok rows ==")
     if not rows:
         return
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)

@@ -14,13 +14,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from backends.validation import is_int
 from engine import ConfigError
-from engine.config import REQUIRED_HF_KEYS, read_hf_config, resolve_device  # noqa: F401 (resolve_device: re-exported)
+from engine.config import read_hf_config, resolve_device  # noqa: F401 (resolve_device: re-exported)
 
 from .checkpoint import cache_dir, materialize
+from .model_checks import check_preset
 from .report import one_line, print_summary
 from .signals import as_interrupt
 from .results_csv import Results
-from .schema import COLUMNS, SCHEMA_VERSION
+from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload
 
@@ -35,10 +36,12 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
 
     name = "qwen3-0.6b" if device == "cuda" else "qwen3-tiny"
     chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
-    path = cfg.model.get("path")
+    path, given = cfg.model.get("path"), cfg.model.get("preset")  # model.preset.* of the command: onto the pick
     with open_dict(cfg):
         cfg.model = chosen
         cfg.model.path = path
+        if given:
+            cfg.model.preset = OmegaConf.merge(chosen.preset, given)
     print(f"model=auto: {name} on {device}{' (its shape; weights from model.path)' if path else ''}")
 
 
@@ -62,18 +65,15 @@ def model_path(cfg: DictConfig) -> str:
     """``model.path`` when set, else the preset materialised with transformers (cached).
 
     Raises:
-        ConfigError: a preset size that is not a positive integer, or a cache directory that cannot be
-            written.
+        ConfigError: a preset that transformers or the engine would refuse (``model_checks.check_preset``),
+            or a cache directory that cannot be written.
     """
     if cfg.model.get("path"):
         return os.path.abspath(os.path.expanduser(cfg.model.path))
     preset = OmegaConf.to_container(cfg.model.preset)
-    for key in REQUIRED_HF_KEYS:
-        v = preset.get(key)
-        if key != "rms_norm_eps" and (not is_int(v) or v < 1):
-            raise ConfigError(f"model.preset.{key} must be a positive integer, got {v!r}")
-    if preset["hidden_size"] % preset["num_attention_heads"] and "head_dim" not in preset:
-        raise ConfigError("model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)")
+    problem = check_preset(preset)
+    if problem:
+        raise ConfigError(problem)
     try:
         return materialize(cfg.model.name, preset, seed=cfg.seed)
     except OSError as e:
@@ -104,11 +104,12 @@ def task_overrides() -> list[str]:
 def base_row(cfg: DictConfig, device: str) -> dict:
     """The configuration columns of a row; ``overrides`` keeps the job's other command-line settings
     (``workload.num_seqs=8 llm.async_scheduling=false``...) so rows of a sweep over them stay apart."""
-    other = sorted(o for o in task_overrides()
-                   if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES and not o.startswith("hydra."))
+    other = [o for o in task_overrides()
+             if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES and not o.startswith("hydra.")]
     return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
             "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
-            "overrides": " ".join(other) or None, "seed": cfg.seed, "hydra_dir": hydra_dir(), **metadata(device)}
+            "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed, "hydra_dir": hydra_dir(),
+            **metadata(device)}
 
 
 def workload_config(cfg: DictConfig) -> dict:

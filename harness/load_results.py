@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .schema import COLUMNS, RENAMED
+from .schema import COLUMNS, RENAMED, normalize_overrides
 
 REQUIRED = ["control", "tp", "status"]
 NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
@@ -89,7 +89,8 @@ def _read_one(path: str) -> pd.DataFrame:
 
 def load(paths: list[str]) -> pd.DataFrame:
     """Every row of the CSVs (directories searched, ``find_csvs``), ok and failed; missing newer columns are
-    empty, damaged numeric cells empty.
+    empty, damaged numeric cells empty (counted in a warning), ``overrides`` in one spelling
+    (``schema.normalize_overrides``).
 
     Raises:
         InputError: a missing, empty or unreadable file, or one without the required columns.
@@ -102,6 +103,11 @@ def load(paths: list[str]) -> pd.DataFrame:
             if col not in df.columns:
                 df[col] = np.nan
         for col in NUMERIC:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
+            numbers = pd.to_numeric(df[col], errors="coerce")
+            bad = int((numbers.isna() & df[col].notna()).sum())
+            if bad:
+                print(f"warning: {path}: ignored {bad} non-numeric cell(s) in column {col}", file=sys.stderr)
+            df[col] = numbers
+        df["overrides"] = df["overrides"].map(normalize_overrides)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)

@@ -8,6 +8,10 @@ import os
 
 from omegaconf import OmegaConf
 
+from .model_checks import check_models
+from .value_checks import VALUE_CHECKS
+
+
 def _conf_dir() -> str:
     """``conf/`` of this source tree (a checkout, an editable install), else the installed copy, the package
     ``tpcp_conf``."""
@@ -25,59 +29,19 @@ GROUPS = ("control", "model", "workload")
 _MISSING = object()
 
 
+def default_option(group: str) -> str:
+    """The option of ``group`` that conf/config.yaml's ``defaults`` list selects (``control`` -> ``shm``)."""
+    for entry in OmegaConf.load(os.path.join(CONF_DIR, "config.yaml")).defaults:
+        if isinstance(entry, str):
+            continue
+        if group in entry:
+            return str(entry[group])
+    raise KeyError(group)
+
+
 def group_options(group: str) -> list[str]:
     """The choices of config group ``group`` (``control``, ``model``, ``workload``): its yaml files' names."""
     return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
-
-
-# Each check takes the value as Hydra types it (``02`` is the string '02', not an int: the job would refuse it).
-def _int_at_least(minimum: int):
-    def check(key: str, v) -> str | None:
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            return f"{key} must be an integer >= {minimum}, got {'' if v is None else str(v)!r}"
-        return None
-    return check
-
-
-def _choice(*allowed: str):
-    def check(key: str, v) -> str | None:
-        v = "" if v is None else str(v)
-        return None if v in allowed else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
-    return check
-
-
-def _not_empty(hint: str):
-    def check(key: str, v) -> str | None:
-        return None if v not in (None, "") else f"{key} is empty: {hint}"
-    return check
-
-
-def _bool(key: str, v) -> str | None:
-    return None if isinstance(v, bool) else f"{key} must be true or false, got {'' if v is None else str(v)!r}"
-
-
-def _positive_number(key: str, v) -> str | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
-        return f"{key} must be a number > 0, got {'' if v is None else str(v)!r}"
-    return None
-
-
-def _file_name(key: str, v) -> str | None:
-    """A plain file name: the rows go inside ``results_dir`` (checked writable before the run), never
-    elsewhere through a path."""
-    if v in (None, ""):
-        return f"{key} is empty: give a file name (default: runs.csv)"
-    if "/" in str(v) or str(v) in (".", ".."):
-        return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
-    return None
-
-
-VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
-                "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
-                "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
-                "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
-                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
-                "reuse_engine": _bool}
 
 
 def _check_workload_value(key: str, typed, workloads: list[str], given: dict) -> str | None:
@@ -227,9 +191,8 @@ def check_overrides(argv: list[str]) -> str | None:
     if flag is not None and any(not a.startswith("-") for a in argv[:flag]):  # Hydra's argparse: 8 lines
         rest = " ".join(a for a in argv if a != argv[flag])
         return f"{argv[flag]} goes before the overrides (python -m harness -m {rest})"
-    controls = _selected(argv, "control", "shm")  # config.yaml's defaults
-    workloads = _selected(argv, "workload", "bench")
-    selected = {"control": controls, "workload": workloads, "model": _selected(argv, "model", "auto")}
+    controls, models, workloads = (_selected(argv, g, default_option(g)) for g in GROUPS)
+    selected = {"control": controls, "workload": workloads, "model": models}
     devices = _selected(argv, "device", "auto")
     # the llm.* settings matter only to jobs that build the engine (not engine=hf, not workload=broadcast)
     builds_engine = "tp" in _selected(argv, "engine", "tp") and any(w != "broadcast" for w in workloads)
@@ -282,7 +245,32 @@ def check_overrides(argv: list[str]) -> str | None:
                        else None)
             if problem:
                 return problem
-    return _check_control_options(argv, controls)
+    tps = [int(t) for t in _selected(argv, "tp", "1") if t.isdigit()]
+    deleted = [a[len("~model.preset."):].split("=", 1)[0] for a in argv if a.startswith("~model.preset.")]
+    paths = [p for p in _given(argv, "model.").get("path", []) if p not in (None, "")]
+    problem = check_models(CONF_DIR, models, devices, tps if builds_engine else [], paths,
+                           _given(argv, "model.preset."), deleted)
+    return problem or _check_control_options(argv, controls)
+
+
+def for_hydra(argv: list[str]) -> list[str]:
+    """``argv`` as Hydra must get it: a plain ``<group>.<key>=v`` (no prefix) whose key the configuration
+    Hydra composes first lacks gets ``++``. A sweep over a group composes the group's default option first
+    (``-m control=ring,hybrid control.options.nslots=4``: shm has no nslots), and ``model=auto`` has no
+    preset of its own (``model.preset.*`` goes onto the preset it picks); without the prefix Hydra stops
+    with "Key ... is not in struct". Call after :func:`check_overrides`, which refuses a key that a job's
+    option lacks, so the prefix only ever sets keys that each job has."""
+    out = []
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        head, _, rest = key.partition(".")
+        if sep and rest and head in GROUPS and not key.startswith(("+", "~")):
+            chosen = _selected(argv, head, default_option(head))
+            first = chosen[0] if len(chosen) == 1 else default_option(head)
+            if not _in_option(head, first, rest):
+                arg = "++" + arg
+        out.append(arg)
+    return out
 
 
 def _check_control_options(argv: list[str], controls: list[str]) -> str | None:

@@ -31,3 +31,18 @@ META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name
 RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -> current, for reading old files
 
 COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
+
+
+def normalize_overrides(text) -> str | None:
+    """The ``overrides`` cell in one spelling per configuration: each ``key=value`` without Hydra's ``+`` /
+    ``++`` (which only say how the key got into the configuration), ``True``/``False`` as ``true``/``false``
+    (a sweep's values print capitalised), items sorted; None for no overrides. Applied when a row is
+    written and when rows are read, so that rows of older files group with new ones."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    items = []
+    for item in text.split():
+        item = item.lstrip("+")
+        key, sep, value = item.partition("=")
+        items.append(f"{key}={value.lower()}" if sep and value in ("True", "False") else item)
+    return " ".join(sorted(items))

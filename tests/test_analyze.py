@@ -234,13 +234,32 @@ def test_a_directory_finds_the_rows_diverted_to_other_files(sweep, tmp_path, cap
     assert "runs.schema9-abcdef12.csv" in captured.err and "ring" in captured.out
 
 
-def test_non_numeric_cells_do_not_crash(sweep, tmp_path):
+def test_non_numeric_cells_do_not_crash(sweep, tmp_path, capsys):
     bad = tmp_path / "cells.csv"
     df = pd.read_csv(sweep)
     df["output_tok_s"] = df["output_tok_s"].astype(object)
     df.loc[0, "output_tok_s"] = "fast"
     df.to_csv(bad, index=False)
     assert main([str(bad)]) == 0
+    assert "ignored 1 non-numeric cell(s) in column output_tok_s" in capsys.readouterr().err  # not silently
+
+
+def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, capsys):
+    """``++key=v`` and ``key=v`` (how the key got in), ``True`` from a sweep and ``true`` typed: one
+    configuration, not two (committed files hold both spellings of the same runs)."""
+    from harness.schema import normalize_overrides
+
+    assert normalize_overrides("++workload.iterations=5 llm.async_scheduling=True") == \
+        "llm.async_scheduling=true workload.iterations=5"
+    assert normalize_overrides("") is None and normalize_overrides(float("nan")) is None
+    df = pd.read_csv(sweep)
+    a, b = df.copy(), df.copy()
+    a["overrides"], b["overrides"] = "++workload.iterations=5 llm.async_scheduling=True", \
+        "llm.async_scheduling=true workload.iterations=5"
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    assert main(["--compare", str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]) == 0
+    assert "4 configuration(s) compared" in capsys.readouterr().out
 
 
 def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_path, capsys):

@@ -148,6 +148,24 @@ def test_a_stop_signal_at_any_moment_of_start_up_exits_130_without_a_traceback(t
         assert not segments_of(proc.pid)
 
 
+@pytest.mark.timeout(240)
+def test_ctrl_c_at_the_terminal_while_workers_import_prints_no_traceback(tmp_path, model_cache):
+    """Session-6 break test: Ctrl-C reaches every process of the terminal's group; a worker still importing
+    torch (before it ignores SIGINT) printed a KeyboardInterrupt traceback beside rank 0's clean exit."""
+    env = {**os.environ, "TPCP_CACHE": model_cache}
+    for delay in (0.2, 1.0, 2.0):
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "progress=false",
+                                 f"results_dir={tmp_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        wait_until(lambda: any("spawn_main" in open(f"/proc/{c}/cmdline").read() for c in children(proc.pid)),
+                   90, "a worker to start")
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does: the whole process group
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Traceback" not in err, f"SIGINT {delay} s into a worker: {err[-3000:]}"
+        assert not segments_of(proc.pid)
+
+
 @pytest.mark.timeout(180)
 def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model_cache):
     proc = start_long_run(tmp_path, model_cache)

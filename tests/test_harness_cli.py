@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
@@ -92,6 +97,13 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["progress=maybe"], "progress must be true or false, got 'maybe'"),
     (["reuse_engine=2"], "reuse_engine must be true or false, got '2'"),
     (["workload.min_input_len=50", "workload.max_input_len=40"], "min_input_len=50 is above workload.max_input_len=40"),
+    # session-6 break test, left then and fixed in session 7: a traceback from transformers, a bogus key
+    # accepted, the tp=3 job of a sweep failing after the tp=2 job had run, a 2 GB segment allocated
+    (["model.preset.rms_norm_eps=abc"], "model.preset.rms_norm_eps must be a number > 0, got 'abc'"),
+    (["model=qwen3-tiny", "model.preset.tie_word_embeddings=maybe"], "'tie_word_embeddings' expected bool"),
+    (["+model.preset.bogus_field=1"], "model.preset.bogus_field is not a transformers.Qwen3Config field"),
+    (["-m", "tp=2,3", "device=cpu"], "tensor_parallel_size=3 does not divide num_attention_heads=8 of model=qwen3-ti"),
+    (["control=shm", "control.options.segment_bytes=2000000000"], "shm: segment_bytes=2000000000 exceeds 1024 MiB"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
@@ -126,6 +138,39 @@ def test_good_overrides_are_not_refused(argv):
     assert check_overrides(argv) is None
 
 
+@pytest.mark.parametrize("argv, expected", [
+    # a sweep over a group composes its default option first, which may lack the key (shm has no nslots)
+    (["-m", "control=ring,hybrid", "control.options.nslots=4"],
+     ["-m", "control=ring,hybrid", "++control.options.nslots=4"]),
+    (["-m", "workload=latency,latency-b8", "workload.iterations=1"],
+     ["-m", "workload=latency,latency-b8", "++workload.iterations=1"]),
+    (["model.preset.num_hidden_layers=2"], ["++model.preset.num_hidden_layers=2"]),  # model=auto has no preset
+    (["control=ring", "control.options.nslots=4"], ["control=ring", "control.options.nslots=4"]),  # ring has it
+    (["model=qwen3-tiny", "model.preset.num_hidden_layers=2"],
+     ["model=qwen3-tiny", "model.preset.num_hidden_layers=2"]),
+    (["++workload.iterations=3", "~llm.gemm", "tp=2"], ["++workload.iterations=3", "~llm.gemm", "tp=2"]),
+])
+def test_keys_every_job_has_reach_hydra_in_a_form_it_takes(argv, expected):
+    """Session-6 break test: ``-m control=ring,hybrid control.options.nslots=4`` ended in Hydra's "Key
+    'nslots' is not in struct" (seven lines, exit 1) although both planes have the key."""
+    from harness.overrides import check_overrides, for_hydra
+
+    assert check_overrides(argv) is None
+    assert for_hydra(argv) == expected
+
+
+def test_a_preset_setting_with_model_auto_reaches_the_preset_it_picks(tmp_path, model_cache):
+    """``model.preset.num_hidden_layers=2`` with ``model=auto``: Hydra's "not in struct" without ``++``, and
+    with it the setting was dropped (the 4-layer preset ran) while the row recorded it."""
+    res = harness("model.preset.num_hidden_layers=2", "tp=1", "workload=smoke", f"results_dir={tmp_path}",
+                  "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    shard = re.search(r"loading rank 0's shard of (\S+)", res.stdout + res.stderr).group(1)
+    assert json.load(open(os.path.join(shard, "config.json")))["num_hidden_layers"] == 2
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert df.model.iloc[0] == "qwen3-tiny" and df.overrides.iloc[0] == "model.preset.num_hidden_layers=2"
+
+
 def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
     broken = tmp_path / "ckpt"
     broken.mkdir()
@@ -136,6 +181,45 @@ def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
     res = harness(f"model.path={broken}", "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
     assert res.returncode == 2
     assert "lacks tensor model.layers.2." in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"eos_token_id": "x"}, "eos_token_id must be a token id or a list of them, got 'x'"),
+    ({"eos_token_id": [1, "x"]}, "eos_token_id must be a token id or a list of them"),
+    ({"rms_norm_eps": "small"}, "rms_norm_eps must be a number > 0, got 'small'"),
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+])
+def test_a_checkpoint_config_of_the_wrong_types_is_refused_before_anything_starts(change, message, tmp_path,
+                                                                                  tiny_untied, model_cache):
+    """Session-6 break test: ``"eos_token_id": "x"`` in config.json was refused only after the engine had
+    started (a ValueError from its workers)."""
+    broken = tmp_path / "ckpt"
+    broken.mkdir()
+    config = {**json.load(open(os.path.join(tiny_untied, "config.json"))), **change}
+    (broken / "config.json").write_text(json.dumps(config))
+    os.symlink(os.path.join(tiny_untied, "model.safetensors"), broken / "model.safetensors")
+    res = harness(f"model.path={broken}", "tp=2", "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
+    assert res.returncode == 2 and "spawn" not in res.stdout, res.stdout[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert not os.path.exists(tmp_path / "runs.csv")  # bad input: nothing started, no row
+
+
+@pytest.mark.timeout(240)
+def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model_cache):
+    env = {**os.environ, "TPCP_CACHE": model_cache}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", "tp=1", "workload=smoke,bench", "progress=false",
+                             "++workload.scale_on_cpu=false", f"results_dir={tmp_path}"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while not os.path.exists(tmp_path / "runs.csv") and time.monotonic() < deadline:  # the smoke job's row
+        time.sleep(0.2)
+    time.sleep(3)  # into the full-size bench job
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "== sweep (interrupted): 2 jobs, 1 ok rows ==" in out, out[-2000:]
+    assert "Traceback" not in err
 
 
 def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):

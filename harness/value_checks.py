@@ -1,0 +1,53 @@
+"""Value checks of top-level command-line settings, each ``check(key, value) -> message | None`` with the value
+as Hydra types it (``02`` is the string '02', not an int: the job would refuse it)."""
+
+from __future__ import annotations
+
+
+def _int_at_least(minimum: int):
+    def check(key: str, v) -> str | None:
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            return f"{key} must be an integer >= {minimum}, got {'' if v is None else str(v)!r}"
+        return None
+    return check
+
+
+def _choice(*allowed: str):
+    def check(key: str, v) -> str | None:
+        v = "" if v is None else str(v)
+        return None if v in allowed else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
+    return check
+
+
+def _not_empty(hint: str):
+    def check(key: str, v) -> str | None:
+        return None if v not in (None, "") else f"{key} is empty: {hint}"
+    return check
+
+
+def _bool(key: str, v) -> str | None:
+    return None if isinstance(v, bool) else f"{key} must be true or false, got {'' if v is None else str(v)!r}"
+
+
+def _positive_number(key: str, v) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+        return f"{key} must be a number > 0, got {'' if v is None else str(v)!r}"
+    return None
+
+
+def _file_name(key: str, v) -> str | None:
+    """A plain file name: the rows go inside ``results_dir`` (checked writable before the run), never
+    elsewhere through a path."""
+    if v in (None, ""):
+        return f"{key} is empty: give a file name (default: runs.csv)"
+    if "/" in str(v) or str(v) in (".", ".."):
+        return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
+    return None
+
+
+VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
+                "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
+                "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
+                "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
+                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
+                "reuse_engine": _bool}
