@@ -44,22 +44,41 @@ def check_checkpoint(path: str, hf: dict) -> None:
     """Read only the safetensors headers and check every expected tensor is present with its shape.
 
     Raises:
-        ConfigError: a file is unreadable, a tensor is missing, or a shape is wrong (one line, naming it).
+        ConfigError: a file is unreadable, a tensor is missing, in two files, of the wrong shape, or not one
+            the config describes (``num_hidden_layers`` below the layers saved: transformers refuses that
+            checkpoint too); one line, naming it.
     """
     found: dict[str, tuple[int, ...]] = {}
+    where: dict[str, str] = {}
     for file in checkpoint_files(path):
         try:
             with safe_open(file, framework="pt") as f:
                 for name in f.keys():
-                    found[name] = tuple(f.get_slice(name).get_shape())
+                    if name in where:
+                        raise ConfigError(f"checkpoint {path}: tensor {name} is in two files, "
+                                          f"{os.path.basename(where[name])} and {os.path.basename(file)}")
+                    found[name], where[name] = tuple(f.get_slice(name).get_shape()), file
+        except ConfigError:
+            raise
         except Exception as e:  # safetensors raises its own error types for damaged headers
             raise ConfigError(f"cannot read {file}: {e}") from None
-    for name, shape in expected_tensors(hf).items():
+    expected = expected_tensors(hf)
+    for name, shape in expected.items():
         if name not in found:
             raise ConfigError(f"checkpoint {path} lacks tensor {name}")
         if found[name] != shape:
             raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
                               f"expected {list(shape)}")
+    unused = sorted(n for n in found if n not in expected and not _ignorable(n, hf))
+    if unused:
+        raise ConfigError(f"checkpoint {path} holds {len(unused)} tensor(s) its config.json does not describe, "
+                          f"e.g. {unused[0]} (num_hidden_layers={hf['num_hidden_layers']}: is it right?)")
+
+
+def _ignorable(name: str, hf: dict) -> bool:
+    """Tensors a Qwen3 checkpoint may hold beside its weights: RoPE's ``inv_freq`` buffers (older exports)
+    and ``lm_head.weight`` saved although the embeddings are tied."""
+    return name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and hf.get("tie_word_embeddings"))
 
 
 def default_weight_loader(param: nn.Parameter, src) -> None:

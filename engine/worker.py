@@ -4,6 +4,7 @@ rank 0's commands until exit; ``workload=broadcast`` brings its own."""
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import pickle
 import signal
@@ -50,6 +51,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     spawned = launch is None
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
         watch_parent()
     rank, timeout_s = boot.rank, boot.startup_timeout_s
     lifeline, code = None, 1

@@ -26,6 +26,16 @@ except KeyboardInterrupt:
     sys.exit(130)
 
 EXIT_CODES: list[int] = []
+FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
+
+
+def _job_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under Hydra
+        return []
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -42,6 +52,8 @@ def main(cfg: DictConfig) -> None:
         print("error: interrupted", file=sys.stderr)
         code = 130
     EXIT_CODES.append(code)
+    if code:
+        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {code}): {' '.join(_job_overrides())}")
     if code == 130:
         sys.exit(130)
 
@@ -76,6 +88,8 @@ if __name__ == "__main__":
                 from .analyze import print_sweep_summary
 
                 print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
+                for line in FAILED_JOBS:
+                    print(f"  not ok: {line}")
             except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
                 pass
     sys.exit(max(EXIT_CODES, default=0))

@@ -27,7 +27,7 @@ from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, load
 from .schema import ADDED_IN, COLUMNS
 
-CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype",
+CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype", "cpu_threads",
                "all_reduce", "gemm", "workload", "overrides", "payload", "seed", "tag"]
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
@@ -223,12 +223,22 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--plot: directory {directory} does not exist")
             if not args.plot.lower().endswith((".png", ".pdf", ".svg")):
                 raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {args.plot!r}")
+            if os.path.isdir(args.plot):
+                raise InputError(f"--plot: {args.plot} is a directory; give a file name")
+            if not os.access(directory, os.W_OK):
+                raise InputError(f"--plot: directory {directory} is not writable")
         df = load(args.files)
         keys = report(df, args.group, args.baseline)
         if args.plot:
             from .plots import plot
 
-            plot(fill_keys(df[df.status == "ok"], keys), keys, args.plot)
+            ok = df[df.status == "ok"]
+            if ok.empty:
+                raise InputError(f"--plot: no ok row to plot (every row failed); {args.plot} not written")
+            try:
+                plot(fill_keys(ok, keys), keys, args.plot)
+            except OSError as e:
+                raise InputError(f"--plot: cannot write {args.plot}: {e.strerror or e}") from None
         return 0
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,7 +8,7 @@ import time
 
 from omegaconf import DictConfig
 
-from engine import LLM, ConfigError, SamplingParams
+from engine import LLM, ConfigError, SamplingParams, WorkerError
 from engine.launch import Launch
 
 from . import metrics
@@ -18,7 +18,7 @@ from .job_setup import base_row, engine_settings, failed, model_label, prepare, 
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
 from .report import print_floor, print_summary, show_progress
-from .signals import as_interrupt
+from .signals import as_interrupt, from_torchrun_agent
 from .workloads import Workload
 
 SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
@@ -64,6 +64,16 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) ->
     return row
 
 
+def dead_worker(llm: LLM) -> WorkerError | None:
+    """The failure of a worker that died or failed (``WorkerGroup.check``, waiting up to 1 s for its
+    lifeline to close or its traceback to arrive), or None when every worker is alive and well."""
+    try:
+        llm.group.check(wait_s=1.0)
+    except WorkerError as e:
+        return e
+    return None
+
+
 def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input). Under
     torchrun, ranks other than 0 check the same configuration, then serve rank 0 (``torchrun_worker``)."""
@@ -93,7 +103,7 @@ def run_engine_job(cfg: DictConfig) -> int:
     not be written where asked (``Results``) makes it 1 too."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
-    llm, results, repeat, ok, reuse = None, None, 0, False, False
+    llm, results, path, repeat, ok, reuse = None, None, None, 0, False, False
     try:
         results, path, work = prepare(cfg, device)
         model, model_hash = model_label(cfg, path)
@@ -126,8 +136,13 @@ def run_engine_job(cfg: DictConfig) -> int:
         return 1 if results.problem else 0
     except BaseException as e:
         e = as_interrupt(e)
+        if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?
+            e = dead_worker(llm) or e
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
-            print(f"error: {cli_message(str(e), cfg.llm.keys())}", file=sys.stderr)
+            message = cli_message(str(e), cfg.llm.keys())
+            if path and not cfg.model.get("path") and path in message:  # the cache's copy, not the user's
+                message += f" (a damaged preset: delete {path} and the next run draws it again)"
+            print(f"error: {message}", file=sys.stderr)
             return 2
         if results is None:
             raise e from None

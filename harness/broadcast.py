@@ -17,6 +17,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
+from engine import DataPlaneError
 from engine.config import ConfigError
 from engine.control_plane import make_control_plane
 from engine.sampling_params import SamplingParams
@@ -88,14 +89,17 @@ class BroadcastGroup:
 
         Raises:
             WorkerError: a worker died or failed (named, when that explains a failed barrier).
+            DataPlaneError: the barrier failed (timed out) and no worker reported why.
         """
         for _ in range(count):
             self.cp.send(*message)
             try:
                 dist.barrier()
-            except RuntimeError:
-                self.group.check(wait_s=1.0)
-                raise
+            except RuntimeError as e:
+                self.group.check(wait_s=1.0)  # a worker that died or failed explains it: raise that
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise DataPlaneError(f"the barrier after a message failed on rank 0 and no worker reported an "
+                                     f"error (a worker may be stalled): {first}") from e
             if gap_s:
                 time.sleep(gap_s)
 

@@ -3,6 +3,7 @@ saved as config.json + model.safetensors in a cache directory, then loaded like 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -22,7 +23,8 @@ def cache_dir() -> str:
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
     """Return the directory of preset ``name`` (Qwen3Config keyword arguments ``config``, weights drawn
     with ``seed``), creating it on first use. Concurrent callers wait on a file lock; the directory is
-    written under a temporary name and renamed, so a crash never leaves a half-written checkpoint.
+    written under a temporary name and renamed, so a crash never leaves a half-written checkpoint (and the
+    next build of the same preset removes what a killed one left).
     The directory name carries a hash of (config, seed, where the weights were drawn): a changed preset gets
     a new directory. A bfloat16 preset is drawn on the GPU where there is one (Qwen3-8B: seconds instead of
     a minute of CPU sampling and 32 GB of float32 host memory); its weights then differ from a CPU draw.
@@ -56,7 +58,10 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
         else:
             model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
                                                                   else torch.float32)
-        tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
+        # what a builder killed mid-write left (this process holds the lock: no builder of it is alive)
+        for stale in glob.glob(os.path.join(root, f".{name}-{key}-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = tempfile.mkdtemp(prefix=f".{name}-{key}-", dir=root)
         try:
             model.save_pretrained(tmp, safe_serialization=True)
             os.replace(tmp, path)

@@ -4,7 +4,8 @@ Configurations are matched on every configuration column. For each metric in bot
 median over repeats is a regression when it is worse by more than the threshold AND the repeats' ranges do
 not overlap (old [min, max] against new [min, max]): a difference that lies inside the spread of the repeats
 is never called. Every configuration of OLD that NEW lacks or has only failed rows for (and every one failed
-in OLD) is listed; any of those fails the gate unless ``allow_missing``. A configuration only NEW has is
+in OLD), and every metric OLD has a value of where NEW has none (a column deleted, damaged cells), is
+listed; any of those fails the gate unless ``allow_missing``. A configuration only NEW has is
 listed too (it has nothing to be compared with; it never fails the gate), and a gate under which no
 configuration has ok rows on both sides fails: it compared nothing. Fewer than 3 repeats on a side: a
 warning (the range of 1 or 2 repeats says little about the spread).
@@ -31,7 +32,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     else 0. ``old`` / ``new``: all rows (ok and failed) with key cells filled; ``metrics``: only these
     (default: all known in both)."""
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
-    metrics = [m for m in (metrics or known) if old[m].notna().any() and new[m].notna().any()]
+    asked, metrics = metrics, [m for m in (metrics or known) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new = set(map(tuple, old[keys].values)), set(map(tuple, new[keys].values))
     good_old, good_new = set(map(tuple, ok_old[keys].values)), set(map(tuple, ok_new[keys].values))
@@ -44,14 +45,18 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
             problems.append(f"FAILED  in NEW (no ok row): {where}")
         if cfg in cfg_old and cfg not in good_old:
             problems.append(f"FAILED  in OLD (no ok row): {where}")
-    for line in problems:
-        print(line)
-    for cfg in sorted(cfg_new - cfg_old, key=str):
-        print(f"NEW only (nothing to compare with): {_label(keys, cfg)}")
     common = sorted(good_old & good_new, key=str)
     go, gn = ok_old.groupby(keys)[metrics], ok_new.groupby(keys)[metrics]
     omed, omin, omax, on = go.median(), go.min(), go.max(), go.size()
     nmed, nmin, nmax, nn = gn.median(), gn.min(), gn.max(), gn.size()
+    # a metric OLD has and NEW lacks (a column gone, cells damaged) cannot pass unseen: it is not compared
+    problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg)}" for cfg in common for m in metrics
+                 if pd.notna(omed.at[cfg, m]) and pd.isna(nmed.at[cfg, m])]
+    problems += [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
+    for line in problems:
+        print(line)
+    for cfg in sorted(cfg_new - cfg_old, key=str):
+        print(f"NEW only (nothing to compare with): {_label(keys, cfg)}")
     few = [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]
     if few:
         print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "

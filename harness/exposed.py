@@ -41,6 +41,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     out = []
     if "ideal" not in set(df.control):
         return pd.DataFrame()
+    df = _options_to_plane(df)
     groups = df.groupby(others, dropna=False) if others else [((), df)]
     for cfg, rows in groups:
         cfg = cfg if isinstance(cfg, tuple) else (cfg,)
@@ -65,6 +66,21 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each row's ``control.options.*`` settings moved from ``overrides`` into its ``control``
+    label (``ring control.options.spin_us=0``): a plane's options name a variant of the plane, not another
+    configuration, so ideal's rows (``control.options.inner=hybrid`` under torchrun) pair with every plane's.
+    ``ideal`` keeps its plain name: its options only say how its recording travelled."""
+    if "overrides" not in df.columns:
+        return df
+    items = [str(t).split() if isinstance(t, str) and t != "-" else [] for t in df.overrides]
+    options = [" ".join(i for i in row if i.startswith("control.options.")) for row in items]
+    df = df.copy()
+    df["overrides"] = [" ".join(i for i in row if not i.startswith("control.options.")) or "-" for row in items]
+    df["control"] = [c if c == "ideal" or not o else f"{c} {o}" for c, o in zip(df.control, options)]
+    return df
+
+
 def print_exposed(table: pd.DataFrame) -> None:
     """The exposed-cost table as markdown (nothing when it is empty)."""
     if table.empty:
@@ -77,6 +93,6 @@ def print_exposed(table: pd.DataFrame) -> None:
     shown = shown.drop(columns=["low_us", "high_us"])
     print("\nexposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "
           "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats; send_late_us = the "
-          "plane's send p50 + its workers' launch late mean (CUDA), what rank 0 spends sending and waits for "
-          "a worker that launched after it")
+          "plane's send p50 + its workers' launch late mean, what rank 0 spends sending and waits for a worker "
+          "that launched after it (on CPU the late mean is only the gap after the last collective)")
     print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs

@@ -42,7 +42,8 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
         cfg.model.path = path
         if given:
             cfg.model.preset = OmegaConf.merge(chosen.preset, given)
-    print(f"model=auto: {name} on {device}{' (its shape; weights from model.path)' if path else ''}")
+    print(f"model=auto: the checkpoint {path} (its config.json and weights)" if path
+          else f"model=auto: {name} on {device}")
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:

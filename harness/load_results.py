@@ -103,11 +103,13 @@ def load(paths: list[str]) -> pd.DataFrame:
             if col not in df.columns:
                 df[col] = np.nan
         for col in NUMERIC:
-            numbers = pd.to_numeric(df[col], errors="coerce")
+            numbers = pd.to_numeric(df[col], errors="coerce").replace([np.inf, -np.inf], np.nan)
             bad = int((numbers.isna() & df[col].notna()).sum())
             if bad:
-                print(f"warning: {path}: ignored {bad} non-numeric cell(s) in column {col}", file=sys.stderr)
+                print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}",
+                      file=sys.stderr)
             df[col] = numbers
+        df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
         df["overrides"] = df["overrides"].map(normalize_overrides)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)

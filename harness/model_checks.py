@@ -56,6 +56,20 @@ def check_split(shape: dict, tp: int, where: str) -> str | None:
     return None
 
 
+def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
+    """The engine's message for a ``tp`` above the visible GPUs on a CUDA device (``auto`` where CUDA is
+    available), or None; rank 0 spawns every rank on this host (under torchrun the engine checks each
+    host's own ranks)."""
+    if not tps or "LOCAL_WORLD_SIZE" in os.environ or not {"cuda", "auto"} & set(devices):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None  # device=cuda is refused by its own check; auto runs on the CPU
+    n = torch.cuda.device_count()
+    return f"{max(tps)} ranks on this host need as many GPUs; {n} visible" if max(tps) > n else None
+
+
 def _presets(conf_dir: str, model: str, devices: list[str]) -> list[tuple[str, dict]]:
     """(name, preset) of every preset that ``model=<model>`` runs on the selected devices (``auto`` picks
     qwen3-0.6b on CUDA and qwen3-tiny on CPU: ``job_setup.resolve_model``)."""

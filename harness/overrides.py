@@ -8,7 +8,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from .model_checks import check_models
+from .model_checks import check_gpu_count, check_models
 from .value_checks import VALUE_CHECKS
 
 
@@ -250,7 +250,8 @@ def check_overrides(argv: list[str]) -> str | None:
     paths = [p for p in _given(argv, "model.").get("path", []) if p not in (None, "")]
     problem = check_models(CONF_DIR, models, devices, tps if builds_engine else [], paths,
                            _given(argv, "model.preset."), deleted)
-    return problem or _check_control_options(argv, controls)
+    return (problem or check_gpu_count(devices, tps if builds_engine else [])
+            or _check_control_options(argv, controls))
 
 
 def for_hydra(argv: list[str]) -> list[str]:

@@ -17,13 +17,29 @@ import os
 import sys
 import uuid
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 
 def _line(values: list) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(["" if v is None else v for v in values])
     return buf.getvalue()
+
+
+LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
+
+
+def _acquire(lock_path: str) -> FileLock:
+    """The results file's lock, held; a wait longer than a second says so on stderr (a silent 60 s looks
+    like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=1.0)
+    except Timeout:
+        print(f"waiting for {lock_path} (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
+              file=sys.stderr, flush=True)
+        lock.acquire(timeout=LOCK_WAIT_S - 1.0)
+    return lock
 
 
 def append_row(path: str, columns: list[str], row: dict, schema_version: int) -> str:
@@ -38,7 +54,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
         raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     header = _line(columns)
-    with FileLock(path + ".lock", timeout=60):
+    lock = _acquire(path + ".lock")
+    try:
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="") as f:
                 existing = f.readline()
@@ -57,6 +74,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+    finally:
+        lock.release()
     return path
 
 

@@ -10,6 +10,7 @@ into the interruption it is.
 
 from __future__ import annotations
 
+import os
 import signal
 
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
@@ -31,7 +32,16 @@ def install() -> None:
 
 def as_interrupt(e: BaseException) -> BaseException:
     """``e``, or a ``KeyboardInterrupt`` naming the first signal received when one arrived before ``e``
-    was handled: a failure after a stop signal is that signal's doing, whatever type it surfaced as."""
+    was handled: a failure after a stop signal is that signal's doing, whatever type it surfaced as. Not a
+    worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
     if isinstance(e, KeyboardInterrupt) or not _RECEIVED:
         return e
+    if from_torchrun_agent() and type(e).__name__ == "WorkerError":
+        return e
     return KeyboardInterrupt(_RECEIVED[0])
+
+
+def from_torchrun_agent() -> bool:
+    """Whether the first stop signal was a SIGTERM under torchrun, whose agent sends one to every rank of
+    its node as soon as one rank dies: then a dead worker, if there is one, is the cause to report."""
+    return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ

@@ -61,6 +61,46 @@ def test_compare_flags_halved_throughput_and_passes_identical(sweep, tmp_path, c
     assert "WORSE" in out and "fewer than 3 repeats" in out  # two repeats: the gate warns
 
 
+@pytest.mark.parametrize("damage", ["column deleted", "every cell text", "every cell inf"])
+def test_compare_fails_when_new_has_no_value_of_a_metric_old_has(damage, sweep, tmp_path, capsys):
+    """Session-7 break test: NEW with throughput halved and then its columns deleted (or every cell damaged)
+    passed the gate, "0 regression(s)", even with ``--metrics output_tok_s``."""
+    df = pd.read_csv(sweep)
+    df["output_tok_s"] /= 2
+    if damage == "column deleted":
+        df = df.drop(columns=["output_tok_s", "req_s", "total_tok_s"])
+    else:
+        df["output_tok_s"] = "abc" if damage == "every cell text" else float("inf")
+    bad = tmp_path / "bad.csv"
+    df.to_csv(bad, index=False)
+    for extra in ([], ["--metrics", "output_tok_s"]):
+        assert main(["--compare", sweep, str(bad), *extra]) == 1
+        assert "NO VALUE in NEW: output_tok_s" in capsys.readouterr().out
+
+
+def test_compare_fails_on_an_asked_metric_neither_file_has(sweep, tmp_path, capsys):
+    df = pd.read_csv(sweep)
+    df["itl_ms_p99"] = None
+    empty = tmp_path / "no_itl.csv"
+    df.to_csv(empty, index=False)
+    assert main(["--compare", str(empty), str(empty), "--metrics", "itl_ms_p99"]) == 1
+    assert "NO VALUE in OLD: itl_ms_p99" in capsys.readouterr().out
+
+
+def test_runs_with_different_cpu_threads_are_two_configurations(sweep, tmp_path, capsys):
+    """Session-7 break test: ``-m cpu_threads=1,2`` was summed up and compared as one configuration (its own
+    column, not in ``overrides``, was not a key)."""
+    df = pd.read_csv(sweep)
+    df = df[(df.control == "shm") & (df.tp == 1)]
+    one, two = df.copy(), df.copy()
+    one["cpu_threads"], two["cpu_threads"], two["output_tok_s"] = 1, 2, 1.0
+    both = tmp_path / "threads.csv"
+    pd.concat([one, two]).to_csv(both, index=False)
+    assert main([str(both)]) == 0
+    out = capsys.readouterr().out
+    assert "cpu_threads" in out and "1 [1-1]" in out
+
+
 def test_compare_fails_on_a_configuration_missing_or_failed_in_new(sweep, tmp_path, capsys):
     df = pd.read_csv(sweep)
     missing, failed = tmp_path / "missing.csv", tmp_path / "failed.csv"
@@ -207,9 +247,26 @@ def test_usage_errors_are_one_line(argv, message, capsys):
     assert err.err.startswith("error: ") and message in err.err and len(err.err.strip().splitlines()) == 1
 
 
-def test_plot_path_is_checked_before_the_table_is_printed(sweep, capsys):
+def test_plot_path_is_checked_before_the_table_is_printed(sweep, tmp_path, capsys):
     assert main([sweep, "--plot", "/nonexistent-dir/x.png"]) == 2
     assert capsys.readouterr().out == ""
+    (tmp_path / "d.png").mkdir()
+    assert main([sweep, "--plot", str(tmp_path / "d.png")]) == 2  # a directory: was IsADirectoryError
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["every row failed", "unwritable place"])
+def test_a_plot_that_cannot_be_drawn_is_one_line_not_a_traceback(case, sweep, tmp_path, capsys):
+    """Session-7 break test: matplotlib's ValueError (no ok row) and FileNotFoundError (/proc) escaped."""
+    src, out = sweep, "/proc/x.png"
+    if case == "every row failed":
+        df = pd.read_csv(sweep)
+        df["status"] = "failed"
+        src, out = str(tmp_path / "failed.csv"), str(tmp_path / "f.png")
+        df.to_csv(src, index=False)
+    assert main([src, "--plot", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --plot:") and len(err.strip().splitlines()) == 1
 
 
 def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
@@ -241,7 +298,7 @@ def test_non_numeric_cells_do_not_crash(sweep, tmp_path, capsys):
     df.loc[0, "output_tok_s"] = "fast"
     df.to_csv(bad, index=False)
     assert main([str(bad)]) == 0
-    assert "ignored 1 non-numeric cell(s) in column output_tok_s" in capsys.readouterr().err  # not silently
+    assert "ignored 1 non-numeric or infinite cell(s) in column output_tok_s" in capsys.readouterr().err
 
 
 def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, capsys):

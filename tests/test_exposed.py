@@ -54,3 +54,18 @@ def test_no_ideal_rows_no_table(capsys):
     assert empty.empty
     print_exposed(empty)
     assert capsys.readouterr().out == ""
+
+
+def test_plane_options_name_a_variant_and_ideals_inner_plane_still_pairs():
+    """Session-7 break test: under torchrun ideal runs with control.options.inner=hybrid, which landed in the
+    overrides column, so no plane ever paired with it (no exposed cost at all)."""
+    def with_overrides(rs, text):
+        return [{**r, "overrides": text} for r in rs]
+
+    df = pd.DataFrame(with_overrides(rows("ideal", [1.00, 1.01, 1.02]), "control.options.inner=hybrid llm.x=1")
+                      + with_overrides(rows("hybrid", [1.05, 1.06, 1.07]), "llm.x=1")
+                      + with_overrides(rows("hybrid", [1.10, 1.11, 1.12]), "control.options.spin_us=0 llm.x=1"))
+    table = exposed_cost(df, ["tp", "control", "workload", "overrides"])
+    tpot = table[table.metric == "TPOT p50"].set_index("control")
+    assert set(tpot.index) == {"hybrid", "hybrid control.options.spin_us=0"} and set(tpot.overrides) == {"llm.x=1"}
+    assert tpot.loc["hybrid control.options.spin_us=0"].exposed_us == pytest.approx(100)

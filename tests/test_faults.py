@@ -57,6 +57,17 @@ def test_worker_exception_carries_its_traceback(control, tiny_untied):
     assert "rank 1" in text and "injected failure 4242" in text and "Traceback" in text
 
 
+@pytest.mark.timeout(120)
+def test_sigusr1_to_a_worker_prints_its_stacks_and_the_run_goes_on(tiny_untied, capfd):
+    """Session-7 break test: only rank 0 had faulthandler on SIGUSR1; a worker died of it (exit -10) and the
+    run failed, where the README says the stacks are printed and the run goes on."""
+    with LLM(tiny_untied, tensor_parallel_size=2, control="shm", **OPTS) as llm:
+        os.kill(llm.group.procs[1].pid, signal.SIGUSR1)
+        out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+        assert len(out[0]["token_ids"]) == 4 and llm.group.procs[1].is_alive()
+    assert "most recent call first" in capfd.readouterr().err
+
+
 def start_long_run(tmp_path, cache, *extra):
     """The harness on a long job, started with SIGINT ignored as a shell starts a background job (Python
     keeps that): the run must stop on SIGINT all the same."""
@@ -268,12 +279,26 @@ def test_sighup_to_the_process_group_leaves_no_segment(tmp_path, model_cache):
 
 
 @pytest.mark.timeout(240)
-def test_a_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path, model_cache):
-    res = harness("-m", "workload=smoke", "tp=3,1", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+def test_a_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path, tiny_untied, model_cache):
+    """A job that fails once started (a checkpoint whose weights lack a layer: only loading finds it) does
+    not stop the others; a value wrong before anything starts (tp=3 against 8 heads) stops the sweep at once
+    (session 7: it used to run the other jobs first)."""
+    import json
+
+    broken = tmp_path / "ckpt"
+    broken.mkdir()
+    config = json.load(open(os.path.join(tiny_untied, "config.json")))
+    config["num_hidden_layers"] += 1
+    (broken / "config.json").write_text(json.dumps(config))
+    os.symlink(os.path.join(tiny_untied, "model.safetensors"), broken / "model.safetensors")
+    res = harness("-m", "workload=smoke", f"model.path={broken},{tiny_untied}", f"results_dir={tmp_path}",
+                  "progress=false", cache=model_cache)
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "does not divide" in res.stderr
+    assert "lacks tensor model.layers.2." in res.stderr
     df = pd.read_csv(tmp_path / "runs.csv")
-    assert list(df.tp) == [1] and df.status.iloc[0] == "ok"
+    assert len(df) == 1 and df.status.iloc[0] == "ok"  # the good checkpoint's job still ran
+    res = harness("-m", "workload=smoke", "tp=3,1", f"results_dir={tmp_path}/up-front", cache=model_cache)
+    assert res.returncode == 2 and "does not divide" in res.stderr and not os.path.exists(tmp_path / "up-front")
 
 
 @pytest.mark.timeout(120)

@@ -205,6 +205,30 @@ def test_a_checkpoint_config_of_the_wrong_types_is_refused_before_anything_start
     assert not os.path.exists(tmp_path / "runs.csv")  # bad input: nothing started, no row
 
 
+@pytest.mark.parametrize("case, message", [
+    ("fewer layers in config.json", "tensor(s) its config.json does not describe, e.g. model.layers.1."),
+    ("a tensor in two files", "tensor model.embed_tokens.weight is in two files"),
+])
+def test_a_checkpoint_the_config_does_not_describe_is_refused(case, message, tmp_path, tiny_untied, model_cache):
+    """Session-7 break test: config.json saying fewer layers than saved ran the first layers with an ok row
+    (transformers refuses it, so the two peers disagreed); a tensor in two files was taken from either."""
+    import torch
+    from safetensors.torch import save_file
+
+    broken = tmp_path / "ckpt"
+    broken.mkdir()
+    config = json.load(open(os.path.join(tiny_untied, "config.json")))
+    if case.startswith("fewer"):
+        config["num_hidden_layers"] = 1
+    else:
+        save_file({"model.embed_tokens.weight": torch.zeros(config["vocab_size"], config["hidden_size"])},
+                  str(broken / "zz-extra.safetensors"))
+    (broken / "config.json").write_text(json.dumps(config))
+    os.symlink(os.path.join(tiny_untied, "model.safetensors"), broken / "model.safetensors")
+    res = harness(f"model.path={broken}", "tp=1", "workload=smoke", f"results_dir={tmp_path}", cache=model_cache)
+    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
+
+
 @pytest.mark.timeout(240)
 def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model_cache):
     env = {**os.environ, "TPCP_CACHE": model_cache}
@@ -219,6 +243,7 @@ def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "== sweep (interrupted): 2 jobs, 1 ok rows ==" in out, out[-2000:]
+    assert re.search(r"not ok: job 1 \(exit 130\): .*workload=bench", out), out[-2000:]  # which job it was
     assert "Traceback" not in err
 
 
@@ -287,6 +312,27 @@ def test_checkpoint_cli_draws_a_preset_and_refuses_a_non_preset(model_cache, mon
     assert e.value.code == 2 and "not a preset" in capsys.readouterr().err
 
 
+def test_a_preset_build_killed_midway_is_cleaned_up_and_a_damaged_one_named(tmp_path):
+    """Session-7 break test: SIGKILL while a preset was drawn left a hidden temporary directory in the cache
+    for good; a preset damaged later failed every run with no hint that deleting it is the cure."""
+    import yaml
+
+    from harness.checkpoint import materialize
+
+    preset = yaml.safe_load(open(os.path.join(ROOT, "conf", "model", "qwen3-tiny.yaml")))["preset"]
+    path = materialize("qwen3-tiny", preset, root=str(tmp_path))
+    key = os.path.basename(path).rsplit("-", 1)[1]
+    stale = tmp_path / f".qwen3-tiny-{key}-killed"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    os.rename(path, str(tmp_path / "moved"))  # not built any more: the next call draws it again
+    assert materialize("qwen3-tiny", preset, root=str(tmp_path)) == path and not stale.exists()
+    with open(os.path.join(path, "model.safetensors"), "r+b") as f:
+        f.truncate(1000)
+    res = harness("model=qwen3-tiny", "tp=1", "workload=smoke", f"results_dir={tmp_path}/r", cache=str(tmp_path))
+    assert res.returncode == 2 and f"a damaged preset: delete {path}" in res.stderr, res.stderr[-2000:]
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 @pytest.mark.parametrize("script", ["bench_gemv.py", "bench_decode_kernel.py", "profile_steps.py",
                                     "all_reduce_sizes.py"])
@@ -300,3 +346,19 @@ def test_gpu_only_scripts_refuse_a_cpu_machine_in_one_line(script):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "Warning" not in ln and "warn(" not in ln]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"error: {script} measures CUDA kernels"), lines
+
+
+def test_a_sweep_asking_more_gpus_than_visible_is_refused_before_its_first_job(monkeypatch):
+    """Call 28 (one H200): ``-m tp=1,2 device=cuda`` ran the tp=1 job, then stopped at tp=2 (exit 2)."""
+    import torch
+
+    from harness.model_checks import check_gpu_count
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert check_gpu_count(["cuda"], [1, 2]) == "2 ranks on this host need as many GPUs; 1 visible"
+    assert check_gpu_count(["auto"], [2]) == "2 ranks on this host need as many GPUs; 1 visible"
+    assert check_gpu_count(["cpu"], [1, 2]) is None and check_gpu_count(["cuda"], [1]) is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # under torchrun each host checks its own ranks
+    assert check_gpu_count(["cuda"], [2]) is None

@@ -177,3 +177,26 @@ def test_conformance_across_two_nodes_of_two(control, tmp_path):
     got = json.loads(out.read_text())
     assert got["nodes"] == 2
     assert got["reports"] == {str(r): {"received": 2000, "errors": []} for r in (1, 2, 3)}
+
+
+def test_a_killed_worker_on_one_host_is_the_failure_not_an_interruption(tmp_path, model_cache):
+    """Under torchrun on one host (the test name must not hold "torchrun": rank_pids filters on it).
+    Session-7 break test: torchrun's agent stops every rank with SIGTERM as soon as one dies, so rank 0
+    wrote "interrupted (SIGTERM)" (exit 130) where a rank had died."""
+    marker = f"results_dir={tmp_path}"
+    env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen(["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                             "harness", "control=gloo", "tp=2", "workload=bench", "repeat=100", "progress=false",
+                             marker], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        assert wait_until(lambda: os.path.exists(tmp_path / "runs.csv"), 240), "no first row"
+        pids = rank_pids(1, marker)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], 9)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    last = (tmp_path / "runs.csv").read_text().splitlines()[-1]
+    assert ",failed," in last and "rank 1" in last and "interrupted" not in last, out[-3000:]

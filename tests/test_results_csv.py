@@ -44,3 +44,19 @@ def test_partial_last_line_does_not_swallow_the_next_row(tmp_path):
     path.write_text("a,b,text\n1,2,ok\n3,4,trunc")  # a writer died mid-line
     append_row(str(path), COLUMNS, {"a": 5, "b": 6, "text": "whole"}, schema_version=1)
     assert path.read_text().splitlines()[-1] == "5,6,whole"
+
+
+def test_a_held_lock_is_waited_for_out_loud_then_the_row_is_written(tmp_path, capsys, monkeypatch):
+    """Session-7 break test: while another process held the results lock the run waited 60 s in silence."""
+    import threading
+
+    from filelock import FileLock
+
+    import harness.results_csv as rc
+
+    path = str(tmp_path / "runs.csv")
+    holder = FileLock(path + ".lock", thread_local=False)  # released by the timer thread
+    holder.acquire()
+    threading.Timer(1.5, holder.release).start()
+    assert rc.append_row(path, ["a", "b"], {"a": 1, "b": 2}, 1) == path
+    assert "waiting for" in capsys.readouterr().err and open(path).read() == "a,b\n1,2\n"
