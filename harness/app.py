@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+import uuid
 
 from omegaconf import DictConfig
 
@@ -19,6 +21,7 @@ from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
 from .report import print_floor, print_summary, show_progress
 from .signals import as_interrupt, from_torchrun_agent
+from .step_log import step_log_path, write_step_log
 from .workloads import Workload
 
 SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
@@ -35,10 +38,11 @@ def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list
     return outputs, steps, start, time.perf_counter()
 
 
-def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) -> dict:
+def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None) -> dict:
     """One timed pass over the workload from a reset engine (cold prefix cache, reseeded sampling); returns
     the metric columns. Under ``control=ideal`` an untimed recording pass comes first, and the timed pass
-    replays its step messages with no transport (``backends/ideal.py``)."""
+    replays its step messages with no transport (``backends/ideal.py``). ``step_log``: a file for the
+    per-step timings (``harness/step_log.py``)."""
     replay = hasattr(llm.control, "start_replay")
     if replay:
         llm.control.start_recording()
@@ -56,7 +60,10 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool) ->
         llm.control.finish_replay()
     row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
     row.update(metrics.step_metrics(steps))
-    row.update(metrics.control_metrics(llm.collect_control_stats(), steps))
+    stats = llm.collect_control_stats()
+    row.update(metrics.control_metrics(stats, steps))
+    if step_log:
+        write_step_log(step_log, steps, stats)
     row.update(sampler.summary())
     row.update({"preemptions": sum(o["num_preemptions"] for o in outputs),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
@@ -126,9 +133,12 @@ def run_engine_job(cfg: DictConfig) -> int:
         gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
         for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
-            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress))
-            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
-            print_summary(row, results.add(row))
+            run_id = uuid.uuid4().hex[:12]
+            steps = step_log_path(os.path.dirname(results.path), run_id) if cfg.step_log else None
+            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress), steps)
+            row = {**row0, "run_id": run_id, "repeat": repeat, "status": "ok", **metrics_row,
+                   "gpu_name": sampler.gpu_name}
+            print_summary(row, results.add(row), steps)
             SWEEP_ROWS.append(row)
             if device == "cuda":
                 print_floor(row, work, llm)

@@ -89,7 +89,8 @@ def control_options(cfg: DictConfig) -> dict:
 
 # Command-line keys that have a column of their own, or that do not change what is measured.
 NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", "dtype", "workload", "seed", "repeat",
-                    "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine", "tag", "cpu_threads"}
+                    "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine", "tag", "cpu_threads",
+                    "step_log"}
 
 
 def task_overrides() -> list[str]:

@@ -10,8 +10,9 @@ from .floor import decode_floor
 from .workloads import Workload
 
 
-def print_summary(row: dict, path: str) -> None:
-    """Print one engine run's row (throughput, latency in ms, control plane in us, GPU) and where it went."""
+def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
+    """Print one engine run's row (throughput, latency in ms, control plane in us, GPU) and where it went
+    (and its per-step timings, ``step_log``)."""
     def f(key, spec=".1f"):
         v = row.get(key)
         return "-" if v is None else format(v, spec)
@@ -38,6 +39,8 @@ def print_summary(row: dict, path: str) -> None:
                   f"p99 {f('ctrl_launch_lag_us_p99')}, late mean {f('ctrl_launch_late_us_mean')}")
         print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
               f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
+    if step_log and row["status"] == "ok":
+        print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
 
 

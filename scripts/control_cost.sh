@@ -10,6 +10,8 @@
 #                  latency batch 1) -> $OUT/sim_nodes.csv
 #   BROADCAST=0    skip the planes-alone (workload=broadcast) part
 # Other knobs: CONTROLS, TPS, WORKLOADS, ASYNC, REPEAT, ITER, CSV (control.csv), JOB_S, TOTAL_S, BROADCAST_S.
+# Per-step timings (which steps a worker launched late, and why: python -m harness.step_log): pass
+# step_log=true as an extra override; the files go to $OUT/steps/<run_id>.csv.
 # (Until 2026-11-30 PER_PROCESS=1 selected this; the other mode, one process per model, is gone: it
 # measured NCCL for every plane but the first.) Logs: $OUT/logs/.
 set -uo pipefail

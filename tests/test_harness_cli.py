@@ -96,6 +96,7 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["nvml_interval_s=0"], "nvml_interval_s must be a number > 0"),
     (["progress=maybe"], "progress must be true or false, got 'maybe'"),
     (["reuse_engine=2"], "reuse_engine must be true or false, got '2'"),
+    (["step_log=yes"], "step_log must be true or false, got 'yes'"),
     (["workload.min_input_len=50", "workload.max_input_len=40"], "min_input_len=50 is above workload.max_input_len=40"),
     # session-6 break test, left then and fixed in session 7: a traceback from transformers, a bogus key
     # accepted, the tp=3 job of a sweep failing after the tp=2 job had run, a 2 GB segment allocated

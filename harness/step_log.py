@@ -1,0 +1,99 @@
+"""Per-step timings of a timed run (``step_log=true``): one CSV per run, ``<results_dir>/steps/<run_id>.csv``,
+for what the row's percentiles and means cannot show (which steps were late, and where the lateness came
+from). ``python -m harness.step_log FILE...`` sums a file up.
+
+Columns, one line per engine step (times in us; ``rK_*`` per worker rank K; empty where not measured:
+replayed ``ideal`` steps have no message, tp=1 has no worker):
+
+- ``step``, ``prefill`` (0/1), ``num_seqs``, ``num_tokens``, ``duration_us`` (from the previous step's tokens
+  to this one's), ``message_bytes``, ``send_us`` (rank 0 serialising and writing the step's message);
+- ``r0_launch_us``: rank 0's ``run()`` returned, from the start of its send;
+- ``rK_oneway_us``: worker K received the message, from the start of the send (one-way latency);
+- ``rK_launch_us``: worker K's ``run()`` returned, from the start of the send.
+
+So a worker's launch lag (``rK_launch_us - r0_launch_us``) is its one-way latency, plus its own preparation
+of the step after the message landed (``rK_launch_us - rK_oneway_us``), minus rank 0's time from its send to
+its launch (``r0_launch_us``). On CUDA ``run()`` returns once the step's kernels are queued; on CPU once the
+step is computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+
+import numpy as np
+
+
+def step_log_path(results_dir: str, run_id: str) -> str:
+    """Where run ``run_id``'s step log goes: ``<results_dir>/steps/<run_id>.csv``."""
+    return os.path.join(results_dir, "steps", f"{run_id}.csv")
+
+
+def write_step_log(path: str, steps, stats: dict) -> None:
+    """Write the step log ``path`` from the run's ``StepRecord`` list and its control-plane samples
+    (``LLM.collect_control_stats()``: step i is message i), creating its directory.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    recv = stats.get("recv") or {}
+    ranks = sorted(recv)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def us(values, i):
+        return f"{values[i] / 1e3:.1f}" if values is not None and i < len(values) else ""
+
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us",
+                      "r0_launch_us"] + [f"r{r}_{k}" for r in ranks for k in ("oneway_us", "launch_us")])
+        for i, s in enumerate(steps):
+            line = [i, int(s.is_prefill), s.num_seqs, s.num_tokens, f"{s.duration_s * 1e6:.1f}", s.message_bytes,
+                    f"{s.send_ns / 1e3:.1f}", "" if s.launch_ns is None else f"{s.launch_ns / 1e3:.1f}"]
+            for r in ranks:
+                line += [us(recv[r].get("ns"), i), us(recv[r].get("launch_ns"), i)]
+            out.writerow(line)
+
+
+def summarize(path: str) -> str:
+    """Over the decode steps of step log ``path``: the latest worker's launch lag (mean, p50, p99, and the
+    mean of its late part) and its three parts, means in us, and the share of steps late by more than
+    50 us; a line saying what is missing where the file lacks worker columns."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    decode = df[df.prefill == 0]
+    ranks = sorted({c.split("_")[0] for c in df.columns if c.endswith("_launch_us") and c != "r0_launch_us"})
+    if decode.empty or not ranks or decode[[f"{r}_launch_us" for r in ranks]].isna().all().all():
+        return f"{path}: {len(decode)} decode steps; no worker launch samples (tp=1 or control=ideal)"
+    launch = decode[[f"{r}_launch_us" for r in ranks]].to_numpy(dtype=float)
+    latest = np.nanargmax(launch, axis=1)
+    rows = np.arange(len(decode))
+    oneway = decode[[f"{r}_oneway_us" for r in ranks]].to_numpy(dtype=float)[rows, latest]
+    lag = launch[rows, latest] - decode.r0_launch_us.to_numpy(dtype=float)
+    prep = launch[rows, latest] - oneway
+    return (f"{path}: {len(decode)} decode steps, step p50 {decode.duration_us.median():.0f} us; latest worker's "
+            f"launch lag mean {lag.mean():+.1f} p50 {np.median(lag):+.1f} p99 {np.percentile(lag, 99):+.1f}, "
+            f"late mean {np.maximum(lag, 0).mean():.1f} us, {100 * (lag > 50).mean():.1f}% of steps > 50 us late"
+            f"\n  = one-way {oneway.mean():.1f} + worker's preparation {prep.mean():.1f} - rank 0's send to "
+            f"launch {decode.r0_launch_us.mean():.1f} (means, us)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.step_log FILE...``: :func:`summarize` each step log; exit 2 on a missing file."""
+    p = argparse.ArgumentParser(prog="python -m harness.step_log", description=summarize.__doc__)
+    p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
+    args = p.parse_args(argv)
+    for path in args.files:
+        if not os.path.isfile(path):
+            print(f"error: {path}: no such file", file=sys.stderr)
+            return 2
+        print(summarize(path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
