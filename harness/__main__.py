@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from .signals import as_interrupt
+from .signals import as_interrupt, exit_interrupted
 from .signals import install as install_signal_handlers
 
 if __name__ == "__main__":
@@ -23,7 +23,7 @@ try:
     from .overrides import CONF_DIR, check_overrides, for_hydra
 except KeyboardInterrupt:
     print("error: interrupted", file=sys.stderr)
-    sys.exit(130)
+    exit_interrupted()
 
 EXIT_CODES: list[int] = []
 FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
@@ -66,7 +66,7 @@ if __name__ == "__main__":
             sys.argv[1:] = for_hydra(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
         print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        exit_interrupted()
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -74,7 +74,10 @@ if __name__ == "__main__":
         main()
     except KeyboardInterrupt:  # while Hydra composes the configuration
         print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        EXIT_CODES.append(130)
+    except SystemExit as e:  # a job's 130 (it stops a sweep: recorded), or Hydra's own error exit
+        if e.code != 130:
+            raise
     finally:
         # Only an engine cache that was imported can hold an engine. Importing it here would import torch
         # again after a signal interrupted its first import: a traceback, or a crash, instead of exit 130.
@@ -92,4 +95,6 @@ if __name__ == "__main__":
                     print(f"  not ok: {line}")
             except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
                 pass
+    if 130 in EXIT_CODES:
+        exit_interrupted()
     sys.exit(max(EXIT_CODES, default=0))

@@ -10,16 +10,30 @@ into the interruption it is.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import threading
 
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
+_HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
+REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
 
 
 def _interrupt(signum, frame):
     name = signal.Signals(signum).name
     _RECEIVED.append(name)
+    if len(_RECEIVED) == 1:
+        threading.Thread(target=_redeliver, args=(signum,), name="interrupt-redelivery", daemon=True).start()
     raise KeyboardInterrupt(name)
+
+
+def _redeliver(signum: int) -> None:
+    """C code that clears Python errors can swallow the ``KeyboardInterrupt`` (seen once in 20 SIGINTs ~1 s
+    into the start, while torch imported: the run went on): raise it again in the main thread, every
+    ``REDELIVER_S``, until the harness has taken the interruption in hand."""
+    while not _HANDLED.wait(REDELIVER_S):
+        _thread.interrupt_main(signum)
 
 
 def install() -> None:
@@ -34,6 +48,8 @@ def as_interrupt(e: BaseException) -> BaseException:
     """``e``, or a ``KeyboardInterrupt`` naming the first signal received when one arrived before ``e``
     was handled: a failure after a stop signal is that signal's doing, whatever type it surfaced as. Not a
     worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
+    if _RECEIVED:
+        _HANDLED.set()
     if isinstance(e, KeyboardInterrupt) or not _RECEIVED:
         return e
     if from_torchrun_agent() and type(e).__name__ == "WorkerError":
@@ -45,3 +61,21 @@ def from_torchrun_agent() -> bool:
     """Whether the first stop signal was a SIGTERM under torchrun, whose agent sends one to every rank of
     its node as soon as one rank dies: then a dead worker, if there is one, is the cause to report."""
     return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def exit_interrupted() -> None:
+    """Exit with code 130 after running the atexit handlers, never returning. ``sys.exit(130)`` is not
+    enough: a ``KeyboardInterrupt`` that escaped code CPython ran through ``PyRun_String`` (torch's import
+    does) sets the interpreter's "unhandled keyboard interrupt" flag for good, and at exit it then kills
+    itself with SIGINT (return code -2) whatever code was asked (seen with SIGINT ~1 s into the start)."""
+    import atexit
+    import sys
+
+    _HANDLED.set()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)

@@ -22,6 +22,7 @@ def installed():
     for s, handler in old.items():
         signal.signal(s, handler)
     signals._RECEIVED.clear()
+    signals._HANDLED.clear()
 
 
 def test_an_error_without_a_signal_stays_itself(installed):
@@ -44,3 +45,34 @@ def test_an_error_raised_in_place_of_the_interrupt_is_the_interrupt(installed, s
         err = signals.as_interrupt(e)
     assert isinstance(err, KeyboardInterrupt)
     assert one_line(err) == f"interrupted ({sig.name})"
+
+
+SWALLOWED = """
+import os, signal, sys, time
+from harness import signals
+signals.REDELIVER_S = 0.5
+signals.install()
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)
+except KeyboardInterrupt:
+    pass  # what C code that clears Python errors does to it
+if sys.argv[1] == "handled":
+    signals.as_interrupt(KeyboardInterrupt("SIGINT"))  # the harness took it in hand
+try:
+    time.sleep(3)
+    print("went on")
+except KeyboardInterrupt:
+    print("delivered again")
+"""
+
+
+@pytest.mark.parametrize("case, expected", [("swallowed", "delivered again"), ("handled", "went on")])
+def test_a_swallowed_interruption_is_delivered_again_until_handled(case, expected):
+    """Session 7: 1 SIGINT in 20, ~1 s into the start (torch importing), vanished and the run went on."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SWALLOWED, case], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.strip() == expected, out.stderr[-2000:]
