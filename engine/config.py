@@ -149,9 +149,9 @@ class EngineConfig:
         tp, hf = self.tensor_parallel_size, self.hf_config
         if not is_int(tp) or tp < 1:
             raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
-        for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
-            if hf[key] % tp:
-                raise ConfigError(f"tensor_parallel_size={tp} does not divide {key}={hf[key]} of {self.model}")
+        problem = split_problem(hf, tp, self.model)
+        if problem:
+            raise ConfigError(problem)
         if self.control not in available_control_planes():
             raise ConfigError(f"unknown control plane {self.control!r}; "
                               f"available: {', '.join(available_control_planes())}")
@@ -248,6 +248,16 @@ class EngineConfig:
 
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings")
+
+
+def split_problem(hf: dict, tp: int, where: str) -> str | None:
+    """``tensor_parallel_size=tp does not divide <key>=<n> of <where>`` for the first of the attention
+    heads, the KV heads and the vocabulary (each sharded over the ranks) that ``tp`` does not divide, or
+    None."""
+    for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
+        if hf[key] % tp:
+            return f"tensor_parallel_size={tp} does not divide {key}={hf[key]} of {where}"
+    return None
 
 
 def read_hf_config(path: str) -> dict:

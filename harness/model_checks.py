@@ -13,7 +13,6 @@ from backends.validation import is_int, is_number
 PRESET_DTYPES = ("float32", "bfloat16")  # what ``checkpoint.materialize`` draws weights in
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
              "intermediate_size", "vocab_size", "max_position_embeddings")
-SPLIT_KEYS = ("num_attention_heads", "num_key_value_heads", "vocab_size")  # what tp must divide (EngineConfig)
 
 
 def check_preset(preset: dict) -> str | None:
@@ -44,15 +43,6 @@ def check_preset(preset: dict) -> str | None:
     except Exception as e:  # transformers' validation: StrictDataclassFieldValidationError, TypeError, ...
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         return f"model.preset: {lines[-1] if lines else type(e).__name__}"
-    return None
-
-
-def check_split(shape: dict, tp: int, where: str) -> str | None:
-    """``tensor_parallel_size=tp does not divide <key>=<n> of <where>`` (the engine's message) for the first
-    of the heads and the vocabulary that ``tp`` does not divide, or None."""
-    for key in SPLIT_KEYS:
-        if shape[key] % tp:
-            return f"tensor_parallel_size={tp} does not divide {key}={shape[key]} of {where}"
     return None
 
 
@@ -96,6 +86,8 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
     checked, ``engine.config.read_hf_config``); ``preset_values``: the ``model.preset.<key>`` values given
     ({key: [values]}, each value checked with the others' first), ``deleted``: keys ``~model.preset.<key>``
     removes; ``tps``: every ``tp`` of the command."""
+    from engine.config import split_problem  # the engine's own check (imports torch: only when called)
+
     for path in paths:
         from engine import ConfigError
         from engine.config import read_hf_config
@@ -106,7 +98,7 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
         except ConfigError as e:
             return str(e)
         for tp in tps:
-            problem = check_split(shape, tp, path)
+            problem = split_problem(shape, tp, path)
             if problem:
                 return problem
     if paths:
@@ -120,7 +112,7 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
             for variant in [preset] + variants:
                 problem = check_preset(variant) if preset_values or deleted else None
                 for tp in tps if problem is None else []:
-                    problem = check_split(variant, tp, f"model={name}")
+                    problem = split_problem(variant, tp, f"model={name}")
                     if problem:
                         break
                 if problem:
