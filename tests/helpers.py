@@ -67,6 +67,15 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def exited(pid: int) -> bool:
+    """``pid`` has ended: gone from /proc, or a zombie (its exit done, only the reaping by its parent left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 def wait_until(predicate, timeout: float, what: str) -> float:
     start = time.monotonic()
     while not predicate():

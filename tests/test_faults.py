@@ -14,7 +14,7 @@ import pytest
 
 from backends import available
 from engine import LLM, ConfigError, SamplingParams, WorkerError
-from helpers import ROOT, children, harness, wait_until
+from helpers import ROOT, children, exited, harness, wait_until
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -183,8 +183,11 @@ def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model
     workers = wait_for_workers(proc)
     proc.kill()
     proc.communicate(timeout=10)
-    waited = wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 10, "orphans to exit")
-    assert waited < 2.0, f"workers outlived rank 0 by {waited:.1f} s"
+    # A thread of each worker waits on its parent's sentinel, so they have exited by the time rank 0 is reaped
+    # (0.00 s here). The bound is the engine's liveness budget (5 s), not a speed target: a CI machine once took
+    # 2.01 s to see them gone from /proc, init's reaping of the orphans included (a zombie counts as exited now).
+    waited = wait_until(lambda: all(exited(w) for w in workers), 5, "the orphaned workers to exit")
+    print(f"workers exited {waited:.2f} s after rank 0")
     wait_until(lambda: not segments_of(proc.pid), 10, "the resource tracker to unlink the segment")
     res = harness("tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]
