@@ -30,8 +30,9 @@ bench() {
 [ "${SKIP_TESTS:-0}" = 1 ] || timeout 300 python3 -m pytest -q -x ${TESTS:-tests/test_gpu.py} 2>&1 | tail -15 \
   | tee "$OUT/pytest_gpu.txt"
 bench tag="$TAG" "$@"
+# 0 when the bench wrote no ok row of this tag (a failed run); a broken script shows its traceback
 tok=$(python3 -c "import csv, sys; rows = [r for r in csv.DictReader(open(sys.argv[1])) if r['tag'] == sys.argv[2]
-print(int(float(rows[-1]['output_tok_s'])))" "$OUT/$CSV" "$TAG" 2>/dev/null || echo 0)
+and r['status'] == 'ok']; print(int(float(rows[-1]['output_tok_s'])) if rows else 0)" "$OUT/$CSV" "$TAG" || echo 0)
 echo "engine row: $tok output tok/s"
 if [ "$HF" = 1 ] || { [ "$HF" = auto ] && [ "$tok" -ge "${HF_AT:-20000}" ]; }; then
   bench tag="$TAG" engine=hf "$@"
