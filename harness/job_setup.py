@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from backends.validation import is_int
 from engine import ConfigError
+from engine.loader import check_checkpoint
 from engine.config import read_hf_config, resolve_device  # noqa: F401 (resolve_device: re-exported)
 
 from .checkpoint import cache_dir, materialize
@@ -67,10 +68,14 @@ def model_path(cfg: DictConfig) -> str:
 
     Raises:
         ConfigError: a preset that transformers or the engine would refuse (``model_checks.check_preset``),
-            or a cache directory that cannot be written.
+            a cache directory that cannot be written, or a ``model.path`` checkpoint whose config.json or
+            safetensors headers the engine refuses (``engine.loader.check_checkpoint``: for every engine,
+            so ``engine=hf`` refuses a damaged checkpoint as ``engine=tp`` does, before running).
     """
     if cfg.model.get("path"):
-        return os.path.abspath(os.path.expanduser(cfg.model.path))
+        path = os.path.abspath(os.path.expanduser(cfg.model.path))
+        check_checkpoint(path, read_hf_config(path))
+        return path
     preset = OmegaConf.to_container(cfg.model.preset)
     problem = check_preset(preset)
     if problem:

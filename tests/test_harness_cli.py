@@ -230,6 +230,23 @@ def test_a_checkpoint_the_config_does_not_describe_is_refused(case, message, tmp
     assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
 
 
+@pytest.mark.parametrize("engine", ["tp", "hf"])
+def test_a_truncated_checkpoint_is_refused_alike_by_both_engines(engine, tmp_path, tiny_untied, model_cache):
+    """Session-7 leftover: a truncated safetensors file was refused up front with exit 2 by engine=tp but
+    loaded by engine=hf, which failed with a row and exit 1."""
+    broken = tmp_path / "ckpt"
+    broken.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        data = open(os.path.join(tiny_untied, name), "rb").read()
+        (broken / name).write_bytes(data[: len(data) // 2] if name.endswith(".safetensors") else data)
+    res = harness(f"model.path={broken}", f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}",
+                  cache=model_cache)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("error: cannot read") and "model.safetensors" in lines[0]
+    assert not os.path.exists(tmp_path / "runs.csv")
+
+
 @pytest.mark.timeout(240)
 def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model_cache):
     env = {**os.environ, "TPCP_CACHE": model_cache}
