@@ -24,7 +24,7 @@ from .signals import as_interrupt
 from .results_csv import Results
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .sysinfo import hydra_dir, metadata
-from .workloads import Workload, build_workload
+from .workloads import Workload, build_workload, unread_keys
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
@@ -111,8 +111,12 @@ def task_overrides() -> list[str]:
 def base_row(cfg: DictConfig, device: str) -> dict:
     """The configuration columns of a row; ``overrides`` keeps the job's other command-line settings
     (``workload.num_seqs=8 llm.async_scheduling=false``...) so rows of a sweep over them stay apart."""
+    unread = {f"workload.{k}" for k in unread_keys(OmegaConf.to_container(cfg.workload))}
     other = [o for o in task_overrides()
-             if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES and not o.startswith("hydra.")]
+             if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES | unread and not o.startswith("hydra.")]
+    if unread:  # a sweep's ++workload.<key> that only some of its workloads read: the others' rows stay theirs
+        print(f"note: workload={cfg.workload.name} does not read {', '.join(sorted(unread))}: not in the row's "
+              f"overrides", file=sys.stderr)
     return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
             "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
             "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed, "hydra_dir": hydra_dir(),

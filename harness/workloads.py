@@ -63,6 +63,21 @@ INT_KEYS = {
 }
 
 
+# Per workload kind: every key it reads (a key outside it changes nothing the run does).
+_COMMON = {"name", "kind", "warmup", "scale_on_cpu", "cpu"}
+READ_KEYS = {
+    "random": _COMMON | set(INT_KEYS["random"]) | {"temperature", "ignore_eos"},
+    "fixed": _COMMON | set(INT_KEYS["fixed"]),  # greedy and ignore_eos always
+    "broadcast": _COMMON | set(INT_KEYS["broadcast"]) | {"decode_batches", "prefill_batches", "raw_bytes"},
+}
+
+
+def unread_keys(w: dict) -> list[str]:
+    """The keys of workload config ``w`` its kind does not read (``++workload.iterations=1`` on a random
+    workload, say), sorted; [] for an unknown kind (``check_workload`` refuses that)."""
+    return sorted(set(w) - READ_KEYS[w["kind"]]) if w.get("kind") in READ_KEYS else []
+
+
 def check_workload(w: dict) -> None:
     """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length that is
     not an integer or below its least value, a switch that is not true/false, a min above its max, a

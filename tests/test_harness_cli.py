@@ -265,6 +265,17 @@ def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model
     assert "Traceback" not in err
 
 
+def test_a_workload_key_only_some_jobs_read_stays_out_of_the_others_rows(tmp_path, model_cache):
+    """Session-7 leftover: ``-m workload=smoke,latency ++workload.iterations=1`` put the key into the smoke
+    row's overrides although smoke (kind random) never reads it: that row did not pool with smoke rows."""
+    res = harness("-m", "workload=smoke,latency", "++workload.iterations=1", "workload.num_seqs=1", "tp=1",
+                  f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "note: workload=smoke does not read workload.iterations: not in the row's overrides" in res.stderr
+    rows = pd.read_csv(tmp_path / "runs.csv", keep_default_na=False).set_index("workload").overrides
+    assert rows["smoke"] == "workload.num_seqs=1" and rows["latency"] == "workload.iterations=1 workload.num_seqs=1"
+
+
 def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     res = harness("-m", "workload=broadcast", "control=shm,gloo", "tp=2", f"results_dir={tmp_path}", "progress=false",
                   "workload.messages=50", "workload.warmup=5", "workload.min_messages=5",
