@@ -91,7 +91,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataF
     ok = df[df.status == "ok"]
     metrics = [m for m in KEY_METRICS if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
-    out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max"))
+    out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max")) \
+        .join(g.count().add_suffix("_count"))
     counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
                                          failed=lambda s: int((s != "ok").sum()))
     out = counts.join(out, how="left").reset_index()
@@ -124,17 +125,23 @@ def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> N
                 row[m] = ""
                 continue
             cell = f"{r[m + '_median']:.4g}"
-            if r["repeats"] > 1:
+            count = int(r[m + "_count"])
+            if count > 1:
                 sep = "-" if r[m + "_min"] >= 0 else " .. "  # "[-3--2]" would misread
                 cell += f" [{r[m + '_min']:.4g}{sep}{r[m + '_max']:.4g}]"
+            if count < r["repeats"]:  # some ok rows lack this metric: say of how many it is the median
+                cell += f" (of {count})"
             ratio = r.get(f"{m}_vs_{baseline}", np.nan)
             if baseline and pd.notna(ratio):
                 cell += f" ({ratio:.2f}x)"
             row[m] = cell
         rows.append(row)
-    has_ratio = bool(baseline) and any(c.endswith(f"_vs_{baseline}") for c in table.columns)
+    ratio_cols = [c for c in table.columns if c.endswith(f"_vs_{baseline}")]
+    has_ratio = bool(baseline) and bool(ratio_cols) and bool(table[ratio_cols].notna().any().any())
     if baseline and not has_ratio:
-        print(f"(no ratios: control={baseline} is not in the data, or control is not a grouping column)")
+        base = table[table.control == baseline] if "control" in keys else table.iloc[:0]
+        print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
+              f"(no ratios: control={baseline} is not in the data, or control is not a grouping column)")
     print(f"median [min-max over ok repeats] (ratio to control={baseline})" if has_ratio else
           "median [min-max over ok repeats]")
     print(pd.DataFrame(rows).to_markdown(index=False))

@@ -279,6 +279,31 @@ def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
     assert out.count("0 (+2 failed)") == 4
 
 
+def test_no_ratios_when_every_baseline_row_failed_says_so(sweep, tmp_path, capsys):
+    """Session-7 leftover: with every shm row failed the header still promised ratios to shm."""
+    path = tmp_path / "shm_failed.csv"
+    df = pd.read_csv(sweep)
+    df.loc[df.control == "shm", "status"] = "failed"
+    df.to_csv(path, index=False)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "(no ratios: every control=shm row failed)" in out and "ratio to control" not in out
+
+
+def test_a_median_of_fewer_rows_than_the_repeats_says_of_how_many(sweep, tmp_path, capsys):
+    """Session-7 leftover: n=2 with one row lacking a metric showed that metric as if of two rows."""
+    path = tmp_path / "one_missing.csv"
+    df = pd.read_csv(sweep)
+    df.loc[(df.control == "pipe") & (df.tp == 2) & (df.repeat == 1), "ttft_ms_p99"] = None
+    df.to_csv(path, index=False)
+    assert main([str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = [c.strip() for c in next(line for line in lines if line.startswith("|")).strip("|").split("|")]
+    pipe2 = [c.strip() for c in next(line for line in lines if re.match(r"\|\s+2\s+\|\s+pipe\s", line))
+             .strip("|").split("|")]
+    assert pipe2[cells.index("n")] == "2" and pipe2[cells.index("ttft_ms_p99")] == "90 (of 1) (0.99x)"
+
+
 def test_a_directory_finds_the_rows_diverted_to_other_files(sweep, tmp_path, capsys):
     import shutil
 
