@@ -4,6 +4,8 @@ across every panel, p50 bars (median over repeats) with p99 whiskers, the legend
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -57,7 +59,9 @@ def plot(df: pd.DataFrame, keys: list[str], out: str) -> None:
             ax.grid(axis="y", alpha=0.3)
             ax.tick_params(axis="y", labelsize=7)
         n = f"{int(reps.min())}" if reps.min() == reps.max() else f"{int(reps.min())}-{int(reps.max())}"
-        note = row[0].annotate(f"{label}  ({n} repeats)", xy=(0, 1.2), xycoords="axes fraction", fontsize=8,
+        # Wrapped to the figure's width (~13 bold 8-pt characters an inch), growing upwards into the gap.
+        text = textwrap.fill(f"{label}  ({n} repeats)", width=int(fig.get_size_inches()[0] * 13))
+        note = row[0].annotate(text, xy=(0, 1.2), xycoords="axes fraction", fontsize=8, va="bottom",
                                fontweight="bold", annotation_clip=False)
         note.set_in_layout(False)  # a long label must not squeeze the panels
     same = ", ".join(f"{k}={df[k].iloc[0]}" for k in ("model", "device", "dtype") if k in df and df[k].nunique() == 1)

@@ -363,3 +363,24 @@ def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_pa
 @pytest.mark.parametrize("threshold, code", [("2", 2), ("0.02", 0), ("2%", 0), ("-1%", 2)])
 def test_threshold_is_a_percentage_or_a_fraction(sweep, threshold, code):
     assert main(["--compare", sweep, sweep, f"--threshold={threshold}"]) == code
+
+
+def test_a_long_configuration_label_is_wrapped_inside_the_figure(sweep, tmp_path, monkeypatch):
+    """Session-7 leftover: a row's label (its overrides) ran past the figure's right edge and was cut."""
+    import matplotlib.pyplot as plt
+
+    from harness.plots import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    df = pd.read_csv(sweep)
+    df["overrides"] = " ".join(f"llm.setting_{i}=value_{i}" for i in range(20))  # ~420 characters
+    df = df[df.tp == 2]
+    df = df.assign(ttft_ms_p99=None, decode_step_ms_p50=None, ctrl_oneway_us_p50=None)  # 2 panels: a narrow figure
+    plot(df, ["overrides", "control"], str(tmp_path / "long.png"))
+    fig = figures[0]
+    fig.canvas.draw()
+    width = fig.bbox.width
+    labels = [t for ax in fig.axes for t in ax.texts if "setting_19" in t.get_text()]
+    assert labels and all(t.get_window_extent().x1 <= width for t in labels)
+    assert labels[0].get_text().count("\n") >= 2
