@@ -4,9 +4,10 @@
 # shared, so MASTER_ADDR is loopback). The same entry point as on real machines.
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh -m harness control=zmq tp=2 workload=smoke
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh path/to/script.py args...
-# Exit code: the worst node's. Node k's output goes to ${LOGDIR:-/tmp}/sim_node<k>.log and is printed after.
+# Exit code: the worst node's. Node k's output goes to $LOGDIR/sim_node<k>.log (default: a new directory
+# /tmp/sim_nodes.XXXXXX, so two runs never write one file) and is printed after.
 set -u
-NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}; LOGDIR=${LOGDIR:-/tmp}
+NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}; LOGDIR=${LOGDIR:-$(mktemp -d /tmp/sim_nodes.XXXXXX)}
 args=$(printf '%q ' "$@")
 # Gloo and NCCL over loopback sockets, one host id per node (NCCL then uses its network transport, not the
 # shared-memory or peer-to-peer paths of one host), no InfiniBand, never NVLink multicast.
@@ -25,5 +26,5 @@ for ((k = 0; k < NODES; k++)); do
 done
 code=0
 for pid in "${pids[@]}"; do wait "$pid"; c=$?; [ $c -gt $code ] && code=$c; done
-for ((k = 0; k < NODES; k++)); do echo "== node $k =="; grep -v "^W[0-9]\{4\}\|\*\*\*\*\|OMP_NUM_THREADS" "$LOGDIR/sim_node$k.log"; done
+for ((k = 0; k < NODES; k++)); do echo "== node $k ($LOGDIR/sim_node$k.log) =="; grep -v "^W[0-9]\{4\}\|\*\*\*\*\|OMP_NUM_THREADS" "$LOGDIR/sim_node$k.log"; done
 exit $code
