@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from engine import DataPlaneError
-from engine.config import ConfigError
+from engine.errors import ConfigError
 from engine.control_plane import make_control_plane
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence

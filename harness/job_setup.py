@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from backends.validation import is_int
 from engine import ConfigError
 from engine.loader import check_checkpoint
-from engine.config import read_hf_config, resolve_device  # noqa: F401 (resolve_device: re-exported)
+from engine.config import resolve_device  # noqa: F401 (re-exported)
+from engine.hf_config import read_hf_config
 
 from .checkpoint import cache_dir, materialize
 from .model_checks import check_preset

@@ -83,14 +83,14 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
                  preset_values: dict[str, list], deleted: list[str]) -> str | None:
     """The first problem of the models a command selects, or None. ``models``: the ``model`` options,
     ``paths``: the ``model.path`` values (a checkpoint replaces the preset: its config.json is read and
-    checked, ``engine.config.read_hf_config``); ``preset_values``: the ``model.preset.<key>`` values given
+    checked, ``engine.hf_config.read_hf_config``); ``preset_values``: the ``model.preset.<key>`` values given
     ({key: [values]}, each value checked with the others' first), ``deleted``: keys ``~model.preset.<key>``
     removes; ``tps``: every ``tp`` of the command."""
-    from engine.config import split_problem  # the engine's own check (imports torch: only when called)
+    from engine.hf_config import split_problem  # the engine's own check (imports torch: only when called)
 
     for path in paths:
         from engine import ConfigError
-        from engine.config import read_hf_config
+        from engine.hf_config import read_hf_config
 
         path = os.path.abspath(os.path.expanduser(str(path)))
         try:
