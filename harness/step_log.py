@@ -83,16 +83,25 @@ def summarize(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.step_log FILE...``: :func:`summarize` each step log; exit 2 on a missing file."""
+    """``python -m harness.step_log FILE...``: :func:`summarize` each step log; a file that is missing, a
+    directory or not a readable step log gets one ``error:`` line and the others are still summarised;
+    exit 2 when any failed."""
     p = argparse.ArgumentParser(prog="python -m harness.step_log", description=summarize.__doc__)
     p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
     args = p.parse_args(argv)
+    code = 0
     for path in args.files:
         if not os.path.isfile(path):
-            print(f"error: {path}: no such file", file=sys.stderr)
-            return 2
-        print(summarize(path))
-    return 0
+            print(f"error: {path}: {'a directory' if os.path.isdir(path) else 'no such file'}", file=sys.stderr)
+            code = 2
+            continue
+        try:
+            print(summarize(path))
+        except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
+            print(f"error: {path}: not a readable step log ({type(e).__name__}: {e})".splitlines()[0],
+                  file=sys.stderr)
+            code = 2
+    return code
 
 
 if __name__ == "__main__":

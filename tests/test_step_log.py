@@ -50,3 +50,18 @@ def test_a_run_with_step_log_writes_one_file_per_timed_repeat(tmp_path, model_ca
         assert (steps.prefill == 0).sum() == decode_steps and steps.r1_oneway_us.notna().all()
         assert "launch lag" in summarize(str(tmp_path / "steps" / f"{run_id}.csv"))
     assert "steps       " in res.stdout  # the summary names the file
+
+
+def test_a_file_that_is_no_step_log_is_one_line_not_a_traceback(tmp_path, capsys):
+    """Session-8 break test: an empty file, a results CSV and binary data gave tracebacks; a directory was
+    "no such file"; one bad file stopped the files after it."""
+    empty, other, binary = tmp_path / "empty.csv", tmp_path / "runs.csv", tmp_path / "bin.csv"
+    empty.write_text("")
+    other.write_text("run_id,status\nabc,ok\n")
+    binary.write_bytes(bytes(range(256)) * 4)
+    for bad in (empty, other, binary, tmp_path):
+        capsys.readouterr()
+        assert main([str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert "a directory" in (main([str(tmp_path)]), capsys.readouterr().err)[1]
