@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from backends import ControlPlaneError
 
+from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .control_plane import make_control_plane
@@ -92,12 +93,15 @@ class LLM:
         Raises:
             RuntimeError: a generate() is in progress.
         """
-        if self._in_flight is not None or (hasattr(self, "scheduler") and not self.scheduler.is_finished()):
+        if hasattr(self, "scheduler") and self.has_unfinished_requests():
             raise RuntimeError("reset() while requests are in progress")
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
         self.scheduler = Scheduler(self.config.max_num_seqs, self.config.max_num_batched_tokens,
                                    self.config.max_model_len, self.block_manager, self.config.eos_token_ids)
         self.generator = torch.Generator().manual_seed(self.config.seed)  # draws each sampled step's seed
+        self.arrivals = Arrivals()
+        self.steps, self._last_done_s = [], None
+        self.admit_ns = 0  # time spent admitting arrivals (not waiting for them), ns
 
     def __enter__(self) -> "LLM":
         return self
@@ -140,47 +144,101 @@ class LLM:
         self.control.send(FAULT_DRILL, rank, message)
         fault_drill(self.config, 0, rank, message)
 
+    def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
+                    arrival_s: float | None = None) -> int:
+        """Queue one request; it is admitted at the first step boundary at or after ``arrival_s``
+        (``time.perf_counter()`` clock, s; None: now). Returns its ``request_id``.
+
+        Raises:
+            ConfigError: a request that can never be served (see ``request_checks.validate_requests``).
+        """
+        validate_requests(self.config, self.num_kvcache_blocks, [prompt_token_ids], [sampling_params])
+        return self._add(prompt_token_ids, sampling_params, arrival_s)
+
+    def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float | None) -> int:
+        if self._closed:
+            raise RuntimeError("a request for an LLM that was shut down")
+        seq = Sequence([int(t) for t in prompt_token_ids], sampling_params, self.config.kvcache_block_size)
+        seq.arrival_s = time.perf_counter() if arrival_s is None else float(arrival_s)
+        self.arrivals.add(seq)
+        return seq.seq_id
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether a request is pending (not yet arrived), waiting, running or in a step in flight."""
+        return bool(self.arrivals) or not self.scheduler.is_finished() or self._in_flight is not None
+
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
-                 use_tqdm: bool = False) -> list[dict]:
-        """Generate for every prompt; returns, in input order, dicts with ``token_ids`` (generated ids),
-        ``finish_reason`` ("stop": an EOS id; "length": max_tokens or max_model_len),
-        ``arrival_s`` and ``token_times_s`` (time.perf_counter() of arrival and of each token, s) and
-        ``num_preemptions``. Step records of this call are in ``self.steps``.
+                 use_tqdm: bool = False, arrival_s: list[float] | None = None) -> list[dict]:
+        """Generate for every prompt: :meth:`add_request` each (all at once: now, or at ``arrival_s``,
+        perf_counter() times), then :meth:`step` until nothing is unfinished. Returns, in input order, the
+        outputs :meth:`step` returns. Step records of this call are in ``self.steps``.
 
         Raises:
             ConfigError: bad prompts or parameters (checked before the first step).
             WorkerError: a worker failed mid-run.
         """
-        if self._closed:
-            raise RuntimeError("generate() on an LLM that was shut down")
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
         validate_requests(self.config, self.num_kvcache_blocks, prompt_token_ids, sampling_params)
-        prompt_token_ids = [[int(t) for t in p] for p in prompt_token_ids]
+        if arrival_s is not None and len(arrival_s) != len(prompt_token_ids):
+            raise ConfigError(f"{len(arrival_s)} arrival times for {len(prompt_token_ids)} prompts")
         now = time.perf_counter()
-        seqs = []
-        for p, sp in zip(prompt_token_ids, sampling_params):
-            seq = Sequence(p, sp, self.config.kvcache_block_size)
-            seq.arrival_s = now
-            seqs.append(seq)
-            self.scheduler.add(seq)
+        ids = [self._add(p, sp, now if arrival_s is None else arrival_s[i])
+               for i, (p, sp) in enumerate(zip(prompt_token_ids, sampling_params))]
         self.steps, self._last_done_s = [], None
-        bar = tqdm(total=len(seqs), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
-        while not self.scheduler.is_finished() or self._in_flight is not None:
-            bar.update(len(self.step()))
+        done: dict[int, dict] = {}
+        bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
+        while self.has_unfinished_requests():
+            finished = self.step()
+            done.update((o["request_id"], o) for o in finished)
+            bar.update(len(finished))
         bar.close()
-        return [{"token_ids": s.completion_token_ids, "finish_reason": s.finish_reason, "arrival_s": s.arrival_s,
-                 "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in seqs]
+        return [done[i] for i in ids]
 
-    def step(self) -> list[Sequence]:
-        """One engine iteration: schedule and launch a step, then finish the step launched before it (async
-        scheduling) or this one. Returns the sequences that finished.
+    def step(self) -> list[dict]:
+        """One engine iteration: admit the requests that have arrived (while nothing runs, first wait for
+        the next arrival, sending nothing), schedule and launch a step, then finish the step launched
+        before it (async scheduling) or this one. Returns the requests that finished, as dicts:
+        ``request_id``, ``token_ids`` (generated ids), ``finish_reason`` ("stop": an EOS id; "length":
+        max_tokens or max_model_len), ``arrival_s``, ``first_scheduled_s`` and ``token_times_s``
+        (time.perf_counter() of arrival, of its first scheduled step and of each token, s) and
+        ``num_preemptions``.
 
         Raises:
             RuntimeError: nothing can be scheduled while nothing is in flight (a scheduler bug).
             DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: a step's tokens did not arrive
                 within ``timeout_s``.
         """
+        self._admit()
+        return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
+                 "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
+                 "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in self._step()]
+
+    def replay_admissions(self, log: list[int] | None) -> None:
+        """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
+        (``self.arrivals.log``: requests admitted per launched step; ``engine/arrivals.py`` says how arrival
+        times are kept); None: by arrival time alone. What ``control=ideal`` holds fixed under arrivals,
+        so that its timed pass schedules the steps its recording pass did."""
+        self.arrivals.plan = log
+
+    def _admit(self) -> None:
+        t0 = time.perf_counter_ns()
+        idle = self.scheduler.is_finished() and self._in_flight is None
+        launches = len(self.arrivals.log)
+        if idle:
+            self._last_done_s = None  # the next step's time starts at its launch, not at the last one's end
+        until = self.arrivals.wait_until(time.perf_counter(), launches, idle)
+        t1 = time.perf_counter_ns()
+        if until is not None:
+            while (left := until - time.perf_counter()) > 0:
+                time.sleep(min(left, 0.5))
+                self.group.check()
+        t2 = time.perf_counter_ns()
+        for seq in self.arrivals.due(time.perf_counter(), launches):
+            self.scheduler.add(seq)
+        self.admit_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
+
+    def _step(self) -> list[Sequence]:
         launched = self._launch()
         if launched is None and self._in_flight is None and not self.scheduler.is_finished():
             launched = self._launch()  # the only running sequence was preempted: this prefills it
@@ -215,6 +273,10 @@ class LLM:
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)) if any(
             s.temperature > 0 for s in seqs) else 0
         batch = StepBatch.from_sequences(seqs, is_prefill, seed)
+        for seq in seqs:
+            if seq.first_scheduled_s is None:
+                seq.first_scheduled_s = t0
+        self.arrivals.on_launch()
         tokens = self.call("run", batch.to_bytes())
         launch_ns = self.control.ns_since_send()
         if tokens.is_cuda:

@@ -24,8 +24,8 @@ class Sequence:
             previous step's sampled tokens", which the model runners read on the device.
         num_cached_tokens: leading tokens whose KV is already in the cache (prefix-cache hits).
         block_table: KV-cache block ids, one per ``block_size`` tokens.
-        arrival_s / token_times_s: perf_counter() of arrival and of each generated token (rank 0 only,
-            never sent to workers).
+        arrival_s / first_scheduled_s / token_times_s: perf_counter() of arrival, of the first step that
+            scheduled it and of each generated token (rank 0 only, never sent to workers).
     """
 
     _ids = count()
@@ -44,6 +44,7 @@ class Sequence:
         self.num_preemptions = 0
         self.finish_reason: str | None = None  # "stop" (an EOS id) or "length" (max_tokens, max_model_len)
         self.arrival_s = 0.0
+        self.first_scheduled_s: float | None = None
         self.token_times_s: list[float] = []
 
     def __len__(self) -> int:

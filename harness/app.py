@@ -20,6 +20,8 @@ from .job_setup import base_row, engine_settings, failed, model_label, prepare, 
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
 from .report import print_floor, print_summary, show_progress
+from .run_files import requests_path
+from .serve import RequestLog, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
 from .workloads import Workload
@@ -38,34 +40,50 @@ def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list
     return outputs, steps, start, time.perf_counter()
 
 
-def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None) -> dict:
+def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[int] | None = None,
+                  log: RequestLog | None = None) -> tuple[dict, list]:
+    """One pass over the workload from a reset engine: (its request metric columns, its step records).
+    ``plan`` / ``log``: a serve workload's admissions to replay and per-request file (``harness/serve.py``)."""
+    if work.arrivals is not None:
+        records, steps, start, last, overhead_us = serve_pass(llm, work, progress, plan, log)
+        return {**metrics.serve_metrics(records, work, start, last), "serve_loop_us_per_step": overhead_us}, steps
+    outputs, steps, start, end = run_pass(llm, work, progress)
+    row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
+    return {**row, "preemptions": sum(o["num_preemptions"] for o in outputs)}, steps
+
+
+def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
+              requests: str | None = None) -> dict:
     """One timed pass over the workload from a reset engine (cold prefix cache, reseeded sampling); returns
     the metric columns. Under ``control=ideal`` an untimed recording pass comes first, and the timed pass
-    replays its step messages with no transport (``backends/ideal.py``). ``step_log``: a file for the
-    per-step timings (``harness/step_log.py``)."""
-    replay = hasattr(llm.control, "start_replay")
+    replays its step messages with no transport (``backends/ideal.py``) and, for a serve workload, admits
+    each request before the step the recording admitted it at (``LLM.replay_admissions``). ``step_log``: a
+    file for the per-step timings (``harness/step_log.py``); ``requests``: the per-request JSONL."""
+    replay, plan = hasattr(llm.control, "start_replay"), None
     if replay:
         llm.control.start_recording()
-        run_pass(llm, work, progress=False)
+        measured_pass(llm, work, progress=False)
+        plan = list(llm.arrivals.log) if work.arrivals is not None else None
         llm.control.stop_recording()
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.control.start_replay()
+    log = RequestLog(requests)
     sampler.start()
     try:
-        outputs, steps, start, end = run_pass(llm, work, progress)
+        row, steps = measured_pass(llm, work, progress, plan, log)
     finally:
         sampler.stop()
+        log.close()
     if replay:
         llm.control.finish_replay()
-    row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
     row.update(metrics.step_metrics(steps))
     stats = llm.collect_control_stats()
     row.update(metrics.control_metrics(stats, steps))
     if step_log:
         write_step_log(step_log, steps, stats)
     row.update(sampler.summary())
-    row.update({"preemptions": sum(o["num_preemptions"] for o in outputs),
+    row.update({"preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
     return row
@@ -114,7 +132,7 @@ def run_engine_job(cfg: DictConfig) -> int:
     try:
         results, path, work = prepare(cfg, device)
         model, model_hash = model_label(cfg, path)
-        row0.update(model=model, model_hash=model_hash)
+        row0.update(model=model, model_hash=model_hash, **serve_columns(work))
         settings, async_scheduling = engine_settings(cfg, path, device)
         launch = Launch.from_env()
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
@@ -134,8 +152,10 @@ def run_engine_job(cfg: DictConfig) -> int:
         for repeat in range(cfg.repeat):
             sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
             run_id = uuid.uuid4().hex[:12]
-            steps = step_log_path(os.path.dirname(results.path), run_id) if cfg.step_log else None
-            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress), steps)
+            directory = os.path.dirname(results.path)
+            steps = step_log_path(directory, run_id) if cfg.step_log else None
+            requests = requests_path(directory, run_id) if cfg.save_requests and work.arrivals is not None else None
+            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests)
             row = {**row0, "run_id": run_id, "repeat": repeat, "status": "ok", **metrics_row,
                    "gpu_name": sampler.gpu_name}
             print_summary(row, results.add(row), steps)

@@ -26,6 +26,9 @@ def run_hf_job(cfg: DictConfig) -> int:
         if cfg.tp != 1:
             raise ConfigError("engine=hf runs on one device: use tp=1")
         results, path, work = prepare(cfg, device)
+        if work.arrivals is not None:
+            raise ConfigError(f"engine=hf runs offline batches through generate(): workload={work.name} needs "
+                              f"engine=tp")
         model, model_hash = model_label(cfg, path)
         row0.update(model=model, model_hash=model_hash)
     except ConfigError as e:

@@ -23,6 +23,7 @@ from .model_checks import check_preset
 from .report import one_line, print_summary
 from .signals import as_interrupt
 from .results_csv import Results
+from .run_files import write_run_json
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload, unread_keys
@@ -96,7 +97,7 @@ def control_options(cfg: DictConfig) -> dict:
 # Command-line keys that have a column of their own, or that do not change what is measured.
 NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", "dtype", "workload", "seed", "repeat",
                     "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine", "tag", "cpu_threads",
-                    "step_log"}
+                    "step_log", "save_requests"}
 
 
 def task_overrides() -> list[str]:
@@ -148,7 +149,9 @@ def check_results_dir(cfg: DictConfig) -> Results:
             pass
     except OSError as e:
         raise ConfigError(f"cannot write results to {directory}: {e.strerror or e}") from None
-    return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION,
+                   on_row=lambda row: write_run_json(directory, row, config))
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:

@@ -10,11 +10,13 @@ PERCENTILES = (50, 90, 99)
 
 
 def summarize(values_ms, name: str) -> dict[str, float | None]:
-    """``{name_mean, name_p50, name_p90, name_p99}`` of ``values_ms``; None when there are no values."""
+    """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, numpy's
+    default, as vLLM's); None when there are no values."""
     v = np.asarray(values_ms, dtype=np.float64)
     out: dict[str, float | None] = {f"{name}_mean": float(v.mean()) if v.size else None}
     for p in PERCENTILES:
         out[f"{name}_p{p}"] = float(np.percentile(v, p)) if v.size else None
+    out[f"{name}_std"] = float(v.std()) if v.size else None
     return out
 
 
@@ -46,6 +48,33 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
         "req_s": len(outputs) / duration,
     }
     for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2el_ms", e2el)):
+        row.update(summarize(values, name))
+    return row
+
+
+def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> dict:
+    """The columns of one ``workload=serve`` run from its per-request records (``serve.request_record``),
+    by vLLM's ``bench serve`` formulas: throughput over the run's duration (first arrival to last token);
+    TTFT, TPOT ((E2EL - TTFT) / (output_len - 1), requests of more than one token), ITL, E2EL and the
+    queueing delay (sent to first scheduled) in ms; ``achieved_rate_req_s`` = (n - 1) / (last send - first
+    send), the rate the requests actually went in at; ``goodput_req_s`` = requests meeting every SLO that is
+    set (a request of one token meets the TPOT one) per second of the run, None when no SLO is set."""
+    duration = last_s - start_s
+    out_tokens = sum(r["output_len"] for r in records)
+    in_tokens = sum(r["input_len"] for r in records)
+    sent = sorted(r["sent_s"] for r in records)
+    row = {"num_requests": len(records), "input_tokens": in_tokens, "output_tokens": out_tokens,
+           "duration_s": duration, "output_tok_s": out_tokens / duration,
+           "total_tok_s": (out_tokens + in_tokens) / duration, "req_s": len(records) / duration,
+           "achieved_rate_req_s": (len(sent) - 1) / (sent[-1] - sent[0]) if sent[-1] > sent[0] else None}
+    bounds = {k: v for k, v in work.slo.items() if v is not None}
+    good = sum(all((r[k] or 0.0) <= b for k, b in bounds.items()) for r in records)
+    row["goodput_req_s"] = good / duration if bounds else None
+    for name, values in (("ttft_ms", [r["ttft_ms"] for r in records]),
+                         ("tpot_ms", [r["tpot_ms"] for r in records if r["tpot_ms"] is not None]),
+                         ("itl_ms", [x for r in records for x in r["itl_ms"]]),
+                         ("e2el_ms", [r["e2el_ms"] for r in records]),
+                         ("queue_ms", [r["queue_ms"] for r in records])):
         row.update(summarize(values, name))
     return row
 

@@ -54,18 +54,20 @@ def _check_workload_value(key: str, typed, workloads: list[str], given: dict) ->
     larger ``max_input_len``) is checked as the pair."""
     from .workloads import check_workload
 
-    sub = key.split(".", 1)[1]
+    sub = key.split(".", 1)[1]  # may be dotted: slo.ttft_ms
     for name in workloads:
-        w = OmegaConf.to_container(_load_option("workload", name))
-        if sub not in w:
+        w = _load_option("workload", name)
+        if not _in_option("workload", name, sub):
             donors = [o for o in group_options("workload") if _in_option("workload", o, sub)]
             if not donors:
                 continue
-            w = OmegaConf.to_container(_load_option("workload", donors[0]))
-        w.update({k: v for k, v in given.items() if k in w})
-        w[sub] = typed
+            w = _load_option("workload", donors[0])
+        for k, v in given.items():
+            if OmegaConf.select(w, k, default=_MISSING) is not _MISSING:
+                OmegaConf.update(w, k, v)
+        OmegaConf.update(w, sub, typed)
         try:
-            check_workload(w)
+            check_workload(OmegaConf.to_container(w))
         except ValueError as e:
             return str(e)
     return None
@@ -236,8 +238,9 @@ def check_overrides(argv: list[str]) -> str | None:
         if key.startswith("workload.") and not forced:  # Hydra refuses a key the workload lacks, in 7 lines
             lacking = [w for w in workloads if not _in_option("workload", w, key.split(".", 1)[1])]
             if lacking:
+                having = [o for o in group_options("workload") if _in_option("workload", o, key.split(".", 1)[1])]
                 return (f"workload={lacking[0]} has no key {key.split('.', 1)[1]!r} (pick a workload that has "
-                        f"it, e.g. workload=latency, or add it with ++{key}=...)")
+                        f"it, e.g. workload={having[0]}, or add it with ++{key}=...)")
         for v in values or []:  # None: a grammar error or an interval sweep, which Hydra reports or expands
             problem = (VALUE_CHECKS[key](key, v) if key in VALUE_CHECKS
                        else _check_workload_value(key, v, workloads, workload_given) if key.startswith("workload.")

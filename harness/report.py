@@ -28,6 +28,11 @@ def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
     else:
         print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, "
               f"{f('req_s', '.2f')} req/s ({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
+        if row.get("request_rate") is not None:
+            print(f"  serve       request rate {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} "
+                  f"sent, {f('req_s', '.2f')} completed; goodput {f('goodput_req_s', '.2f')} req/s "
+                  f"(slo: {row.get('slo') or 'none set'}); queueing ms p50 {f('queue_ms_p50', '.2f')} p99 "
+                  f"{f('queue_ms_p99', '.2f')}; loop {f('serve_loop_us_per_step', '.1f')} us/step")
         print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
               f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
               f"{f('decode_step_ms_p50', '.2f')}")

@@ -1,24 +1,30 @@
 """The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
 README.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
-SCHEMA_VERSION = 9  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
+SCHEMA_VERSION = 10  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
 #                       ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct; 6: run_id, tag, model_hash,
 #                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
-#                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean
+#                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean; 10: workload=serve's
+#                       request_rate, burstiness, max_concurrency, slo, achieved_rate_req_s, goodput_req_s,
+#                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency
 
 # The schema version that added each configuration column added after schema 1 (``--compare`` leaves such a
 # key out where one file's schema predates it, see ``harness.analyze.comparable_keys``).
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
-            "run_id": 6, "tag": 6, "model_hash": 6, "cpu_threads": 6, "gemm": 8}
+            "run_id": 6, "tag": 6, "model_hash": 6, "cpu_threads": 6, "gemm": 8, "request_rate": 10,
+            "burstiness": 10, "max_concurrency": 10, "slo": 10}
 
 CONFIG = ["schema_version", "time_utc", "run_id", "tag", "status", "error", "engine", "control", "tp", "launcher",
           "nodes", "model", "model_hash", "device", "dtype", "cpu_threads", "all_reduce", "gemm", "workload",
-          "overrides", "payload", "payload_bytes", "seed", "repeat"]
-THROUGHPUT = ["num_requests", "input_tokens", "output_tokens", "duration_s", "output_tok_s", "total_tok_s", "req_s"]
-LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms") for s in ("mean", "p50", "p90", "p99")]
+          "overrides", "payload", "payload_bytes", "request_rate", "burstiness", "max_concurrency", "slo", "seed",
+          "repeat"]
+THROUGHPUT = ["num_requests", "input_tokens", "output_tokens", "duration_s", "output_tok_s", "total_tok_s", "req_s",
+              "achieved_rate_req_s", "goodput_req_s"]
+LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms")
+           for s in ("mean", "p50", "p90", "p99", "std")]
 STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_p99", "preemptions",
-         "prefix_cache_hit_tokens", "kv_blocks", "kvcache_block_size"]
+         "prefix_cache_hit_tokens", "kv_blocks", "kvcache_block_size", "serve_loop_us_per_step"]
 CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
            "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_oneway_over_step_pct", "ctrl_launch_lag_us_mean",
            "ctrl_launch_lag_us_p50",

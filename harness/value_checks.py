@@ -50,4 +50,4 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
                 "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
-                "reuse_engine": _bool, "step_log": _bool}
+                "reuse_engine": _bool, "step_log": _bool, "save_requests": _bool}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
+
+import numpy as np
 
 from backends.validation import is_int, is_number
 from engine import SamplingParams
@@ -12,13 +15,21 @@ from engine import SamplingParams
 @dataclass
 class Workload:
     """prompts: token-id lists; params: one SamplingParams per prompt; warmup: run an untimed warm-up;
-    iterations: how many times the timed run submits the whole batch (one generate call each)."""
+    iterations: how many times the timed run submits the whole batch (one generate call each). A ``serve``
+    workload also has ``arrivals`` (each request's scheduled arrival, s from the run's start), its
+    ``request_rate`` (req/s), ``burstiness``, ``max_concurrency`` (None: unbounded) and ``slo``
+    (``{"ttft_ms": bound or None, ...}``)."""
 
     name: str
     prompts: list[list[int]]
     params: list[SamplingParams]
     warmup: bool
     iterations: int = 1
+    arrivals: list[float] | None = None
+    request_rate: float | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    slo: dict | None = None
 
     @property
     def prompt_lens(self) -> list[int]:
@@ -53,11 +64,61 @@ def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
 
 
+def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
+    """Scheduled arrivals (s from the run's start) of ``num`` requests, as vLLM's ``bench serve`` draws them:
+    the first at 0, then gaps from Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)), whose
+    mean is 1 / request_rate and coefficient of variation 1 / sqrt(burstiness) (1.0: a Poisson process);
+    all at 0 for ``request_rate=inf``. Drawn from ``seed`` alone, so every plane of a sweep serves the
+    same trace."""
+    if math.isinf(request_rate):
+        return [0.0] * num
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num - 1)
+    return [0.0] + np.cumsum(gaps).tolist()
+
+
+def serve_requests(w: dict, seed: int, vocab_size: int) -> Workload:
+    """``num_prompts`` requests drawn as :func:`random_requests` draws bench's (the same ones for the same
+    seed and count), arriving at :func:`arrival_offsets`."""
+    work = random_requests({**w, "num_seqs": w["num_prompts"]}, seed, vocab_size)
+    rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
+    slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
+    return Workload(w["name"], work.prompts, work.params, work.warmup,
+                    arrivals=arrival_offsets(w["num_prompts"], rate, burstiness, seed), request_rate=rate,
+                    burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
+
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+
+
+def check_serve(w: dict) -> None:
+    """Raises ValueError naming the ``workload.`` key: a request rate that is not > 0 (inf allowed), a
+    burstiness that is not a finite number > 0, a max_concurrency that is not null or an integer >= 1,
+    an SLO key other than ttft_ms, tpot_ms, e2el_ms, or a bound that is not null or a number > 0."""
+    rate, burstiness = w.get("request_rate"), w.get("burstiness", 1.0)
+    if not (is_number(rate) or rate == math.inf) or isinstance(rate, bool) or not rate > 0:
+        raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
+    if not is_number(burstiness) or not burstiness > 0:
+        raise ValueError(f"workload.burstiness must be a finite number > 0 (1.0: Poisson), got {burstiness!r}")
+    mc = w.get("max_concurrency")
+    if mc is not None and (not is_int(mc) or mc < 1):
+        raise ValueError(f"workload.max_concurrency must be null (unbounded) or an integer >= 1, got {mc!r}")
+    slo = w.get("slo") or {}
+    if not isinstance(slo, dict):
+        raise ValueError(f"workload.slo must be a mapping of {', '.join(SLO_KEYS)}, got {slo!r}")
+    for key, bound in slo.items():
+        if key not in SLO_KEYS:
+            raise ValueError(f"workload.slo.{key}: unknown SLO (known: {', '.join(SLO_KEYS)})")
+        if bound is not None and (not is_number(bound) or not bound > 0):
+            raise ValueError(f"workload.slo.{key} must be null (no bound) or a number > 0 (ms), got {bound!r}")
+
+
 # Per workload kind: the integer keys and their least allowed value.
 INT_KEYS = {
     "random": {"num_seqs": 1, "min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1,
                "max_token_id": 0},
     "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
+    "serve": {"num_prompts": 1, "min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1,
+              "max_token_id": 0},
     "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1, "max_bytes_per_payload": 1,
                   "kvcache_block_size": 1, "gap_us": 0},
 }
@@ -68,6 +129,8 @@ _COMMON = {"name", "kind", "warmup", "scale_on_cpu", "cpu"}
 READ_KEYS = {
     "random": _COMMON | set(INT_KEYS["random"]) | {"temperature", "ignore_eos"},
     "fixed": _COMMON | set(INT_KEYS["fixed"]),  # greedy and ignore_eos always
+    "serve": _COMMON | set(INT_KEYS["serve"]) | {"temperature", "ignore_eos", "request_rate", "burstiness",
+                                                 "max_concurrency", "slo"},
     "broadcast": _COMMON | set(INT_KEYS["broadcast"]) | {"decode_batches", "prefill_batches", "raw_bytes"},
 }
 
@@ -84,17 +147,19 @@ def check_workload(w: dict) -> None:
     negative temperature, a broadcast payload list with a bad entry or no payload at all."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
-        raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed or broadcast)")
+        raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
     for key, least in INT_KEYS[kind].items():
         v = w.get(key)
         if not is_int(v) or v < least:
             raise ValueError(f"workload.{key} must be an integer >= {least}, got {v!r}")
     for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
-        if kind == "random" and w[lo] > w[hi]:
+        if kind in ("random", "serve") and w[lo] > w[hi]:
             raise ValueError(f"workload.{lo}={w[lo]} is above workload.{hi}={w[hi]}")
     for key in ("warmup", "ignore_eos", "scale_on_cpu") if kind != "broadcast" else ():
         if key in w and not isinstance(w[key], bool):
             raise ValueError(f"workload.{key} must be true or false, got {w[key]!r}")
+    if kind == "serve":
+        check_serve(w)
     t = w.get("temperature", 0.0)
     if not is_number(t) or t < 0:
         raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
@@ -126,4 +191,6 @@ def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload
         return random_requests(w, seed, vocab_size)
     if w.get("kind") == "fixed":
         return fixed_requests(w, seed, vocab_size)
+    if w.get("kind") == "serve":
+        return serve_requests(w, seed, vocab_size)
     raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
 # Large initial weights so that greedy decoding of a random model depends on the whole context
@@ -82,3 +83,23 @@ def wait_until(predicate, timeout: float, what: str) -> float:
         assert time.monotonic() - start < timeout, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.05)
     return time.monotonic() - start
+
+
+def vllm_metrics(records, duration, slo):
+    """vLLM's calculate_metrics (benchmarks/serve.py), written out again from per-request records
+    (``harness/serve.py``'s JSONL lines): goodput counts a request meeting every bound in ``slo`` (ms), a
+    one-token request's TPOT being 0; duration in s."""
+    ttfts = [r["ttft_ms"] for r in records]
+    tpots = [(r["e2el_ms"] - r["ttft_ms"]) / (r["output_len"] - 1) for r in records if r["output_len"] > 1]
+    itls = [x for r in records for x in r["itl_ms"]]
+    good = 0
+    for r in records:
+        tpot = (r["e2el_ms"] - r["ttft_ms"]) / (r["output_len"] - 1) if r["output_len"] > 1 else 0.0
+        values = {"ttft_ms": r["ttft_ms"], "tpot_ms": tpot, "e2el_ms": r["e2el_ms"]}
+        good += all(values[k] <= v for k, v in slo.items())
+    out = {"goodput_req_s": good / duration, "req_s": len(records) / duration}
+    e2els = [r["e2el_ms"] for r in records]
+    for name, v in (("ttft_ms", ttfts), ("tpot_ms", tpots), ("itl_ms", itls), ("e2el_ms", e2els)):
+        out.update({f"{name}_mean": np.mean(v), f"{name}_p50": np.median(v), f"{name}_std": np.std(v),
+                    f"{name}_p99": np.percentile(v, 99)})
+    return out

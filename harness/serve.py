@@ -1,0 +1,110 @@
+"""``workload=serve``: requests that arrive over time, driven through the engine's request API
+(``add_request`` / ``step``), as a client of ``vllm bench serve`` would send them; per-request results.
+
+With ``max_concurrency`` a request that arrives while that many are in the engine waits on the client side
+for one to finish (vLLM's semaphore) and is sent then: its TTFT and E2EL start when it is sent, as in
+vLLM, and the JSONL keeps both times (``arrival_s`` scheduled, ``sent_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tqdm.auto import tqdm
+
+from engine import LLM
+
+from .workloads import Workload
+
+
+def serve_columns(work: Workload) -> dict:
+    """The configuration columns of a serve run (empty for other workloads): request_rate (req/s, inf),
+    burstiness, max_concurrency (empty: unbounded), slo (``ttft_ms=200 tpot_ms=50``: the bounds set, ms)."""
+    if work.arrivals is None:
+        return {}
+    slo = " ".join(f"{k}={v:g}" for k, v in sorted(work.slo.items()) if v is not None) or None
+    return {"request_rate": work.request_rate, "burstiness": work.burstiness,
+            "max_concurrency": work.max_concurrency, "slo": slo}
+
+
+def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
+    """One line of the per-request JSONL: ``request_id`` (the request's index in the workload's trace, the
+    same under every plane), ``arrival_s`` (scheduled) and ``sent_s`` (s from the run's start),
+    ``input_len``, ``output_len``, ``ttft_ms``, ``tpot_ms`` (None for one output token), ``itl_ms``
+    (every gap between consecutive tokens), ``e2el_ms``, ``queue_ms`` (to first scheduled),
+    ``finish_reason``. Latencies count from the engine's arrival time: when the request was sent, except
+    under ``control=ideal``'s replay, where a request admitted before it was due counts from then."""
+    times, sent = out["token_times_s"], out["arrival_s"]
+    ttft = (times[0] - sent) * 1e3 if times else None
+    e2el = (times[-1] - sent) * 1e3 if times else None
+    return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
+            "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), "ttft_ms": ttft,
+            "tpot_ms": (e2el - ttft) / (len(times) - 1) if len(times) > 1 else None,
+            "itl_ms": [(b - a) * 1e3 for a, b in zip(times, times[1:])], "e2el_ms": e2el,
+            "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
+            "finish_reason": out["finish_reason"]}
+
+
+class RequestLog:
+    """The per-request JSONL of a run (``save_requests``): one whole line per request as it finishes,
+    flushed, so the requests that finished are kept when the run fails. ``path`` None: keeps nothing."""
+
+    def __init__(self, path: str | None):
+        self.file = open(path, "w") if path else None
+
+    def write(self, record: dict) -> None:
+        if self.file:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[int] | None = None,
+               log: RequestLog | None = None) -> tuple[list[dict], list, float, float, float]:
+    """The workload's requests sent at their arrival times to a reset engine, stepped until all finish.
+
+    Args:
+        plan: admissions to replay (``LLM.replay_admissions``; ``control=ideal``'s timed pass).
+        log: where each finished request's record goes.
+    Returns:
+        (per-request records in trace order, step records, start s, last token s, the loop's own cost in
+        us per step: the harness's sending and bookkeeping plus the engine's admission, not its waits).
+    """
+    llm.reset()
+    llm.replay_admissions(plan)
+    n = len(work.prompts)
+    limit = work.max_concurrency or n
+    index: dict[int, int] = {}
+    records: list[dict | None] = [None] * n
+    sent_at = [0.0] * n
+    bar = tqdm(total=n, desc="serve", unit="req", disable=not progress, dynamic_ncols=True)
+    start = time.perf_counter()
+    arrivals = [start + a for a in work.arrivals]
+    sent = outstanding = 0
+    loop_ns, last = 0, start
+    while sent < n or llm.has_unfinished_requests():
+        t0 = time.perf_counter_ns()
+        while sent < n and outstanding < limit:  # unbounded: every request at once, each at its arrival time
+            at = sent_at[sent] = arrivals[sent] if limit >= n else max(arrivals[sent], time.perf_counter())
+            index[llm.add_request(work.prompts[sent], work.params[sent], at)] = sent
+            sent, outstanding = sent + 1, outstanding + 1
+        t1 = time.perf_counter_ns()
+        finished = llm.step()
+        t2 = time.perf_counter_ns()
+        for out in finished:
+            i = index.pop(out["request_id"])
+            records[i] = request_record(i, out, work, start, sent_at[i])
+            last = max(last, out["token_times_s"][-1])
+            if log:
+                log.write(records[i])
+        outstanding -= len(finished)
+        bar.update(len(finished))
+        loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
+    bar.close()
+    steps = llm.steps
+    overhead_us = (loop_ns + llm.admit_ns) / 1e3 / max(len(steps), 1)
+    return records, steps, start, last, overhead_us

@@ -1,0 +1,115 @@
+"""workload=serve without processes: the arrival trace, the workload's checks, admission (engine/arrivals.py)
+and the serve metrics against vLLM's formulas."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.arrivals import Arrivals
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+from harness.metrics import serve_metrics
+from harness.serve import serve_columns
+from harness.workloads import arrival_offsets, build_workload, check_workload
+from helpers import vllm_metrics
+
+SERVE = dict(name="serve", kind="serve", num_prompts=8, min_input_len=4, max_input_len=16, min_output_len=2,
+             max_output_len=8, max_token_id=100, temperature=0.0, ignore_eos=True, request_rate=4.0, burstiness=1.0,
+             max_concurrency=None, slo={"ttft_ms": None, "tpot_ms": None, "e2el_ms": None}, warmup=True)
+
+
+@pytest.mark.parametrize("rate,burstiness", [(10.0, 1.0), (2.5, 0.5), (100.0, 4.0), (1.0, 0.2)])
+def test_arrivals_have_the_asked_rate_and_spread(rate, burstiness):
+    gaps = np.diff(arrival_offsets(2001, rate, burstiness, seed=3))
+    assert len(gaps) == 2000 and (gaps >= 0).all()
+    cv = 1 / math.sqrt(burstiness)  # Gamma(k, theta): mean k * theta = 1 / rate, CV 1 / sqrt(k)
+    standard_error = (cv / rate) / math.sqrt(len(gaps))
+    assert abs(gaps.mean() - 1 / rate) < 3 * standard_error
+    assert abs(gaps.std() / gaps.mean() - cv) < 0.1 * cv
+
+
+def test_the_trace_comes_from_the_seed_alone():
+    assert arrival_offsets(50, 8.0, 1.0, seed=1) == arrival_offsets(50, 8.0, 1.0, seed=1)
+    assert arrival_offsets(50, 8.0, 1.0, seed=1) != arrival_offsets(50, 8.0, 1.0, seed=2)
+    assert arrival_offsets(5, math.inf, 1.0, seed=1) == [0.0] * 5
+    assert arrival_offsets(5, 8.0, 1.0, seed=1)[0] == 0.0  # the first request at the run's start, as vLLM
+
+
+def test_serve_draws_the_requests_bench_draws():
+    bench = build_workload({**SERVE, "kind": "random", "num_seqs": 8}, "cpu", 0, 1000)
+    serve = build_workload(SERVE, "cpu", 0, 1000)
+    assert serve.prompts == bench.prompts and [p.max_tokens for p in serve.params] == [
+        p.max_tokens for p in bench.params]
+    assert serve_columns(serve) == {"request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None, "slo": None}
+    assert serve_columns(bench) == {}
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("request_rate", 0, "request_rate must be a number > 0"), ("request_rate", -1.0, "request_rate"),
+    ("request_rate", float("nan"), "request_rate"), ("request_rate", True, "request_rate"),
+    ("burstiness", 0.0, "burstiness must be a finite number > 0"), ("burstiness", math.inf, "burstiness"),
+    ("max_concurrency", 0, "max_concurrency must be null"), ("max_concurrency", 1.5, "max_concurrency"),
+    ("slo", {"ttft_ms": 0}, "slo.ttft_ms must be null"), ("slo", {"tpot_ms": -3.0}, "slo.tpot_ms"),
+    ("slo", {"itl_ms": 5}, "slo.itl_ms: unknown SLO"), ("slo", [1], "slo must be a mapping")])
+def test_bad_serve_settings_are_refused(key, value, says):
+    with pytest.raises(ValueError, match=says.replace(".", r"\.")):
+        check_workload({**SERVE, key: value})
+
+
+def test_good_serve_settings_pass():
+    check_workload({**SERVE, "request_rate": math.inf, "max_concurrency": 1, "slo": {"ttft_ms": 100, "e2el_ms": None}})
+
+
+def seq(arrival: float) -> Sequence:
+    s = Sequence([1, 2], SamplingParams(max_tokens=2), 16)
+    s.arrival_s = arrival
+    return s
+
+
+def test_admission_by_arrival_time_and_the_idle_wait():
+    a = Arrivals()
+    late, early, middle = seq(3.0), seq(1.0), seq(2.0)
+    for s in (late, early, middle):
+        a.add(s)
+    assert a.wait_until(0.5, 0, idle=False) is None  # busy: never wait
+    assert a.wait_until(0.5, 0, idle=True) == 1.0  # idle: until the next arrival
+    assert a.due(2.5, 0) == [early, middle] and len(a) == 1
+    a.on_launch()
+    assert a.log == [2] and a.due(2.9, 1) == [] and a.due(3.0, 1) == [late]
+
+
+def test_a_plan_admits_at_the_recorded_launch():
+    a = Arrivals(plan=[1, 1, 3])
+    seqs = [seq(t) for t in (0.0, 0.5, 0.6)]
+    for s in seqs:
+        a.add(s)
+    assert a.due(10.0, 0) == seqs[:1]  # everything has arrived, but the recording admitted one
+    a.on_launch()
+    assert a.due(10.0, 1) == []
+    a.on_launch()
+    assert a.wait_until(0.1, 2, idle=True) == 0.6  # idle: wait for the last one the plan admits now
+    assert a.wait_until(0.1, 2, idle=False) is None  # busy: no stall of the running batch ...
+    assert a.due(0.1, 2) == seqs[1:] and [s.arrival_s for s in seqs[1:]] == [0.1, 0.1]  # ... it counts from here
+
+
+def test_serve_metrics_follow_vllm_and_one_token_meets_the_tpot_slo():
+    work = build_workload({**SERVE, "slo": {"ttft_ms": 50.0, "tpot_ms": 10.0, "e2el_ms": None}}, "cpu", 0, 1000)
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(8):
+        n = 1 if i == 0 else int(rng.integers(2, 9))
+        gaps = list(rng.uniform(2, 15, n - 1))
+        ttft = float(rng.uniform(10, 80))
+        records.append({"request_id": i, "sent_s": work.arrivals[i], "input_len": 5, "output_len": n, "ttft_ms": ttft,
+                        "tpot_ms": sum(gaps) / (n - 1) if n > 1 else None, "itl_ms": gaps,
+                        "e2el_ms": ttft + sum(gaps), "queue_ms": 1.0})
+    records[0]["ttft_ms"] = records[0]["e2el_ms"] = 20.0  # one token, fast: meets every SLO, TPOT too
+    row = serve_metrics(records, work, 100.0, 103.0)
+    want = vllm_metrics(records, 3.0, {"ttft_ms": 50.0, "tpot_ms": 10.0})
+    for key, value in want.items():
+        assert row[key] == pytest.approx(value), key
+    assert row["goodput_req_s"] >= 1 / 3.0  # the one-token request counts
+    assert serve_metrics(records, build_workload(SERVE, "cpu", 0, 1000), 100.0, 103.0)["goodput_req_s"] is None
