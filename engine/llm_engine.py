@@ -158,7 +158,9 @@ class LLM:
     def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float | None) -> int:
         if self._closed:
             raise RuntimeError("a request for an LLM that was shut down")
-        seq = Sequence([int(t) for t in prompt_token_ids], sampling_params, self.config.kvcache_block_size)
+        ids = prompt_token_ids if type(prompt_token_ids) is list and all(type(t) is int for t in prompt_token_ids) \
+            else [int(t) for t in prompt_token_ids]
+        seq = Sequence(ids, sampling_params, self.config.kvcache_block_size)
         seq.arrival_s = time.perf_counter() if arrival_s is None else float(arrival_s)
         self.arrivals.add(seq)
         return seq.seq_id
