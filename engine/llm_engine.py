@@ -216,10 +216,10 @@ class LLM:
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
                  "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in self._step()]
 
-    def replay_admissions(self, log: list[int] | None) -> None:
+    def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
         """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
-        (``self.arrivals.log``: requests admitted per launched step; ``engine/arrivals.py`` says how arrival
-        times are kept); None: by arrival time alone. What ``control=ideal`` holds fixed under arrivals,
+        (``self.arrivals.log``: requests admitted per launched step, and whether while idle;
+        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What ``control=ideal`` holds fixed under arrivals,
         so that its timed pass schedules the steps its recording pass did."""
         self.arrivals.plan = log
 
@@ -236,7 +236,7 @@ class LLM:
                 time.sleep(min(left, 0.5))
                 self.group.check()
         t2 = time.perf_counter_ns()
-        for seq in self.arrivals.due(time.perf_counter(), launches):
+        for seq in self.arrivals.due(time.perf_counter(), launches, idle):
             self.scheduler.add(seq)
         self.admit_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
 

@@ -40,7 +40,7 @@ def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list
     return outputs, steps, start, time.perf_counter()
 
 
-def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[int] | None = None,
+def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
                   log: RequestLog | None = None) -> tuple[dict, list]:
     """One pass over the workload from a reset engine: (its request metric columns, its step records).
     ``plan`` / ``log``: a serve workload's admissions to replay and per-request file (``harness/serve.py``)."""

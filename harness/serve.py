@@ -63,7 +63,7 @@ class RequestLog:
             self.file.close()
 
 
-def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[int] | None = None,
+def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
                log: RequestLog | None = None) -> tuple[list[dict], list, float, float, float]:
     """The workload's requests sent at their arrival times to a reset engine, stepped until all finish.
 

@@ -76,23 +76,29 @@ def test_admission_by_arrival_time_and_the_idle_wait():
         a.add(s)
     assert a.wait_until(0.5, 0, idle=False) is None  # busy: never wait
     assert a.wait_until(0.5, 0, idle=True) == 1.0  # idle: until the next arrival
-    assert a.due(2.5, 0) == [early, middle] and len(a) == 1
+    assert a.due(2.5, 0, idle=True) == [early, middle] and len(a) == 1
     a.on_launch()
-    assert a.log == [2] and a.due(2.9, 1) == [] and a.due(3.0, 1) == [late]
+    assert a.log == [(2, True)] and a.due(2.9, 1, idle=False) == [] and a.due(3.0, 1, idle=False) == [late]
+    a.on_launch()
+    assert a.log == [(2, True), (3, False)]
 
 
-def test_a_plan_admits_at_the_recorded_launch():
-    a = Arrivals(plan=[1, 1, 3])
-    seqs = [seq(t) for t in (0.0, 0.5, 0.6)]
+def test_a_plan_admits_at_the_recorded_launch_in_the_recorded_state():
+    a = Arrivals(plan=[(1, True), (1, False), (3, False), (4, True)])
+    seqs = [seq(t) for t in (0.0, 0.5, 0.6, 9.0)]
     for s in seqs:
         a.add(s)
-    assert a.due(10.0, 0) == seqs[:1]  # everything has arrived, but the recording admitted one
+    assert a.due(10.0, 0, idle=True) == seqs[:1]  # everything has arrived, but the recording admitted one
     a.on_launch()
-    assert a.due(10.0, 1) == []
+    assert a.due(10.0, 1, idle=False) == []
     a.on_launch()
-    assert a.wait_until(0.1, 2, idle=True) == 0.6  # idle: wait for the last one the plan admits now
-    assert a.wait_until(0.1, 2, idle=False) is None  # busy: no stall of the running batch ...
-    assert a.due(0.1, 2) == seqs[1:] and [s.arrival_s for s in seqs[1:]] == [0.1, 0.1]  # ... it counts from here
+    assert a.wait_until(0.1, 2, idle=False) is None  # admitted busy: no stall of the running batch ...
+    assert a.due(0.1, 2, idle=False) == seqs[1:3] and [s.arrival_s for s in seqs[1:3]] == [0.1, 0.1]  # ... from here
+    a.on_launch()
+    # The recording admitted the last one idle: while busy at that launch it waits, however late it is ...
+    assert a.wait_until(20.0, 3, idle=False) is None and a.due(20.0, 3, idle=False) == []
+    assert a.wait_until(5.0, 3, idle=True) == 9.0  # ... then, idle, for its arrival: the run keeps its length
+    assert a.due(9.0, 3, idle=True) == seqs[3:] and seqs[3].arrival_s == 9.0
 
 
 def test_serve_metrics_follow_vllm_and_one_token_meets_the_tpot_slo():
