@@ -219,8 +219,8 @@ class LLM:
     def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
         """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
         (``self.arrivals.log``: requests admitted per launched step, and whether while idle;
-        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What ``control=ideal`` holds fixed under arrivals,
-        so that its timed pass schedules the steps its recording pass did."""
+        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What
+        ``control=ideal`` holds fixed under arrivals, so that its timed pass schedules the recorded steps."""
         self.arrivals.plan = log
 
     def _admit(self) -> None:

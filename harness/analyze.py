@@ -3,11 +3,14 @@
     python -m harness.analyze results/                               # every CSV there, diverted rows included
     python -m harness.analyze runs.csv --group tp control payload    # any grouping columns
     python -m harness.analyze runs.csv --plot out.png                # one panel per workload and setting
+    python -m harness.analyze serve.csv --plot load.png              # workload=serve: latency against load
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
 Medians over repeats with their range; failed rows counted per configuration, never measured; where a
 configuration also has ``control=ideal`` rows, a second table gives each plane's exposed cost (its decode
-step and TPOT minus ideal's, ``harness/exposed.py``). ``--compare`` is the gate of ``harness/compare.py``.
+step and TPOT minus ideal's, ``harness/exposed.py``). workload=serve rows (a request rate) get a table of
+their own, per rate, with the serve metrics (``harness/serve_analysis.py``), and a latency-vs-load figure.
+``--compare`` is the gate of ``harness/compare.py``.
 
 Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
 arguments.
@@ -26,9 +29,12 @@ from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, load
 from .schema import ADDED_IN, COLUMNS
+from .serve_analysis import SERVE_METRICS, is_serve, key_cells, prepare_serve, print_serve_table
 
+# the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
 CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype", "cpu_threads",
-               "all_reduce", "gemm", "workload", "overrides", "payload", "seed", "tag"]
+               "all_reduce", "gemm", "workload", "request_rate", "burstiness", "max_concurrency", "slo", "overrides",
+               "payload", "seed", "tag"]
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
                "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"]
@@ -84,12 +90,12 @@ def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return df
 
 
-def summary(df: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataFrame:
-    """Per configuration: median, min and max over the ok repeats of each key metric, the counts of ok and
+def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: list[str] = KEY_METRICS) -> pd.DataFrame:
+    """Per configuration: median, min and max over the ok repeats of each of ``metrics``, the counts of ok and
     failed rows, and the median's ratio to the baseline control's at the same other keys."""
     df = fill_keys(df, keys)
     ok = df[df.status == "ok"]
-    metrics = [m for m in KEY_METRICS if ok[m].notna().any()]
+    metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
     out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max")) \
         .join(g.count().add_suffix("_count"))
@@ -116,10 +122,7 @@ def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> N
     metrics = [c[:-7] for c in table.columns if c.endswith("_median")]
     rows = []
     for _, r in table.iterrows():
-        row = {k: r[k] for k in keys}
-        row["n"] = int(r["repeats"])
-        if r["failed"]:
-            row["n"] = f"{int(r['repeats'])} (+{int(r['failed'])} failed)"
+        row = key_cells(r, keys)
         for m in metrics:
             if pd.isna(r[m + "_median"]):
                 row[m] = ""
@@ -148,12 +151,20 @@ def print_table(table: pd.DataFrame, keys: list[str], baseline: str | None) -> N
 
 
 def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None) -> list[str]:
-    """Print the summary table and, where there are ideal rows, the exposed-cost table; returns the keys."""
+    """Print the summary table (workload=serve rows in a table of their own, ``print_serve_table``) and, where
+    there are ideal rows, the exposed-cost table; returns the keys."""
     keys = group_keys(df, group)
-    print_table(summary(df, keys, baseline), keys, baseline)
-    ok = df[df.status == "ok"]
-    if not ok.empty:
-        print_exposed(exposed_cost(fill_keys(ok, keys), keys))
+    serve = is_serve(df)
+    parts = [(rows, kind) for rows, kind in ((df[~serve], "other"), (df[serve], "serve")) if not rows.empty]
+    for rows, kind in parts:  # each kind keyed by the columns that differ among its own rows
+        k = keys if len(parts) == 1 else group_keys(rows, group)
+        if kind == "serve":
+            print_serve_table(summary(rows, k, None, [m for m, _ in SERVE_METRICS]), k)
+        else:
+            print_table(summary(rows, k, baseline), k, baseline)
+        ok = rows[rows.status == "ok"]
+        if not ok.empty:
+            print_exposed(exposed_cost(fill_keys(ok, k), k))
     return keys
 
 
@@ -166,7 +177,31 @@ def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) 
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     for col in NUMERIC:
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = prepare_serve(df)
     report(df, None, "ideal" if "ideal" in set(df.control) else "shm")
+
+
+def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
+    """Write the figure of the ok rows to ``out``: the bars of ``plots.plot``, or for workload=serve rows the
+    latency-vs-load curves of ``plots.plot_load``; with rows of both kinds the curves go to OUT_load.png.
+    Raises InputError when there is no ok row or a file cannot be written."""
+    from .plots import load_path, plot, plot_load
+
+    if ok.empty:
+        raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
+    serve = is_serve(ok)
+    figures = [] if serve.all() else [(plot, ok[~serve], keys if not serve.any() else group_keys(ok[~serve], group),
+                                       out)]
+    if serve.any():
+        figures.append((plot_load, ok[serve], group_keys(ok[serve], group), load_path(out) if figures else out))
+    for draw, rows, k, path in figures:
+        try:
+            draw(fill_keys(rows, k), k, path)
+        except OSError as e:
+            raise InputError(f"--plot: cannot write {path}: {e.strerror or e}") from None
+    if serve.any():  # plot() says where its figure went
+        print(f"{'workload=serve rows: ' if len(figures) == 2 else ''}latency-vs-load plot written to "
+              f"{figures[-1][3]}{f' (the other rows: {out})' if len(figures) == 2 else ''}")
 
 
 def parse_threshold(text: str) -> float:
@@ -199,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", nargs="+", help="grouping columns (default: tp, control and every other "
                                                "configuration column that differs between rows)")
     p.add_argument("--baseline", default="shm", help="control the ratios are relative to (default shm)")
-    p.add_argument("--plot", metavar="OUT.png", help="write a figure: one panel per workload and setting")
+    p.add_argument("--plot", metavar="OUT.png", help="write a figure: one panel per workload and setting; "
+                                                  "workload=serve rows: latency against load (OUT_load.png "
+                                                  "when there are other rows too)")
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="regression gate between two files")
     p.add_argument("--threshold", default="10%", help="regression threshold for --compare (default 10%%)")
     p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
@@ -215,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                                  f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
-            old, new = load([args.compare[0]]), load([args.compare[1]])
+            old, new = prepare_serve(load([args.compare[0]])), prepare_serve(load([args.compare[1]]))
             keys, one_sided = comparable_keys(old, new)
             if one_sided:
                 print(f"(not compared, filled in one file only and there one value throughout: "
@@ -234,18 +271,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"--plot: {args.plot} is a directory; give a file name")
             if not os.access(directory, os.W_OK):
                 raise InputError(f"--plot: directory {directory} is not writable")
-        df = load(args.files)
+        df = prepare_serve(load(args.files))
         keys = report(df, args.group, args.baseline)
         if args.plot:
-            from .plots import plot
-
-            ok = df[df.status == "ok"]
-            if ok.empty:
-                raise InputError(f"--plot: no ok row to plot (every row failed); {args.plot} not written")
-            try:
-                plot(fill_keys(ok, keys), keys, args.plot)
-            except OSError as e:
-                raise InputError(f"--plot: cannot write {args.plot}: {e.strerror or e}") from None
+            plot_figures(df[df.status == "ok"], keys, args.group, args.plot)
         return 0
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)

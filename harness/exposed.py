@@ -66,6 +66,11 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def key_cell(value):
+    """A configuration cell as a table shows it: a float as 4, 0.5 or inf (not 4.0), anything else as is."""
+    return f"{value:g}" if isinstance(value, (float, np.floating)) else value
+
+
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each row's ``control.options.*`` settings moved from ``overrides`` into its ``control``
     label (``ring control.options.spin_us=0``): a plane's options name a variant of the plane, not another
@@ -86,6 +91,8 @@ def print_exposed(table: pd.DataFrame) -> None:
     if table.empty:
         return
     shown = table.copy()
+    for col in shown.columns[:list(shown.columns).index("control")]:  # the configuration: 4, inf (not 4.0)
+        shown[col] = shown[col].map(key_cell)
     for col, spec in (("ideal_ms", ".3f"), ("plane_ms", ".3f"), ("exposed_us", "+.1f"), ("exposed_pct", "+.2f")):
         shown[col] = shown[col].map(lambda v, s=spec: format(v, s))
     shown["spread_us"] = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in zip(table.low_us, table.high_us)]

@@ -1,0 +1,195 @@
+"""python -m harness.analyze on workload=serve rows: a rate sweep's table, exposed cost per rate, the
+latency-vs-load figure, and --compare across the schema that added the serve columns. No process is run:
+the rows are made here."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from harness.analyze import fill_keys, group_keys, main
+from harness.exposed import exposed_cost
+from harness.schema import COLUMNS, SCHEMA_VERSION
+from harness.serve_analysis import prepare_serve
+
+RATES = (4.0, 16.0, float("inf"))
+
+
+def serve_rows(controls=("ideal", "shm"), rates=RATES, repeats=2, goodput=False, tp=2) -> list[dict]:
+    """Rows as ``-m control=... workload=serve workload.request_rate=4,16,inf repeat=2`` writes them: TPOT and
+    decode step of ideal 20 + rate/4 ms (+1 ms per repeat), shm's 0.5 ms more; at rate inf no sending rate."""
+    rows = []
+    for control in controls:
+        for rate in rates:
+            for repeat in range(repeats):
+                finite = rate != float("inf")
+                step = (20 + (rate / 4 if finite else 10)) + repeat + (0.5 if control == "shm" else 0)
+                done = min(rate, 12.0) - 0.1 * repeat
+                rows.append({"schema_version": SCHEMA_VERSION, "status": "ok", "engine": "tp", "control": control,
+                             "tp": tp, "model": "qwen3-tiny", "device": "cpu", "dtype": "float32",
+                             "workload": "serve", "request_rate": rate, "burstiness": 1.0, "seed": 0,
+                             "overrides": f"workload.request_rate={rate:g}", "repeat": repeat,
+                             "slo": "ttft_ms=200" if goodput else None, "req_s": done, "output_tok_s": 40 * done,
+                             "achieved_rate_req_s": rate * 0.95 if finite else None,
+                             "goodput_req_s": done * 0.9 if goodput else None,
+                             "ttft_ms_p50": 50 * (1 + 40 * (done / 12) ** 4), "ttft_ms_p99": 3000.0,
+                             "tpot_ms_p50": step, "tpot_ms_p99": 1.5 * step, "decode_step_ms_p50": step - 1,
+                             "queue_ms_p99": 10.0 * done, "ctrl_calls": 100})
+    return rows
+
+
+def write(rows: list[dict], path) -> str:
+    pd.DataFrame(rows).reindex(columns=COLUMNS).to_csv(path, index=False)
+    return str(path)
+
+
+def table_lines(out: str, first_header: str = "sent/s") -> list[str]:
+    """The markdown lines of the serve table (the one whose header names ``first_header``)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|") and first_header in line)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_rows_at_two_rates_are_never_pooled_and_inf_sorts_last(tmp_path, capsys):
+    assert main([write(serve_rows(), tmp_path / "runs.csv")]) == 0
+    table = table_lines(capsys.readouterr().out)
+    header = cells(table[0])
+    assert header[:4] == ["tp", "control", "rate", "n"] and "overrides" not in header  # rate: its own column
+    shm = [cells(line) for line in table[2:] if cells(line)[1] == "shm"]
+    assert [r[2] for r in shm] == ["4", "16", "inf"] and all(r[3] == "2" for r in shm)
+    tpot = header.index("tpot50")
+    assert [r[tpot] for r in shm] == ["22±2%", "25±2%", "31±2%"]  # 21.5, 22.5 and 24.5, 25.5...: repeats apart
+    assert shm[2][header.index("sent/s")] == ""  # at inf all are sent at once: no sending rate
+
+
+def test_a_rate_typed_or_by_default_is_one_configuration_and_other_settings_stay_apart(tmp_path, capsys):
+    rows = serve_rows(controls=("shm",), rates=(16.0,))
+    rows[1]["overrides"] = "llm.async_scheduling=true"  # no rate typed: the workload's default, 16
+    df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    assert set(df.overrides.dropna()) == {"llm.async_scheduling=true"}
+    assert "overrides" in group_keys(df, None)  # an async on/off pair is still two configurations
+    rows[1]["overrides"] = None
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    table = table_lines(capsys.readouterr().out)
+    assert len(table) == 3 and cells(table[2])[cells(table[0]).index("n")] == "2"
+
+
+def test_exposed_cost_is_given_for_each_rate(capsys):
+    df = prepare_serve(pd.DataFrame(serve_rows()).reindex(columns=COLUMNS))
+    keys = group_keys(df, None)
+    assert keys == ["tp", "control", "request_rate"]
+    table = exposed_cost(fill_keys(df, keys), keys)
+    tpot = table[table.metric == "TPOT p50"]
+    assert list(tpot.request_rate) == [4.0, 16.0, float("inf")] and set(tpot.control) == {"shm"}
+    assert list(tpot.exposed_us) == pytest.approx([500, 500, 500])
+    assert list(tpot.ideal_ms) == pytest.approx([21.5, 24.5, 30.5]) and set(tpot.verdict) == {"within noise"}
+    step = table[table.metric == "decode step p50"].set_index("request_rate")
+    assert step.loc[16.0].plane_ms == pytest.approx(24) and step.loc[16.0].low_us == pytest.approx(-500)
+
+
+def test_the_exposed_table_prints_each_rate_once_in_order(tmp_path, capsys):
+    assert main([write(serve_rows(), tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    exposed = [cells(line) for line in out[out.index("exposed cost"):].splitlines() if "TPOT p50" in line]
+    assert [r[1] for r in exposed] == ["4", "16", "inf"] and all(r[6] == "+500.0" for r in exposed)
+
+
+@pytest.mark.parametrize("goodput", [False, True])
+def test_the_serve_table_fits_in_120_characters(goodput, tmp_path, capsys):
+    rows = serve_rows(controls=("ideal", "shm", "hybrid"), rates=(0.5, 2, 8, 32, 128, float("inf")),
+                      goodput=goodput)
+    for r in rows:  # latencies of 5 digits, spreads of 2
+        r["ttft_ms_p99"], r["queue_ms_p99"] = 12345.0 + 2000 * r["repeat"], 9876.5 * (1 + r["repeat"] / 10)
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    table = table_lines(out)
+    assert len(table) == 2 + 3 * 6 and max(map(len, table)) <= 120
+    header = cells(table[0])
+    assert ("good/s" in header) == goodput and ("done/s" in header) != goodput
+    assert all(len(line) <= 110 for line in out[:out.index(table[0])].splitlines())  # the legend above it
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header; fails unless it is a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.mark.parametrize("goodput", [False, True])
+def test_the_latency_vs_load_figure_is_written(goodput, tmp_path, capsys):
+    rows = serve_rows(rates=(0.5, 2, 8, 32, float("inf")), goodput=goodput) + serve_rows(tp=4, repeats=1)
+    png = tmp_path / "load.png"
+    assert main([write(rows, tmp_path / "runs.csv"), "--plot", str(png)]) == 0
+    assert f"latency-vs-load plot written to {png}" in capsys.readouterr().out
+    width, height = png_size(png)
+    assert png.stat().st_size > 20_000 and 1200 <= width <= 2500 and 300 <= height <= 1500
+
+
+def test_the_figure_draws_a_panel_for_each_metric_and_the_inf_rate(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from harness.plots import plot_load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    df = prepare_serve(pd.DataFrame(serve_rows(rates=(4.0, float("inf")))).reindex(columns=COLUMNS))
+    plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
+    axes = figures[0].axes
+    assert [ax.get_title() for ax in axes][-1] == "completed (req/s)"  # no goodput: the completed rate
+    assert all(ax.has_data() for ax in axes)
+    hollow = [line for ax in axes for line in ax.get_lines() if line.get_marker() == "D"]
+    assert len(hollow) == 2 * len(axes)  # rate inf, both planes, every panel
+    assert [x for line in hollow for x in line.get_xdata()] == pytest.approx([11.95] * 10)  # its completed req/s
+
+
+def test_rows_of_both_kinds_give_two_figures_and_one_line(tmp_path, capsys):
+    smoke = [{**r, "workload": "smoke", "request_rate": None, "burstiness": None, "overrides": None,
+              "achieved_rate_req_s": None} for r in serve_rows(rates=(4.0,))]
+    png = tmp_path / "both.png"
+    assert main([write(serve_rows() + smoke, tmp_path / "runs.csv"), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert png_size(png) and png_size(tmp_path / "both_load.png")
+    assert f"workload=serve rows: latency-vs-load plot written to {tmp_path / 'both_load.png'}" in out
+    assert "output_tok_s" in out and "sent/s" in out  # each kind its own table
+
+
+def test_compare_across_the_schema_that_added_the_serve_columns(tmp_path, capsys):
+    """A schema-9 baseline (no serve columns) against schema-10 smoke rows (serve columns empty): the CI gate
+    still matches every configuration."""
+    smoke = [{**r, "workload": "smoke", "request_rate": None, "burstiness": None, "overrides": None,
+              "achieved_rate_req_s": None, "queue_ms_p99": None} for r in serve_rows(rates=(4.0,), repeats=3)]
+    new = write(smoke, tmp_path / "new.csv")
+    old = pd.DataFrame(smoke).reindex(columns=COLUMNS).drop(
+        columns=[c for c in COLUMNS if re.match(r"request_rate|burstiness|max_conc|slo|achieved|goodput|queue_|"
+                                                r"serve_loop|.*_std$", c)]).assign(schema_version=9)
+    old.to_csv(tmp_path / "old.csv", index=False)
+    assert main(["--compare", str(tmp_path / "old.csv"), new, "--metrics", "ctrl_calls", "--threshold", "0%"]) == 0
+    assert "2 configuration(s) compared, 0 regression(s)" in capsys.readouterr().out
+
+
+def test_compare_of_a_rate_sweep_matches_each_rate(tmp_path, capsys):
+    path = write(serve_rows(repeats=3), tmp_path / "runs.csv")
+    assert main(["--compare", path, path]) == 0
+    assert "6 configuration(s) compared" in capsys.readouterr().out
+
+
+def test_the_sweeps_summary_reads_the_rows_as_the_harness_holds_them(capsys):
+    """At the end of a sweep the rows are dicts: rate a float (inf) or an int, max_concurrency None or an int."""
+    from harness.analyze import print_sweep_summary
+
+    rows = serve_rows(rates=(4, float("inf")))
+    for r in rows:
+        r["max_concurrency"] = 8 if r["repeat"] else None
+    print_sweep_summary(rows, jobs=len(rows))
+    table = table_lines(capsys.readouterr().out)
+    header = cells(table[0])
+    assert header[:5] == ["tp", "control", "rate", "max_concurrency", "n"]
+    assert [cells(line)[2:4] for line in table[2:4]] == [["4", "8"], ["4", "-"]]
