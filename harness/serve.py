@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
+
 from tqdm.auto import tqdm
 
 from engine import LLM
@@ -41,7 +43,7 @@ def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s
     return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), "ttft_ms": ttft,
             "tpot_ms": (e2el - ttft) / (len(times) - 1) if len(times) > 1 else None,
-            "itl_ms": [(b - a) * 1e3 for a, b in zip(times, times[1:])], "e2el_ms": e2el,
+            "itl_ms": (np.diff(times) * 1e3).tolist(), "e2el_ms": e2el,
             "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
             "finish_reason": out["finish_reason"]}
 
@@ -80,6 +82,7 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
     limit = work.max_concurrency or n
     index: dict[int, int] = {}
     records: list[dict | None] = [None] * n
+    outs: list[dict | None] = [None] * n
     sent_at = [0.0] * n
     bar = tqdm(total=n, desc="serve", unit="req", disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
@@ -97,14 +100,15 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         t2 = time.perf_counter_ns()
         for out in finished:
             i = index.pop(out["request_id"])
-            records[i] = request_record(i, out, work, start, sent_at[i])
-            last = max(last, out["token_times_s"][-1])
-            if log:
+            outs[i], last = out, max(last, out["token_times_s"][-1])
+            if log:  # a failed run keeps the requests that finished; without a file, records wait for the end
+                records[i] = request_record(i, out, work, start, sent_at[i])
                 log.write(records[i])
         outstanding -= len(finished)
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
     bar.close()
+    records = [r or request_record(i, outs[i], work, start, sent_at[i]) for i, r in enumerate(records)]
     steps = llm.steps
     overhead_us = (loop_ns + llm.admit_ns) / 1e3 / max(len(steps), 1)
     return records, steps, start, last, overhead_us
