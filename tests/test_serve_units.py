@@ -4,6 +4,7 @@ and the serve metrics against vLLM's formulas."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from engine.arrivals import Arrivals
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from harness.metrics import serve_metrics
-from harness.serve import serve_columns
+from harness.serve import serve_columns, serve_pass
 from harness.workloads import arrival_offsets, build_workload, check_workload
 from helpers import vllm_metrics
 
@@ -119,3 +120,52 @@ def test_serve_metrics_follow_vllm_and_one_token_meets_the_tpot_slo():
         assert row[key] == pytest.approx(value), key
     assert row["goodput_req_s"] >= 1 / 3.0  # the one-token request counts
     assert serve_metrics(records, build_workload(SERVE, "cpu", 0, 1000), 100.0, 103.0)["goodput_req_s"] is None
+
+
+class InstantEngine:
+    """The request API of ``engine.LLM`` over no model: a request runs one step per output token once it has
+    arrived, every step takes 2 ms; records the most requests it ever held."""
+
+    def __init__(self):
+        self.admit_ns, self.steps, self.most = 0, [], 0
+
+    def reset(self):
+        self.pending, self.running, self.steps, self.ids = [], [], [], 0
+
+    def replay_admissions(self, plan):
+        assert plan is None
+
+    def add_request(self, prompt, params, arrival_s):
+        self.ids += 1
+        self.pending.append({"request_id": self.ids, "max": params.max_tokens, "arrival_s": arrival_s, "t": []})
+        self.most = max(self.most, len(self.pending) + len(self.running))
+        return self.ids
+
+    def has_unfinished_requests(self):
+        return bool(self.pending or self.running)
+
+    def step(self):
+        time.sleep(0.002)
+        now = time.perf_counter()
+        self.running += [r for r in self.pending if r["arrival_s"] <= now]
+        self.pending = [r for r in self.pending if r["arrival_s"] > now]
+        self.steps.append(now)
+        for r in self.running:
+            r["t"].append(now)
+        done = [r for r in self.running if len(r["t"]) == r["max"]]
+        self.running = [r for r in self.running if len(r["t"]) < r["max"]]
+        return [{"request_id": r["request_id"], "token_ids": [0] * r["max"], "finish_reason": "length",
+                 "arrival_s": r["arrival_s"], "first_scheduled_s": r["t"][0], "token_times_s": r["t"],
+                 "num_preemptions": 0} for r in done]
+
+
+def test_max_concurrency_holds_requests_on_the_client_side_as_vllm_does():
+    work = build_workload({**SERVE, "num_prompts": 12, "request_rate": 400.0, "max_concurrency": 2}, "cpu", 0, 1000)
+    engine = InstantEngine()
+    records, _, start, last, _ = serve_pass(engine, work, progress=False)
+    assert engine.most == 2 and [r["request_id"] for r in records] == list(range(12))
+    for r in records:
+        assert r["sent_s"] >= r["arrival_s"] - 1e-9  # sent when a slot freed, never before its arrival
+    assert any(r["sent_s"] > r["arrival_s"] + 1e-4 for r in records)  # some waited for a slot
+    row = serve_metrics(records, work, start, last)
+    assert row["achieved_rate_req_s"] < 400.0 and row["num_requests"] == 12
