@@ -9,6 +9,7 @@ import time
 import uuid
 
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError, SamplingParams, WorkerError
 from engine.launch import Launch
@@ -33,10 +34,14 @@ def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list
     """The workload once, from a reset engine: (outputs, step records, start s, end s)."""
     llm.reset()
     outputs, steps = [], []
+    bar = tqdm(total=work.iterations, desc=f"{work.name} iterations", unit="it", dynamic_ncols=True,
+               disable=not progress or work.iterations == 1)  # one iteration: generate's own bar
     start = time.perf_counter()
     for _ in range(work.iterations):
         outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
         steps += llm.steps
+        bar.update()
+    bar.close()
     return outputs, steps, start, time.perf_counter()
 
 

@@ -66,7 +66,11 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread = None
         self.nvml = nvml or pynvml
-        if self.nvml is None or not self.indices:
+        if not self.indices:
+            self.how = "no GPU in this run"
+            return
+        if self.nvml is None:
+            self.how = "nvidia-ml-py does not import here"
             return
         try:
             self.nvml.nvmlInit()

@@ -10,40 +10,74 @@ from .floor import decode_floor
 from .workloads import Workload
 
 
-def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
-    """Print one engine run's row (throughput, latency in ms, control plane in us, GPU) and where it went
-    (and its per-step timings, ``step_log``)."""
-    def f(key, spec=".1f"):
-        v = row.get(key)
-        return "-" if v is None else format(v, spec)
+MORE = " " * 14  # a line that goes on the one above
 
-    control = f" control={row['control']}" if row.get("control") else ""
-    control += f" all_reduce={row['all_reduce']}" if row.get("all_reduce") not in (None, "none") else ""
-    control += f" gemm={row['gemm']}" if row.get("gemm") not in (None, "torch") else ""
-    extra = f" {row['overrides']}" if row.get("overrides") else ""
-    print(f"\n[{row['status']}] engine={row['engine']}{control} tp={row['tp']} model={row['model']} "
-          f"device={row['device']} workload={row['workload']}{extra} repeat={row.get('repeat')}")
+
+def _fmt(row: dict, key: str, spec: str = ".1f") -> str:
+    v = row.get(key)
+    return "-" if v is None or v != v else format(v, spec)
+
+
+def header(row: dict) -> str:
+    """``[ok] shm, tp=2, qwen3-tiny on cpu, workload=serve, repeat 0 (all_reduce=gloo)``: the settings the row
+    has (None ones are left out: a broadcast row has no model)."""
+    what = [row.get("engine") if row.get("engine") != "tp" else None, row.get("control"),
+            f"tp={row['tp']}" if row.get("tp") is not None else None,
+            f"{row['model']} on {row['device']}" if row.get("model") else row.get("device"),
+            f"workload={row['workload']}" if row.get("workload") else None, row.get("overrides"),
+            f"repeat {row['repeat']}" if row.get("repeat") is not None else None]
+    extra = [f"{k}={row[k]}" for k in ("all_reduce", "gemm") if row.get(k) not in (None, "none", "torch")]
+    return f"[{row['status']}] " + ", ".join(str(w) for w in what if w) + (f" ({', '.join(extra)})" if extra else "")
+
+
+def control_lines(row: dict) -> list[str]:
+    """The control plane's messages, one-way latency and the workers' launch lag, in words."""
+    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    lines = [f"  control     {row['ctrl_calls']} messages, {f('ctrl_bytes_mean', '.0f')} B on average; rank 0 spends "
+             f"{f('ctrl_send_us_p50')} us sending one (p50)"]
+    if row.get("ctrl_oneway_us_p50") is not None:
+        lines.append(f"{MORE}a worker has it {f('ctrl_oneway_us_p50')} us after the send began (p50; p99 "
+                     f"{f('ctrl_oneway_us_p99')}), {f('ctrl_oneway_over_step_pct', '.2f')}% of decode step time")
+    elif row.get("control") == "ideal":
+        lines.append(f"{MORE}ideal: workers replay the recorded messages, so there is no one-way latency")
+    if row.get("ctrl_launch_lag_us_mean") is not None:
+        lag = f('ctrl_launch_lag_us_mean')
+        lines.append(f"  launch      the last worker finishes a step {lag} us after rank 0 (mean; p50 "
+                     f"{f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")
+        lines.append(f"{MORE}rank 0 waits for late workers {f('ctrl_launch_late_us_mean')} us per decode step "
+                     f"(the positive part only)")
+    return lines
+
+
+def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
+    """Print one engine run's row in sentences (throughput; the load for a serve run; latency in ms; the
+    control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``)."""
+    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    print("\n" + header(row))
     if row["status"] != "ok":
-        print(f"  error: {row['error']}")
+        print(f"  error       {row['error']}")
     else:
-        print(f"  throughput  {f('output_tok_s')} output tok/s, {f('total_tok_s')} total tok/s, "
-              f"{f('req_s', '.2f')} req/s ({row['output_tokens']} output tokens in {f('duration_s', '.2f')} s)")
+        print(f"  throughput  {f('output_tok_s')} output tok/s ({f('total_tok_s')} with the prompts), "
+              f"{f('req_s', '.2f')} req/s: {row['output_tokens']} tokens in {f('duration_s', '.2f')} s")
         if row.get("request_rate") is not None:
-            print(f"  serve       request rate {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} "
-                  f"sent, {f('req_s', '.2f')} completed; goodput {f('goodput_req_s', '.2f')} req/s "
-                  f"(slo: {row.get('slo') or 'none set'}); queueing ms p50 {f('queue_ms_p50', '.2f')} p99 "
-                  f"{f('queue_ms_p99', '.2f')}; loop {f('serve_loop_us_per_step', '.1f')} us/step")
-        print(f"  latency ms  TTFT p50 {f('ttft_ms_p50')} p99 {f('ttft_ms_p99')} | TPOT p50 {f('tpot_ms_p50', '.2f')} "
-              f"| ITL p99 {f('itl_ms_p99', '.2f')} | E2EL p50 {f('e2el_ms_p50')} | decode step p50 "
-              f"{f('decode_step_ms_p50', '.2f')}")
+            good = (f"{f('goodput_req_s', '.2f')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
+            print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent, "
+                  f"{f('req_s', '.2f')} completed; goodput: {good}")
+            print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
+                  f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
+        print(f"  latency     TTFT p50 {f('ttft_ms_p50')} ms (p99 {f('ttft_ms_p99')}), TPOT p50 "
+              f"{f('tpot_ms_p50', '.2f')} ms, ITL p99 {f('itl_ms_p99', '.2f')} ms, E2EL p50 {f('e2el_ms_p50')} ms")
+        print(f"  steps       {row.get('prefill_steps')} prefill and {row.get('decode_steps')} decode steps; a decode "
+              f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
         if row.get("ctrl_calls") is not None:
-            print(f"  control     {row.get('ctrl_calls')} calls, {f('ctrl_bytes_mean', '.0f')} B mean; one-way us p50 "
-                  f"{f('ctrl_oneway_us_p50')} p99 {f('ctrl_oneway_us_p99')}; send us p50 {f('ctrl_send_us_p50')}; "
-                  f"one-way / step {f('ctrl_oneway_over_step_pct', '.2f')}%; launch lag us mean "
-                  f"{f('ctrl_launch_lag_us_mean')} p50 {f('ctrl_launch_lag_us_p50')} "
-                  f"p99 {f('ctrl_launch_lag_us_p99')}, late mean {f('ctrl_launch_late_us_mean')}")
-        print(f"  GPU         util mean {f('gpu_util_pct_mean')}% max {f('gpu_util_pct_max')}%, "
-              f"mem max {f('gpu_mem_used_mib_max', '.0f')} MiB, power {f('gpu_power_w_mean')} W")
+            for line in control_lines(row):
+                print(line)
+        if row.get("gpu_util_pct_mean") is not None:
+            print(f"  GPU         busy {f('gpu_util_pct_mean')}% of the time on average (max "
+                  f"{f('gpu_util_pct_max')}%), {f('gpu_mem_used_mib_max', '.0f')} MiB at most, "
+                  f"{f('gpu_power_w_mean')} W")
+        else:
+            print(f"  GPU         not measured: {row.get('nvml') or 'no NVML samples'}")
     if step_log and row["status"] == "ok":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")

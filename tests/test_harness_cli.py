@@ -31,8 +31,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     assert row.ctrl_calls == row.prefill_steps + row.decode_steps and row.ctrl_oneway_us_p50 > 0
     assert row.ctrl_launch_lag_us_p99 >= row.ctrl_launch_lag_us_p50  # both measured (p50 may be < 0)
     assert pd.notna(row.ctrl_launch_lag_us_mean)
-    assert pd.isna(row.gpu_util_pct_mean)  # no NVML on a CPU machine: empty, not a crash
-    assert "row appended to" in res.stdout and "launch lag us mean" in res.stdout
+    assert pd.isna(row.gpu_util_pct_mean) and row.nvml == "no GPU in this run"  # empty, with the reason
+    assert "row appended to" in res.stdout and "the last worker finishes a step" in res.stdout
+    assert "GPU         not measured: no GPU in this run" in res.stdout and "None" not in res.stdout
 
     res = harness("control=shm", "tp=1", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
                   cache=model_cache)

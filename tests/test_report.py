@@ -1,19 +1,45 @@
-"""What the harness prints: progress bars only on a terminal."""
+"""The per-run printout reads as sentences: no None where a value is known, the GPU line says why it is empty,
+a serve run says its load, and no line of an ordinary run is wider than 120 characters."""
 
 from __future__ import annotations
 
-import io
+from harness.report import print_summary
 
-from harness.report import show_progress
+OK = {"status": "ok", "engine": "tp", "control": "shm", "tp": 2, "model": "qwen3-tiny", "device": "cpu",
+      "workload": "bench", "repeat": 0, "all_reduce": "gloo", "output_tok_s": 115.7, "total_tok_s": 294.1,
+      "req_s": 3.09, "output_tokens": 599, "duration_s": 5.18, "ttft_ms_p50": 340.5, "ttft_ms_p99": 340.5,
+      "tpot_ms_p50": 76.79, "itl_ms_p99": 165.2, "e2el_ms_p50": 3100.5, "prefill_steps": 1, "decode_steps": 63,
+      "decode_step_ms_p50": 77.61, "ctrl_calls": 64, "ctrl_bytes_mean": 303.0, "ctrl_send_us_p50": 57.7,
+      "ctrl_oneway_us_p50": 828.1, "ctrl_oneway_us_p99": 6724.1, "ctrl_oneway_over_step_pct": 1.91,
+      "ctrl_launch_lag_us_mean": -117.3, "ctrl_launch_lag_us_p50": -167.9, "ctrl_launch_lag_us_p99": 7780.7,
+      "ctrl_launch_late_us_mean": 918.3, "nvml": "no GPU in this run"}
 
 
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+def printed(capsys, row) -> list[str]:
+    print_summary(row, "/tmp/x/runs.csv")
+    return capsys.readouterr().out.strip().splitlines()
 
 
-def test_progress_bars_are_drawn_only_on_a_terminal(monkeypatch):
-    monkeypatch.setattr("sys.stderr", io.StringIO())  # a log file or a pipe: each refresh would be a new line
-    assert not show_progress(True)
-    monkeypatch.setattr("sys.stderr", _Terminal())
-    assert show_progress(True) and not show_progress(False)
+def test_an_engine_run_reads_as_sentences_within_120_columns(capsys):
+    lines = printed(capsys, OK)
+    assert lines[0] == "[ok] shm, tp=2, qwen3-tiny on cpu, workload=bench, repeat 0 (all_reduce=gloo)"
+    assert max(len(line) for line in lines) <= 120 and "None" not in "\n".join(lines)
+    assert "  GPU         not measured: no GPU in this run" in lines
+    assert any("< 0: before" in line for line in lines)  # the sign convention is printed with the lag
+
+
+def test_a_failed_broadcast_row_names_no_model(capsys):
+    row = {"status": "failed", "engine": "tp", "control": "pipe", "tp": 2, "model": None, "device": "cpu",
+           "workload": "broadcast", "repeat": 0, "error": "interrupted (SIGINT)"}
+    lines = printed(capsys, row)
+    assert lines[0] == "[failed] pipe, tp=2, cpu, workload=broadcast, repeat 0" and "None" not in "\n".join(lines)
+    assert "  error       interrupted (SIGINT)" in lines
+
+
+def test_a_serve_run_says_its_load_and_ideal_why_no_one_way(capsys):
+    row = {**OK, "control": "ideal", "ctrl_oneway_us_p50": None, "ctrl_launch_lag_us_mean": None,
+           "request_rate": 8.0, "achieved_rate_req_s": 7.08, "goodput_req_s": None, "slo": None,
+           "queue_ms_p50": 1.5, "queue_ms_p99": 46.1, "serve_loop_us_per_step": 28.8}
+    text = "\n".join(printed(capsys, row))
+    assert "8 req/s asked, 7.08 sent, 3.09 completed; goodput: no SLO set" in text
+    assert "there is no one-way latency" in text and "launch " not in text
