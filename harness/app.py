@@ -22,7 +22,7 @@ from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
 from .report import print_floor, print_summary, show_progress
 from .run_files import requests_path
-from .serve import RequestLog, serve_columns, serve_pass
+from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
 from .workloads import Workload
@@ -138,6 +138,7 @@ def run_engine_job(cfg: DictConfig) -> int:
         results, path, work = prepare(cfg, device)
         model, model_hash = model_label(cfg, path)
         row0.update(model=model, model_hash=model_hash, **serve_columns(work))
+        check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
         settings, async_scheduling = engine_settings(cfg, path, device)
         launch = Launch.from_env()
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job

@@ -15,7 +15,7 @@ import numpy as np
 
 from tqdm.auto import tqdm
 
-from engine import LLM
+from engine import LLM, ConfigError
 
 from .workloads import Workload
 
@@ -28,6 +28,20 @@ def serve_columns(work: Workload) -> dict:
     slo = " ".join(f"{k}={v:g}" for k, v in sorted(work.slo.items()) if v is not None) or None
     return {"request_rate": work.request_rate, "burstiness": work.burstiness,
             "max_concurrency": work.max_concurrency, "slo": slo}
+
+
+def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> None:
+    """Under ``control=ideal`` at tp > 1 the workers replay without waiting for a message, so across an
+    idle gap they wait inside the next collective, which gives up after ``llm.timeout_s``.
+
+    Raises:
+        ConfigError: the trace has a gap between arrivals that long (s).
+    """
+    gaps = np.diff(work.arrivals) if work.arrivals is not None and len(work.arrivals) > 1 else np.zeros(1)
+    if control == "ideal" and tp > 1 and gaps.max() >= timeout_s:
+        raise ConfigError(f"control=ideal: the trace has a {gaps.max():.0f} s gap between arrivals, and ideal's "
+                          f"workers wait it out inside a collective, which gives up after llm.timeout_s="
+                          f"{timeout_s:g} s: raise llm.timeout_s above {gaps.max():.0f}")
 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:

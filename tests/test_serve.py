@@ -95,6 +95,14 @@ def test_bad_serve_input_is_one_line_and_exit_2(bad, says, tmp_path, model_cache
     assert says in r.stderr and not os.path.exists(tmp_path / "runs.csv")
 
 
+def test_ideal_refuses_a_trace_whose_idle_gap_outlasts_the_collective_timeout(tmp_path, model_cache):
+    r = harness("workload=serve", "tp=2", "control=ideal", "workload.request_rate=0.1", "llm.timeout_s=5",
+                f"results_dir={tmp_path}", cache=model_cache, timeout=120)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.startswith("error: control=ideal: the trace"), r.stderr
+    assert "raise llm.timeout_s above" in r.stderr and not os.path.exists(tmp_path / "runs.csv")
+
+
 def start_serve(tmp_path, cache):
     env = {**os.environ, "TPCP_CACHE": cache}
     return subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=serve", "workload.num_prompts=80",
