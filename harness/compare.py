@@ -8,10 +8,13 @@ in OLD), and every metric OLD has a value of where NEW has none (a column delete
 listed; any of those fails the gate unless ``allow_missing``. A configuration only NEW has is
 listed too (it has nothing to be compared with; it never fails the gate), and a gate under which no
 configuration has ok rows on both sides fails: it compared nothing. Fewer than 3 repeats on a side: a
-warning (the range of 1 or 2 repeats says little about the spread).
+warning (the range of 1 or 2 repeats says little about the spread). The configuration columns that hold one
+value throughout are printed once ("every configuration: ..."), each line names the others, control and tp.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import pandas as pd
 
@@ -21,8 +24,43 @@ LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "tpot_ms_p50", "itl_ms_p99", "e
 MIN_REPEATS = 3
 
 
-def _label(keys: list[str], idx) -> str:
-    return ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,)) if v != "-")
+def _label(keys: list[str], idx, shown: set[str] | None = None) -> str:
+    """``key=value, ...`` of a configuration: its non-empty cells (of the ``shown`` keys, if given)."""
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,))
+                     if v != "-" and (shown is None or k in shown))
+
+
+def _varying(keys: list[str], configurations: set[tuple]) -> set[str]:
+    """The keys whose value differs between ``configurations``, and control and tp: the rest is printed once
+    (``_label`` of every configuration would repeat it)."""
+    shown = {k for i, k in enumerate(keys) if len({c[i] for c in configurations}) > 1} | {"control", "tp"}
+    constant = next(iter(configurations), None)
+    if constant is not None and set(keys) - shown:
+        print(textwrap.fill(f"every configuration: {_label(keys, constant, set(keys) - shown)}", 110,
+                            subsequent_indent="  "))
+    return shown
+
+
+def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
+    """Print each metric of ``cfg`` (labelled ``where``) that moved beyond ``threshold`` with the repeats'
+    ranges apart (``old``, ``new``: median, min, max tables); returns how many moved the bad way."""
+    (omed, omin, omax), (nmed, nmin, nmax) = old, new
+    worse = 0
+    for m in metrics:
+        a, b = omed.at[cfg, m], nmed.at[cfg, m]
+        if pd.isna(a) or pd.isna(b) or a == 0:
+            continue
+        change = (b - a) / abs(a)
+        higher = m in HIGHER_IS_BETTER
+        bad = change < -threshold if higher else change > threshold
+        good = change > threshold if higher else change < -threshold
+        apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
+        if (bad or good) and apart:
+            worse += bad
+            ranges = f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}"
+            print(f"{'WORSE' if bad else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; "
+                  f"{ranges})")
+    return worse
 
 
 def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
@@ -36,9 +74,10 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new = set(map(tuple, old[keys].values)), set(map(tuple, new[keys].values))
     good_old, good_new = set(map(tuple, ok_old[keys].values)), set(map(tuple, ok_new[keys].values))
+    shown = _varying(keys, cfg_old | cfg_new)
     problems = []
     for cfg in sorted(cfg_old | cfg_new, key=str):
-        where = _label(keys, cfg)
+        where = _label(keys, cfg, shown)
         if cfg in cfg_old and cfg not in cfg_new:
             problems.append(f"MISSING in NEW: {where}")
         elif cfg in cfg_new and cfg not in good_new:
@@ -50,34 +89,19 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     omed, omin, omax, on = go.median(), go.min(), go.max(), go.size()
     nmed, nmin, nmax, nn = gn.median(), gn.min(), gn.max(), gn.size()
     # a metric OLD has and NEW lacks (a column gone, cells damaged) cannot pass unseen: it is not compared
-    problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg)}" for cfg in common for m in metrics
+    problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg, shown)}" for cfg in common for m in metrics
                  if pd.notna(omed.at[cfg, m]) and pd.isna(nmed.at[cfg, m])]
     problems += [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
     for line in problems:
         print(line)
     for cfg in sorted(cfg_new - cfg_old, key=str):
-        print(f"NEW only (nothing to compare with): {_label(keys, cfg)}")
+        print(f"NEW only (nothing to compare with): {_label(keys, cfg, shown)}")
     few = [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]
     if few:
         print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "
-              f"side: their ranges say little about the spread, so small regressions can pass unseen")
-    worse = 0
-    for cfg in common:
-        for m in metrics:
-            a, b = omed.at[cfg, m], nmed.at[cfg, m]
-            if pd.isna(a) or pd.isna(b) or a == 0:
-                continue
-            change = (b - a) / abs(a)
-            higher = m in HIGHER_IS_BETTER
-            bad = change < -threshold if higher else change > threshold
-            good = change > threshold if higher else change < -threshold
-            apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
-            if (bad or good) and apart:
-                worse += bad
-                ranges = (f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, "
-                          f"new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}")
-                print(f"{'WORSE' if bad else 'better':6} {_label(keys, cfg)}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; "
-                      f"{ranges})")
+              f"side:\n  their ranges say little about the spread, so small regressions can pass unseen")
+    worse = sum(_changes(_label(keys, cfg, shown), cfg, metrics, (omed, omin, omax), (nmed, nmin, nmax), threshold)
+                for cfg in common)
     print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
           f"repeats' ranges; {len(problems)} missing or failed")
     if not common:

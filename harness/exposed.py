@@ -19,6 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .text_tables import (common_overrides, header_lines, key_cell, markdown, num4, section_lines, sections,
+                          widest_fitting)
+
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
 
@@ -66,11 +69,6 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def key_cell(value):
-    """A configuration cell as a table shows it: a float as 4, 0.5 or inf (not 4.0), anything else as is."""
-    return f"{value:g}" if isinstance(value, (float, np.floating)) else value
-
-
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each row's ``control.options.*`` settings moved from ``overrides`` into its ``control``
     label (``ring control.options.spin_us=0``): a plane's options name a variant of the plane, not another
@@ -86,10 +84,56 @@ def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def print_exposed(table: pd.DataFrame) -> None:
-    """The exposed-cost table as markdown (nothing when it is empty)."""
+LEGEND = ("exposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "
+          "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats, \"within noise\" where "
+          "it holds 0; step, TPOT: decode step p50, TPOT p50; send+late = the plane's send p50 + its workers' launch "
+          "late mean (us), what rank 0 spends sending and waits for a worker that launched after it (on CPU the late "
+          "mean is only the gap after the last collective)")
+OPTIONAL = ["spread", "send+late"]  # the text table's columns left out, the last first, where it would not fit
+
+
+def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
+    """The exposed-cost table (nothing when it is empty): ``text`` at most 120 columns, by tp (and rate) with a
+    section per value of the other keys; ``markdown`` every column as ``exposed_cost()`` gives it."""
     if table.empty:
         return
+    if fmt == "markdown":
+        return _print_full(table)
+    others = list(table.columns[:list(table.columns).index("control")])
+    row_keys = [k for k in others if k in ("tp", "request_rate")]
+    parts = sections(table, [k for k in others if k not in row_keys])
+    optional = OPTIONAL if table.send_late_us.notna().any() else OPTIONAL[:1]
+    common = common_overrides(table.overrides) if "overrides" in others and len(parts) > 1 else set()
+    def render(cols):  # send+late only in the sections that have it
+        return section_lines([(label, markdown([_text_row(r, row_keys, [c for c in cols if c != "send+late" or
+                                                                        rows.send_late_us.notna().any()])
+                                                for _, r in rows.iterrows()])) for label, rows in parts])
+
+    lines, left_out = widest_fitting(render, optional, keep=0)
+    note = f" (left out to fit: {', '.join(left_out)}; all: --format markdown)" if left_out else ""
+    print("\n" + "\n".join(header_lines(LEGEND + note, common) + lines))
+
+
+def _signed(value: float) -> str:
+    """+31.2, -0.4, +2565: one decimal below 100."""
+    return f"{value:+.1f}" if abs(value) < 99.95 else f"{value:+.0f}"
+
+
+def _text_row(r: pd.Series, row_keys: list[str], optional: list[str]) -> dict:
+    """One row of the text table: its short columns, and those of ``optional`` (OPTIONAL) asked for."""
+    row = {"rate" if k == "request_rate" else k: key_cell(r[k]) for k in row_keys}
+    row.update({"control": r.control.replace("control.options.", ""), "metric": r.metric.split()[-2],
+                "ideal ms": num4(r.ideal_ms), "exposed": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})
+    if "spread" in optional:  # none from one repeat
+        row["spread"] = "" if r.verdict.startswith("one repeat") else f"[{_signed(r.low_us)}, {_signed(r.high_us)}]"
+    row["verdict"] = "one repeat" if r.verdict.startswith("one repeat") else r.verdict
+    if "send+late" in optional:
+        row["send+late"] = "" if r.send_late_us != r.send_late_us else f"{r.send_late_us:.0f}"
+    return row
+
+
+def _print_full(table: pd.DataFrame) -> None:
+    """The exposed-cost table as markdown, every column."""
     shown = table.copy()
     for col in shown.columns[:list(shown.columns).index("control")]:  # the configuration: 4, inf (not 4.0)
         shown[col] = shown[col].map(key_cell)
@@ -98,8 +142,5 @@ def print_exposed(table: pd.DataFrame) -> None:
     shown["spread_us"] = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in zip(table.low_us, table.high_us)]
     shown["send_late_us"] = table.send_late_us.map(lambda v: "" if v != v else f"{v:.0f}")
     shown = shown.drop(columns=["low_us", "high_us"])
-    print("\nexposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "
-          "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats; send_late_us = the "
-          "plane's send p50 + its workers' launch late mean, what rank 0 spends sending and waits for a worker "
-          "that launched after it (on CPU the late mean is only the gap after the last collective)")
+    print("\n" + LEGEND.replace("send+late", "send_late_us").replace("step, TPOT: decode step p50, TPOT p50; ", ""))
     print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs

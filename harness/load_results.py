@@ -25,9 +25,10 @@ class InputError(ValueError):
     """A results file that cannot be analysed; the message says which and why."""
 
 
-def find_csvs(paths: list[str]) -> list[str]:
-    """The CSV files named, and every ``*.csv`` in a directory named (``runs.csv`` and the files rows were
-    diverted to: ``*.schema<N>-*.csv`` for another header, ``*.unwritten-*.csv`` for an unwritable file).
+def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
+    """(file, named) for each CSV file named (named=True) and every ``*.csv`` in a directory named (its
+    ``runs.csv`` and the files rows were diverted to: ``*.schema<N>-*.csv`` for another header,
+    ``*.unwritten-*.csv`` for an unwritable file). A directory is not searched below its top level.
 
     Raises:
         InputError: a path that does not exist, or a directory without CSV files.
@@ -37,20 +38,24 @@ def find_csvs(paths: list[str]) -> list[str]:
         if os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.csv")))
             if not found:
-                raise InputError(f"{path}: no *.csv file in this directory")
+                below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
+                raise InputError(f"{path}: no *.csv file in this directory" + (
+                    f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
             diverted = [f for f in found if ".schema" in os.path.basename(f) or ".unwritten-" in os.path.basename(f)]
             if diverted:
                 print(f"NOTE: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
                       f"{', '.join(os.path.basename(f) for f in diverted)}", file=sys.stderr)
-            files += found
+            files += [(f, False) for f in found]
         elif os.path.isfile(path):
-            files.append(path)
+            files.append((path, True))
         else:
             raise InputError(f"{path}: no such file or directory")
     return files
 
 
 def _read_one(path: str) -> pd.DataFrame:
+    """One results CSV's rows, its damaged lines left out with a warning. Raises InputError: empty, not
+    text, not CSV, not a results CSV (the REQUIRED columns), or a header only."""
     with open(path, "rb") as f:
         data = f.read()
     if not data.strip():
@@ -59,16 +64,20 @@ def _read_one(path: str) -> pd.DataFrame:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text CSV file") from None
-    if not text.endswith("\n"):
-        text = text[:text.rfind("\n") + 1]
-        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)",
-              file=sys.stderr)
+    truncated = not text.endswith("\n")
+    text = text[:text.rfind("\n") + 1]
     # A row with more or fewer cells than the header is damaged: pandas would drop the first kind but fill the
     # second with empty cells and count it (a writer that died mid-row, whose line the next writer ended).
     try:
         records = [r for r in csv.reader(io.StringIO(text)) if r]
     except csv.Error as e:
         raise InputError(f"{path}: not a readable CSV ({e})") from None
+    missing = [c for c in REQUIRED if not records or c not in records[0]]
+    if missing:  # before any warning about its lines: another tool's CSV is not a damaged results CSV
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
+    if truncated:
+        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)",
+              file=sys.stderr)
     good = [r for r in records if len(r) == len(records[0])]
     if len(good) < len(records):
         print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
@@ -79,37 +88,54 @@ def _read_one(path: str) -> pd.DataFrame:
         df = pd.read_csv(io.StringIO(buf.getvalue()))
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
     if df.empty:
         raise InputError(f"{path}: no rows (a header only)")
     return df
 
 
-def load(paths: list[str]) -> pd.DataFrame:
+def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
     """Every row of the CSVs (directories searched, ``find_csvs``), ok and failed; missing newer columns are
     empty, damaged numeric cells empty (counted in a warning), ``overrides`` in one spelling
-    (``schema.normalize_overrides``).
+    (``schema.normalize_overrides``). A CSV found in a directory that is not a results CSV (another tool's,
+    or unreadable) is skipped; once every file is read, one line per file read (its rows, ok and failed) and
+    per file skipped (why) goes to ``listing`` ("stdout", "stderr"; None: nowhere), so that an error is one line.
 
     Raises:
-        InputError: a missing, empty or unreadable file, or one without the required columns.
+        InputError: a missing, empty or unreadable file named, one without the required columns, or no
+        results CSV at all.
     """
-    frames = []
-    for path in find_csvs(paths):
-        df = _read_one(path)
-        df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
-        for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
-            if col not in df.columns:
-                df[col] = np.nan
-        for col in NUMERIC:
-            numbers = pd.to_numeric(df[col], errors="coerce").replace([np.inf, -np.inf], np.nan)
-            bad = int((numbers.isna() & df[col].notna()).sum())
-            if bad:
-                print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}",
-                      file=sys.stderr)
-            df[col] = numbers
-        df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
-        df["overrides"] = df["overrides"].map(normalize_overrides)
-        frames.append(df)
+    frames, lines = [], []
+    for path, named in find_csvs(paths):
+        try:
+            df = _read_one(path)
+        except InputError as e:
+            if named:
+                raise
+            lines.append(f"skipped {e}")
+            continue
+        frames.append(_normalize(df, path))
+        ok = int((df.status == "ok").sum())
+        lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok} failed")
+    if not frames:
+        raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
+    if listing is not None:
+        print("\n".join(lines), file=getattr(sys, listing))
     return pd.concat(frames, ignore_index=True)
+
+
+def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """One file's rows in the current schema: renamed and missing columns, numbers, one ``overrides``."""
+    df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
+    for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
+        if col not in df.columns:
+            df[col] = np.nan
+    for col in NUMERIC:
+        numbers = pd.to_numeric(df[col], errors="coerce").replace([np.inf, -np.inf], np.nan)
+        bad = int((numbers.isna() & df[col].notna()).sum())
+        if bad:
+            print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}",
+                  file=sys.stderr)
+        df[col] = numbers
+    df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
+    df["overrides"] = df["overrides"].map(normalize_overrides)
+    return df

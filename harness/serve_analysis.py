@@ -1,15 +1,14 @@
 """workload=serve rows in ``harness.analyze``: which rows they are, their columns made numeric, and their
-table (one row per configuration and request rate, ~110 characters wide); the figure is ``plots.plot_load``."""
+table (one row per configuration and request rate, at most 120 characters wide); the figure is ``plots.plot_load``."""
 
 from __future__ import annotations
 
 import re
-import textwrap
 
 import numpy as np
 import pandas as pd
 
-from .exposed import key_cell
+from .text_tables import header_lines, key_cells, markdown, number, section_lines, sections, widest_fitting
 
 # workload=serve rows' table: (column, header); good/s where an SLO was set, else done/s (completed)
 SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"), ("req_s", "done/s"),
@@ -40,42 +39,40 @@ def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def key_cells(r: pd.Series, keys: list[str]) -> dict:
-    """A table row's configuration cells (a float key as 4, 0.5, inf) and ``n``: ok repeats (+ failed)."""
-    row = {k: key_cell(r[k]) for k in keys}
-    row["n"] = f"{int(r['repeats'])} (+{int(r['failed'])} failed)" if r["failed"] else int(r["repeats"])
-    return row
+ROW_KEYS = ["tp", "control", "request_rate", "max_concurrency", "burstiness"]  # the load: columns, not sections
 
 
-def number(value: float) -> str:
-    """At most 5 characters: 0.521, 31.8, 344, 1570, 15.7k."""
-    if abs(value) >= 9999.5:
-        return f"{value / 1e3:.3g}k"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+def serve_cell(r: pd.Series, m: str) -> str:
+    """median ±half the repeats' range in % of it: 9 characters at most, but for spreads of 100% and more."""
+    med, low, high = r[f"{m}_median"], r[f"{m}_min"], r[f"{m}_max"]
+    cell = "" if pd.isna(med) else number(med)
+    if cell and r[f"{m}_count"] > 1 and med:
+        cell += f"±{50 * (high - low) / abs(med):.0f}%"
+    return cell
 
 
 def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
-    """Print ``summary()``'s table of workload=serve rows, at most 120 characters wide keyed by tp, control and
-    rate (request_rate): per metric of SERVE_METRICS its median and +-half its range over the repeats in % of
-    the median (cells of 9 characters at most, but for spreads of 100% and more); good/s where an SLO was set,
-    else done/s."""
+    """Print ``summary()``'s table of workload=serve rows in at most 120 columns: rows by tp, control, rate
+    (request_rate) and the other load settings that differ, a section per value of the other keys; per metric
+    of SERVE_METRICS its ``serve_cell`` (the last metrics left out where they would not fit); good/s where an
+    SLO was set, else done/s."""
     shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
     if any(m == "goodput_req_s" for m, _ in shown):
         shown = [(m, h) for m, h in shown if m != "req_s"]
-    rows = []
-    for _, r in table.iterrows():
-        row = {"rate" if k == "request_rate" else k: v for k, v in key_cells(r, keys).items()}
-        for m, header in shown:
-            med, low, high = r[f"{m}_median"], r[f"{m}_min"], r[f"{m}_max"]
-            cell = "" if pd.isna(med) else number(med)
-            if cell and r[f"{m}_count"] > 1 and med:
-                cell += f"±{50 * (high - low) / abs(med):.0f}%"
-            row[header] = cell
-        rows.append(row)
+    row_keys = [k for k in keys if k in ROW_KEYS]
+    parts = sections(table, [k for k in keys if k not in ROW_KEYS])
+
+    def render(cols):
+        return section_lines([(label, markdown([{**{"rate" if k == "request_rate" else k: v
+                                                    for k, v in key_cells(r, row_keys).items()},
+                                                 **{h: serve_cell(r, m) for m, h in cols}}
+                                                for _, r in rows.iterrows()])) for label, rows in parts])
+
+    lines, left_out = widest_fitting(render, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
               "request_rate (req/s, set); sent/s = "
               "achieved_rate_req_s (empty at rate inf: all sent at once), done/s = req_s (completed), good/s = "
               "goodput_req_s (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = "
-              "queue_ms_p99 (ms)")
-    print("\n" + textwrap.fill(legend, width=110))
-    print(pd.DataFrame(rows).to_markdown(index=False))
+              "queue_ms_p99 (ms)" + (f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format "
+                                     "markdown)" if left_out else ""))
+    print("\n" + "\n".join(header_lines(legend) + lines))

@@ -37,7 +37,7 @@ def sweep(tmp_path_factory) -> str:
 
 def test_table_and_plot(sweep, tmp_path, capsys):
     png = tmp_path / "plot.png"
-    assert main([sweep, "--plot", str(png)]) == 0
+    assert main([sweep, "--plot", str(png), "--format", "markdown"]) == 0  # the full table: every metric
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if line.startswith("|"))
     cells = [c.strip() for c in header.strip("|").split("|")]
@@ -96,7 +96,7 @@ def test_runs_with_different_cpu_threads_are_two_configurations(sweep, tmp_path,
     one["cpu_threads"], two["cpu_threads"], two["output_tok_s"] = 1, 2, 1.0
     both = tmp_path / "threads.csv"
     pd.concat([one, two]).to_csv(both, index=False)
-    assert main([str(both)]) == 0
+    assert main([str(both), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "cpu_threads" in out and "1 [1-1]" in out
 
@@ -285,7 +285,7 @@ def test_no_ratios_when_every_baseline_row_failed_says_so(sweep, tmp_path, capsy
     df = pd.read_csv(sweep)
     df.loc[df.control == "shm", "status"] = "failed"
     df.to_csv(path, index=False)
-    assert main([str(path)]) == 0
+    assert main([str(path), "--baseline", "shm"]) == 0  # by default: a plane with ok rows
     out = capsys.readouterr().out
     assert "(no ratios: every control=shm row failed)" in out and "ratio to control" not in out
 
@@ -296,7 +296,7 @@ def test_a_median_of_fewer_rows_than_the_repeats_says_of_how_many(sweep, tmp_pat
     df = pd.read_csv(sweep)
     df.loc[(df.control == "pipe") & (df.tp == 2) & (df.repeat == 1), "ttft_ms_p99"] = None
     df.to_csv(path, index=False)
-    assert main([str(path)]) == 0
+    assert main([str(path), "--format", "markdown"]) == 0
     lines = capsys.readouterr().out.splitlines()
     cells = [c.strip() for c in next(line for line in lines if line.startswith("|")).strip("|").split("|")]
     pipe2 = [c.strip() for c in next(line for line in lines if re.match(r"\|\s+2\s+\|\s+pipe\s", line))
@@ -353,7 +353,7 @@ def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_pa
     bcast["output_tok_s"], bcast["ctrl_oneway_us_p50"] = None, 9.0
     mixed = tmp_path / "mixed.csv"
     pd.concat([df, other, bcast]).to_csv(mixed, index=False)
-    assert main([str(mixed), "--plot", str(tmp_path / "mixed.png")]) == 0
+    assert main([str(mixed), "--plot", str(tmp_path / "mixed.png"), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "workload.num_seqs=8" in out and "raw-256B" in out
     assert "1 [1-1]" in out and not re.search(r"\[1-[1-9]\d", out)  # latency's 1.0 tok/s stays apart from smoke's

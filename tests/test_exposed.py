@@ -41,7 +41,7 @@ def test_send_plus_late_mean_is_the_planes_median_and_blank_without_the_columns(
     tpot = table[table.metric == "TPOT p50"].set_index("control")
     assert tpot.loc["ring"].send_late_us == pytest.approx(29)  # medians of 20, 47, 29
     assert math.isnan(tpot.loc["shm"].send_late_us)
-    print_exposed(table)
+    print_exposed(table, "markdown")
     out = capsys.readouterr().out
     assert "exposed cost" in out and "[+30.0, +70.0]" in out and "within noise" in out
     lines = out.splitlines()

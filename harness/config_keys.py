@@ -1,0 +1,62 @@
+"""The configuration columns ``harness.analyze`` keys rows by: which of them tell a table's configurations apart
+(``group_keys``), which ``--compare`` matches two files on (``comparable_keys``), empty cells as a key."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .load_results import InputError
+from .schema import ADDED_IN
+
+# the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
+CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype", "cpu_threads",
+               "all_reduce", "gemm", "workload", "request_rate", "burstiness", "max_concurrency", "slo", "overrides",
+               "payload", "seed", "tag"]
+
+
+def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
+    """The columns that identify a configuration: ``group`` when given, else tp, control and every other
+    configuration column whose value differs between rows. Raises InputError on an unknown column."""
+    if group:
+        bad = [g for g in group if g not in df.columns]
+        if bad:
+            raise InputError(f"unknown --group column(s): {', '.join(bad)}")
+        return group
+    # tp and control always; every other configuration column whose value differs between rows, so rows of
+    # different workloads, payloads, models or command-line settings are never pooled.
+    return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
+                                and df[k].nunique(dropna=False) > 1]
+
+
+def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``, which
+    names each side's runs). A key one file cannot fill (every row of it from a schema older than the
+    column: gemm before schema 8, ``schema.ADDED_IN``) is left out only where the other file holds one
+    value in it on every row, so it tells no two of that file's configurations apart; otherwise it stays,
+    and the rows it separates show as missing rather than pooled. A column that both schemas have stays a
+    key even where one file leaves it empty (``overrides``: empty = no override, a configuration of its
+    own)."""
+    keys, dropped = [], []
+    for k in CONFIG_KEYS:
+        if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration
+            continue
+        in_old, in_new = old[k].notna().any(), new[k].notna().any()
+        if not (in_old or in_new):
+            continue
+        if in_old != in_new:
+            filled, lacking = (old, new) if in_old else (new, old)
+            predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
+            if predates and filled[k].nunique(dropna=False) == 1:
+                dropped.append(k)
+                continue
+        keys.append(k)
+    return keys, dropped
+
+
+def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Empty key cells become "-" (a group of their own that indexes like any other)."""
+    df = df.copy()
+    for k in keys:
+        if df[k].isna().any():
+            df[k] = df[k].astype(object).where(df[k].notna(), "-")
+    return df

@@ -1,0 +1,130 @@
+"""The broadcast figure (workload=broadcast rows: the control plane alone, one row per control, tp, payload
+and repeat): one-way latency p50 and p99 against the message size (payload_bytes, log), a line per plane
+(colour) and tp (line style), a marker per payload kind (decode, prefill, raw), medians over repeats with
+min-max bars; a row of the two panels per other configuration (device, nodes, a setting...)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .plot_common import (TP_STYLES, config_labels, draw_header, header_inches, header_text, label_text, label_space,
+                          log_if_spread, plane_colours, plane_order, row_label, short_plane, stack)
+
+PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
+KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"
+# overrides that only pick the payloads (the x points), not another configuration
+PAYLOAD_LIST = re.compile(r"workload\.(decode_batches|prefill_batches|raw_bytes)=")
+
+
+def is_broadcast(df: pd.DataFrame) -> pd.Series:
+    """Which rows are workload=broadcast runs."""
+    return df.workload == "broadcast"
+
+
+def kind(payload: str) -> str:
+    """decode-8 -> decode, raw-256B -> raw, prefill-1x1024 -> prefill."""
+    return str(payload).split("-")[0]
+
+
+def size(value: float, _=None) -> str:
+    """A size in bytes as a tick: 100 B, 1 kB, 10 MB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:g} {unit}"
+    return f"{value:g} B"
+
+
+def size_axis(ax, xs: list) -> None:
+    """A log x-axis of sizes from a third of the smallest to three times the largest of ``xs``, ticks at
+    1, 10, 100 (1, 2, 5 under two decades), labelled 100 B, 1 kB; none between."""
+    from matplotlib import ticker
+
+    xs = np.asarray([x for x in xs if x > 0], dtype=float)
+    ax.set_xscale("log")
+    if len(xs):
+        ax.set_xlim(xs.min() / 3, xs.max() * 3)
+    wide = len(xs) and xs.max() / xs.min() > 100
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1,) if wide else (1, 2, 5)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(size))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per payload of ``rows`` (one plane, one tp), by size: its bytes, kind, and ``metric``'s median, min,
+    max over repeats."""
+    rows = rows.dropna(subset=[metric, "payload_bytes"])
+    g = rows.groupby("payload")
+    out = pd.concat([g.payload_bytes.median().rename("x"), g[metric].agg(["median", "min", "max"])], axis=1)
+    return out.assign(kind=[kind(p) for p in out.index]).sort_values("x")
+
+
+def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
+    """One panel: ``metric`` against the message size, a line per (plane, tp), a marker per payload kind."""
+    xs, ys = [], []
+    for (control, tp), line in rows.groupby(["control", "tp"]):
+        pts = points(line, metric)
+        style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
+        ax.plot(pts.x, pts["median"], color=colours[control], linestyle=style, linewidth=1.2)
+        for k, part in pts.groupby("kind"):
+            ax.errorbar(part.x, part["median"], yerr=[part["median"] - part["min"], part["max"] - part["median"]],
+                        color=colours[control], marker=KINDS.get(k, "D"), markersize=4, linestyle="none",
+                        elinewidth=0.8, capsize=2)
+        ys += [*pts["min"], *pts["max"]]
+        xs += list(pts.x)
+    size_axis(ax, xs)
+    log_if_spread(ax, "y", ys, 10)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=7)
+    ax.set_xlabel("message size (payload_bytes)", fontsize=7)
+
+
+def legend(planes: list, tps: list, kinds: list, colours: dict) -> list:
+    """The planes' colours, the tps' line styles (more than one), the payload kinds' markers."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[c], linewidth=2, label=short_plane(c)) for c in planes]
+    if len(tps) > 1:
+        handles += [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
+                    for i, tp in enumerate(tps)]
+    return handles + [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k)
+                      for k in kinds]
+
+
+def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
+    """Write the broadcast figure of the ok workload=broadcast rows ``df`` (key cells filled) grouped by
+    ``keys`` to ``out``; returns the Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
+    if "overrides" in df:
+        df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-"
+                           for o in df.overrides]
+    rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
+    groups = list(df.groupby(rest, dropna=False)) if rest else [((), df)]
+    shared, labels = config_labels(rest, [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups])
+    planes, tps = plane_order(df.control), sorted(df.tp.unique())
+    colours = plane_colours(planes)
+    handles = legend(planes, tps, sorted({kind(p) for p in df.payload}), colours)
+    width = 2 * 4.6
+    note = "median over repeats, bars min-max"
+    header, top = header_inches(width, header_text(df, f"workload=broadcast {shared}", note), [handles])
+    texts = [label_text(label, rows.groupby(["control", "tp", "payload"]).size(), width)
+             for label, (_, rows) in zip(labels, groups)]
+    fig, axes = stack(2, [(2, label_space(t), 0.5) for t in texts], top, col_w=4.6,
+                      panel_h=2.8)
+    for row, (_, rows), text in zip(axes, groups, texts):
+        for ax, (metric, title) in zip(row, PANELS):
+            draw_panel(ax, rows, metric, colours, tps)
+            ax.set_title(title, fontsize=8)
+        row_label(row[0], text)
+    draw_header(fig, header, [handles])
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return fig
+

@@ -1,0 +1,188 @@
+"""What the analysis figures share: a plane's colour and place, how a configuration is written (a setting of
+1.0 as 1, the keys every panel shares said once above the panels), the header and legend at the top."""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+
+import numpy as np
+import pandas as pd
+
+PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
+TP_STYLES = ["-", "--", ":", "-."]
+SAME = ("model", "device", "dtype")  # columns named in the header when one value holds throughout
+
+
+def plane_colours(planes) -> dict[str, str]:
+    """The same colour for a plane in every panel and every figure (tab10, in PLANE_ORDER); a plane with
+    options (``ring control.options.spin_us=0``) has its plane's colour."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    known = {p: cmap(i % 10) for i, p in enumerate(PLANE_ORDER)}
+    extra = sorted({base_plane(p) for p in planes} - set(known))
+    known.update({p: cmap((len(PLANE_ORDER) + i) % 10) for i, p in enumerate(extra)})
+    return {**known, **{p: known[base_plane(p)] for p in planes}}
+
+
+def base_plane(name: str) -> str:
+    """``ring control.options.spin_us=0`` -> ``ring``."""
+    return str(name).split()[0]
+
+
+def plane_order(planes) -> list[str]:
+    """The planes in PLANE_ORDER, any other after them by name (a plane's variants after the plane)."""
+    def rank(c):
+        return (PLANE_ORDER.index(base_plane(c)) if base_plane(c) in PLANE_ORDER else 99, base_plane(c), c)
+    return sorted(set(planes), key=rank)
+
+
+def cell(value) -> str:
+    """A configuration value as a label shows it: 1 (not 1.0), 0.5, inf; empty for a missing one ("-")."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == "-":
+        return ""
+    if isinstance(value, (float, np.floating)):
+        return f"{value:g}"
+    return str(value)
+
+
+def repeats_text(counts) -> str:
+    """"1 repeat", "3 repeats" or "2-3 repeats" from the repeat counts of a panel's lines or bars."""
+    counts = pd.Series(counts)
+    low, high = int(counts.min()), int(counts.max())
+    return f"{low} repeat{'s' if high > 1 else ''}" if low == high else f"{low}-{high} repeats"
+
+
+def setting_words(keys: list[str], cfg) -> list[str]:
+    """A configuration's words: ``key=value`` per filled key, each override on its own (no ``overrides=``)."""
+    words = []
+    for k, v in zip(keys, cfg):
+        text = cell(v)
+        words += text.split() if k == "overrides" else ([f"{k}={text}"] if text else [])
+    return words
+
+
+def short_plane(name: str) -> str:
+    """A plane as a tick or legend shows it: ``ring control.options.spin_us=0`` -> ``ring spin_us=0``."""
+    return str(name).replace("control.options.", "")
+
+
+def hashes_named(keys: list[str], cfgs: list) -> bool:
+    """Whether model_hash says nothing that model does not: one hash per model and one model per hash."""
+    if not {"model", "model_hash"} <= set(keys):
+        return False
+    pairs = {(c[keys.index("model")], c[keys.index("model_hash")]) for c in cfgs}
+    return len(pairs) == len({m for m, _ in pairs}) == len({h for _, h in pairs})
+
+
+def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
+    """(the words every configuration of ``cfgs`` (tuples of ``keys``' values) shares, each one's own words;
+    model_hash left out where model names it). With a single configuration nothing is shared."""
+    cfgs = [cfg if isinstance(cfg, tuple) else (cfg,) for cfg in cfgs]
+    if hashes_named(keys, cfgs):
+        cfgs = [tuple("-" if k == "model_hash" else v for k, v in zip(keys, cfg)) for cfg in cfgs]
+    words = [setting_words(keys, cfg) for cfg in cfgs]
+    if len(words) < 2:
+        return "", [" ".join(w) for w in words]
+    shared = [w for w in words[0] if all(w in other for other in words[1:])]
+    return " ".join(shared), [" ".join(x for x in w if x not in shared) for w in words]
+
+
+def header_text(df: pd.DataFrame, shared: str, note: str = "") -> str:
+    """The figure's header: model, device and dtype where one value holds and the words every panel shares,
+    then ``note`` on a line of its own."""
+    same = [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
+    words = same + [w for w in shared.split() if w not in same]
+    return "\n".join(part for part in (" ".join(words), note) if part)
+
+
+def legend_columns(width: float, handles: list) -> int:
+    """How many of ``handles``' entries fit side by side in ``width`` inches (8-pt labels)."""
+    items = [0.42 + 0.066 * len(h.get_label()) for h in handles]
+    if sum(items) <= width - 0.3:  # one row: each column as wide as its entry
+        return len(handles)
+    return max(1, min(len(handles), int((width - 0.3) / max(items))))
+
+
+def header_inches(width: float, header: str, legends: list[list]) -> tuple[str, float]:
+    """(``header`` wrapped to a figure ``width`` inches wide, the inches it and the ``legends`` (lists of
+    handles, each its own block of rows) take at the top)."""
+    text = "\n".join(textwrap.fill(line, width=int(width * 15)) for line in header.splitlines())
+    lines = text.count("\n") + 1 if text else 0
+    rows = sum(math.ceil(len(h) / legend_columns(width, h)) for h in legends if h)
+    return text, 0.2 + 0.17 * lines + 0.23 * rows
+
+
+def draw_header(fig, text: str, legends: list[list]) -> None:
+    """``text`` at the top left of ``fig``, under it each legend of ``legends`` (lists of labelled artists)."""
+    width, height = fig.get_size_inches()
+    y = 0.12 + 0.17 * (text.count("\n") + 1 if text else 0)
+    if text:
+        fig.text(0.01, 1 - 0.1 / height, text, fontsize=8, va="top")
+    for handles in [h for h in legends if h]:
+        ncol = legend_columns(width, handles)
+        fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False, borderaxespad=0,
+                   bbox_to_anchor=(0.5, 1 - y / height), handletextpad=0.4, columnspacing=1.2)
+        y += 0.23 * math.ceil(len(handles) / ncol)
+
+
+def label_text(label: str, reps, width: float) -> str:
+    """A row's configuration ``label`` and its repeats (``reps``: counts per line or bar), wrapped to a figure
+    ``width`` inches wide (~13 bold 8-pt characters an inch)."""
+    return textwrap.fill(f"{label}  ({repeats_text(reps)})" if label else repeats_text(reps), width=int(width * 13))
+
+
+def label_space(text: str) -> float:
+    """Inches above a row of panels for its label ``text`` and the panels' titles."""
+    return 0.42 + 0.15 * (text.count("\n") + 1)
+
+
+def row_label(ax, text: str) -> None:
+    """Write a row's label ``text`` (:func:`label_text`) above its first panel ``ax``, over the panel's title,
+    growing upwards: 0.35 inch and 0.15 a line above the panel."""
+    note = ax.annotate(text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 19), textcoords="offset points",
+                       fontsize=8, va="bottom", fontweight="bold", annotation_clip=False)
+    note.set_in_layout(False)  # a long label must not squeeze the panels
+
+
+def stack(ncols: int, rows: list[tuple[int, float, float]], top: float, col_w: float = 3.6,
+          panel_h: float = 2.2):
+    """A figure of ``ncols`` columns ``col_w`` inches wide and ``rows`` of panels, each (panels, inches above
+    them: labels and titles, inches below: tick labels), under ``top`` inches of header; returns (figure,
+    the axes of each row). Only the panels asked for exist: none is left empty."""
+    import matplotlib.pyplot as plt
+
+    width, left, right = ncols * col_w, 0.62, 0.18
+    height = top + sum(above + panel_h + below for _, above, below in rows) + 0.1
+    fig = plt.figure(figsize=(width, height))
+    axes, y = [], height - top
+    for n, above, below in rows:
+        y -= above + panel_h
+        axes.append([fig.add_axes(((i * col_w + left) / width, y / height, (col_w - left - right) / width,
+                                   panel_h / height)) for i in range(n)])
+        y -= below
+    return fig, axes
+
+
+def side_path(out: str, suffix: str) -> str:
+    """Where a second figure goes beside ``out``: out.png -> out_SUFFIX.png."""
+    root, ext = os.path.splitext(out)
+    return f"{root}_{suffix}{ext}"
+
+
+def log_if_spread(ax, axis: str, values, ratio: float) -> None:
+    """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
+    from matplotlib import ticker
+
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values) & (values > 0)]
+    if len(values) < 2 or values.max() / values.min() < ratio:
+        return
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    subs = (1, 2, 5) if values.max() / values.min() > 30 else (1, 2, 3, 5, 7)  # a few labels, never crowded
+    target.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+    target.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}".replace("e+0", "e").replace("e+", "e")))
+    target.set_minor_formatter(ticker.NullFormatter())

@@ -1,0 +1,105 @@
+"""The latency-vs-load figure of workload=serve rows: TTFT and TPOT p50/p99 and goodput (else the completed
+rate) against the achieved request rate, a line per plane and tp, a row of panels per other configuration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .plot_common import (TP_STYLES, config_labels, draw_header, header_inches, header_text, label_text, label_space,
+                          log_if_spread, plane_colours, plane_order, row_label, stack)
+
+# the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
+# set, else the completed rate
+LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"), ("tpot_ms_p50", "TPOT p50 (ms)"),
+               ("tpot_ms_p99", "TPOT p99 (ms)")]
+
+
+def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per request rate (sorted, inf last) of ``rows`` (one plane, one tp): x, the achieved sending rate
+    (req/s; at rate inf, where all are sent at once, or without one, the completed rate ``req_s``),
+    ``completed`` (x is req_s), and x's and ``metric``'s median, min and max over the repeats."""
+    rate = pd.to_numeric(rows.request_rate, errors="coerce")
+    rows = rows.assign(completed=np.isinf(rate) | rows.achieved_rate_req_s.isna())
+    rows = rows.assign(x=rows.achieved_rate_req_s.where(~rows.completed, rows.req_s), y=rows[metric])
+    rows = rows.dropna(subset=["x", "y"])
+    g = rows.groupby("request_rate")
+    out = pd.concat([g.x.agg(["median", "min", "max"]).add_prefix("x_"),
+                     g.y.agg(["median", "min", "max"]).add_prefix("y_"), g.completed.any()], axis=1)
+    return out.sort_index().reset_index()
+
+
+def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
+    """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates,
+    rate inf as a hollow diamond at the completed rate; medians with min-max bars over the repeats."""
+    xs, ys = [], []
+    for (control, tp), line in rows.groupby(["control", "tp"]):
+        pts = load_points(line, metric)
+        style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
+        for completed, part in pts.groupby("completed"):
+            ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
+                        xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
+                        linestyle="none" if completed else style, marker="D" if completed else "o",
+                        markerfacecolor="white" if completed else colours[control], markersize=4, linewidth=1.2,
+                        elinewidth=0.8, capsize=2)
+        xs += [*pts.x_min, *pts.x_max]
+        ys += [*pts.y_min, *pts.y_max]
+    rate = metric in ("goodput_req_s", "req_s")
+    if rate and xs:  # the rate sent: what a plane keeping up completes
+        lo, hi = np.nanmin(xs + ys), np.nanmax(xs + ys)
+        ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=0.8)
+    log_if_spread(ax, "x", xs, 4)
+    log_if_spread(ax, "y", xs + ys if rate else ys, 4 if rate else 10)
+    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.12, which="minor")
+    ax.tick_params(labelsize=7)
+    ax.set_xlabel("achieved rate (req/s)", fontsize=7)
+
+
+def plot_load(df: pd.DataFrame, keys: list[str], out: str):
+    """Write the latency-vs-load figure of the ok workload=serve rows ``df`` (key cells filled) to ``out``: a
+    row of panels per configuration (every key but control, tp, request_rate), TTFT and TPOT p50/p99 (ms)
+    and goodput (else the completed rate, req/s) against the achieved rate, a line per plane and tp;
+    returns the Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
+    panels = LOAD_PANELS + [last]
+    rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
+    groups = list(df.groupby(rest, dropna=False)) if rest else [((), df)]
+    shared, labels = config_labels(rest, [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups])
+    planes, tps = plane_order(df.control), sorted(df.tp.unique())
+    colours = plane_colours(planes)
+    handles = load_legend(planes, tps, colours)
+    width = 3.3 * len(panels)
+    header, top = header_inches(width, header_text(df, shared, "median over repeats, bars min-max"), [handles])
+    texts = [label_text(label or ("" if shared else "workload=serve"),
+                        rows.groupby(["control", "tp", "request_rate"]).size(), width)
+             for label, (_, rows) in zip(labels, groups)]
+    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top,
+                      col_w=3.3)
+    for row, (_, rows), text in zip(axes, groups, texts):
+        for ax, (metric, title) in zip(row, panels):
+            draw_load_panel(ax, rows, metric, colours, tps)
+            ax.set_title(title, fontsize=8)
+        row_label(row[0], text)
+    draw_header(fig, header, [handles])
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return fig
+
+
+def load_legend(planes: list, tps: list, colours: dict) -> list:
+    """The latency-vs-load figure's legend: the planes, the tps' line styles, rate inf, y = x."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[c], marker="o", label=c) for c in planes]
+    if len(tps) > 1:
+        handles += [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
+                    for i, tp in enumerate(tps)]
+    return handles + [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
+                             label="rate inf (x: its completed req/s)"),
+                      Line2D([], [], color="grey", linestyle=":", label="y = x")]

@@ -1,0 +1,118 @@
+"""Tables for a terminal, shared by ``harness.analyze``'s summary, exposed-cost and serve tables: markdown at most
+WIDTH characters a line (counted in UTF-8 bytes, as ``awk length`` does), the configuration columns that are
+not the table's own rows (model, workload, overrides...) moved into a line above each section of rows, and
+numbers in few characters."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import numpy as np
+import pandas as pd
+
+WIDTH = 120
+_RIGHT = re.compile(r"^([-+\d.\[]|inf$)")  # a column of numbers is right-aligned
+
+
+def key_cell(value):
+    """A configuration cell as a table shows it: a float as 4, 0.5 or inf (not 4.0), anything else as is."""
+    return f"{value:g}" if isinstance(value, (float, np.floating)) else value
+
+
+def key_cells(r: pd.Series, keys: list[str]) -> dict:
+    """A table row's configuration cells (a float key as 4, 0.5, inf) and ``n``: ok repeats (+ failed)."""
+    row = {k: key_cell(r[k]) for k in keys}
+    row["n"] = f"{int(r['repeats'])} (+{int(r['failed'])} failed)" if r["failed"] else int(r["repeats"])
+    return row
+
+
+def number(value: float) -> str:
+    """At most 5 characters: 0.521, 31.8, 344, 1570, 15.7k."""
+    if abs(value) >= 9999.5:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def num4(value: float) -> str:
+    """Four significant digits, never an exponent: 0.5213, 6.412, 178.2, 1700, 22960."""
+    return f"{value:.0f}" if abs(value) >= 999.5 else f"{value:.4g}"
+
+
+def ratio(value: float) -> str:
+    """A ratio in at most 5 characters: 0.99x, 13.6x, 136x, 1360x."""
+    return f"{value:.2f}x" if value < 9.995 else (f"{value:.3g}x" if value < 999.5 else f"{value:.0f}x")
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    """The rows as a markdown table's lines: cells as given (no number parsing: signs stay), columns of numbers
+    right-aligned."""
+    df = pd.DataFrame(rows).fillna("").astype(str)
+    align = ["right" if (df[c] != "").any() and df[c][df[c] != ""].str.match(_RIGHT).all() else "left"
+             for c in df.columns]
+    return df.to_markdown(index=False, disable_numparse=True, colalign=align).splitlines()
+
+
+def fits(lines: list[str], width: int = WIDTH) -> bool:
+    """Whether every line is at most ``width`` bytes (UTF-8: "±" counts 2, as awk's length counts it)."""
+    return all(len(line.encode()) <= width for line in lines)
+
+
+def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], list]:
+    """``render(columns[:n])`` (a list of lines) for the largest n >= ``keep`` whose lines fit; returns them
+    and the columns left out (at ``keep`` the lines are returned even if they do not fit)."""
+    for n in range(len(columns), keep - 1, -1):
+        lines = render(columns[:n])
+        if n <= keep or fits(lines):
+            return lines, columns[n:]
+    return render(columns), []
+
+
+def common_overrides(values) -> set[str]:
+    """The ``overrides`` items every row has (shown once above the table, not in each section's line)."""
+    items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in values]
+    return set.intersection(*items) if items else set()
+
+
+def section_label(values: dict, common: set[str] = frozenset()) -> str:
+    """One section's configuration, ``key=value`` but empty ones, overrides last without the common items."""
+    parts = [f"{k}={key_cell(v)}" for k, v in values.items() if k != "overrides" and v != "-"]
+    text = "; ".join([", ".join(parts)] if parts else [])
+    if "overrides" in values:
+        own = [i for i in str(values["overrides"]).split() if i not in common and i != "-"]
+        text += ("; " if text else "") + "overrides: " + (" ".join(own) or ("-" if values["overrides"] == "-"
+                                                                            else "only every row's"))
+    return text
+
+
+def sections(table: pd.DataFrame, section_keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """The table's rows split by the values of ``section_keys`` (in the order they first appear), each with its
+    ``section_label`` ("" with no section key)."""
+    if not section_keys or table.empty:
+        return [("", table)]
+    common = common_overrides(table["overrides"]) if "overrides" in section_keys else set()
+    out = []
+    for values, rows in table.groupby(section_keys, sort=False, dropna=False):
+        values = values if isinstance(values, tuple) else (values,)
+        out.append((section_label(dict(zip(section_keys, values)), common), rows))
+    return out
+
+
+def header_lines(text: str, common: set[str] = frozenset()) -> list[str]:
+    """A table's explanation wrapped to 110 characters, and the overrides every row has, if any."""
+    lines = textwrap.wrap(text, 110)
+    if common:
+        lines += textwrap.wrap("every row: overrides " + " ".join(sorted(common)), 110)
+    return lines
+
+
+def section_lines(parts: list[tuple[str, list[str]]]) -> list[str]:
+    """Sections (label, table lines) as printed: each label wrapped, a blank line between sections."""
+    out = []
+    for label, lines in parts:
+        if out:
+            out.append("")
+        if label:
+            out += textwrap.wrap("-- " + label, WIDTH - 2, subsequent_indent="   ")
+        out += lines
+    return out

@@ -1,0 +1,133 @@
+"""python -m harness.analyze: which files it read (and skipped), the default baseline, tables of at most 120
+columns, --format csv. No process is run: the rows are made here."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+from harness.analyze import main, print_sweep_summary
+from harness.schema import COLUMNS, SCHEMA_VERSION
+from harness.summary_table import FULL_METRICS
+
+PLANES = ("ideal", "shm", "queue", "pipe", "ring", "gloo", "zmq", "hybrid")
+
+
+def sweep_rows(planes=PLANES, tps=(2, 4), repeats=3) -> list[dict]:
+    """``-m control=<planes> tp=2,4 workload=latency repeat=3`` on GPUs: 5-digit throughput, every metric."""
+    rows = []
+    for i, control in enumerate(planes):
+        for tp in tps:
+            for repeat in range(repeats):
+                step = 1.66 * (1 + 0.03 * i) * (1 + 0.01 * repeat)
+                ideal = control == "ideal"
+                rows.append({"schema_version": SCHEMA_VERSION, "status": "ok", "engine": "tp", "control": control,
+                             "tp": tp, "model": "qwen3-0.6b", "device": "cuda", "dtype": "bfloat16",
+                             "all_reduce": "symm_mem", "workload": "latency", "seed": 0, "repeat": repeat,
+                             "overrides": "llm.async_scheduling=false workload.iterations=5",
+                             "output_tok_s": 23130.0 / step, "total_tok_s": 30000.0 / step, "req_s": 12.5 / step,
+                             "ttft_ms_p99": 12.0 + repeat, "tpot_ms_p50": step, "tpot_ms_p99": 1.2 * step,
+                             "itl_ms_p99": 1.3 * step, "e2el_ms_p99": 240.0 * step, "decode_step_ms_p50": step,
+                             "decode_step_ms_p99": 1.1 * step, "ctrl_calls": 130, "ctrl_bytes_mean": 4812.0,
+                             "ctrl_oneway_us_p50": None if ideal else 45.0 * (i + 1) + repeat,
+                             "ctrl_oneway_us_p99": None if ideal else 1234.5 * (i + 1),
+                             "ctrl_send_us_p50": None if ideal else 12.0, "ctrl_launch_late_us_mean": 30.0 - repeat,
+                             "ctrl_launch_lag_us_mean": -3.0 + repeat, "ctrl_launch_lag_us_p50": -1.5})
+    return rows
+
+
+def write(rows: list[dict], path) -> str:
+    pd.DataFrame(rows).reindex(columns=COLUMNS).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A results folder: runs.csv (8 ok rows, 1 failed) and another tool's CSV beside it."""
+    rows = sweep_rows(planes=("ideal", "shm"), repeats=2)
+    rows[0]["status"] = "failed"
+    write(rows, tmp_path / "runs.csv")
+    (tmp_path / "nvidia-smi.csv").write_text("timestamp, utilization.gpu [%]\n2026/01/01 10:00:00, 97 %\n")
+    return tmp_path
+
+
+def test_each_file_read_and_skipped_is_listed_and_a_foreign_csv_in_a_folder_is_not_fatal(folder, capsys):
+    assert main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"read {folder / 'runs.csv'}: 8 row(s), 7 ok, 1 failed" in out
+    assert f"skipped {folder / 'nvidia-smi.csv'}: missing column(s) control, tp, status" in out
+    assert "| ideal" in out and "exposed cost" in out  # the rest analysed
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage\n", b"", b"control,tp,status\n", b'control,tp\n"x,1\n'])
+def test_a_damaged_csv_in_a_folder_is_skipped(content, folder, capsys):
+    (folder / "nvidia-smi.csv").unlink()
+    (folder / "broken.csv").write_bytes(content)
+    assert main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {folder / 'broken.csv'}: " in out and "read " in out
+
+
+def test_a_foreign_csv_named_on_the_command_line_is_an_error_of_one_line(folder, capsys):
+    assert main([str(folder / "runs.csv"), str(folder / "nvidia-smi.csv")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: {folder / 'nvidia-smi.csv'}: missing column(s)")
+
+
+def test_a_folder_of_foreign_csvs_only_is_an_error_of_one_line(folder, capsys):
+    (folder / "runs.csv").unlink()
+    assert main([str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no results CSV among") and err.count("\n") == 1 and "nvidia-smi.csv" in err
+
+
+@pytest.mark.parametrize("planes, argv, baseline", [
+    (PLANES, [], "ideal"), (("zmq", "shm", "ring"), [], "shm"), (("zmq", "ring"), [], "ring"),
+    (PLANES, ["--baseline", "ring"], "ring")])
+def test_the_default_baseline_is_ideal_else_shm_else_the_first_plane_and_is_named(planes, argv, baseline, tmp_path,
+                                                                                  capsys):
+    assert main([write(sweep_rows(planes), tmp_path / "runs.csv"), *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"ratios to control={baseline} " in out
+    base = next(line for line in out.splitlines() if line.startswith(f"|    2 | {baseline} "))  # the summary's
+    assert base.count("1.00x") >= 3 and base.count("x |") == base.count("1.00x")  # every ratio: against itself
+
+
+def test_the_default_tables_fit_in_120_columns(tmp_path, capsys):
+    """8 planes x 2 tp x 3 repeats with ideal: the summary and the exposed-cost tables, and the sweep's end."""
+    rows = sweep_rows()
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    print_sweep_summary(rows, jobs=16)
+    end = capsys.readouterr().out
+    for text in (out, end):
+        lines = text.splitlines()
+        assert max(len(line.encode()) for line in lines) <= 120  # bytes, as awk counts "±"
+        assert sum(line.startswith("|    4 |") for line in lines) == 8 + 7 * 2  # 8 planes, 7 x 2 exposed rows
+        assert "ratios to control=ideal" in text and "within noise" in text
+        header = next(line for line in lines if line.startswith("|"))
+        assert [c.strip() for c in header.strip("|").split("|")][:4] == ["tp", "control", "n", "tok/s"]
+
+
+def test_format_csv_is_one_parseable_csv_with_every_metric(tmp_path, capsys):
+    assert main([write(sweep_rows(), tmp_path / "runs.csv"), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert "read " in captured.err  # the listing: not in the CSV
+    df = pd.read_csv(io.StringIO(captured.out))
+    summary = df[df.table == "summary"]
+    assert len(summary) == 16 and set(summary.baseline) == {"ideal"} and (summary.n == 3).all()
+    for m in FULL_METRICS:
+        assert summary[f"{m}_median"].notna().any(), m
+    assert summary.loc[summary.control == "ideal", "tpot_ms_p50_vs_ideal"].tolist() == [1.0, 1.0]
+    exposed = df[df.table == "exposed"]
+    assert len(exposed) == 2 * 7 * 2 and {"exposed_us", "low_us", "high_us", "verdict"} <= set(df.columns)
+
+
+def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
+    assert main([write(sweep_rows(), tmp_path / "runs.csv"), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    header = [c.strip() for c in next(line for line in out.splitlines() if line.startswith("|")).split("|")]
+    assert set(FULL_METRICS) <= set(header) and "spread_us" in out and "(1.00x)" in out
