@@ -5,8 +5,7 @@
     python -m harness.analyze runs.csv --format markdown             # every metric: median [min-max] (ratio)
     python -m harness.analyze runs.csv --format csv > summary.csv    # every number, for a spreadsheet
     python -m harness.analyze runs.csv --group tp control payload    # any grouping columns
-    python -m harness.analyze runs.csv --plot out.png                # one panel per workload and setting
-    python -m harness.analyze serve.csv --plot load.png              # workload=serve: latency against load
+    python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
 Inputs: each file read is listed above the tables with its rows (ok, failed), on stderr under --format csv.
@@ -17,8 +16,11 @@ Medians over repeats with their spread; failed rows counted per configuration, n
 plane at the same configuration: ``--baseline``, else ideal where the rows have it, else shm, else the first
 plane (the header says which). Where a configuration also has ``control=ideal`` rows, a second table gives
 each plane's exposed cost (its decode step and TPOT minus ideal's, ``harness/exposed.py``). workload=serve rows
-(a request rate) get a table of their own, per rate (``harness/serve_analysis.py``), and a latency-vs-load
-figure. ``--compare`` is the gate of ``harness/compare.py``.
+(a request rate) get a table of their own, per rate (``harness/serve_analysis.py``). ``--plot OUT.png``
+writes the first of these it can draw to OUT.png and the others beside it, one line each: each plane's
+exposed cost (OUT_exposed.png when not first), the raw metrics (OUT_raw.png), a broadcast sweep's one-way
+latency against message size (OUT_broadcast.png), a serve sweep's latency against load (OUT_load.png).
+``--compare`` is the gate of ``harness/compare.py``.
 
 ``--format``: ``text`` (default) prints tables of at most 120 columns: rows by tp and control (serve: and
 rate), every other configuration column that differs in a line above each section of rows, the main metrics
@@ -174,9 +176,9 @@ def parser() -> OneLineParser:
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default): tables of at most 120 "
                    "columns, the main metrics; markdown: every metric and key, median [min-max] (ratio); csv: "
                    "every number of both tables, one CSV (a table column: summary, serve or exposed)")
-    p.add_argument("--plot", metavar="OUT.png", help="write a figure: one panel per workload and setting; "
-                                                  "workload=serve rows: latency against load (OUT_load.png "
-                                                  "when there are other rows too)")
+    p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal "
+                                                  "first, the raw metrics, broadcast and serve sweeps beside "
+                                                  "it (OUT_raw.png, ...; one line says where each went)")
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="regression gate between two files")
     p.add_argument("--threshold", default="10%", help="regression threshold for --compare (default 10%%)")
     p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
