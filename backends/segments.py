@@ -5,42 +5,66 @@ Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run on the same 
 stale (its creator no longer exists) without touching a live run's. The named semaphores a plane creates
 through multiprocessing (``/dev/shm/sem.mp-*``, names without a pid) are listed in a registry segment of the
 same form, ``tpcp_<pid>_sems<random>``, so that they are removed with the dead run's segments too.
+
+This module is their only owner: segments and listed semaphores are kept out of multiprocessing's resource
+tracker. The tracker outlives a SIGKILLed rank 0 and, once the workers are gone too, calls what it still
+holds "leaked" on the run's stderr (two warnings) whoever removes it. Instead: the creator unlinks at
+release (or at its exit), spawned workers unlink a dead rank 0's (:func:`remove_segments_of`), and the
+next run removes those of a run killed with every process (:func:`remove_stale_segments`).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory, synchronize, util
+
+import _posixshmem
 
 PREFIX = "tpcp"
 MAX_SEGMENT_BYTES = 1 << 30  # a larger segment buys a plane nothing and could exhaust /dev/shm
+_OWNED: dict[str, util.Finalize] = {}  # segment name -> what unlinks it (and its listed semaphores), once
 
 
 def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
-    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists. Returns the names removed."""
+    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists, and the semaphores their
+    registries list. Returns the names removed."""
     removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        parts = name.split("_")
-        if len(parts) != 3 or parts[0] != PREFIX or not parts[1].isdigit():
-            continue
+    for pid in sorted({pid for pid, _ in _segments(directory)}):
         try:
-            os.kill(int(parts[1]), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            if parts[2].startswith("sems"):
-                removed += _unlink_listed(os.path.join(directory, name), directory)
-            try:
-                os.unlink(os.path.join(directory, name))
-                removed.append(name)
-            except OSError:
-                pass
+            removed += remove_segments_of(pid, directory)
         except PermissionError:  # alive, another user's
             pass
     return removed
+
+
+def remove_segments_of(pid: int, directory: str = "/dev/shm") -> list[str]:
+    """Unlink every ``tpcp_<pid>_*`` segment and the semaphores its registries list, for a creator ``pid``
+    known to be dead (a spawned worker's rank 0 that is gone, not yet reaped). Returns the names removed."""
+    removed = []
+    for creator, name in _segments(directory):
+        if creator != pid:
+            continue
+        if name.split("_")[2].startswith("sems"):
+            removed += _unlink_listed(os.path.join(directory, name), directory)
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _segments(directory: str) -> list[tuple[int, str]]:
+    """(creator pid, name) of the ``tpcp_<pid>_<random>`` segments in ``directory`` ([] when unreadable)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    parts = [(name, name.split("_")) for name in names]
+    return [(int(p[1]), name) for name, p in parts if len(p) == 3 and p[0] == PREFIX and p[1].isdigit()]
 
 
 def _unlink_listed(registry: str, directory: str) -> list[str]:
@@ -64,29 +88,75 @@ def _unlink_listed(registry: str, directory: str) -> list[str]:
 def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
     """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry segment
     ``tpcp_<pid>_sems<random>`` (names separated by newlines, zero-padded); returns it, or None where there is
-    nothing to list or no /dev/shm. Being a segment, the resource tracker unlinks it with the semaphores when
-    the creator alone dies; :func:`remove_stale_segments` reads it when the tracker died too. Pass it to
-    :func:`unregister_semaphores` once the semaphores are released."""
+    nothing to list or no /dev/shm. The semaphores are taken from the resource tracker (and from their own
+    finalizers): :func:`unregister_semaphores`, or this process's exit, unlinks them with the registry;
+    :func:`remove_segments_of` / :func:`remove_stale_segments` read it when this process died first."""
     names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
     payload = "".join(n + "\n" for n in names if n).encode()
     if not payload or not os.path.isdir("/dev/shm"):
         return None
-    registry = shared_memory.SharedMemory(name=f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True,
-                                          size=len(payload))
+    registry = _untracked(f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True, size=len(payload))
     registry.buf[:len(payload)] = payload
+    owned = [n for n in names if n and _take_over_semaphore(n)]
+    _OWNED[registry.name] = util.Finalize(None, _unlink, args=(registry._name, tuple(owned)), exitpriority=0)
     return registry
 
 
 def unregister_semaphores(registry: shared_memory.SharedMemory | None) -> None:
-    """Remove a registry made by :func:`register_semaphores` (None: nothing to do)."""
+    """Remove a registry made by :func:`register_semaphores` and the semaphores it took over (None: nothing
+    to do). Call it once the semaphores are no longer used."""
     release_segment(registry, unlink=True)
+
+
+def _take_over_semaphore(name: str) -> bool:
+    """Take the named semaphore ``name`` (created by this process) from the resource tracker: cancel the
+    finalizer multiprocessing gave it (it would unregister it from the tracker, which then prints an error)
+    and unregister it. False, and nothing changed, where that finalizer cannot be found."""
+    registry, cleanup = getattr(util, "_finalizer_registry", {}), getattr(synchronize.SemLock, "_cleanup", None)
+    for finalizer in list(registry.values()):
+        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup and finalizer._args == (name,):
+            finalizer.cancel()
+            resource_tracker.unregister(name, "semaphore")
+            return True
+    return False
+
+
+def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
+    """Unlink ``segment`` and ``semaphores`` by name, quietly when already gone (never via the tracker)."""
+    import _multiprocessing
+
+    for sem in semaphores:
+        try:
+            _multiprocessing.sem_unlink(sem)
+        except OSError:
+            pass
+    try:
+        _posixshmem.shm_unlink(segment)
+    except OSError:
+        pass
+
+
+def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:
+    """``SharedMemory(name, create, size)`` kept out of multiprocessing's resource tracker.
+
+    Raises:
+        FileNotFoundError: (``create=False``) no such segment; FileExistsError: (``create=True``) one exists.
+    """
+    try:
+        return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
+    except TypeError:  # Python < 3.13: no track argument; the tracker registered it (created or attached)
+        shm = shared_memory.SharedMemory(name=name, create=create, size=size)
+        resource_tracker.unregister(shm._name, "shared_memory")
+        return shm
 
 
 def create_segment(size: int) -> shared_memory.SharedMemory:
     """A new segment of ``size`` bytes named ``tpcp_<pid>_<random>``, after removing the stale segments of
-    dead runs."""
+    dead runs. Unlinked by :func:`release_segment` (``unlink=True``), else at this process's exit."""
     remove_stale_segments()
-    return shared_memory.SharedMemory(name=f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+    shm = _untracked(f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+    _OWNED[shm.name] = util.Finalize(None, _unlink, args=(shm._name,), exitpriority=0)
+    return shm
 
 
 def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> None:
@@ -94,32 +164,20 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
     if shm is not None:
         shm.close()
         if unlink:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+            finalizer = _OWNED.pop(shm.name, None)
+            if finalizer is not None:
+                finalizer()
+            else:
+                _unlink(shm._name)
     return None
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:
-    """Open an existing segment created by another process.
-
-    A process spawned by the segment's creator shares the creator's resource tracker, which unlinks the
-    segment if every process of the run dies; others (ranks started by torchrun) must keep their own tracker
-    out of it, or it would unlink the segment under its creator when the attaching process exits.
+    """Open an existing segment created by another process, kept out of this process's resource tracker
+    (with it, a process exiting would have the tracker unlink the segment under its creator, or call it
+    leaked).
 
     Raises:
         FileNotFoundError: no such segment on this host (e.g. created on another node).
     """
-    import multiprocessing as mp
-
-    if mp.parent_process() is not None:
-        return shared_memory.SharedMemory(name=name)
-    try:
-        return shared_memory.SharedMemory(name=name, track=False)
-    except TypeError:  # Python < 3.13: no track argument
-        shm = shared_memory.SharedMemory(name=name)
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(shm._name, "shared_memory")
-        return shm
+    return _untracked(name, create=False)

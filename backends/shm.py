@@ -83,7 +83,7 @@ class ShmControlPlane(ControlPlane):
 
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)
-        self.ready = self.acks = []  # their finalizers unlink the named semaphores now, not at exit
+        self.ready = self.acks = []  # unregister_semaphores, next, unlinks the named semaphores
         unregister_semaphores(self.registry)
         self.registry = None
 

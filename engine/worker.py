@@ -17,6 +17,7 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from backends import EXIT, PeerGone, WorkerEndpoint
+from backends.segments import remove_segments_of
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
@@ -24,6 +25,23 @@ from .lifeline import Lifeline, watch_parent
 REPORT_CONTROL_STATS = "report_control_stats"
 FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(message); needs config.fault_injection
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
+
+RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
+NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has no `if __name__ == "__main__":` '
+                 "guard, so the spawned worker re-ran it (see the README's Python API)")
+
+
+def leave_if_rerunning_main() -> None:
+    """In a process that multiprocessing's spawn is still bootstrapping (it re-runs its parent's main script
+    before the worker's own code), an engine being started means the script lacks the
+    ``if __name__ == "__main__":`` guard: exit at once with :data:`RERAN_MAIN`, quietly (multiprocessing
+    would print a 30-line RuntimeError), and rank 0 names the cause (:data:`NO_MAIN_GUARD`).
+
+    Raises:
+        SystemExit: (RERAN_MAIN) in such a process; elsewhere nothing happens.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise SystemExit(RERAN_MAIN)
 
 
 @dataclass
@@ -52,7 +70,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
-        watch_parent()
+        watch_parent(on_death=_remove_dead_drivers_segments)
     rank, timeout_s = boot.rank, boot.startup_timeout_s
     lifeline, code = None, 1
     try:
@@ -64,7 +82,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
             store = torchrun_store(launch, timeout_s)
             host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
             lifeline = Lifeline(host, int(port), rank, timeout_s)
-        lifeline.watch()
+        lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
         node_of = [0] * boot.world_size
         if not spawned:
             node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
@@ -100,6 +118,15 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     if spawned:
         sys.exit(code)
     return code
+
+
+def _remove_dead_drivers_segments() -> None:
+    """(A spawned worker, before it exits because rank 0 is gone) Unlink rank 0's shared-memory segments and
+    semaphores when rank 0 is dead: they are kept out of the resource tracker (``backends/segments.py``), and a
+    SIGKILLed rank 0 cannot. Nothing when rank 0 is alive (it closed the lifeline at its normal end)."""
+    parent = mp.parent_process()
+    if parent is not None and not parent.is_alive():
+        remove_segments_of(parent.pid)
 
 
 def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:

@@ -26,6 +26,7 @@ from backends.segments import remove_stale_segments
 
 from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
 from .lifeline import LifelineServer
+from .worker import NO_MAIN_GUARD, RERAN_MAIN, leave_if_rerunning_main
 
 
 class WorkerError(RuntimeError):
@@ -66,6 +67,7 @@ class WorkerGroup:
     """
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
+        leave_if_rerunning_main()
         self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
         self.launch = launch or Launch(world_size=world_size)
         self.errors: dict[int, str] = {}
@@ -165,7 +167,7 @@ class WorkerGroup:
     def _dead(self) -> dict[int, str]:
         """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
         done = {r for r, code in self.lifelines.finished.items() if code == 0}
-        dead = {r: f"process exited with code {p.exitcode}" for r, p in self.procs.items()
+        dead = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
                 if not p.is_alive() and not (r in done and p.exitcode == 0)}
         for rank, reason in self.lifelines.dead.items():
             dead.setdefault(rank, reason)
@@ -173,6 +175,13 @@ class WorkerGroup:
             if code != 0:
                 dead.setdefault(rank, f"it ended with exit code {code}")
         return dead
+
+    def _exit_reason(self, rank: int, code: int | None) -> str:
+        """Why spawned ``rank`` is gone, from its exit code: :data:`NO_MAIN_GUARD` when it left with
+        :data:`RERAN_MAIN` before ever reaching rank 0 (``leave_if_rerunning_main``)."""
+        if code == RERAN_MAIN and rank not in self.lifelines.connected():
+            return NO_MAIN_GUARD
+        return f"process exited with code {code}"
 
     def check(self, wait_s: float = 0.0) -> None:
         """Raise :class:`WorkerError` if a worker reported an error or is gone.
@@ -194,7 +203,8 @@ class WorkerGroup:
             raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
         if dead:
             rank = min(dead)
-            raise WorkerError(rank, f"{dead[rank]} (node {self.node_name(rank)})")
+            where = "" if dead[rank] == NO_MAIN_GUARD else f" (node {self.node_name(rank)})"  # it never connected
+            raise WorkerError(rank, dead[rank] + where)
 
     def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
         """Block until every worker has announced ``stage`` in the store, checking liveness.

@@ -17,6 +17,7 @@ from engine import ConfigError
 from engine.loader import check_checkpoint
 from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config
+from engine.launch import Launch
 
 from .checkpoint import cache_dir, materialize
 from .model_checks import check_preset
@@ -135,14 +136,28 @@ def workload_config(cfg: DictConfig) -> dict:
     return w
 
 
+def _file_in_the_way(directory: str) -> str | None:
+    """``directory`` or the nearest of its parents that exists, when that is not a directory (a file where
+    the results directory, or one above it, should be); None otherwise."""
+    path = directory
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path if os.path.exists(path) and not os.path.isdir(path) else None
+
+
 def check_results_dir(cfg: DictConfig) -> Results:
     """Where this job's rows go; its directory is created and a file is written there and removed, so a
     read-only mount or a pseudo file system is found before anything runs.
 
     Raises:
-        ConfigError: the directory cannot be created or written.
+        ConfigError: the directory cannot be created or written (a file in its place says so).
     """
     directory = os.path.abspath(cfg.results_dir)
+    blocking = _file_in_the_way(directory)
+    if blocking == directory:
+        raise ConfigError(f"results_dir={cfg.results_dir} is a file, not a directory")
+    if blocking is not None:
+        raise ConfigError(f"results_dir={cfg.results_dir} cannot be created: {blocking} is a file, not a directory")
     try:
         os.makedirs(directory, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".tpcp-write-check-"):
@@ -177,7 +192,29 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
         raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
                           f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
                           f"max_position_embeddings={hf['max_position_embeddings']})")
+    if results is not None:  # the rank that reports (under torchrun the others stay quiet)
+        warn_shared_cores(cfg, device)
     return results, path, work
+
+
+def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
+    """On CPU, when this host's ranks times their torch threads (``cpu_threads``, else cores / tp as the
+    engine takes it) exceed the cores this process may run on (``os.sched_getaffinity``), say so in one
+    ``warning:`` line on stderr and return it: the ranks take turns on the cores, and the timings measure
+    that contention. None when they fit, on CUDA and for ``engine=hf``."""
+    threads = cfg.get("cpu_threads") or max(1, (os.cpu_count() or 1) // cfg.tp)
+    if device != "cpu" or cfg.get("engine", "tp") != "tp" or not is_int(threads):
+        return None
+    launch = Launch.from_env()
+    ranks = launch.local_world_size if launch else cfg.tp
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if ranks * threads <= cores:
+        return None
+    line = (f"warning: tp={cfg.tp}: {ranks} rank(s) on this host x {threads} torch thread(s) each = "
+            f"{ranks * threads} threads on the {cores} core(s) this process may use; they take turns, so the "
+            f"timings measure that contention (keep ranks x cpu_threads <= {cores})")
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:

@@ -4,7 +4,9 @@ Concurrent runs (a multirun sweep, two jobs on one host) each add exactly one wh
 built in memory and written with one ``write`` while holding ``<file>.lock``. An existing file whose header
 differs from this schema is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it, and
 ``Results`` says so in one loud line. A row that cannot be written at all (read-only mount, no lock file)
-goes to a fallback file; the run's numbers are never lost.
+goes to a fallback file; the run's numbers are never lost. A write that fails part way (a full disk) leaves
+no trace: the results file is cut back to its size before the write, a fallback file that could not be
+written whole is removed.
 """
 
 from __future__ import annotations
@@ -70,13 +72,58 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
                     text = "\n" + text
         else:
             text = header + _line([row.get(c) for c in columns])
-        with open(path, "a", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        _append_or_undo(path, text.encode())
     finally:
         lock.release()
     return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` written whole to ``fd`` (``os.write`` may take part of it) and synced to the disk.
+    Raises OSError (ENOSPC: a full disk, EFBIG, EIO...)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def _append_or_undo(path: str, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created if absent), or leave it as it was: on any failure the file is cut
+    back to its size before the write (removed if this created it), so a full disk never leaves a partial
+    line. Raises the write's OSError."""
+    existed = os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+        except BaseException:
+            try:
+                if existed:
+                    os.ftruncate(fd, size)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write ``data`` as the whole content of a new file ``path``; on failure remove what was created, so
+    no empty or partial file is left. Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(fd)
 
 
 class Results:
@@ -117,8 +164,7 @@ class Results:
         for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
             target = os.path.join(directory, name)
             try:
-                with open(target, "w", newline="") as f:
-                    f.write(_line(self.columns) + _line([row.get(c) for c in self.columns]))
+                _write_new(target, (_line(self.columns) + _line([row.get(c) for c in self.columns])).encode())
             except OSError:
                 continue
             self.problem = f"cannot write to {self.path} ({why}); the row went to {target}"

@@ -188,7 +188,7 @@ def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model
     # 2.01 s to see them gone from /proc, init's reaping of the orphans included (a zombie counts as exited now).
     waited = wait_until(lambda: all(exited(w) for w in workers), 5, "the orphaned workers to exit")
     print(f"workers exited {waited:.2f} s after rank 0")
-    wait_until(lambda: not segments_of(proc.pid), 10, "the resource tracker to unlink the segment")
+    wait_until(lambda: not segments_of(proc.pid), 10, "the workers to unlink rank 0's segment")
     res = harness("tp=2", "workload=smoke", f"results_dir={tmp_path}", "progress=false", cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]
     pd.read_csv(tmp_path / "runs.csv")  # still parses
