@@ -164,7 +164,12 @@ def run_engine_job(cfg: DictConfig) -> int:
             metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests)
             row = {**row0, "run_id": run_id, "repeat": repeat, "status": "ok", **metrics_row,
                    "gpu_name": sampler.gpu_name}
-            print_summary(row, results.add(row), steps)
+            written = results.add(row)
+            files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"
+                     ] if results.run_file else []
+            if requests:
+                files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
+            print_summary(row, written, steps, files)
             SWEEP_ROWS.append(row)
             if device == "cuda":
                 print_floor(row, work, llm)

@@ -27,7 +27,7 @@ from .results_csv import Results
 from .run_files import write_run_json
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .sysinfo import hydra_dir, metadata
-from .workloads import Workload, build_workload, unread_keys
+from .workloads import Workload, build_workload, effective_workload, unread_keys
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
@@ -164,9 +164,9 @@ def check_results_dir(cfg: DictConfig) -> Results:
             pass
     except OSError as e:
         raise ConfigError(f"cannot write results to {directory}: {e.strerror or e}") from None
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = OmegaConf.to_container(cfg, resolve=True)  # its workload becomes the one used, in prepare()
     return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION,
-                   on_row=lambda row: write_run_json(directory, row, config))
+                   on_row=lambda row: write_run_json(directory, row, config), config=config)
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
@@ -186,6 +186,8 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
     path = model_path(cfg)
     hf = read_hf_config(path)
     work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
+    if results is not None:  # the run files say what ran: the CPU scale-down applied, the command's keys kept
+        results.config["workload"] = effective_workload(workload_config(cfg), device)
     longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
     limit = min(max_model_len, hf["max_position_embeddings"])
     if longest > limit:

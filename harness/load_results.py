@@ -41,6 +41,10 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
                 below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
                 raise InputError(f"{path}: no *.csv file in this directory" + (
                     f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
+            below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
+            if below:
+                print(f"NOTE: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
+                      file=sys.stderr)
             diverted = [f for f in found if ".schema" in os.path.basename(f) or ".unwritten-" in os.path.basename(f)]
             if diverted:
                 print(f"NOTE: {path} holds {len(diverted)} file(s) of diverted rows, read too: "

@@ -100,7 +100,7 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
         for tp in tps:
             problem = split_problem(shape, tp, path)
             if problem:
-                return problem
+                return problem.replace("tensor_parallel_size=", "tp=", 1)
     if paths:
         return None
     for model in models:
@@ -116,5 +116,5 @@ def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list
                     if problem:
                         break
                 if problem:
-                    return problem
+                    return problem.replace("tensor_parallel_size=", "tp=", 1)
     return None

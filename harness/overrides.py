@@ -215,7 +215,7 @@ def check_overrides(argv: list[str]) -> str | None:
                         f"where some of the selected options lack it")
         if key.startswith(("+", "~")):
             if not (plain.startswith(("hydra.", "model.preset.")) or _key_known(plain, controls)):
-                return f"unknown config key {plain!r}: the harness would ignore it (see conf/)"
+                return f"unknown config key {plain!r}{_suggest(plain)}: the harness would ignore it (see conf/)"
             if not key.startswith("++"):
                 continue
         forced, key = key.startswith("++"), plain  # ++ adds the key where missing; its values are checked below
@@ -234,7 +234,7 @@ def check_overrides(argv: list[str]) -> str | None:
             return (f"control={lacking[0]} has no option {key.split('.', 2)[2]!r} "
                     f"(its options: {', '.join(_options_of(lacking[0])) or 'none'})")
         if not _key_known(key, controls):
-            return f"unknown config key {key!r} (see conf/; prefix it with + to add a new key)"
+            return f"unknown config key {key!r}{_suggest(key)} (the keys are in conf/; the harness reads no other)"
         if key.startswith("workload.") and not forced:  # Hydra refuses a key the workload lacks, in 7 lines
             lacking = [w for w in workloads if not _in_option("workload", w, key.split(".", 1)[1])]
             if lacking:
@@ -310,6 +310,31 @@ def _exists(key: str, selected: dict[str, list[str]], every: bool = False) -> st
         return f" in {head}={having[0]}" if having else None
     base = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))
     return "" if OmegaConf.select(base, key, default=_MISSING) is not _MISSING else None
+
+
+def _keys_of(conf, prefix: str = "") -> list[str]:
+    """Every dotted key of a loaded config (``llm.timeout_s``, ``slo.ttft_ms``...), hydra's own left out."""
+    if not isinstance(conf, dict):
+        conf = OmegaConf.to_container(conf, resolve=False)
+    out = []
+    for k, v in conf.items():
+        if k not in ("hydra", "defaults"):
+            out.append(prefix + str(k))
+            out += _keys_of(v, f"{prefix}{k}.") if isinstance(v, dict) else []
+    return out
+
+
+def _suggest(key: str) -> str:
+    """`` (did you mean 'x'?)`` for the known key nearest to a mistyped ``key``, else ""."""
+    import difflib
+
+    head, _, rest = key.partition(".")
+    if head in GROUPS and rest:
+        known = sorted({f"{head}.{k}" for o in group_options(head) for k in _keys_of(_load_option(head, o))})
+    else:
+        known = _keys_of(OmegaConf.load(os.path.join(CONF_DIR, "config.yaml"))) + list(GROUPS)
+    close = difflib.get_close_matches(key, [k for k in known if k.count(".") == key.count(".")], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _options_of(control: str) -> list[str]:

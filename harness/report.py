@@ -49,9 +49,10 @@ def control_lines(row: dict) -> list[str]:
     return lines
 
 
-def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
+def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = ()) -> None:
     """Print one engine run's row in sentences (throughput; the load for a serve run; latency in ms; the
-    control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``)."""
+    control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``; ``files``:
+    a line each for the run's other files)."""
     f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
     print("\n" + header(row))
     if row["status"] != "ok":
@@ -63,6 +64,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
             good = (f"{f('goodput_req_s', '.2f')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
             print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent, "
                   f"{f('req_s', '.2f')} completed; goodput: {good}")
+            if row.get("control") == "ideal":
+                print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")
             print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
                   f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
         print(f"  latency     TTFT p50 {f('ttft_ms_p50')} ms (p99 {f('ttft_ms_p99')}), TPOT p50 "
@@ -81,6 +84,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None) -> None:
     if step_log and row["status"] == "ok":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
+    for line in files:
+        print(f"  {line}")
 
 
 def print_floor(row: dict, work: Workload, llm) -> None:

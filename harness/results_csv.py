@@ -135,19 +135,21 @@ class Results:
     Args:
         path: the results CSV; columns / schema_version: see :func:`append_row`.
         on_row: called with each stamped row once it is written (the per-run JSON); returns None when it
-            could not keep it, which counts as a problem.
+            could not keep it, which counts as a problem. config: the job's configuration it writes.
     """
 
-    def __init__(self, path: str, columns: list[str], schema_version: int, on_row=None):
+    def __init__(self, path: str, columns: list[str], schema_version: int, on_row=None, config: dict | None = None):
         self.path, self.columns, self.schema_version = path, columns, schema_version
-        self.on_row = on_row
+        self.on_row, self.config = on_row, config
+        self.run_file: str | None = None  # what on_row wrote for the latest row
         self.problem: str | None = None
 
     def add(self, row: dict) -> str:
         """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
         row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "run_id": row.get("run_id") or uuid.uuid4().hex[:12]}
-        if self.on_row is not None and self.on_row(row) is None:
+        self.run_file = self.on_row(row) if self.on_row is not None else None
+        if self.on_row is not None and self.run_file is None:
             self.problem = f"the run file of row {row['run_id']} could not be written"
         try:
             written = append_row(self.path, self.columns, row, self.schema_version)

@@ -75,4 +75,8 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
               "goodput_req_s (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = "
               "queue_ms_p99 (ms)" + (f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format "
                                      "markdown)" if left_out else ""))
+    if "control" in table.columns and (table["control"] == "ideal").any():
+        lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
+                     "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "
+                     "(docs/SERVE.md)")
     print("\n" + "\n".join(header_lines(legend) + lines))

@@ -177,15 +177,22 @@ def check_workload(w: dict) -> None:
                              "all empty")
 
 
+def effective_workload(w: dict, device: str) -> dict:
+    """Workload config ``w`` as a run on ``device`` uses it: on CPU its ``cpu`` block applied when
+    ``scale_on_cpu`` (a copy)."""
+    w = dict(w)
+    if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu"):
+        w.update(w["cpu"])
+    return w
+
+
 def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload:
     """The workload described by config ``w``; on CPU its ``cpu`` overrides apply when ``scale_on_cpu``.
 
     Raises:
         ValueError: a bad workload configuration (see :func:`check_workload`).
     """
-    w = dict(w)
-    if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu"):
-        w.update(w["cpu"])
+    w = effective_workload(w, device)
     check_workload(w)
     if w.get("kind") == "random":
         return random_requests(w, seed, vocab_size)

@@ -104,7 +104,7 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["model.preset.rms_norm_eps=abc"], "model.preset.rms_norm_eps must be a number > 0, got 'abc'"),
     (["model=qwen3-tiny", "model.preset.tie_word_embeddings=maybe"], "'tie_word_embeddings' expected bool"),
     (["+model.preset.bogus_field=1"], "model.preset.bogus_field is not a transformers.Qwen3Config field"),
-    (["-m", "tp=2,3", "device=cpu"], "tensor_parallel_size=3 does not divide num_attention_heads=8 of model=qwen3-ti"),
+    (["-m", "tp=2,3", "device=cpu"], "tp=3 does not divide num_attention_heads=8 of model=qwen3-ti"),
     (["control=shm", "control.options.segment_bytes=2000000000"], "shm: segment_bytes=2000000000 exceeds 1024 MiB"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
