@@ -123,7 +123,7 @@ def _text_row(r: pd.Series, row_keys: list[str], optional: list[str]) -> dict:
     """One row of the text table: its short columns, and those of ``optional`` (OPTIONAL) asked for."""
     row = {"rate" if k == "request_rate" else k: key_cell(r[k]) for k in row_keys}
     row.update({"control": r.control.replace("control.options.", ""), "metric": r.metric.split()[-2],
-                "ideal ms": num4(r.ideal_ms), "exposed": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})
+                "ideal ms": num4(r.ideal_ms), "exposed us": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})
     if "spread" in optional:  # none from one repeat
         row["spread"] = "" if r.verdict.startswith("one repeat") else f"[{_signed(r.low_us)}, {_signed(r.high_us)}]"
     row["verdict"] = "one repeat" if r.verdict.startswith("one repeat") else r.verdict

@@ -71,8 +71,9 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     lines, left_out = widest_fitting(render, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
               "request_rate (req/s, set); sent/s = "
-              "achieved_rate_req_s (empty at rate inf: all sent at once), done/s = req_s (completed), good/s = "
-              "goodput_req_s (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = "
+              "achieved_rate_req_s (empty at rate inf: all sent at once), " + (
+                  "good/s = goodput_req_s" if any(m == "goodput_req_s" for m, _ in shown) else "done/s = req_s "
+                  "(completed)") + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = "
               "queue_ms_p99 (ms)" + (f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format "
                                      "markdown)" if left_out else ""))
     if "control" in table.columns and (table["control"] == "ideal").any():
