@@ -45,6 +45,11 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
                                          failed=lambda s: int((s != "ok").sum()))
     out = counts.join(out, how="left").reset_index()
+    if "payload" in keys and "payload_bytes" in df.columns:  # payloads by size, not as text (decode-64 < -256)
+        size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
+        out["_bytes"] = out.payload.map(size)
+        out = out.sort_values([k if k != "payload" else "_bytes" for k in keys], kind="stable")
+        out = out.drop(columns="_bytes").reset_index(drop=True)
     if baseline and "control" in keys:
         others = [k for k in keys if k != "control"]
         base = out[out.control == baseline]
