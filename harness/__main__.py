@@ -85,7 +85,8 @@ if __name__ == "__main__":
         if engine_cache is not None:
             engine_cache.release()
         # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
-        if len(EXIT_CODES) > 1 and os.environ.get("RANK", "0") == "0":
+        sweep = "-m" in sys.argv or "--multirun" in sys.argv
+        if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
             try:
                 from .app import SWEEP_ROWS
                 from .analyze import print_sweep_summary
@@ -93,6 +94,8 @@ if __name__ == "__main__":
                 print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
                 for line in FAILED_JOBS:
                     print(f"  not ok: {line}")
+                if 130 in EXIT_CODES:
+                    print(f"  the sweep stopped at job {EXIT_CODES.index(130)}: the jobs after it did not run")
             except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
                 pass
     if 130 in EXIT_CODES:

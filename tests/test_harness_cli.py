@@ -263,6 +263,7 @@ def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model
     assert proc.returncode == 130, err[-2000:]
     assert "== sweep (interrupted): 2 jobs, 1 ok rows ==" in out, out[-2000:]
     assert re.search(r"not ok: job 1 \(exit 130\): .*workload=bench", out), out[-2000:]  # which job it was
+    assert "the sweep stopped at job 1: the jobs after it did not run" in out
     assert "Traceback" not in err
 
 
