@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .plot_common import (TP_STYLES, config_labels, draw_header, header_inches, header_text, label_text, label_space,
-                          log_if_spread, plane_colours, plane_order, row_label, short_plane, stack)
+from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
+                          log_if_spread, plane_colours, plane_order, short_plane, stack)
 
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
 KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"
@@ -99,7 +99,6 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
     if "overrides" in df:
@@ -118,13 +117,8 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
              for label, (_, rows) in zip(labels, groups)]
     fig, axes = stack(2, [(2, label_space(t), 0.5) for t in texts], top, col_w=4.6,
                       panel_h=2.8)
-    for row, (_, rows), text in zip(axes, groups, texts):
-        for ax, (metric, title) in zip(row, PANELS):
-            draw_panel(ax, rows, metric, colours, tps)
-            ax.set_title(title, fontsize=8)
-        row_label(row[0], text)
-    draw_header(fig, header, [handles])
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return fig
+    def draw(ax, rows, metric):
+        draw_panel(ax, rows, metric, colours, tps)
+
+    return draw_rows(fig, axes, groups, texts, PANELS, draw, header, [handles], out)
 

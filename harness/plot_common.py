@@ -186,3 +186,20 @@ def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     target.set_major_locator(ticker.LogLocator(base=10, subs=subs))
     target.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}".replace("e+0", "e").replace("e+", "e")))
     target.set_minor_formatter(ticker.NullFormatter())
+
+
+def draw_rows(fig, axes, groups, texts, panels, draw, header: str, legends: list[list], out: str):
+    """Fill a row of ``panels`` ((metric, title) pairs, each drawn by ``draw(ax, rows, metric)``) per
+    (key, rows) of ``groups`` labelled with ``texts``, draw the header and write the figure to ``out``.
+    Returns the figure (closed)."""
+    import matplotlib.pyplot as plt
+
+    for row, (_, rows), text in zip(axes, groups, texts):
+        for ax, (metric, title) in zip(row, panels):
+            draw(ax, rows, metric)
+            ax.set_title(title, fontsize=8)
+        row_label(row[0], text)
+    draw_header(fig, header, legends)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return fig

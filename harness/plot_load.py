@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .plot_common import (TP_STYLES, config_labels, draw_header, header_inches, header_text, label_text, label_space,
-                          log_if_spread, plane_colours, plane_order, row_label, stack)
+from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
+                          log_if_spread, plane_colours, plane_order, stack)
 
 # the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
 # set, else the completed rate
@@ -64,7 +64,6 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
     panels = LOAD_PANELS + [last]
@@ -81,15 +80,10 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
              for label, (_, rows) in zip(labels, groups)]
     fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top,
                       col_w=3.3)
-    for row, (_, rows), text in zip(axes, groups, texts):
-        for ax, (metric, title) in zip(row, panels):
-            draw_load_panel(ax, rows, metric, colours, tps)
-            ax.set_title(title, fontsize=8)
-        row_label(row[0], text)
-    draw_header(fig, header, [handles])
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return fig
+    def draw(ax, rows, metric):
+        draw_load_panel(ax, rows, metric, colours, tps)
+
+    return draw_rows(fig, axes, groups, texts, panels, draw, header, [handles], out)
 
 
 def load_legend(planes: list, tps: list, colours: dict) -> list:

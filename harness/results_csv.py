@@ -95,17 +95,7 @@ def _append_or_undo(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         size = os.fstat(fd).st_size
-        try:
-            _write_all(fd, data)
-        except BaseException:
-            try:
-                if existed:
-                    os.ftruncate(fd, size)
-                else:
-                    os.unlink(path)
-            except OSError:
-                pass
-            raise
+        _write_or_undo(fd, path, data, size if existed else None)
     finally:
         os.close(fd)
 
@@ -115,15 +105,24 @@ def _write_new(path: str, data: bytes) -> None:
     no empty or partial file is left. Raises OSError."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
+        _write_or_undo(fd, path, data, None)
+    finally:
+        os.close(fd)
+
+
+def _write_or_undo(fd: int, path: str, data: bytes, size: int | None) -> None:
+    """:func:`_write_all`; on failure cut the file back to ``size`` bytes (None: remove it) and re-raise."""
+    try:
         _write_all(fd, data)
     except BaseException:
         try:
-            os.unlink(path)
+            if size is not None:
+                os.ftruncate(fd, size)
+            else:
+                os.unlink(path)
         except OSError:
             pass
         raise
-    finally:
-        os.close(fd)
 
 
 class Results:
