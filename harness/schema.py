@@ -1,5 +1,5 @@
 """The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
-README.md documents each one. Bump SCHEMA_VERSION when columns change."""
+docs/REFERENCE.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
 SCHEMA_VERSION = 10  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
