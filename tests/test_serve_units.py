@@ -32,6 +32,17 @@ def test_arrivals_have_the_asked_rate_and_spread(rate, burstiness):
     assert abs(gaps.std() / gaps.mean() - cv) < 0.1 * cv
 
 
+def test_a_short_trace_runs_at_the_asked_rate():
+    """Seed 0's 200 arrivals at 16 req/s came 11.5% slow unscaled (a 1.6-sigma draw); scaled, the trace
+    spans exactly 199 gaps of 1/16 s and keeps its shape."""
+    trace = arrival_offsets(200, 16.0, 1.0, seed=0)
+    assert trace[-1] == pytest.approx(199 / 16.0, rel=1e-12)
+    gaps = np.diff(trace)
+    raw = np.random.default_rng(0).gamma(1.0, 1 / 16.0, size=199)
+    assert np.allclose(gaps / gaps.sum(), raw / raw.sum())
+    assert arrival_offsets(1, 16.0, 1.0, seed=0) == [0.0]
+
+
 def test_the_trace_comes_from_the_seed_alone():
     assert arrival_offsets(50, 8.0, 1.0, seed=1) == arrival_offsets(50, 8.0, 1.0, seed=1)
     assert arrival_offsets(50, 8.0, 1.0, seed=1) != arrival_offsets(50, 8.0, 1.0, seed=2)
