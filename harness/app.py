@@ -88,6 +88,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     if step_log:
         write_step_log(step_log, steps, stats)
     row.update(sampler.summary())
+    row.update(metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]))
     row.update({"preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})

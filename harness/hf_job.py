@@ -12,6 +12,7 @@ from engine.config import resolve_dtype
 
 from .transformers_baseline import run_hf
 from .job_setup import base_row, failed, model_label, prepare, resolve_device
+from .metrics import energy_per_token
 from .nvml_sampler import NvmlSampler
 from .report import print_summary, show_progress
 
@@ -43,8 +44,9 @@ def run_hf_job(cfg: DictConfig) -> int:
                                                     show_progress(cfg.progress))
             finally:
                 sampler.stop()
-            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **sampler.summary(),
-                   "gpu_name": sampler.gpu_name}
+            gpu = sampler.summary()
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **gpu, "gpu_name": sampler.gpu_name,
+                   **energy_per_token(gpu["gpu_energy_j"], metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
             print_summary(row, results.add(row))

@@ -79,6 +79,14 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
     return row
 
 
+def energy_per_token(energy_j: float | None, output_tokens: int | None) -> dict:
+    """``j_per_output_token``: the GPUs' energy over the timed run (J, ``gpu_energy_j``) per generated token;
+    None where the energy was not measured (CPU, no NVML counter) or no token was generated."""
+    if energy_j is None or not output_tokens:
+        return {"j_per_output_token": None}
+    return {"j_per_output_token": energy_j / output_tokens}
+
+
 def step_metrics(steps) -> dict:
     """Decode step time p50/p99 (ms) and step counts from ``LLM.steps`` (StepRecord list)."""
     decode = [s.duration_s * 1e3 for s in steps if not s.is_prefill]

@@ -1,4 +1,5 @@
-"""GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py).
+"""GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py), and the
+energy the GPUs used over the run from NVML's total-energy counter (read at start and stop).
 
 NVML numbers GPUs in its own order, whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say: each CUDA
 device of the run is matched to its NVML handle by PCI address (domain, bus, device), never by index. Where
@@ -54,8 +55,10 @@ class NvmlSampler:
     ``summary()`` gives ``gpu_util_pct_mean`` / ``gpu_util_pct_max`` (SM busy %, nvmlDeviceGetUtilizationRates,
     over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order),
     ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU), ``gpu_power_w_mean`` (board
-    power, W, summed over GPUs, averaged over samples) and ``nvml`` (how the devices were matched); also
-    ``gpu_name``.
+    power, W, summed over GPUs, averaged over samples), ``gpu_energy_j`` (energy, J, summed over GPUs:
+    nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded, read at ``start()`` and ``stop()``; None
+    where a GPU has no such counter, and ``nvml`` then says so) and ``nvml`` (how the devices were matched);
+    also ``gpu_name``.
     """
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
@@ -63,6 +66,9 @@ class NvmlSampler:
         self.util, self.mem_mib, self.power_w = [], [], []
         self.gpu_name = self.how = None
         self.handles = []
+        self.energy_mj: list[int] | None = None  # each GPU's counter at start() (mJ)
+        self.energy_j: float | None = None  # summed over GPUs, start() to stop() (J)
+        self.energy_problem: str | None = None  # why there is no energy, where there is none
         self._stop = threading.Event()
         self._thread = None
         self.nvml = nvml or pynvml
@@ -106,8 +112,29 @@ class NvmlSampler:
             except Exception:
                 return
 
+    def read_energy_mj(self) -> list[int] | None:
+        """Each GPU's total-energy counter (mJ since the driver loaded), or None (after noting why in
+        ``energy_problem``) where one of them has none (NVML_ERROR_NOT_SUPPORTED before Volta, some
+        virtualised GPUs) or cannot be read."""
+        try:
+            return [int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles]
+        except Exception as e:  # pynvml.NVMLError_NotSupported and friends
+            self.energy_problem = f"no energy counter ({e})"
+            return None
+
+    def _energy_over_run(self, end_mj: list[int] | None) -> float | None:
+        """Energy (J) from the counters at start() to ``end_mj``, summed over GPUs; None where either read
+        failed or a counter went backwards (a driver reload: ``energy_problem`` says so)."""
+        if self.energy_mj is None or end_mj is None:
+            return None
+        if any(e < s for s, e in zip(self.energy_mj, end_mj)):
+            self.energy_problem = "the energy counter went backwards (driver reloaded?)"
+            return None
+        return sum(e - s for s, e in zip(self.energy_mj, end_mj)) / 1e3  # mJ -> J
+
     def start(self) -> "NvmlSampler":
         if self.available:
+            self.energy_mj = self.read_energy_mj()
             self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
             self._thread.start()
         return self
@@ -118,6 +145,7 @@ class NvmlSampler:
             self._thread.join(timeout=5)
             self._thread = None
         if self.available:
+            self.energy_j = self._energy_over_run(self.read_energy_mj())
             try:
                 self.nvml.nvmlShutdown()
             except Exception:
@@ -132,5 +160,6 @@ class NvmlSampler:
             "gpu_util_pct_by_gpu": ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None,
             "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
             "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
-            "nvml": self.how,
+            "gpu_energy_j": self.energy_j,
+            "nvml": f"{self.how}; {self.energy_problem}" if self.energy_problem else self.how,
         }

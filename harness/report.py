@@ -49,6 +49,21 @@ def control_lines(row: dict) -> list[str]:
     return lines
 
 
+def gpu_lines(row: dict) -> list[str]:
+    """The GPU lines: utilisation (%), memory (MiB), power (W) and, where NVML's counter has it, the run's
+    energy (J, and J per output token); else why nothing was measured (the ``nvml`` column)."""
+    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    lines = []
+    if row.get("gpu_util_pct_mean") is not None:
+        lines.append(f"busy {f('gpu_util_pct_mean')}% of the time on average (max {f('gpu_util_pct_max')}%), "
+                     f"{f('gpu_mem_used_mib_max', '.0f')} MiB at most, {f('gpu_power_w_mean')} W")
+    if row.get("gpu_energy_j") is not None:
+        lines.append(f"{f('gpu_energy_j')} J over the timed run, {f('j_per_output_token', '.4f')} J per output token")
+    if not lines:
+        lines.append(f"not measured: {row.get('nvml') or 'no NVML samples'}")
+    return [f"  GPU         {lines[0]}"] + [MORE + line for line in lines[1:]]
+
+
 def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = ()) -> None:
     """Print one engine run's row in sentences (throughput; the load for a serve run; latency in ms; the
     control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``; ``files``:
@@ -75,12 +90,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         if row.get("ctrl_calls") is not None:
             for line in control_lines(row):
                 print(line)
-        if row.get("gpu_util_pct_mean") is not None:
-            print(f"  GPU         busy {f('gpu_util_pct_mean')}% of the time on average (max "
-                  f"{f('gpu_util_pct_max')}%), {f('gpu_mem_used_mib_max', '.0f')} MiB at most, "
-                  f"{f('gpu_power_w_mean')} W")
-        else:
-            print(f"  GPU         not measured: {row.get('nvml') or 'no NVML samples'}")
+        for line in gpu_lines(row):
+            print(line)
     if step_log and row["status"] == "ok":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")

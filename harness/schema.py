@@ -1,13 +1,14 @@
-"""The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w);
+"""The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w, _j);
 docs/REFERENCE.md documents each one. Bump SCHEMA_VERSION when columns change."""
 
-SCHEMA_VERSION = 10  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
+SCHEMA_VERSION = 11  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
 #                       ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct; 6: run_id, tag, model_hash,
 #                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
 #                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean; 10: workload=serve's
 #                       request_rate, burstiness, max_concurrency, slo, achieved_rate_req_s, goodput_req_s,
-#                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency
+#                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency; 11: gpu_energy_j,
+#                       j_per_output_token
 
 # The schema version that added each configuration column added after schema 1 (``--compare`` leaves such a
 # key out where one file's schema predates it, see ``harness.analyze.comparable_keys``).
@@ -30,7 +31,7 @@ CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p5
            "ctrl_launch_lag_us_p50",
            "ctrl_launch_lag_us_p99", "ctrl_launch_late_us_mean", "clock_sync", "clock_uncertainty_us"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
-       "nvml"]
+       "gpu_energy_j", "j_per_output_token", "nvml"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version",
         "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m"]
 
