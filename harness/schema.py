@@ -8,7 +8,7 @@ SCHEMA_VERSION = 11  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_ut
 #                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean; 10: workload=serve's
 #                       request_rate, burstiness, max_concurrency, slo, achieved_rate_req_s, goodput_req_s,
 #                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency; 11: gpu_energy_j,
-#                       j_per_output_token
+#                       j_per_output_token, driver_version, transformers_version, triton_version
 
 # The schema version that added each configuration column added after schema 1 (``--compare`` leaves such a
 # key out where one file's schema predates it, see ``harness.analyze.comparable_keys``).
@@ -32,8 +32,8 @@ CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p5
            "ctrl_launch_lag_us_p99", "ctrl_launch_late_us_mean", "clock_sync", "clock_uncertainty_us"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
        "gpu_energy_j", "j_per_output_token", "nvml"]
-META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "gpu_name", "host", "python_version",
-        "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m"]
+META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "driver_version", "transformers_version",
+        "triton_version", "gpu_name", "host", "python_version", "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m"]
 
 RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -> current, for reading old files
 

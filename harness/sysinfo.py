@@ -1,8 +1,10 @@
-"""Run metadata for the results row: git commit, library versions, host, and for CPU runs what
-pytest-benchmark records as machine info (CPU model, cores, torch threads, load average)."""
+"""Run metadata for the results row: git commit, library versions (torch, CUDA, NCCL, transformers, Triton),
+the GPU driver's, host, and for CPU runs what pytest-benchmark records as machine info (CPU model, cores,
+torch threads, load average)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import socket
@@ -42,8 +44,44 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def package_version(*names: str) -> str | None:
+    """The installed version of the first of the distributions ``names`` that is installed (read from its
+    metadata: nothing is imported), else None."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def driver_version(nvml=None) -> str | None:
+    """The NVIDIA driver's version as NVML reports it (``nvmlSystemGetDriverVersion``), or None where NVML is
+    missing or unusable (no driver, a CPU machine); ``nvml``: the NVML module (nvidia-ml-py by default)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError: no driver here
+        return None
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def metadata(device: str = "cpu") -> dict:
-    """Provenance columns of a row; on CPU also the machine's load (the numbers depend on it)."""
+    """Provenance columns of a row: versions (None where a library is not installed; the driver's only on a
+    CUDA run), commit, host; on CPU also the machine's load (the numbers depend on it)."""
     nccl = None
     if torch.cuda.is_available():
         try:
@@ -52,6 +90,9 @@ def metadata(device: str = "cpu") -> dict:
             nccl = None
     out = {"git_commit": git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
            "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "nccl_version": nccl,
+           "driver_version": driver_version() if device == "cuda" else None,
+           "transformers_version": package_version("transformers"),
+           "triton_version": package_version("triton", "pytorch-triton", "pytorch-triton-rocm"),
            "host": socket.gethostname(), "python_version": platform.python_version(),
            "cpu_model": cpu_model(), "cpu_cores": os.cpu_count()}
     if device == "cpu":

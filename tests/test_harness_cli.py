@@ -32,7 +32,8 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     assert row.ctrl_launch_lag_us_p99 >= row.ctrl_launch_lag_us_p50  # both measured (p50 may be < 0)
     assert pd.notna(row.ctrl_launch_lag_us_mean)
     assert pd.isna(row.gpu_util_pct_mean) and row.nvml == "no GPU in this run"  # empty, with the reason
-    assert pd.isna(row.gpu_energy_j) and pd.isna(row.j_per_output_token)
+    assert pd.isna(row.gpu_energy_j) and pd.isna(row.j_per_output_token) and pd.isna(row.driver_version)
+    assert row.transformers_version and row.torch_version
     assert "row appended to" in res.stdout and "the last worker finishes a step" in res.stdout
     assert "GPU         not measured: no GPU in this run" in res.stdout and "None" not in res.stdout
 

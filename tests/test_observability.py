@@ -1,14 +1,15 @@
 """What every run records beside its timings: the GPUs' energy from NVML's counter (a fake NVML here), empty
-cells with the reason on CPU."""
+cells with the reason on CPU; the versions of what ran (driver, transformers, Triton)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from types import SimpleNamespace
 
 import pynvml
 import pytest
 
-from harness import nvml_sampler
+from harness import nvml_sampler, sysinfo
 from harness.metrics import energy_per_token
 from harness.nvml_sampler import NvmlSampler
 from harness.report import gpu_lines, print_summary
@@ -105,3 +106,46 @@ def test_the_gpu_line_carries_the_energy_when_there_is_one(capsys):
     assert max(len(line) for line in lines) <= 120
     assert gpu_lines({**row, "gpu_energy_j": None, "j_per_output_token": None})[-1].endswith("650.2 W")
     assert gpu_lines({"nvml": "no GPU in this run"}) == ["  GPU         not measured: no GPU in this run"]
+
+
+class DriverNvml:
+    """NVML that reports driver ``version`` (bytes, as older nvidia-ml-py returns it), or fails to start."""
+
+    def __init__(self, version=b"570.124.06", starts: bool = True):
+        self.version, self.starts, self.shut = version, starts, False
+
+    def nvmlInit(self):
+        if not self.starts:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.version
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_the_driver_version_comes_from_nvml_and_is_empty_without_a_driver():
+    nvml = DriverNvml()
+    assert sysinfo.driver_version(nvml) == "570.124.06" and nvml.shut
+    assert sysinfo.driver_version(DriverNvml("580.65")) == "580.65"
+    assert sysinfo.driver_version(DriverNvml(starts=False)) is None
+
+
+def installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_a_row_names_the_versions_of_what_ran(monkeypatch):
+    """transformers and Triton as installed (empty where not), the driver only on a CUDA run."""
+    row = sysinfo.metadata("cpu")
+    assert row["driver_version"] is None and row["transformers_version"] == installed("transformers")
+    assert row["triton_version"] == (installed("triton") or installed("pytorch-triton")
+                                     or installed("pytorch-triton-rocm"))
+    assert sysinfo.package_version("no-such-package-tpcp") is None
+    assert sysinfo.package_version("no-such-package-tpcp", "transformers") == installed("transformers")
+    monkeypatch.setattr(sysinfo, "driver_version", lambda: "570.124.06")
+    assert sysinfo.metadata("cuda")["driver_version"] == "570.124.06"
