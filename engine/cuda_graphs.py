@@ -4,7 +4,8 @@ A decode step of a small model is hundreds of short kernels; launching them one 
 more than running them. A captured graph replays them with one launch: the whole step, from the token ids
 to the sampled tokens (LM head, sampler and its all-reduce included). Inputs live in static buffers; rows
 past the real batch point at a spare "trash" KV block (context length 1), so padding never touches a real
-sequence's cache.
+sequence's cache. Where a bucket is small enough for split-KV decode attention (``paged_decode``), a second
+graph is captured with it, and replayed when the batch's longest context reaches ``SPLIT_MIN_TOKENS``.
 """
 
 from __future__ import annotations
@@ -46,26 +47,30 @@ class DecodeGraphs:
         self.tokens = torch.zeros(n, dtype=torch.int64, device=device)
         self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step needs no copies
         self.buckets = batch_buckets(max_num_seqs)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # (batch size, split KV) -> graph
         self.pool = None
+        from .layers.paged_decode import num_splits_for  # Triton: CUDA machines only
+
+        kv_heads = model.attention_layers()[0].num_kv_heads
         for bs in reversed(self.buckets):  # largest first, so the smaller ones reuse its memory pool
-            inputs = self._inputs(bs)
-            self._step(inputs, bs)  # warm-up outside capture (compiles kernels, sizes workspaces)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, self.pool):
-                self._step(inputs, bs)
-            if self.pool is None:
-                self.pool = graph.pool()
-            self.graphs[bs] = graph
+            for split in (False, True) if num_splits_for(bs, kv_heads, device) > 1 else (False,):
+                inputs = self._inputs(bs, split)
+                self._step(inputs, bs)  # warm-up outside capture (compiles kernels, sizes workspaces)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, self.pool):
+                    self._step(inputs, bs)
+                if self.pool is None:
+                    self.pool = graph.pool()
+                self.graphs[bs, split] = graph
         torch.cuda.synchronize()
 
     def _step(self, inputs: StepInputs, bs: int) -> None:
         self.tokens[:bs] = self.model.sample(self.model(inputs), self.temperatures[:bs], self.seed)
 
-    def _inputs(self, bs: int) -> StepInputs:
+    def _inputs(self, bs: int, split: bool) -> StepInputs:
         attn = AttentionMetadata(slot_mapping=self.slot_mapping[:bs], block_tables=self.block_tables[:bs],
                                  q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
-                                 context_lens=self.context_lens[:bs])
+                                 context_lens=self.context_lens[:bs], split_kv=split)
         return StepInputs(input_ids=self.input_ids[:bs], positions=self.positions[:bs], logits_index=None, attn=attn)
 
     def can_run(self, num_seqs: int) -> bool:
@@ -96,5 +101,5 @@ class DecodeGraphs:
             self.temperatures.zero_()
             self.seed.zero_()
             self._greedy = True
-        self.graphs[bs].replay()
+        self.graphs.get((bs, inputs.attn.split_kv), self.graphs[bs, False]).replay()
         return self.tokens[:n]

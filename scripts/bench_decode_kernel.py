@@ -12,8 +12,8 @@ kinds (an integer: every sequence at that length). ``--longest-first``: the sequ
 longest first (the programs start in that order). ``--head-major``: the caches laid out ``[num_blocks, Hkv,
 block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the kernel takes
 strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
-programs and the tile do. A split-KV variant (commit b1f63cb, 1-8 splits per sequence) lost at every split
-count on the 8B shapes (results/h200x2/logs/session5/).
+programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's, enough
+programs for two per SM); at the bench's batch 256 splitting lost at every count (results/h200x2/, call 17).
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
@@ -30,7 +30,7 @@ if __name__ == "__main__":
     require_cuda()
 import triton.testing  # noqa: E402
 
-from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
+from engine.layers.paged_decode import num_splits_for, paged_decode_attention  # noqa: E402
 
 DEFAULT_LAUNCH = tuple(inspect.signature(paged_decode_attention).parameters[p].default
                        for p in ("block_n", "num_warps", "num_stages"))
@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
     ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
+    ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
+                    "(the engine's choice, num_splits_for)")
     args = ap.parse_args()
     kinds = (tuple(k if k == "mixed" else int(k) for k in args.contexts.split(",")) if args.contexts
              else ("mixed",) if args.quick else (512, 1024, 2048, "mixed"))
@@ -85,11 +87,12 @@ def main():
             grid = itertools.product((32, 64), (2, 4), (2, 3))
         else:
             grid = itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
-        for block_n, warps, stages in grid:
+        splits_list = [num_splits_for(B, Hkv, q.device) if x == "auto" else int(x) for x in args.splits.split(",")]
+        for (block_n, warps, stages), splits in itertools.product(list(grid), splits_list):
             try:
                 def step():
                     return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,
-                                                  block_n, warps, stages)
+                                                  block_n, warps, stages, num_splits=splits)
 
                 ms = triton.testing.do_bench(step, warmup=20, rep=100)
             except Exception as e:  # a configuration that does not compile (shared memory) is skipped
@@ -97,7 +100,8 @@ def main():
                 continue
             tbs = nbytes / ms / 1e9
             order = " longest-first" * args.longest_first + " head-major" * args.head_major
-            print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages}: "
+            print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
+                  f"splits {splits:2d}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
 
 

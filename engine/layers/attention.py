@@ -1,7 +1,8 @@
 """Attention over the paged KV cache (slot = block_id * block_size + offset), three paths:
 
 - CUDA decode: the Triton kernel in ``paged_decode`` reads each sequence's context through its block table
-  and stores the new token's K/V itself.
+  and stores the new token's K/V itself (after q/k norm and RoPE, when the model hands them over), split
+  over several programs per sequence when the batch is small and a context long.
 - CUDA prefill with no cached prefix: the new K/V are stored, then one varlen flash-attention call covers
   the whole batch (``varlen``; float32 falls back to one SDPA call per sequence).
 - Everything else (CPU; prefix-cache hits): the new K/V are stored, every sequence's context is gathered
@@ -19,6 +20,8 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .varlen import varlen_causal
+
+SPLIT_MIN_TOKENS = 512  # CUDA decode splits a batch's contexts when its longest reaches this (paged_decode)
 
 
 @dataclass
@@ -41,6 +44,7 @@ class AttentionMetadata:
     max_q_len: int
     max_k_len: int
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
+    split_kv: bool = False  # CUDA decode: cut each context over several programs (longest >= SPLIT_MIN_TOKENS)
     prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
     cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
@@ -57,13 +61,16 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
         self.k_cache = self.v_cache = torch.empty(0)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+                qk_norm: tuple | None = None) -> torch.Tensor:
+        """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``. ``qk_norm`` (CUDA decode only): the
+        (q_weight, k_weight, eps, cos, sin) that the decode kernel applies to q and k first."""
         if meta.context_lens is not None:
-            from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
+            from .paged_decode import num_splits_for, paged_decode_attention  # Triton: CUDA machines only
 
+            splits = num_splits_for(meta.num_seqs, self.num_kv_heads, q.device) if meta.split_kv else 1
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
-                                          meta.context_lens, self.scale)
+                                          meta.context_lens, self.scale, num_splits=splits, qk_norm=qk_norm)
         store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.prefill_spans is not None:
             if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:

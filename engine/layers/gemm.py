@@ -1,6 +1,7 @@
 """Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
 GEMV (``gemv.py``), which reads the weight closer to HBM bandwidth than cuBLAS's latency-bound GEMM
-kernels do (most of all for a tensor-parallel rank's small shards).
+kernels do (most of all for a tensor-parallel rank's small shards). ``norm_linear`` puts the RMSNorm before
+a column-parallel layer (and SwiGLU after gate/up) into that GEMV's launch (``norm_gemv.py``).
 
 Chosen once per process by the model runner (``set_gemm``), like the all-reduce: process-wide state.
 """
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
+_norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 
 
 def set_gemm(mode: str, device: torch.device) -> str:
@@ -21,18 +23,25 @@ def set_gemm(mode: str, device: torch.device) -> str:
     Raises:
         RuntimeError: ``mode="triton"`` and Triton cannot be imported here.
     """
-    global _gemv
-    _gemv = None
+    global _gemv, _norm_gemv
+    _gemv = _norm_gemv = None
     if device.type != "cuda" or mode == "cublas":
         return "torch" if device.type != "cuda" else "cublas"
     try:
         from .gemv import gemv
+        from .norm_gemv import norm_gemv
     except ImportError as e:
         if mode == "triton":
             raise RuntimeError(f"llm.gemm=triton: Triton is not importable here ({e})") from e
         return "cublas"
-    _gemv = gemv
+    _gemv, _norm_gemv = gemv, norm_gemv
     return "triton"
+
+
+def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the Triton GEMV is on and takes x ``[1, K]`` @ weight ``[N, K]``.T."""
+    return (_gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1 and weight.dim() == 2
+            and weight.stride(1) == 1 and weight.dtype == x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -45,10 +54,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     if bias is not None and out is not None:
         raise ValueError("linear: bias and out together are not supported")
-    if (_gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1 and weight.dim() == 2
-            and weight.stride(1) == 1 and weight.dtype == x.dtype and (out is None or out.dtype == x.dtype)):
+    if _gemv_fits(x, weight) and (out is None or out.dtype == x.dtype):
         y = _gemv(x, weight, out=out)
         return y if bias is None else y + bias
     if out is not None:
         return torch.mm(x, weight.t(), out=out)
     return F.linear(x, weight, bias)
+
+
+def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
+                bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``norm(h + residual) @ weight.T (+ bias)``, then ``swiglu`` of it when given; the new residual
+    ``h + residual``, h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight
+    ``[N, K]``. At batch 1 with the Triton GEMV on, one kernel (``norm_gemv``; ``swiglu`` must then be
+    SiLU-and-mul of the halves); otherwise the norm, the matmul and ``swiglu`` one after another."""
+    if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
+            and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
+        return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
+    x, residual = (norm(h), h) if residual is None else norm(h, residual)
+    y = linear(x, weight, bias)
+    return (swiglu(y) if swiglu is not None else y), residual

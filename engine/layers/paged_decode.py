@@ -1,14 +1,24 @@
-"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head).
+"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split).
 
 Each program keeps the ``Hq / Hkv`` query heads that share its KV head (grouped-query attention) in one
-tile, walks the sequence's block table ``BLOCK_N`` tokens at a time and accumulates softmax(q k^T) v with
-the online-softmax recurrence of FlashAttention (Dao et al. 2022, algorithm 1), so K and V are read from
-device memory exactly once. The new token's K/V come in registers (one last step of the recurrence) and are
-stored into the cache by the same program: no separate cache-write kernels per layer. The query-head group
-is padded to 16 rows for ``tl.dot``. Memory-bound: the cost is the bytes of K and V of every context token,
-(2 * Hkv * head_dim * 2 bytes per token per layer).
+tile, walks its share of the sequence's block table ``BLOCK_N`` tokens at a time and accumulates
+softmax(q k^T) v with the online-softmax recurrence of FlashAttention (Dao et al. 2022, algorithm 1), so K
+and V are read from device memory exactly once. The new token's K/V come in registers (one last step of
+the recurrence, in split 0) and are stored into the cache by that program: no separate cache-write kernels
+per layer. The query-head group is padded to 16 rows for ``tl.dot``. Memory-bound: the cost is the bytes of
+K and V of every context token (2 * Hkv * head_dim * 2 bytes per token per layer).
 
-Imported only on CUDA machines (Triton is not a dependency of the CPU build).
+Split-KV ("flash-decoding", Dao et al. 2023): when batch x KV heads gives the GPU too few programs (8 for
+one sequence of Qwen3, on 132 SMs), each context is cut into ``num_splits`` runs of tokens, one program
+each, which write their partial output and log-sum-exp; a second kernel merges them. With many sequences
+one split is best (a split variant lost at every count on the bench's 8B shapes, results/h200x2/, call 17).
+
+With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm to q and the new k, then RoPE, before
+using them (and stores the rotated k): one kernel fewer per layer. Every rounding of the unfused
+``fusion.qk_norm_rotary`` is kept except that RoPE's two products and their sum round once.
+
+Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
+it on the CPU.
 """
 
 from __future__ import annotations
@@ -17,29 +27,71 @@ import torch
 import triton
 import triton.language as tl
 
+_SMS: dict = {}  # device -> its SM count
+
+
+def num_splits_for(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Splits per sequence that give at least two programs per SM (1 when batch x KV heads already do),
+    at most 32."""
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return max(1, min(32, triton.cdiv(2 * _SMS[device], batch * num_kv_heads)))
+
+
+@triton.jit
+def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM: tl.constexpr):
+    """Rows of x (``[R, D]``, row r at ``x_ptr + row_offs[r]``, rows not ``row_ok`` read as 0) RMS-normalised
+    over D, scaled by w ``[D]``, rounded to x's dtype, then rotated by RoPE at cos/sin ``[D]`` (float32,
+    rounded to x's dtype first, as transformers does): float32 ``[R, D]`` holding x-dtype values."""
+    half = HEAD_DIM // 2
+    rot = (dims + half) % HEAD_DIM
+    x = tl.load(x_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
+    xr = tl.load(x_ptr + row_offs[:, None] + rot[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
+    dt = x.dtype
+    x = x.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
+    x = (tl.load(w_ptr + dims).to(tl.float32)[None, :] * (x * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
+    xr = (tl.load(w_ptr + rot).to(tl.float32)[None, :] * (xr * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
+    cos = tl.load(cos_ptr + dims).to(dt).to(tl.float32)
+    sin = tl.load(sin_ptr + dims).to(dt).to(tl.float32)
+    sign = tl.where(dims < half, -1.0, 1.0)
+    return (x.to(tl.float32) * cos[None, :] + sign[None, :] * xr.to(tl.float32) * sin[None, :]).to(dt).to(tl.float32)
+
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
-                         context_lens_ptr, out_ptr, scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb,
-                         stride_vh, stride_cb, stride_ct, stride_ch, stride_btb, stride_ob, stride_oh,
+                         context_lens_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
+                         scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
+                         stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+                         BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                         QK_NORM: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
     num_cached = tl.load(context_lens_ptr + seq) - 1
+    chunk = tl.cdiv(tl.cdiv(num_cached, NUM_SPLITS), BLOCK_N) * BLOCK_N  # a multiple of BLOCK_N: block-aligned
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, num_cached)
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
     toks = tl.arange(0, BLOCK_N)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
-    q = tl.load(q_ptr + seq * stride_qb + q_heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None], other=0.0)
+    if QK_NORM:
+        q = _norm_rope(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr,
+                       cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, eps, HEAD_DIM)
+        q = q.to(k_cache_ptr.dtype.element_ty)
+    else:
+        q = tl.load(q_ptr + seq * stride_qb + q_heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None],
+                    other=0.0)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    for start in range(0, num_cached, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         block = tl.load(block_tables_ptr + seq * stride_btb + start // BLOCK_SIZE)
         offs = (start % BLOCK_SIZE) + toks
-        tok_ok = start + toks < num_cached
+        tok_ok = start + toks < hi
         base = block.to(tl.int64) * stride_cb + kv_head * stride_ch
         kv_offs = base + offs[:, None] * stride_ct + dims[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
@@ -52,36 +104,70 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         denom = denom * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
-    # The new token, from registers: one more step of the same recurrence.
-    k_new = tl.load(k_new_ptr + seq * stride_kb + kv_head * stride_kh + dims)
-    v_new = tl.load(v_new_ptr + seq * stride_vb + kv_head * stride_vh + dims)
-    s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
-    m_new = tl.maximum(m, s_new)
-    alpha = tl.exp(m - m_new)
-    p = tl.exp(s_new - m_new)
-    denom = denom * alpha + p
-    acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
-    out = acc / denom[:, None]
-    tl.store(out_ptr + seq * stride_ob + q_heads[:, None] * stride_oh + dims[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None])
-    # Store the new token for later steps. No program reads this slot in this launch: it is past every
-    # sequence's cached tokens, and a block being written is never shared (only full blocks are).
-    slot = tl.load(slot_ptr + seq)
-    dst = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + kv_head * stride_ch + dims
-    tl.store(k_cache_ptr + dst, k_new)
-    tl.store(v_cache_ptr + dst, v_new)
+    if split == 0:
+        # The new token, from registers: one more step of the same recurrence.
+        if QK_NORM:
+            k_new = tl.sum(_norm_rope(k_new_ptr + seq * stride_kb, kv_head * stride_kh + rows * 0, rows < 1, dims,
+                                      kw_ptr, cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, eps,
+                                      HEAD_DIM), axis=0)  # one row (the others masked to 0)
+            k_new = k_new.to(k_cache_ptr.dtype.element_ty)
+        else:
+            k_new = tl.load(k_new_ptr + seq * stride_kb + kv_head * stride_kh + dims)
+        v_new = tl.load(v_new_ptr + seq * stride_vb + kv_head * stride_vh + dims)
+        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
+        m_new = tl.maximum(m, s_new)
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s_new - m_new)
+        denom = denom * alpha + p
+        acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
+        m = m_new
+        # Store the new token for later steps. No program reads this slot in this launch: it is past every
+        # sequence's cached tokens, and a block being written is never shared (only full blocks are).
+        slot = tl.load(slot_ptr + seq)
+        dst = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + kv_head * stride_ch + dims
+        tl.store(k_cache_ptr + dst, k_new)
+        tl.store(v_cache_ptr + dst, v_new)
+    if NUM_SPLITS == 1:
+        out = acc / denom[:, None]
+        tl.store(out_ptr + seq * stride_ob + q_heads[:, None] * stride_oh + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    else:  # partial output and log-sum-exp, [B, Hq, NUM_SPLITS, (D)] float32; an empty split gives 0 and -inf
+        has = denom > 0
+        out = tl.where(has[:, None], acc / tl.where(has, denom, 1.0)[:, None], 0.0)
+        lse = tl.where(has, m + tl.log(tl.where(has, denom, 1.0)), float("-inf"))
+        at = (seq * (GROUP * tl.num_programs(1)) + q_heads) * NUM_SPLITS + split
+        tl.store(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], out, mask=row_ok[:, None])
+        tl.store(lse_ptr + at, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_SPLITS: tl.constexpr,
+                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    at = (seq * tl.num_programs(1) + head) * NUM_SPLITS + splits
+    ok = splits < NUM_SPLITS
+    lse = tl.load(lse_ptr + at, mask=ok, other=float("-inf"))
+    part = tl.load(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+    w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds the new token: the max is finite
+    out = tl.sum(w[:, None] * part, axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
-                           num_stages: int = 2) -> torch.Tensor:
+                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None) -> torch.Tensor:
     """One decode step of attention, the new token's K/V store included.
 
     q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (the new token's; last dim contiguous); caches
     ``[num_blocks, block_size, Hkv, D]``; slot_mapping ``[B]`` int64 (the new token's cache slot);
     block_tables ``[B, max_blocks]`` int32; context_lens ``[B]`` int32 (tokens, >= 1, the new one
     included) -> ``[B, Hq, D]``; k_new / v_new are written into the caches at their slots.
+    ``num_splits``: programs per (sequence, KV head) (``num_splits_for``); ``qk_norm``: (q_weight ``[D]``,
+    k_weight ``[D]``, eps, cos ``[B, D]``, sin ``[B, D]``) to normalise and rotate q and k_new first.
     ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
     tuning (scripts/bench_decode_kernel.py; 64 / 2 / 2 measured fastest on the H200 at the 8B shapes with
     ~1,000 programs, results/h200/session6/; 32 and 64 tie where programs are many).
@@ -90,12 +176,20 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
     block_n = min(block_n, block_size)
-    out = torch.empty_like(q)
-    _paged_decode_kernel[(B, Hkv)](
-        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, scale,
-        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), block_tables.stride(0), out.stride(0), out.stride(1),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D, BLOCK_SIZE=block_size,
-        BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
+    part = lse = out  # unused at one split
+    if num_splits > 1:
+        part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
+        lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
+    qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
+    _paged_decode_kernel[(B, Hkv, num_splits)](
+        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, part, lse, qw, kw, cos,
+        sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+        v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
+        num_warps=num_warps, num_stages=num_stages)
+    if num_splits > 1:
+        _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
+                                      SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, num_warps=4)
     return out

@@ -10,6 +10,7 @@ from torch import nn
 from ..layers.attention import Attention
 from ..layers.fusion import ElementwiseOps
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from ..layers.gemm import norm_linear
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.norm import RMSNorm
 from ..layers.parallel import tp_size
@@ -19,9 +20,10 @@ from ..step_inputs import StepInputs
 
 
 class Qwen3Attention(nn.Module):
-    """Self-attention of one layer on this rank's heads: ``x [N, hidden]`` -> ``[N, hidden]`` (all-reduced by
-    o_proj). QKV column-parallel over heads (``num_attention_heads / tp`` query, ``num_key_value_heads / tp``
-    KV heads), q/k RMSNorm and RoPE, paged attention, row-parallel output projection."""
+    """Self-attention of one layer on this rank's heads: the projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` ->
+    ``[N, hidden]`` (all-reduced by o_proj). QKV column-parallel over heads (``num_attention_heads / tp``
+    query, ``num_key_value_heads / tp`` KV heads; the layer calls it, fused with its norm), q/k RMSNorm and
+    RoPE (inside the decode kernel on CUDA), paged attention, row-parallel output projection."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -37,20 +39,23 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
 
-    def forward(self, x, cos_sin, inputs: StepInputs):
+    def forward(self, qkv, cos_sin, inputs: StepInputs):
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
-        q, k = self.ops.qk_norm_rotary(q.view(-1, self.num_heads, self.head_dim),
-                                      k.view(-1, self.num_kv_heads, self.head_dim),
-                                      self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q, k = q.view(-1, self.num_heads, self.head_dim), k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        out = self.attn(q, k, v, inputs.attn)
+        qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
+        if inputs.attn.context_lens is not None:  # CUDA decode: the kernel normalises and rotates q and k
+            out = self.attn(q, k, v, inputs.attn, qk_norm)
+        else:
+            out = self.attn(*self.ops.qk_norm_rotary(q, k, *qk_norm), v, inputs.attn)
         return self.o_proj(out.flatten(1))
 
 
 class Qwen3MLP(nn.Module):
-    """SwiGLU MLP: ``x [N, hidden]`` -> ``[N, hidden]``; gate/up column-parallel (``intermediate / tp`` each),
-    down row-parallel (all-reduced)."""
+    """SwiGLU MLP: gate/up column-parallel (``intermediate / tp`` each; the layer calls it, fused with its
+    norm and SiLU-and-mul), then forward: ``silu(gate) * up [N, intermediate / tp]`` -> down row-parallel
+    (all-reduced) ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -58,12 +63,13 @@ class Qwen3MLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
         self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
 
-    def forward(self, x):
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, act):
+        return self.down_proj(act)
 
 
 class Qwen3DecoderLayer(nn.Module):
-    """One transformer block: RMSNorm, attention, RMSNorm, MLP, with the residual adds inside the norms."""
+    """One transformer block: RMSNorm, attention, RMSNorm, MLP, with the residual adds inside the norms and
+    each norm fused with the projection after it (``gemm.norm_linear``: one kernel at batch 1 on CUDA)."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.self_attn = Qwen3Attention(hf, ops)
@@ -74,10 +80,12 @@ class Qwen3DecoderLayer(nn.Module):
     def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
         layer) -> this layer's (output, residual); the adds happen inside the fused norms."""
-        x, residual = (self.input_layernorm(h), h) if residual is None else self.input_layernorm(h, residual)
-        h = self.self_attn(x, cos_sin, inputs)
-        x, residual = self.post_attention_layernorm(h, residual)
-        return self.mlp(x), residual
+        attn, mlp = self.self_attn, self.mlp
+        qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
+        h = attn(qkv, cos_sin, inputs)
+        act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
+                                    swiglu=mlp.ops.silu_and_mul)
+        return mlp(act), residual
 
 
 class Qwen3Model(nn.Module):

@@ -1,0 +1,84 @@
+"""RMSNorm (with the residual add) fused into the GEMV that follows it, for decode at batch 1.
+
+At batch 1 a layer's norms and SwiGLU are separate kernels of a few microseconds each, mostly launch and
+tail, beside GEMVs that read megabytes. This kernel does ``y = rms_norm(h + residual) @ W^T`` in one launch:
+every program sums the squares of the (short) activation row itself, from L2, then walks its ``BLOCK_N``
+weight rows as ``gemv.py`` does. With ``swiglu`` it reads the gate and the up rows of a merged gate/up
+weight ``[2 * I, K]`` together and writes ``silu(gate) * up`` ``[1, I]``. Every rounding of the unfused
+path is kept (the sum, the normalised row and the scaled row in the activation dtype, as transformers'
+Qwen3RMSNorm; gate and up rounded before SiLU), so the result equals it up to the order of the GEMV's sums.
+
+Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
+it on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .gemv import BLOCK_K, WIDE_N
+
+
+@triton.jit
+def _row(h_ptr, res_ptr, k0, ks, K, HAS_RES: tl.constexpr):
+    """A slice of h (+ residual), rounded to h's dtype as the unfused add is, in float32."""
+    k_ok = k0 + ks < K
+    x = tl.load(h_ptr + k0 + ks, mask=k_ok, other=0.0)
+    if HAS_RES:
+        x = (x.to(tl.float32) + tl.load(res_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)).to(x.dtype)
+    return x, k_ok
+
+
+@triton.jit
+def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K, eps, stride_wn,
+                      HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    ks = tl.arange(0, BLOCK_K)
+    squares = tl.zeros((BLOCK_K,), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x, k_ok = _row(h_ptr, res_ptr, k0, ks, K, HAS_RES)
+        if HAS_RES and pid == 0:
+            tl.store(res_out_ptr + k0 + ks, x, mask=k_ok)
+        squares += x.to(tl.float32) * x.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    w_ptrs = w_ptr + rows[:, None].to(tl.int64) * stride_wn + ks[None, :]
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    acc_up = tl.zeros((BLOCK_N,), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x, k_ok = _row(h_ptr, res_ptr, k0, ks, K, HAS_RES)
+        xn = (x.to(tl.float32) * rstd).to(x.dtype).to(tl.float32)
+        xn = (tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32) * xn).to(x.dtype).to(tl.float32)
+        mask = row_ok[:, None] & k_ok[None, :]
+        acc += tl.sum(tl.load(w_ptrs, mask=mask, other=0.0).to(tl.float32) * xn[None, :], axis=1)
+        if SWIGLU:
+            up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0).to(tl.float32)
+            acc_up += tl.sum(up * xn[None, :], axis=1)
+        w_ptrs += BLOCK_K
+    out_ty = y_ptr.dtype.element_ty
+    if SWIGLU:
+        gate = acc.to(out_ty).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(out_ty).to(tl.float32)
+        acc = act * acc_up.to(out_ty).to(tl.float32)
+    tl.store(y_ptr + rows, acc.to(out_ty), mask=row_ok)
+
+
+def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+              weight: torch.Tensor, swiglu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]``, weight ``[N, K]`` (``[2 * I, K]``
+    gate then up with ``swiglu``), all one dtype, unit stride along K -> (``rms_norm(h + residual) @
+    weight.T`` ``[1, N]``, or ``silu(gate) * up`` ``[1, I]`` with ``swiglu``; the new residual ``h +
+    residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``fused.py``)."""
+    n, k = weight.shape
+    n_out = n // 2 if swiglu else n
+    y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
+    res_out = torch.empty_like(h) if residual is not None else h
+    block_n = 8 if n > WIDE_N else 4
+    _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
+        h, residual if residual is not None else h, res_out, norm_weight, weight, y, n_out, k, eps,
+        weight.stride(0), HAS_RES=residual is not None, SWIGLU=swiglu, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
+        num_warps=4)
+    return y, res_out

@@ -1,0 +1,103 @@
+"""The batch-1 and small-batch decode kernels (issue 27) against the unfused path (skipped without a GPU):
+split-KV decode attention with q/k norm and RoPE inside it, RMSNorm fused into the GEMV after it, and the
+engine's greedy tokens through them (batch 1, contexts past SPLIT_MIN_TOKENS) against transformers'."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import LLM, SamplingParams
+from helpers import hf_greedy, prompts_of_lengths
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def paged_case(dtype, lens, Hkv=8, group=2, D=128, block_size=256):
+    """Caches with randomly placed blocks, the new token's q/k/v as strided views of one qkv row, and the
+    tables and slots of ``lens`` (context lengths, the new token included)."""
+    torch.manual_seed(len(lens))
+    B = len(lens)
+    nblocks = [(n + block_size - 1) // block_size for n in lens]
+    total = sum(nblocks) + 2
+    kc = torch.randn(total, block_size, Hkv, D, device="cuda", dtype=dtype)
+    vc = torch.randn_like(kc)
+    perm = torch.randperm(total).tolist()
+    tables = torch.zeros(B, max(nblocks), dtype=torch.int32)
+    for b, n in enumerate(nblocks):
+        tables[b, :n], perm = torch.tensor(perm[:n]), perm[n:]
+    last = torch.tensor(lens) - 1
+    slots = (tables[torch.arange(B), last // block_size].long() * block_size + last % block_size).cuda()
+    qkv = torch.randn(B, Hkv * (group + 2) * D, device="cuda", dtype=dtype)
+    q, k, v = qkv.split([Hkv * group * D, Hkv * D, Hkv * D], dim=-1)
+    return (q.view(B, -1, D), k.view(B, Hkv, D), v.view(B, Hkv, D), kc, vc, slots, tables.cuda(),
+            torch.tensor(lens, dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_splits", [1, 3, 32])
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, with_norm):
+    from engine.layers.attention import gather_context
+    from engine.layers.fusion import qk_norm_rotary
+    from engine.layers.paged_decode import paged_decode_attention
+    from engine.layers.rotary import RotaryEmbedding
+
+    lens = [1, 2, 65, 700, 4100]
+    q, k, v, kc, vc, slots, tables, ctx = paged_case(dtype, lens)
+    D = q.shape[-1]
+    cos, sin = RotaryEmbedding(D, 8192, 1e6).cuda()(ctx.long() - 1)
+    qw, kw = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(dtype)
+    qk_norm = (qw, kw, 1e-6, cos, sin) if with_norm else None
+    q_ref, k_ref = qk_norm_rotary(q, k, qw, kw, 1e-6, cos, sin) if with_norm else (q, k)
+    out = paged_decode_attention(q, k, v, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=num_splits,
+                                 qk_norm=qk_norm)
+    stored_k = kc.view(-1, *k.shape[1:])[slots]
+    torch.testing.assert_close(stored_k, k_ref, rtol=TOL[dtype], atol=TOL[dtype])  # RoPE rounds once in-kernel
+    assert torch.equal(vc.view(-1, *v.shape[1:])[slots], v)
+    for b, n in enumerate(lens):
+        kk = gather_context(kc.float(), tables[b:b + 1].long(), n)
+        vv = gather_context(vc.float(), tables[b:b + 1].long(), n)
+        ref = F.scaled_dot_product_attention(q_ref[b:b + 1].float().unsqueeze(2), kk, vv, scale=D ** -0.5,
+                                             enable_gqa=True)
+        err = (out[b].float() - ref[0, :, 0]).norm() / ref.norm()
+        assert err < TOL[dtype], f"context {n}, {num_splits} splits: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k, n, swiglu", [(1000, 72, False), (1000, 72, True), (1024, 4096, False),
+                                          (1024, 6144, True), (4096, 6144, False), (4096, 24576, True)])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_norm_gemv_matches_the_unfused_path(dtype, k, n, swiglu, with_residual):
+    """Qwen3-0.6B's and 8B's QKV and gate/up at tp=1, and an odd shape; the residual out is exact."""
+    from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
+    from engine.layers.norm_gemv import norm_gemv
+
+    torch.manual_seed(k + n)
+    cuda = dict(device="cuda", dtype=dtype)
+    h, res = torch.randn(2, 1, k, **cuda)
+    norm_w = (1 + 0.1 * torch.randn(k, device="cuda")).to(dtype)
+    w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype)
+    x, new_res = add_rms_norm(h, res, norm_w, 1e-6) if with_residual else (rms_norm(h, norm_w, 1e-6), h)
+    want = (x.double() @ w.double().T).to(dtype)
+    want = silu_and_mul(want) if swiglu else want
+    got, got_res = norm_gemv(h, res if with_residual else None, norm_w, 1e-6, w, swiglu)
+    assert torch.equal(got_res, new_res)
+    err = (got.float() - want.float()).norm() / want.float().norm()
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("enforce_eager", [True, False])
+@pytest.mark.parametrize("lengths", [[600], [600, 40]])
+def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce_eager, lengths):
+    """Batch 1 takes the fused norm+GEMV kernels; a context past SPLIT_MIN_TOKENS the split decode (and its
+    CUDA graph); the tokens equal transformers'."""
+    prompts = prompts_of_lengths(lengths, seed=3)
+    want = hf_greedy(tiny_untied, prompts, 16)
+    with LLM(tiny_untied, device="cuda", dtype="float32", kvcache_block_size=16, max_model_len=1024,
+             max_num_seqs=4, max_num_batched_tokens=1024, gpu_memory_utilization=0.3,
+             enforce_eager=enforce_eager) as llm:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+    assert [o["token_ids"] for o in got] == want
