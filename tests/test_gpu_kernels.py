@@ -13,6 +13,7 @@ from helpers import hf_greedy, prompts_of_lengths
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+ATTN_TOL = {torch.float32: 2e-3, torch.bfloat16: 1e-2}  # tl.dot rounds float32 inputs to TF32 (10-bit mantissa)
 
 
 def paged_case(dtype, lens, Hkv=8, group=2, D=128, block_size=256):
@@ -63,7 +64,7 @@ def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, w
         ref = F.scaled_dot_product_attention(q_ref[b:b + 1].float().unsqueeze(2), kk, vv, scale=D ** -0.5,
                                              enable_gqa=True)
         err = (out[b].float() - ref[0, :, 0]).norm() / ref.norm()
-        assert err < TOL[dtype], f"context {n}, {num_splits} splits: relative error {err:.2e}"
+        assert err < ATTN_TOL[dtype], f"context {n}, {num_splits} splits: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
