@@ -12,6 +12,7 @@ from backends.validation import is_int, is_number
 
 from .errors import ConfigError
 from .hf_config import read_hf_config, split_problem
+from .profiling import check_profile
 
 CPU_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CUDA_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,6 +68,10 @@ class EngineConfig:
             the workers on this host) or "torchrun" (every rank started by torchrun; ``launch.py``).
         cpu_threads: torch threads per rank on CPU; 0 = the host's cores / tp (one rank per core share).
         fault_injection: allow ``LLM.inject_fault`` drills (tests, chaos runs); off in production.
+        profile: "none" (default; rank 0's step path pays two attribute tests) or "torch": a Chrome trace per rank
+            of each pass armed with ``LLM.start_profile``, and NVTX ranges on CUDA (``profiling.py``).
+        profile_steps: the window of an armed pass's steps to record: "FIRST-LAST" (both included) or "N",
+            counted from 0; None: every step.
     """
 
     model: str
@@ -93,6 +98,8 @@ class EngineConfig:
     launcher: str = "auto"
     cpu_threads: int = 0
     fault_injection: bool = False
+    profile: str = "none"
+    profile_steps: str | int | None = None
     hf_config: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +149,7 @@ class EngineConfig:
         for name in ("timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_profile(self.profile, self.profile_steps)
 
     def _check_parallelism(self) -> None:
         tp, hf = self.tensor_parallel_size, self.hf_config

@@ -18,6 +18,7 @@ from .control_plane import make_control_plane
 from .loader import check_checkpoint
 from .request_checks import validate_requests
 from .model_runner import ModelRunner
+from .profiling import PROFILE, ProfiledRunner, make_profiler, trace_path
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
@@ -55,7 +56,7 @@ class LLM:
         if torch.distributed.is_initialized():
             raise ConfigError("this process already runs an engine (or another torch.distributed job): "
                               "one LLM per process; shut the other one down first")
-        self.control = self.group = self.runner = None
+        self.control = self.group = self.runner = self.profiler = None
         self._closed = False
         atexit.register(self.shutdown)
         try:
@@ -74,6 +75,9 @@ class LLM:
             self.group.start(self.control, model_worker, (cfg, None))
             self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for,
                                       launch.local_rank if launch else 0, self.group.context.num_nodes)
+            self.profiler = make_profiler(cfg, 0)  # None unless profile != none
+            if self.profiler is not None:
+                self.runner = ProfiledRunner(self.runner, self.profiler, end_mark=False)
             log.info("ready in %.1f s: %d KV blocks per rank, all-reduce %s", time.perf_counter() - t0,
                      self.runner.num_kvcache_blocks, self.runner.all_reduce)
         except BaseException:
@@ -120,7 +124,11 @@ class LLM:
             WorkerError: a worker failed (its traceback is in the message).
         """
         try:
-            self.control.send(method, *args)
+            if self.profiler is None:  # profile=none: this test is all profiling costs a call
+                self.control.send(method, *args)
+            else:
+                with self.profiler.range("send"):
+                    self.control.send(method, *args)
         except ControlPlaneError:
             self.group.check(wait_s=2.0)  # a worker that died reported why first: raise that
             raise
@@ -258,7 +266,11 @@ class LLM:
         step, self._in_flight = self._in_flight, None
         if step is None:
             return []
-        token_ids = self._wait_tokens(step)
+        if self.profiler is None:
+            token_ids = self._wait_tokens(step)
+        else:
+            with self.profiler.range("step end"):
+                token_ids = self._wait_tokens(step)
         now = time.perf_counter()
         finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
         since = self._last_done_s if self._last_done_s is not None else step.launch_s
@@ -312,6 +324,35 @@ class LLM:
                     raise TimeoutError(f"a step's tokens did not arrive within timeout_s={self.config.timeout_s}")
         return step.tokens.tolist()
 
+    def start_profile(self, prefix: str) -> None:
+        """(``profile=torch``) Profile the coming pass on every rank: its steps are counted from 0 and the
+        ``profile_steps`` window goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the
+        pass, outside a replay of ``control=ideal`` and before the statistics are reset (its message is one
+        of theirs). Nothing when ``profile`` is none."""
+        if self.profiler is None:
+            return
+        self.control.send(PROFILE, "arm", prefix)
+        self.profiler.arm(prefix)
+
+    def finish_profile(self) -> list[str]:
+        """(``profile=torch``) End the profiled pass on every rank and wait until each has written its trace
+        (a round trip that also starts the control-plane statistics afresh: collect them first). Returns the
+        trace files, rank 0's first ([] when the pass ended before the window's first step, or ``profile``
+        is none); a worker's file is on its own node.
+
+        Raises:
+            WorkerError / TimeoutError: a worker failed or did not answer.
+        """
+        if self.profiler is None:
+            return []
+        prefix = self.profiler.prefix
+        self.control.send(PROFILE, "finish")
+        written = self.profiler.finish()
+        self.collect_control_stats()  # every worker has finished its trace before it reports
+        if written is None:
+            return []
+        return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
+
     def collect_control_stats(self) -> dict:
         """Control-plane samples since the last collection, then start afresh on every rank:
         ``{"send": {"nbytes": [...], "ns": [...]}, "recv": {rank: {"nbytes": [...], "ns": [...]}}}`` with
@@ -341,6 +382,8 @@ class LLM:
                 self.runner.exit()
             except Exception:
                 pass
+        if self.profiler is not None:
+            self.profiler.close()
         if self.group is not None:
             self.group.join(timeout_s=grace_s)
         if self.control is not None:

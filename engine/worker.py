@@ -21,6 +21,7 @@ from backends.segments import remove_segments_of
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
+from .profiling import ProfiledEndpoint, ProfiledRunner, make_profiler
 
 REPORT_CONTROL_STATS = "report_control_stats"
 FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(message); needs config.fault_injection
@@ -190,12 +191,17 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
     commands until EXIT. ``(REPORT_CONTROL_STATS)`` sends this worker's control-plane samples so far (without
     that message's own) to rank 0 and starts them afresh, with ``launch_ns``: per ``run`` step, the time from
     rank 0's send to this rank's ``run()`` returning (ns, rank 0's clock; on CUDA that is when the step's
-    kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays)."""
+    kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays). With
+    ``config.profile`` other than none, the endpoint and the runner are wrapped once, here, so that the
+    loop itself is the same (``profiling.py``: the window, the trace, the NVTX ranges)."""
     from .model_runner import ModelRunner
 
     rank, store, endpoint, lifeline = joined.rank, joined.store, joined.endpoint, joined.lifeline
     runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"), local_rank,
                          num_nodes=len(set(joined.node_of)))
+    profiler = make_profiler(config, rank)
+    if profiler is not None:
+        endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, end_mark=True)
     launched = array("q")  # per step: ns from rank 0's send to this rank's run() returning (rank 0's clock)
     try:
         while True:
@@ -215,3 +221,5 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
                 launched.append(ns)
     finally:
         runner.exit()
+        if profiler is not None:
+            profiler.close()

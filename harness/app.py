@@ -20,8 +20,8 @@ from .engine_cache import release as release_engine
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
-from .report import print_floor, print_summary, show_progress
-from .run_files import requests_path
+from .report import print_floor, print_summary, show_progress, trace_lines
+from .run_files import requests_path, trace_prefix
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
@@ -58,18 +58,22 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
-              requests: str | None = None) -> dict:
+              requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
     """One timed pass over the workload from a reset engine (cold prefix cache, reseeded sampling); returns
-    the metric columns. Under ``control=ideal`` an untimed recording pass comes first, and the timed pass
-    replays its step messages with no transport (``backends/ideal.py``) and, for a serve workload, admits
-    each request before the step the recording admitted it at (``LLM.replay_admissions``). ``step_log``: a
-    file for the per-step timings (``harness/step_log.py``); ``requests``: the per-request JSONL."""
+    the metric columns and the trace files written. Under ``control=ideal`` an untimed recording pass comes
+    first, and the timed pass replays its step messages with no transport (``backends/ideal.py``) and, for a
+    serve workload, admits each request before the step the recording admitted it at
+    (``LLM.replay_admissions``). ``step_log``: a file for the per-step timings (``harness/step_log.py``);
+    ``requests``: the per-request JSONL; ``trace``: with ``profile=torch``, the prefix of the timed pass's
+    trace per rank (``LLM.start_profile``; armed after the recording pass, so only the timed pass counts)."""
     replay, plan = hasattr(llm.control, "start_replay"), None
     if replay:
         llm.control.start_recording()
         measured_pass(llm, work, progress=False)
         plan = list(llm.arrivals.log) if work.arrivals is not None else None
         llm.control.stop_recording()
+    if trace:
+        llm.start_profile(trace)
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.control.start_replay()
@@ -84,6 +88,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
         llm.control.finish_replay()
     row.update(metrics.step_metrics(steps))
     stats = llm.collect_control_stats()
+    traces = llm.finish_profile() if trace else []
     row.update(metrics.control_metrics(stats, steps))
     if step_log:
         write_step_log(step_log, steps, stats)
@@ -92,7 +97,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     row.update({"preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
-    return row
+    return row, traces
 
 
 def dead_worker(llm: LLM) -> WorkerError | None:
@@ -115,6 +120,9 @@ def run_job(cfg: DictConfig) -> int:
         from .torchrun_worker import run_worker_rank
 
         return run_worker_rank(cfg, launch)
+    if cfg.get("profile", "none") != "none" and (cfg.workload.get("kind") == "broadcast" or cfg.engine == "hf"):
+        print(f"note: profile={cfg.profile} traces this project's engine (engine=tp) only: this job writes no trace",
+              file=sys.stderr)
     if cfg.workload.get("kind") == "broadcast":
         from .broadcast_job import run_broadcast_job
 
@@ -162,7 +170,9 @@ def run_engine_job(cfg: DictConfig) -> int:
             directory = os.path.dirname(results.path)
             steps = step_log_path(directory, run_id) if cfg.step_log else None
             requests = requests_path(directory, run_id) if cfg.save_requests and work.arrivals is not None else None
-            metrics_row = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests)
+            trace = trace_prefix(directory, run_id) if cfg.get("profile", "none") != "none" else None
+            metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests,
+                                            trace)
             row = {**row0, "run_id": run_id, "repeat": repeat, "status": "ok", **metrics_row,
                    "gpu_name": sampler.gpu_name}
             written = results.add(row)
@@ -170,6 +180,8 @@ def run_engine_job(cfg: DictConfig) -> int:
                      ] if results.run_file else []
             if requests:
                 files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
+            if trace:
+                files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
             print_summary(row, written, steps, files)
             SWEEP_ROWS.append(row)
             if device == "cuda":

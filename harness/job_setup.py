@@ -241,5 +241,6 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
         raise ConfigError(f"llm.async_scheduling must be true or false, got {async_scheduling!r}")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
                     dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed,
-                    cpu_threads=cfg.get("cpu_threads") or 0, **options)
+                    cpu_threads=cfg.get("cpu_threads") or 0, profile=cfg.get("profile", "none"),
+                    profile_steps=cfg.get("profile_steps"), **options)
     return settings, async_scheduling

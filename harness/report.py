@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -97,6 +98,19 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     print(f"  row appended to {path}")
     for line in files:
         print(f"  {line}")
+
+
+def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
+    """``profile=torch``'s lines for :func:`print_summary`'s ``files``: a line per trace file (rank 0's first;
+    one that is not on this host is said to be elsewhere: a worker on another node writes its own there, and
+    one that could not be written said why on its stderr), or why there is none (``profile_steps`` starts
+    after the timed run's ``steps`` steps)."""
+    if not traces:
+        return [f"traces      none: profile_steps={profile_steps} starts after the timed run's {steps} steps "
+                f"(numbered from 0)"]
+    where = ["" if os.path.isfile(path) else " (not on this host: another node's, or not written)" for path in traces]
+    return ([f"trace       {traces[0]}{where[0]} (rank 0; open it in ui.perfetto.dev or chrome://tracing)"]
+            + [f"trace       {path}{note}" for path, note in zip(traces[1:], where[1:])])
 
 
 def print_floor(row: dict, work: Workload, llm) -> None:

@@ -1,6 +1,7 @@
 """Per-run files beside the results CSV: ``runs/<run_id>.json`` for every row (the job's configuration, every
 column, and the names ``vllm bench serve --save-result`` gives the same numbers) and, with
-``save_requests=true``, ``requests/<run_id>.jsonl`` (one line per request, ``harness/serve.py``).
+``save_requests=true``, ``requests/<run_id>.jsonl`` (one line per request, ``harness/serve.py``); with
+``profile=torch``, ``traces/<run_id>_rank<k>.json`` (a Chrome trace per rank, ``engine/profiling.py``).
 docs/METRICS.md maps the names to vLLM's and AIPerf's."""
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> str | None
     except OSError as e:
         print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return None
+
+
+def trace_prefix(directory: str, run_id: str) -> str:
+    """The prefix of a ``profile=torch`` run's traces (its directory created): each rank k writes
+    ``<directory>/traces/<run_id>_rank<k>.json`` (``engine.profiling.trace_path``)."""
+    os.makedirs(os.path.join(directory, "traces"), exist_ok=True)
+    return os.path.join(directory, "traces", run_id)
 
 
 def requests_path(directory: str, run_id: str) -> str:

@@ -45,9 +45,29 @@ def _file_name(key: str, v) -> str | None:
     return None
 
 
+def _profile(key: str, v) -> str | None:
+    """The engine's own check (``engine.profiling``), so the rule is written once (imported here: torch)."""
+    from engine.profiling import profile_problem
+
+    return profile_problem(v)
+
+
+def _profile_steps(key: str, v) -> str | None:
+    """The engine's own check (``engine.profiling.parse_window``), so the rule is written once."""
+    from engine import ConfigError
+    from engine.profiling import parse_window
+
+    try:
+        parse_window(v)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
                 "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
-                "reuse_engine": _bool, "step_log": _bool, "save_requests": _bool}
+                "reuse_engine": _bool, "step_log": _bool, "save_requests": _bool, "profile": _profile,
+                "profile_steps": _profile_steps}

@@ -108,6 +108,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["+model.preset.bogus_field=1"], "model.preset.bogus_field is not a transformers.Qwen3Config field"),
     (["-m", "tp=2,3", "device=cpu"], "tp=3 does not divide num_attention_heads=8 of model=qwen3-ti"),
     (["control=shm", "control.options.segment_bytes=2000000000"], "shm: segment_bytes=2000000000 exceeds 1024 MiB"),
+    (["profile=foo"], "profile must be one of none, torch, got 'foo'"),
+    (["profile=torch", "profile_steps=40-20"], "profile_steps=40-20: the first step is after the last"),
+    (["-m", "profile_steps=1-3,abc"], "profile_steps must be FIRST-LAST or N"),  # before the first job runs
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()

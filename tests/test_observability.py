@@ -1,18 +1,29 @@
 """What every run records beside its timings: the GPUs' energy from NVML's counter (a fake NVML here), empty
-cells with the reason on CPU; the versions of what ran (driver, transformers, Triton)."""
+cells with the reason on CPU; the versions of what ran (driver, transformers, Triton); and profile=torch's
+trace per rank of a window of the timed run's steps."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
+import re
 from types import SimpleNamespace
 
+import pandas as pd
 import pynvml
 import pytest
+import torch
 
+from engine import LLM, ConfigError, EngineConfig, SamplingParams
+from engine.model_runner import ModelRunner
+from engine.profiling import PROFILE, ProfiledEndpoint, ProfiledRunner, StepProfiler, parse_window, trace_path
 from harness import nvml_sampler, sysinfo
 from harness.metrics import energy_per_token
 from harness.nvml_sampler import NvmlSampler
-from harness.report import gpu_lines, print_summary
+from harness.overrides import check_overrides
+from harness.report import gpu_lines, print_summary, trace_lines
+from helpers import harness
 
 
 class EnergyNvml:
@@ -149,3 +160,142 @@ def test_a_row_names_the_versions_of_what_ran(monkeypatch):
     assert sysinfo.package_version("no-such-package-tpcp", "transformers") == installed("transformers")
     monkeypatch.setattr(sysinfo, "driver_version", lambda: "570.124.06")
     assert sysinfo.metadata("cuda")["driver_version"] == "570.124.06"
+
+
+# --- profile=torch: the window, the trace files, the settings' checks -------------------------------------
+
+
+class CountingRunner:
+    """A model runner that does a little CPU work per step and counts its steps."""
+
+    def __init__(self):
+        self.steps, self.num_kvcache_blocks = 0, 7
+
+    def run(self, step: bytes):
+        self.steps += 1
+        return torch.ones(64, 64) @ torch.ones(64, 64)
+
+
+def profiled_pass(tmp_path, window, steps: int, rank: int = 0):
+    """Arm a profiler with ``window``, run ``steps`` steps through ProfiledRunner, finish: (trace or None,
+    the runner)."""
+    profiler = StepProfiler(window, rank, "cpu")
+    runner = ProfiledRunner(CountingRunner(), profiler, end_mark=rank > 0)
+    profiler.arm(str(tmp_path / "traces" / "run"))
+    for _ in range(steps):
+        runner.run(b"")
+    return profiler.finish(), runner
+
+
+def step_labels(path) -> list[str]:
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def test_the_window_is_recorded_with_the_runs_own_step_numbers(tmp_path):
+    path, runner = profiled_pass(tmp_path, (1, 3), steps=6, rank=1)
+    assert path == str(tmp_path / "traces" / "run_rank1.json") and runner.steps == 6
+    assert step_labels(path) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    assert runner.num_kvcache_blocks == 7  # every other attribute is the runner's
+
+
+def test_a_window_past_the_end_writes_no_trace_and_none_means_every_step(tmp_path):
+    assert profiled_pass(tmp_path, (20, 40), steps=6)[0] is None
+    assert not (tmp_path / "traces" / "run_rank0.json").exists()
+    path, _ = profiled_pass(tmp_path, None, steps=3)
+    assert step_labels(path) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    path, _ = profiled_pass(tmp_path, (2, 9), steps=4)  # the run ends inside the window: written at finish
+    assert step_labels(path) == ["ProfilerStep#2", "ProfilerStep#3"]
+
+
+def test_an_unarmed_profiler_records_nothing(tmp_path):
+    profiler = StepProfiler((0, 1), 0, "cpu")
+    runner = ProfiledRunner(CountingRunner(), profiler, end_mark=False)
+    runner.run(b"")
+    assert profiler.prof is None and not profiler.recording and profiler.finish() is None
+
+
+class ScriptedEndpoint:
+    def __init__(self, messages):
+        self.messages, self.stats_taken = list(messages), False
+
+    def recv(self):
+        return self.messages.pop(0)
+
+    def take_recv_stats(self):
+        self.stats_taken = True
+
+
+def test_a_worker_carries_out_profile_messages_and_its_loop_never_sees_them(tmp_path):
+    profiler = StepProfiler((0, 0), 1, "cpu")
+    prefix = str(tmp_path / "traces" / "abc")
+    endpoint = ProfiledEndpoint(ScriptedEndpoint([(PROFILE, ("arm", prefix)), ("run", (b"",)),
+                                                  (PROFILE, ("finish",)), ("exit", ())]), profiler)
+    assert endpoint.recv() == ("run", (b"",)) and profiler.path == trace_path(prefix, 1)
+    ProfiledRunner(CountingRunner(), profiler, end_mark=True).run(b"")
+    assert endpoint.recv() == ("exit", ())
+    assert os.path.isfile(trace_path(prefix, 1)) and profiler.path is None
+    endpoint.take_recv_stats()  # every other attribute is the endpoint's
+    assert endpoint._endpoint.stats_taken
+
+
+@pytest.mark.parametrize("value, window", [(None, None), ("20-40", (20, 40)), ("1-3", (1, 3)), (5, (5, 5)),
+                                           ("7", (7, 7)), ("0-0", (0, 0))])
+def test_profile_steps_is_a_window_of_step_numbers(value, window):
+    assert parse_window(value) == window
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"profile": "foo"}, "profile must be one of none, torch, got 'foo'"),
+    ({"profile_steps": "40-20"}, "profile_steps=40-20: the first step is after the last"),
+    ({"profile_steps": "abc"}, "profile_steps must be FIRST-LAST or N"),
+    ({"profile_steps": "-3"}, "profile_steps must be FIRST-LAST or N"),
+    ({"profile_steps": "1-2-3"}, "profile_steps must be FIRST-LAST or N"),
+    ({"profile_steps": True}, "got 'true'"),
+])
+def test_the_engine_and_the_command_line_refuse_bad_profile_settings_alike(settings, message):
+    """One rule (engine/profiling.py), checked by the engine's config and by the harness before Hydra."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        EngineConfig.check_settings(**settings)
+    (key, value), = settings.items()
+    argv = [f"{key}={'true' if value is True else value}"]
+    assert message in check_overrides(argv)
+
+
+def test_profile_none_leaves_the_step_path_alone(tiny_untied):
+    """profile=none (the default): no profiler, the runner itself on the step path (no wrapper to call)."""
+    with LLM(tiny_untied, tensor_parallel_size=1, device="cpu", num_kvcache_blocks=8, max_model_len=256,
+             max_num_batched_tokens=256) as llm:
+        assert llm.profiler is None and type(llm.runner) is ModelRunner
+        llm.start_profile("/nonexistent/x")  # nothing to arm, nothing written
+        llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))
+        assert llm.finish_profile() == []
+
+
+def test_the_printout_names_each_trace_or_why_there_is_none(tmp_path):
+    here = tmp_path / "r_rank0.json"
+    here.write_text("{}")
+    lines = trace_lines([str(here), str(tmp_path / "r_rank1.json")], "1-3", 8)
+    assert lines[0].startswith(f"trace       {here} (rank 0;") and lines[1].endswith("(not on this host: another "
+                                                                                    "node's, or not written)")
+    assert trace_lines([], "20-40", 8) == ["traces      none: profile_steps=20-40 starts after the timed run's 8 "
+                                           "steps (numbered from 0)"]
+
+
+@pytest.mark.slow
+def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
+    res = harness("control=shm", "tp=2", "workload=smoke", "profile=torch", "profile_steps=1-3",
+                  f"results_dir={tmp_path}", "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    df = pd.read_csv(tmp_path / "runs.csv")
+    row = df.iloc[0]
+    assert len(df) == 1 and row.status == "ok" and "profile=torch profile_steps=1-3" in row.overrides
+    assert row.ctrl_calls == row.prefill_steps + row.decode_steps  # the profiling messages are not counted
+    assert pd.isna(row.gpu_energy_j) and pd.isna(row.j_per_output_token) and pd.isna(row.driver_version)
+    for rank in (0, 1):
+        path = tmp_path / "traces" / f"{row.run_id}_rank{rank}.json"
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        assert {"ProfilerStep#1", "ProfilerStep#3", "step launch"} <= {e.get("name") for e in events}
+        assert f"trace       {path}" in res.stdout
