@@ -8,7 +8,7 @@ set -uo pipefail
 source scripts/device_env.sh
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 [ -d .base ] || { echo "no .base tree (see the header)"; exit 2; }
-cp -n conf/workload/*.yaml .base/conf/workload/
+for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 run() {  # tree tag model: one multirun, its log in $OUT/ab_<tag>_<model>.log
   (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit 2>/dev/null || echo "$TPCP_GIT_COMMIT") \
     timeout -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
