@@ -146,7 +146,8 @@ class StepProfiler:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.prof = torch.profiler.profile(activities=activities, schedule=_record_every_step)
+        # acc_events: one cycle from start() to stop(); without it torch warns on CUDA that cycles clear events
+        self.prof = torch.profiler.profile(activities=activities, schedule=_record_every_step, acc_events=True)
         self.prof.step_num = self.first  # ProfilerStep#<n> carries the pass's own step numbers
         self.prof.start()
         self.recording = True

@@ -285,7 +285,7 @@ def test_the_printout_names_each_trace_or_why_there_is_none(tmp_path):
 
 @pytest.mark.slow
 def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
-    res = harness("control=shm", "tp=2", "workload=smoke", "profile=torch", "profile_steps=1-3",
+    res = harness("control=shm", "tp=2", "device=cpu", "workload=smoke", "profile=torch", "profile_steps=1-3",
                   f"results_dir={tmp_path}", "progress=false", cache=model_cache)
     assert res.returncode == 0, res.stderr[-2000:]
     df = pd.read_csv(tmp_path / "runs.csv")
