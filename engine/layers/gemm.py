@@ -13,6 +13,10 @@ import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
+# Rows longer than this take the norm and the GEMV apart. Measured on the H200 at batch 1 (calls 36-37,
+# results/h200/NOTES.md): fused, Qwen3-0.6B (K = 1024) went from 1.127 to 1.044 ms per token and Qwen3-8B
+# (K = 4096) from 4.68 to 5.08 ms; which of 8B's two fused GEMVs loses is not measured yet.
+NORM_GEMV_MAX_K = 2048
 
 
 def set_gemm(mode: str, device: torch.device) -> str:
@@ -66,10 +70,12 @@ def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: to
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``norm(h + residual) @ weight.T (+ bias)``, then ``swiglu`` of it when given; the new residual
     ``h + residual``, h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight
-    ``[N, K]``. At batch 1 with the Triton GEMV on, one kernel (``norm_gemv``; ``swiglu`` must then be
-    SiLU-and-mul of the halves); otherwise the norm, the matmul and ``swiglu`` one after another."""
-    if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
-            and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
+    ``[N, K]``. At batch 1 with the Triton GEMV on and K <= ``NORM_GEMV_MAX_K``, one kernel (``norm_gemv``;
+    ``swiglu`` must then be SiLU-and-mul of the halves); otherwise the norm, the matmul and ``swiglu`` one
+    after another."""
+    if (_norm_gemv is not None and bias is None and h.shape[-1] <= NORM_GEMV_MAX_K and h.is_contiguous()
+            and norm.weight.dtype == h.dtype and _gemv_fits(h, weight)
+            and (residual is None or residual.is_contiguous())):
         return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
     x, residual = (norm(h), h) if residual is None else norm(h, residual)
     y = linear(x, weight, bias)
