@@ -66,7 +66,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
         for r in range(cfg.repeat):
             for result in run_broadcast(w, group, show_progress(cfg.progress)):
                 row = {**row0, "repeat": r, "status": "ok", **result}
-                print_broadcast(row, results.add(row))
+                print_broadcast(row, results.add(row), w["messages"])
                 SWEEP_ROWS.append(row)
         return 1 if results.problem else 0
     except BaseException as e:

@@ -125,14 +125,17 @@ def print_floor(row: dict, work: Workload, llm) -> None:
           f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
 
 
-def print_broadcast(row: dict, path: str) -> None:
-    """Print one broadcast row: the plane, payload, bytes, one-way and send latency p50/p99 (us)."""
+def print_broadcast(row: dict, path: str, messages: int | None = None) -> None:
+    """Print one broadcast row: the plane, payload, bytes, one-way and send latency p50/p99 (us), and the
+    messages timed, saying why when fewer than the workload's ``messages``."""
     def us(key):
         return "-" if row.get(key) is None else f"{row[key]:.1f}"
 
+    n = row["ctrl_calls"]
+    why = ", fewer: max_bytes_per_payload caps them" if messages is not None and n < messages else ""
     print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
           f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
-          f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({row['ctrl_calls']} msgs)")
+          f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({n} msgs{why})")
 
 
 def one_line(e: BaseException) -> str:
