@@ -37,13 +37,15 @@ def draw_panel(ax, rows: pd.DataFrame, colours: dict) -> None:
     """One configuration's points: per plane and metric its exposed cost (us) with the spread, its %."""
     planes = plane_order(rows.control)
     for i, plane in enumerate(planes):
-        for _, r in rows[rows.control == plane].iterrows():
+        mine = rows[rows.control == plane]
+        top = mine.high_us.max()  # every % of a plane above all of its bars, so none sits on a neighbour's
+        for _, r in mine.iterrows():
             marker, dx = METRICS.get(r.metric, ("D", 0))
             ax.errorbar(i + dx, r.exposed_us, yerr=[[r.exposed_us - r.low_us], [r.high_us - r.exposed_us]],
                         marker=marker, color=colours[plane], fillstyle=fill(r.verdict), markerfacecoloralt="white",
                         markersize=6, elinewidth=1.1, capsize=2.5, linestyle="none")
             pct = f"{r.exposed_pct:+.1f}%".replace("-0.0%", "+0.0%")
-            ax.annotate(pct, (i + dx, r.high_us), xytext=(0, 3), textcoords="offset points",
+            ax.annotate(pct, (i + dx, max(top, 0)), xytext=(0, 4), textcoords="offset points",
                         rotation=90, fontsize=6.5, ha="center", va="bottom", annotation_clip=False)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(planes)), [textwrap.fill(short_plane(p), 14) for p in planes], fontsize=7)
