@@ -46,6 +46,7 @@ from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys  # noqa: F401 (the module's API)
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, load
+from .plot_common import same_words
 from .schema import COLUMNS
 from .serve_analysis import SERVE_METRICS, is_serve, prepare_serve, print_serve_table
 from .summary_table import FULL_METRICS, csv_rows, default_baseline, print_compact, print_full, summary
@@ -72,6 +73,11 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             if not exposed.empty:
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
             continue
+        if fmt != "csv" and kind == "serve" and len(parts) > 1:
+            print()
+        same = same_words(rows)
+        if same and fmt != "csv":
+            print("every row: " + ", ".join(same))
         if kind == "serve" and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
         else:

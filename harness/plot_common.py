@@ -12,7 +12,7 @@ import pandas as pd
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 TP_STYLES = ["-", "--", ":", "-."]
-SAME = ("model", "device", "dtype")  # columns named in the header when one value holds throughout
+SAME = ("model", "device", "dtype")  # columns named in the header (and above the tables) when one value holds
 
 
 def plane_colours(planes) -> dict[str, str]:
@@ -90,10 +90,15 @@ def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
     return " ".join(shared), [" ".join(x for x in w if x not in shared) for w in words]
 
 
+def same_words(df: pd.DataFrame) -> list[str]:
+    """``key=value`` of each of model, device and dtype that holds one value in every row of ``df``."""
+    return [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
+
+
 def header_text(df: pd.DataFrame, shared: str, note: str = "") -> str:
     """The figure's header: model, device and dtype where one value holds and the words every panel shares,
     then ``note`` on a line of its own."""
-    same = [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
+    same = same_words(df)
     words = same + [w for w in shared.split() if w not in same]
     return "\n".join(part for part in (" ".join(words), note) if part)
 

@@ -80,4 +80,4 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
                      "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "
                      "(docs/SERVE.md)")
-    print("\n" + "\n".join(header_lines(legend) + lines))
+    print("\n".join(header_lines(legend) + lines))
