@@ -76,3 +76,36 @@ def test_a_swallowed_interruption_is_delivered_again_until_handled(case, expecte
     out = subprocess.run([sys.executable, "-c", SWALLOWED, case], capture_output=True, text=True, timeout=60,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.stdout.strip() == expected, out.stderr[-2000:]
+
+
+def _sleep_then_exit(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def test_a_spawned_worker_ignores_sigint_from_its_first_instruction():
+    """The disposition is inherited through exec: the child shows SIGINT ignored at once (its imports still
+    running), a SIGINT then does nothing, and it exits 0; the parent's own handler is back."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import time
+
+    from engine.worker_group import start_ignoring_sigint
+
+    before = signal.getsignal(signal.SIGINT)
+    p = mp.get_context("spawn").Process(target=_sleep_then_exit, args=(1.5,))
+    start_ignoring_sigint(p)
+    try:
+        assert signal.getsignal(signal.SIGINT) is before
+        with open(f"/proc/{p.pid}/status") as f:
+            ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGINT - 1))
+        time.sleep(0.05)  # inside the child's interpreter start-up and imports
+        os.kill(p.pid, signal.SIGINT)
+        p.join(10)
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
