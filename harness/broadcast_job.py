@@ -27,8 +27,8 @@ def check_broadcast(cfg: DictConfig, launch: Launch | None) -> dict:
     if cfg.engine != "tp" or cfg.tp < 2:
         raise ConfigError("workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2")
     if cfg.control.name == "ideal":
-        raise ConfigError("control=ideal has no transport to time alone: it is the baseline of the engine "
-                          "workloads (latency, bench, smoke), not of workload=broadcast")
+        raise ConfigError("control=ideal has no transport to time alone: it is the baseline of every workload "
+                          "but broadcast")
     if launch is not None and cfg.tp != launch.world_size:
         raise ConfigError(f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: they must be equal")
     w = OmegaConf.to_container(cfg.workload)

@@ -249,6 +249,9 @@ def check_overrides(argv: list[str]) -> str | None:
             if problem:
                 return problem
     tps = [int(t) for t in _selected(argv, "tp", "1") if t.isdigit()]
+    if "broadcast" in workloads and "ideal" in controls:  # one job of the sweep would be refused after others ran
+        return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
+                "that send; ideal is the baseline of every other workload)")
     deleted = [a[len("~model.preset."):].split("=", 1)[0] for a in argv if a.startswith("~model.preset.")]
     paths = [p for p in _given(argv, "model.").get("path", []) if p not in (None, "")]
     problem = check_models(CONF_DIR, models, devices, tps if builds_engine else [], paths,

@@ -297,11 +297,14 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
 
 
-def test_broadcast_refuses_ideal_which_has_no_transport(tmp_path, model_cache):
-    res = harness("workload=broadcast", "control=ideal", "tp=2", f"results_dir={tmp_path}", cache=model_cache,
+@pytest.mark.parametrize("sweep", [(), ("-m",)])
+def test_broadcast_refuses_ideal_which_has_no_transport_before_any_job(tmp_path, model_cache, sweep):
+    """In a sweep too: shm's job never starts (the walkthrough saw it run 52 s, then exit 2)."""
+    controls = "control=ideal,shm" if sweep else "control=ideal"
+    res = harness(*sweep, "workload=broadcast", controls, "tp=2", f"results_dir={tmp_path}", cache=model_cache,
                   timeout=120)
-    assert res.returncode == 2 and "error: control=ideal has no transport to time alone" in res.stderr, res.stderr
-    assert not list(tmp_path.glob("*.csv"))
+    assert res.returncode == 2 and "ideal has no transport to time alone" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("*.csv"))
 
 
 def test_transformers_baseline_writes_a_row_beside_the_engine(tmp_path, model_cache):
