@@ -108,7 +108,7 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
     plane's exposed cost (``plot_exposed``; rows with control=ideal beside a plane's, workload=serve's
     aside), the raw metrics' bars (``plots.plot``), the broadcast curves (``plot_broadcast``), the
     latency-vs-load curves (``plots.plot_load``); each other one beside it as OUT_raw, OUT_broadcast,
-    OUT_load, OUT_exposed (serve rows' exposed cost per rate). Raises InputError when there is no ok row or
+    OUT_load, OUT_serve_exposed (serve rows' exposed cost per rate). Raises InputError when there is no ok row or
     a file cannot be written."""
     from .exposed import exposed_cost
     from .plot_broadcast import is_broadcast, plot_broadcast
@@ -137,7 +137,8 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
                             plot_broadcast, rows, k))
         else:
             figures.append(("workload=serve rows: latency-vs-load plot", "load", plot_load, rows, k))
-            figures += [("workload=serve rows: exposed-cost figure per request rate", "exposed", *f) for f in exposed]
+            figures += [("workload=serve rows: exposed-cost figure per request rate", "serve_exposed", *f)
+                        for f in exposed]
     for i, (what, suffix, draw, rows, k) in enumerate(figures):
         path = out if i == 0 else side_path(out, suffix)
         try:

@@ -34,13 +34,17 @@ def header(row: dict) -> str:
 def control_lines(row: dict) -> list[str]:
     """The control plane's messages, one-way latency and the workers' launch lag, in words."""
     f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
-    lines = [f"  control     {row['ctrl_calls']} messages, {f('ctrl_bytes_mean', '.0f')} B on average; rank 0 spends "
-             f"{f('ctrl_send_us_p50')} us sending one (p50)"]
+    if row.get("control") == "ideal":
+        lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
+                 f"on average); rank 0 spends {f('ctrl_send_us_p50')} us checking one against the recording (p50)",
+                 f"{MORE}ideal: each worker takes the next recorded message from its memory: no one-way latency"]
+    else:
+        lines = [f"  control     {row['ctrl_calls']} messages, {f('ctrl_bytes_mean', '.0f')} B on average; rank 0 "
+                 f"spends {f('ctrl_send_us_p50')} us sending one (p50)"]
     if row.get("ctrl_oneway_us_p50") is not None:
         lines.append(f"{MORE}a worker has it {f('ctrl_oneway_us_p50')} us after the send began (p50; p99 "
-                     f"{f('ctrl_oneway_us_p99')}), {f('ctrl_oneway_over_step_pct', '.2f')}% of decode step time")
-    elif row.get("control") == "ideal":
-        lines.append(f"{MORE}ideal: workers replay the recorded messages, so there is no one-way latency")
+                     f"{f('ctrl_oneway_us_p99')}); mean one-way over mean decode step: "
+                     f"{f('ctrl_oneway_over_step_pct', '.2f')}%")
     if row.get("ctrl_launch_lag_us_mean") is not None:
         lag = f('ctrl_launch_lag_us_mean')
         lines.append(f"  launch      the last worker finishes a step {lag} us after rank 0 (mean; p50 "

@@ -170,7 +170,7 @@ def test_a_serve_rate_sweep_keeps_the_load_curves_and_adds_the_exposed_cost_per_
     out, lines = plot(serve_rows(), tmp_path, capsys)
     assert lines == [f"workload=serve rows: latency-vs-load plot written to {out}",
                      f"workload=serve rows: exposed-cost figure per request rate written to "
-                     f"{side_path(out, 'exposed')}"]
+                     f"{side_path(out, 'serve_exposed')}"]
     load, exposed = figures
     assert len(load.axes) == 5 and titles(load)[-1] == "completed (req/s)"
     assert [t.split("\n")[0] for t in titles(exposed)] == ["request_rate=4", "request_rate=16", "request_rate=inf"]
@@ -180,7 +180,7 @@ def test_a_serve_rate_sweep_keeps_the_load_curves_and_adds_the_exposed_cost_per_
 
 def test_every_kind_at_once_gives_one_file_and_one_line_each(figures, tmp_path, capsys):
     out, lines = plot(engine_rows() + broadcast_rows(tps=(2,)) + serve_rows(), tmp_path, capsys)
-    paths = [out] + [side_path(out, s) for s in ("raw", "broadcast", "load", "exposed")]
+    paths = [out] + [side_path(out, s) for s in ("raw", "broadcast", "load", "serve_exposed")]
     assert [line.rsplit(" ", 1)[1] for line in lines] == paths
     assert all((tmp_path / p).stat().st_size > 10_000 for p in paths)
     assert [len(fig.axes) for fig in figures] == [2, 8, 2, 5, 3]

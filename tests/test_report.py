@@ -26,6 +26,7 @@ def test_an_engine_run_reads_as_sentences_within_120_columns(capsys):
     assert max(len(line) for line in lines) <= 120 and "None" not in "\n".join(lines)
     assert "  GPU         not measured: no GPU in this run" in lines
     assert any("< 0: before" in line for line in lines)  # the sign convention is printed with the lag
+    assert any(line.endswith("mean one-way over mean decode step: 1.91%") for line in lines)  # not p50 / p50
 
 
 def test_a_failed_broadcast_row_names_no_model(capsys):
@@ -42,7 +43,8 @@ def test_a_serve_run_says_its_load_and_ideal_why_no_one_way(capsys):
            "queue_ms_p50": 1.5, "queue_ms_p99": 46.1, "serve_loop_us_per_step": 28.8}
     text = "\n".join(printed(capsys, row))
     assert "8 req/s asked, 7.08 sent, 3.09 completed; goodput: no SLO set" in text
-    assert "there is no one-way latency" in text and "launch " not in text
+    assert "no one-way latency" in text and "launch " not in text
+    assert "64 messages replayed, none sent" in text and "checking one against the recording" in text
 
 
 def test_a_broadcast_row_says_why_it_timed_fewer_messages(capsys):
