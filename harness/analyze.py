@@ -236,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             check_plot_path(args.plot)
         df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))
+        if args.baseline and args.baseline not in set(df.control.dropna()):
+            raise InputError(f"--baseline {args.baseline}: no such control in the rows (they have "
+                             f"{', '.join(sorted(set(df.control.dropna())))})")
         keys = report(df, args.group, args.baseline, args.format)
         if args.plot:  # its line to stderr under --format csv, which is for a program to read
             with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):
@@ -247,4 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -20,7 +20,8 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     if group:
         bad = [g for g in group if g not in df.columns]
         if bad:
-            raise InputError(f"unknown --group column(s): {', '.join(bad)}")
+            raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
+                             f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
         return group
     # tp and control always; every other configuration column whose value differs between rows, so rows of
     # different workloads, payloads, models or command-line settings are never pooled.

@@ -131,3 +131,25 @@ def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
     out = capsys.readouterr().out
     header = [c.strip() for c in next(line for line in out.splitlines() if line.startswith("|")).split("|")]
     assert set(FULL_METRICS) <= set(header) and "spread_us" in out and "(1.00x)" in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--baseline", "shmm"], "--baseline shmm: no such control in the rows (they have gloo, hybrid, ideal,"),
+    (["--group", "contrl"], "unknown --group column(s): contrl; configuration columns: engine, control, tp"),
+])
+def test_a_typo_in_an_option_is_refused_with_what_there_is(tmp_path, capsys, argv, says):
+    assert main([write(sweep_rows(), tmp_path / "runs.csv"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {says}")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    path = write(sweep_rows(tps=tuple(range(1, 41))), tmp_path / "runs.csv")  # more than a pipe's 64 KiB
+    cmd = f"{sys.executable} -m harness.analyze {path} --format markdown | head -1"
+    res = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.stdout.startswith("read ") and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
