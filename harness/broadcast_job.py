@@ -61,13 +61,16 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
     context = group.group.context
     sync, uncertainty = group.group.clock_sync()
     row0.update(launcher=context.launcher, nodes=context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty)
-    r = 0
+    r, path = 0, None
     try:
         for r in range(cfg.repeat):
             for result in run_broadcast(w, group, show_progress(cfg.progress)):
                 row = {**row0, "repeat": r, "status": "ok", **result}
-                print_broadcast(row, results.add(row), w["messages"])
+                path = results.add(row)
+                print_broadcast(row, path, w["messages"])
                 SWEEP_ROWS.append(row)
+        if path:
+            print(f"rows appended to {path}")
         return 1 if results.problem else 0
     except BaseException as e:
         e = as_interrupt(e)

@@ -292,6 +292,7 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     df = pd.read_csv(tmp_path / "runs.csv")
     assert len(df) == 2 * 5 and set(df.control) == {"shm", "gloo"} and (df.status == "ok").all()
     assert set(df.payload) == {"decode-1", "decode-256", "prefill-100x4096", "raw-0B", "raw-2000000B"}
+    assert res.stdout.count(f"rows appended to {tmp_path / 'runs.csv'}") == 2  # once per job
     big = df[df.payload == "prefill-100x4096"]
     assert (big.payload_bytes > 1 << 20).all()  # larger than nano-vllm's 1 MiB buffer, delivered anyway
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
