@@ -50,7 +50,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
         out["_bytes"] = out.payload.map(size)
         out = out.sort_values([k if k != "payload" else "_bytes" for k in keys], kind="stable")
         out = out.drop(columns="_bytes").reset_index(drop=True)
-    if baseline and "control" in keys:
+    if baseline and "control" in keys and out.control.nunique() > 1:  # one plane alone: nothing to compare
         others = [k for k in keys if k != "control"]
         base = out[out.control == baseline]
         for m in [m for m in metrics if m not in SIGNED] if len(base) else []:
@@ -70,6 +70,8 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
     cols = [c for c in table.columns if c.endswith(f"_vs_{baseline}")]
     if not baseline or (cols and table[cols].notna().any().any()):
         return bool(baseline)
+    if "control" in table.columns and table.control.nunique() <= 1:
+        return False
     base = table[table.control == baseline] if "control" in keys else table.iloc[:0]
     print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
           f"(no ratios: control={baseline} is not in the data, or control is not a grouping column)")

@@ -153,3 +153,10 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     cmd = f"{sys.executable} -m harness.analyze {path} --format markdown | head -1"
     res = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.stdout.startswith("read ") and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
+
+
+def test_one_plane_alone_gets_no_ratios(tmp_path, capsys):
+    """The main job or a one-plane sweep: nothing to compare, so no column of 1.00x."""
+    assert main([write(sweep_rows(planes=("shm",)), tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "1.00x" not in out and "ratios to" not in out and "(no ratios" not in out
