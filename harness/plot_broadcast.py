@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
+                          spread_note,
                           log_if_spread, plane_colours, plane_order, short_plane, stack)
 
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
@@ -111,8 +112,8 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     colours = plane_colours(planes)
     handles = legend(planes, tps, sorted({kind(p) for p in df.payload}), colours)
     width = 2 * 4.6
-    note = "median over repeats, bars min-max"
-    header, top = header_inches(width, header_text(df, f"workload=broadcast {shared}", note), [handles])
+    note = spread_note(df.groupby(rest + ["control", "tp", "payload"], dropna=False).size())
+    header, top = header_inches(width, header_text(df, shared, note), [handles])
     texts = [label_text(label, rows.groupby(["control", "tp", "payload"]).size(), width)
              for label, (_, rows) in zip(labels, groups)]
     fig, axes = stack(2, [(2, label_space(t), 0.5) for t in texts], top, col_w=4.6,

@@ -12,7 +12,7 @@ import pandas as pd
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 TP_STYLES = ["-", "--", ":", "-."]
-SAME = ("model", "device", "dtype")  # columns named in the header (and above the tables) when one value holds
+SAME = ("model", "device", "dtype", "workload", "tp")  # named in the header (and above the tables) when one value holds
 
 
 def plane_colours(planes) -> dict[str, str]:
@@ -93,6 +93,11 @@ def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
 def same_words(df: pd.DataFrame) -> list[str]:
     """``key=value`` of each of model, device and dtype that holds one value in every row of ``df``."""
     return [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
+
+
+def spread_note(repeats: pd.Series) -> str:
+    """The figures' note on what a point and its bars are, by the repeats per point (``repeats``: counts)."""
+    return "median over repeats, bars min-max" if repeats.max() > 1 else "one repeat per point: no spread to draw"
 
 
 def header_text(df: pd.DataFrame, shared: str, note: str = "") -> str:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
+                          spread_note,
                           log_if_spread, plane_colours, plane_order, stack)
 
 # the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
@@ -74,7 +75,8 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     colours = plane_colours(planes)
     handles = load_legend(planes, tps, colours)
     width = 3.3 * len(panels)
-    header, top = header_inches(width, header_text(df, shared, "median over repeats, bars min-max"), [handles])
+    note = spread_note(df.groupby(rest + ["control", "tp", "request_rate"], dropna=False).size())
+    header, top = header_inches(width, header_text(df, shared, note), [handles])
     texts = [label_text(label or ("" if shared else "workload=serve"),
                         rows.groupby(["control", "tp", "request_rate"]).size(), width)
              for label, (_, rows) in zip(labels, groups)]

@@ -114,7 +114,7 @@ def test_the_serve_table_fits_in_120_characters(goodput, tmp_path, capsys):
     header = cells(table[0])
     assert ("good/s" in header) == goodput and ("done/s" in header) != goodput
     assert all(len(line) <= 110 for line in out[:out.index(table[0])].splitlines())  # the legend above it
-    assert "every row: model=qwen3-tiny, device=cpu, dtype=float32" in out.splitlines()  # what was measured
+    assert "every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2" in out.splitlines()
 
 
 def png_size(path) -> tuple[int, int]:
