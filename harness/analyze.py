@@ -42,6 +42,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from .broadcast_table import METRICS as BROADCAST_METRICS
+from .broadcast_table import is_broadcast_only, print_broadcast_table
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys  # noqa: F401 (the module's API)
 from .exposed import exposed_cost, print_exposed
@@ -80,6 +82,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print("every row: " + ", ".join(same))
         if kind == "serve" and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
+        elif fmt == "text" and is_broadcast_only(rows) and "payload" in k:
+            print_broadcast_table(summary(filled, k, None, BROADCAST_METRICS), k)
         else:
             (print_compact if fmt == "text" else print_full)(summary(filled, k, base, metrics), k, base)
         print_exposed(exposed, fmt)

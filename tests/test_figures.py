@@ -204,3 +204,20 @@ def test_one_repeat_is_drawn_half_filled_without_a_spread(figures, tmp_path, cap
     points = [line for line in ax.get_lines() if line.get_marker() in ("o", "s")]
     assert [p.get_fillstyle() for p in points] == ["left"] * 4
     check_clean(figures[0])
+
+
+def test_the_broadcast_table_reads_the_planes_across_one_line_per_payload(tmp_path, capsys):
+    """Seven planes at tp=2 and 4: a row per (tp, payload) in order of size, a column per plane, one table of
+    p50s and one of p99s, in 120 columns (before: a 3-row table per payload)."""
+    from harness.analyze import main
+
+    planes = ("shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid")
+    assert main([write(broadcast_rows(controls=planes), tmp_path / "runs.csv")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header == ["tp", "payload", "size", *planes] and max(len(line.encode()) for line in table) <= 120
+    payloads = [c.strip("| ").split("|")[1].strip() for c in table[2:12]]  # the p50 table
+    assert payloads == 2 * ["decode-1", "raw-256B", "decode-8", "raw-65536B", "raw-1048576B"]
+    assert "|    2 | decode-1         |    89 B |" in table[2] and "1.05 MB" in table[6]
+    assert len(table) == 2 * (2 + 10) and "one-way latency p99 (us)" in "\n".join(lines)
