@@ -79,7 +79,8 @@ def summarize(path: str) -> str:
             f"launch lag mean {lag.mean():+.1f} p50 {np.median(lag):+.1f} p99 {np.percentile(lag, 99):+.1f}, "
             f"late mean {np.maximum(lag, 0).mean():.1f} us, {100 * (lag > 50).mean():.1f}% of steps > 50 us late"
             f"\n  = one-way {oneway.mean():.1f} + worker's preparation {prep.mean():.1f} - rank 0's send to "
-            f"launch {decode.r0_launch_us.mean():.1f} (means, us)")
+            f"launch {decode.r0_launch_us.mean():.1f} (means, us; on CPU a rank 'launches' when its step has "
+            f"computed, so preparation holds the whole step)")
 
 
 def main(argv: list[str] | None = None) -> int:
