@@ -32,17 +32,19 @@ def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
     """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates,
-    rate inf as a hollow diamond at the completed rate; medians with min-max bars over the repeats."""
+    rate inf as a hollow diamond at the completed rate; medians with min-max bars over the repeats. Ideal's
+    TTFT is faint: it follows its recording's admissions and is no floor (docs/SERVE.md)."""
     xs, ys = [], []
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
+        faint = control == "ideal" and metric.startswith("ttft")
         for completed, part in pts.groupby("completed"):
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
                         linestyle="none" if completed else style, marker="D" if completed else "o",
                         markerfacecolor="white" if completed else colours[control], markersize=4, linewidth=1.2,
-                        elinewidth=0.8, capsize=2)
+                        elinewidth=0.8, capsize=2, alpha=0.35 if faint else 1.0)
         xs += [*pts.x_min, *pts.x_max]
         ys += [*pts.y_min, *pts.y_max]
     rate = metric in ("goodput_req_s", "req_s")
@@ -92,7 +94,8 @@ def load_legend(planes: list, tps: list, colours: dict) -> list:
     """The latency-vs-load figure's legend: the planes, the tps' line styles, rate inf, y = x."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colours[c], marker="o", label=c) for c in planes]
+    handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"
+                                                                          else "")) for c in planes]
     if len(tps) > 1:
         handles += [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
                     for i, tp in enumerate(tps)]
