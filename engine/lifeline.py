@@ -6,6 +6,9 @@
   0 dies it calls ``os._exit`` at once, even if the main thread sits in a store connect or a collective.
   TCP keepalive (a probe after 2 s idle, every 1 s, 3 misses) covers a host that vanishes without closing.
 * Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
+* Stalls: a worker's watch thread also sends a heartbeat every ``BEAT_S``. A process stopped (SIGSTOP) or
+  stuck with the GIL held sends none, while its socket stays open: ``LifelineServer.stalled`` names it, so a
+  collective that timed out on a healthy rank is blamed on the rank that stopped.
 * Clocks: for a worker on another node rank 0 estimates the offset of the worker's monotonic clock to its
   own by ping-pong (``PINGS`` round trips; offset = worker time - midpoint of the round trip with the
   smallest round-trip time; uncertainty = half that round trip, Cristian 1989). On rank 0's node the clock
@@ -25,6 +28,8 @@ import time
 
 FRAME = struct.Struct("!I")
 PINGS = 16
+BEAT_S = 0.5  # a worker's heartbeat period
+STALL_S = 2.0  # no frame for this long (four beats) from an open lifeline: that rank is stalled
 
 
 def send_frame(sock: socket.socket, obj) -> None:
@@ -81,6 +86,7 @@ class LifelineServer:
         self.offsets: dict[int, tuple[int, int]] = {}
         self.dead: dict[int, str] = {}
         self.finished: dict[int, int] = {}
+        self.last_seen: dict[int, float] = {}  # rank -> monotonic time of its last frame
         self.reports: queue.Queue = queue.Queue()
         self.conns: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
@@ -112,6 +118,7 @@ class LifelineServer:
         send_frame(conn, ("offset", *offset))
         with self._lock:
             self.hosts[rank], self.offsets[rank], self.conns[rank] = host, offset, conn
+            self.last_seen[rank] = time.monotonic()
 
     def _serve(self) -> None:
         while not self._closed:
@@ -133,6 +140,7 @@ class LifelineServer:
                     continue
                 rank = by_sock[sock]
                 frame = recv_frame(sock)
+                self.last_seen[rank] = time.monotonic()
                 if frame is None:
                     with self._lock:
                         self.conns.pop(rank, None)
@@ -141,7 +149,7 @@ class LifelineServer:
                     sock.close()
                 elif frame[0] == "bye":
                     self.finished[rank] = frame[1]
-                else:
+                elif frame[0] != "beat":
                     self.reports.put((frame[0], rank, frame[1]))
 
     def connected(self) -> set[int]:
@@ -153,6 +161,12 @@ class LifelineServer:
         """Ranks whose lifeline is still open."""
         with self._lock:
             return set(self.conns)
+
+    def stalled(self, after_s: float = STALL_S) -> dict[int, float]:
+        """{rank: seconds since its last frame} of the open lifelines silent for more than ``after_s``."""
+        now = time.monotonic()
+        with self._lock:
+            return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > after_s}
 
     def clock_uncertainty_us(self) -> float:
         """The largest clock-offset uncertainty over the workers (us; 0 when all share rank 0's clock)."""
@@ -217,7 +231,8 @@ class Lifeline:
             send_frame(self.sock, (kind, payload))
 
     def watch(self, on_death=None) -> None:
-        """End this process (``os._exit(1)``, after ``on_death()``) as soon as rank 0's end closes."""
+        """End this process (``os._exit(1)``, after ``on_death()``) as soon as rank 0's end closes; send a
+        heartbeat every ``BEAT_S`` meanwhile."""
 
         def run():
             while recv_frame(self.sock) is not None:
@@ -225,7 +240,16 @@ class Lifeline:
             if not self._closing:  # not our own close() at a normal exit
                 _die(on_death)
 
+        def beat():
+            while not self._closing:
+                try:
+                    self.send("beat", None)
+                except OSError:
+                    return
+                time.sleep(BEAT_S)
+
         threading.Thread(target=run, name="lifeline-watch", daemon=True).start()
+        threading.Thread(target=beat, name="lifeline-beat", daemon=True).start()
 
     def close(self, code: int | None = None) -> None:
         """Close this end without ending the process; with ``code``, first tell rank 0 that this is a

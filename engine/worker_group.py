@@ -18,6 +18,7 @@ import multiprocessing as mp
 import pickle
 import queue
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,8 +27,10 @@ from backends import ControlContext, ControlPlane
 from backends.segments import remove_stale_segments
 
 from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
-from .lifeline import LifelineServer
+from .lifeline import STALL_S, LifelineServer
 from .worker import NO_MAIN_GUARD, RERAN_MAIN, leave_if_rerunning_main
+
+PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
 
 
 class WorkerError(RuntimeError):
@@ -192,6 +195,11 @@ class WorkerGroup:
             elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
                 self._drain(wait_s)
                 dead = self._dead()
+        stalled = self._stalled(dead, self.errors and wait_s)
+        if stalled and (self.errors or dead or wait_s):  # a healthy rank's timeout is the stalled one's doing
+            rank = max(stalled, key=stalled.get)
+            raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "
+                                    f"holding the GIL) (node {self.node_name(rank)})")
         if self.errors:
             rank = min(self.errors)
             raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
@@ -199,6 +207,17 @@ class WorkerGroup:
             rank = min(dead)
             where = "" if dead[rank] == NO_MAIN_GUARD else f" (node {self.node_name(rank)})"  # it never connected
             raise WorkerError(rank, dead[rank] + where)
+
+    def _stalled(self, dead: dict, settle: bool) -> dict[int, float]:
+        """Live ranks silent on their lifeline (``LifelineServer.stalled``). ``settle``: a worker reported an
+        error, perhaps a collective that timed out on the stalled rank; give the stall up to ``STALL_S`` to
+        show before the reporter is blamed."""
+        deadline = time.monotonic() + (STALL_S if settle else 0)
+        while True:
+            stalled = {r: age for r, age in self.lifelines.stalled().items() if r not in dead}
+            if stalled or time.monotonic() >= deadline:
+                return stalled
+            time.sleep(POLL_S)
 
     def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
         """Block until every worker has announced ``stage`` in the store, checking liveness.
@@ -209,12 +228,27 @@ class WorkerGroup:
         """
         keys = [f"{stage}/{r}" for r in self.workers]
         timeout_s = timeout_s or self.startup_timeout_s
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        said = start
         while keys and not self.store.check(keys):
             self.check()
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > start + timeout_s:
                 raise TimeoutError(f"workers did not reach stage {stage!r} within {timeout_s:.0f} s")
+            if now - said >= PROGRESS_S:
+                said = now
+                print(self._waiting(stage, now - start, timeout_s), file=sys.stderr, flush=True)
             time.sleep(POLL_S)
+
+    def _waiting(self, stage: str, waited_s: float, timeout_s: float) -> str:
+        """One line: the ranks not yet at ``stage`` after ``waited_s``, and which of them are silent."""
+        missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
+        stalled = self.lifelines.stalled()
+        silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
+        never = [r for r in missing if r not in self.lifelines.connected()]
+        return (f"note: waiting {waited_s:.0f} s (of {timeout_s:.0f}) for rank(s) {', '.join(map(str, missing))} to "
+                f"reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
+                + (f"; never connected: rank(s) {', '.join(map(str, never))}" if never else ""))
 
     def collect_stats(self) -> dict[int, dict]:
         """Wait (checking liveness, at most ``timeout_s``) until every worker has reported its control-plane
@@ -233,6 +267,9 @@ class WorkerGroup:
         then terminate and finally kill spawned ones left; close the lifelines. Idempotent."""
         deadline = time.monotonic() + timeout_s
         if self.lifelines is not None:
+            for rank in self.lifelines.stalled():  # a stopped process ends only when killed: do not wait for it
+                if rank in self.procs and self.procs[rank].is_alive():
+                    self.procs[rank].kill()
             while (self.lifelines.open_ranks() or any(p.is_alive() for p in self.procs.values())) \
                     and time.monotonic() < deadline:
                 time.sleep(POLL_S)
