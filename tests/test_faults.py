@@ -336,3 +336,28 @@ def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
     with pytest.raises(WorkerError, match="rank 1"):
         broadcast.BroadcastGroup("ring", 2, {}, timeout_s=60)
     assert time.monotonic() - start < 15.0
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_untied, monkeypatch, capfd):
+    """Before: nothing printed until startup_timeout_s (600 s by default; 93 s seen before it was killed)."""
+    from engine import worker_group
+
+    started = worker_group.start_ignoring_sigint
+
+    stopped = []
+
+    def start_then_stop(p):
+        started(p)
+        os.kill(p.pid, signal.SIGSTOP)  # inside its imports: it never connects
+        stopped.append(p)
+
+    monkeypatch.setattr(worker_group, "start_ignoring_sigint", start_then_stop)
+    monkeypatch.setattr(worker_group, "PROGRESS_S", 0.5)
+    t0 = time.monotonic()
+    with pytest.raises((TimeoutError, WorkerError)):
+        LLM(tiny_untied, tensor_parallel_size=2, control="shm", startup_timeout_s=3, **OPTS)
+    assert time.monotonic() - t0 < 15
+    err = capfd.readouterr().err
+    assert "for rank(s) 1 to reach start-up stage" in err and "never connected: rank(s) 1" in err
+    assert not stopped[0].is_alive()
