@@ -6,8 +6,18 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import (EXIT, HOST, NETWORK, SPAWN, ControlContext, ControlPlane, ControlPlaneError, ControlStats, PeerGone,
-                   WorkerEndpoint)
+from .base import (
+    EXIT,
+    HOST,
+    NETWORK,
+    SPAWN,
+    ControlContext,
+    ControlPlane,
+    ControlPlaneError,
+    ControlStats,
+    PeerGone,
+    WorkerEndpoint,
+)
 
 _NOT_BACKENDS = {"base", "segments", "ring_buffer", "validation"}  # helpers, not planes
 

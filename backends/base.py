@@ -22,12 +22,14 @@ Clocks: ``time.monotonic_ns()`` is one clock for the processes of one host. A wo
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 from abc import ABC, abstractmethod
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 EXIT = "exit"
 POLL_S = 0.05  # how often a blocked wait re-checks liveness (s)
@@ -94,7 +96,7 @@ class ControlStats:
         """(bytes, ns) of the latest sample."""
         return self.nbytes[-1], self.ns[-1]
 
-    def drop_last(self) -> "ControlStats":
+    def drop_last(self) -> ControlStats:
         """Forget the latest sample (the report message that asked for these); returns self."""
         if self.ns:
             self.nbytes.pop()
@@ -171,13 +173,11 @@ class ControlPlane(ABC):
 
     def send_exit(self) -> None:
         """Tell every worker to leave its command loop (best effort: errors are swallowed)."""
-        try:
+        with contextlib.suppress(Exception):
             self.send(EXIT)
-        except Exception:
-            pass
 
     @abstractmethod
-    def endpoint(self, rank: int) -> "WorkerEndpoint":
+    def endpoint(self, rank: int) -> WorkerEndpoint:
         """The picklable receiving end for worker ``rank`` (1 <= rank < world_size)."""
 
     @abstractmethod

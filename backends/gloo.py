@@ -42,7 +42,7 @@ class GlooControlPlane(ControlPlane):
         self._connect_error: BaseException | None = None
         self._connector: threading.Thread | None = None
 
-    def endpoint(self, rank: int) -> "GlooEndpoint":
+    def endpoint(self, rank: int) -> GlooEndpoint:
         port = self.own_store.port if self.own_store is not None else None
         return GlooEndpoint(rank, self.context.host, port, self.world_size)
 

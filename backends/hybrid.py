@@ -68,7 +68,7 @@ class HybridControlPlane(ControlPlane):
                 self.leaders[ranks[0]] = push_socket(self.ctx, hwm)
         self.node_of = node_of
 
-    def endpoint(self, rank: int) -> "HybridEndpoint":
+    def endpoint(self, rank: int) -> HybridEndpoint:
         node = self.node_of[rank]
         ranks = self.groups[node]
         if rank in self.local:

@@ -85,7 +85,7 @@ class IdealControlPlane(_InnerLiveness, ControlPlane):
     def scope_of(cls, options: dict) -> str:
         return _inner_class(options.get("inner", "pipe")).scope_of(options.get("inner_options") or {})
 
-    def endpoint(self, rank: int) -> "IdealEndpoint":
+    def endpoint(self, rank: int) -> IdealEndpoint:
         return IdealEndpoint(rank, self.inner.endpoint(rank))
 
     def workers_started(self) -> None:

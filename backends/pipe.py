@@ -38,7 +38,7 @@ class PipeControlPlane(ControlPlane):
         for w in self.writers:
             os.set_blocking(w.fileno(), False)
 
-    def endpoint(self, rank: int) -> "PipeEndpoint":
+    def endpoint(self, rank: int) -> PipeEndpoint:
         return PipeEndpoint(rank, self.readers[rank - 1])
 
     def workers_started(self) -> None:

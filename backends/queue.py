@@ -26,7 +26,7 @@ class QueueControlPlane(ControlPlane):
         # a Queue holds two locks and a semaphore, named in /dev/shm: listed so a SIGKILLed run's go too
         self.registry = register_semaphores([s for q in self.queues for s in (q._rlock, q._wlock, q._sem) if s])
 
-    def endpoint(self, rank: int) -> "QueueEndpoint":
+    def endpoint(self, rank: int) -> QueueEndpoint:
         return QueueEndpoint(rank, self.queues[rank - 1])
 
     def _send_bytes(self, payload: bytes) -> None:

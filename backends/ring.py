@@ -42,7 +42,7 @@ class RingControlPlane(ControlPlane):
             self.shm = create_segment(nslots * slot_bytes)
             self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_workers, self.poll_args)
 
-    def endpoint(self, rank: int) -> "RingEndpoint":
+    def endpoint(self, rank: int) -> RingEndpoint:
         return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, rank - 1,
                             self.poll_args)
 

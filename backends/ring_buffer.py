@@ -47,8 +47,8 @@ import zlib
 from multiprocessing import shared_memory
 
 from .base import POLL_S, ControlPlaneError
-from .validation import check_int, is_number
 from .segments import MAX_SEGMENT_BYTES
+from .validation import check_int, is_number
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -170,7 +170,7 @@ class RingWriter:
             base = ((seq - 1) % self.nslots) * self.slot_bytes
             previous = seq - self.nslots
             if previous > 0:
-                self.poller.wait(lambda: self._slot_free(base, previous), check, timeout_s,
+                self.poller.wait(lambda base=base, previous=previous: self._slot_free(base, previous), check, timeout_s,
                                  "the readers to free a ring slot")
             n = min(self.capacity, total - offset)
             chunk = view[offset:offset + n]
@@ -211,7 +211,7 @@ class RingReader:
             if got is None:
                 box = [None]
 
-                def ready():
+                def ready(box=box, base=base):  # called within this iteration (bound for the linter)
                     box[0] = self._read_chunk(base)
                     return box[0] is not None
 

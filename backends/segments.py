@@ -15,11 +15,11 @@ next run removes those of a run killed with every process (:func:`remove_stale_s
 
 from __future__ import annotations
 
+import _posixshmem
+import contextlib
 import os
 import secrets
 from multiprocessing import resource_tracker, shared_memory, synchronize, util
-
-import _posixshmem
 
 PREFIX = "tpcp"
 MAX_SEGMENT_BYTES = 1 << 30  # a larger segment buys a plane nothing and could exhaust /dev/shm
@@ -126,14 +126,10 @@ def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
     import _multiprocessing
 
     for sem in semaphores:
-        try:
+        with contextlib.suppress(OSError):
             _multiprocessing.sem_unlink(sem)
-        except OSError:
-            pass
-    try:
+    with contextlib.suppress(OSError):
         _posixshmem.shm_unlink(segment)
-    except OSError:
-        pass
 
 
 def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:

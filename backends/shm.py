@@ -22,9 +22,15 @@ import multiprocessing as mp
 import struct
 
 from .base import ControlPlane, WorkerEndpoint
+from .segments import (
+    MAX_SEGMENT_BYTES,
+    attach_segment,
+    create_segment,
+    register_semaphores,
+    release_segment,
+    unregister_semaphores,
+)
 from .validation import check_int
-from .segments import (MAX_SEGMENT_BYTES, attach_segment, create_segment, register_semaphores, release_segment,
-                       unregister_semaphores)
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -61,7 +67,7 @@ class ShmControlPlane(ControlPlane):
         self.acks = [ctx.Semaphore(1) for _ in range(self.num_workers)]  # 1 = the segment is free
         self.registry = register_semaphores(self.ready + self.acks)  # a SIGKILLed run's are removed by the next
 
-    def endpoint(self, rank: int) -> "ShmEndpoint":
+    def endpoint(self, rank: int) -> ShmEndpoint:
         return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
 
     def _send_bytes(self, payload: bytes) -> None:

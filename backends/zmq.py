@@ -83,7 +83,7 @@ class ZmqControlPlane(ControlPlane):
             self.socks.append(sock)
             self.ports.append(port)
 
-    def endpoint(self, rank: int) -> "ZmqEndpoint":
+    def endpoint(self, rank: int) -> ZmqEndpoint:
         return ZmqEndpoint(rank, self.context.host, self.ports[rank - 1])
 
     def _send_bytes(self, payload: bytes) -> None:

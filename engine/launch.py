@@ -45,7 +45,7 @@ class Launch:
     run_id: str = ""
 
     @classmethod
-    def from_env(cls) -> "Launch | None":
+    def from_env(cls) -> Launch | None:
         """The torchrun launch described by the environment, or None when this process was not started by
         torchrun (or a launcher that sets the same variables)."""
         if not all(os.environ.get(v) for v in TORCHRUN_VARS):

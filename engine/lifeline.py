@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -175,17 +176,13 @@ class LifelineServer:
 
     def close(self) -> None:
         self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self.listener.close()
-        except OSError:
-            pass
         self._thread.join(timeout=1.0)
         with self._lock:
             for conn in self.conns.values():
-                try:
+                with contextlib.suppress(OSError):
                     conn.close()
-                except OSError:
-                    pass
             self.conns = {}
 
 
@@ -205,9 +202,9 @@ class Lifeline:
             try:
                 self.sock = socket.create_connection((host, port), timeout=5)
                 break
-            except OSError:
+            except OSError as e:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"rank {rank}: rank 0 ({host}:{port}) unreachable for {timeout_s:.0f} s")
+                    raise TimeoutError(f"rank {rank}: rank 0 ({host}:{port}) unreachable for {timeout_s:.0f} s") from e
                 time.sleep(0.05)
         self.sock.settimeout(None)
         _keepalive(self.sock)
@@ -256,14 +253,10 @@ class Lifeline:
         normal end (exit code ``code``), not a death."""
         self._closing = True
         if code is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.send("bye", code)
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
 
 
@@ -287,8 +280,6 @@ def _die(on_death) -> None:
     """End this process at once (exit code 1), after ``on_death()`` if given, whatever its other threads
     are blocked in."""
     if on_death is not None:
-        try:
+        with contextlib.suppress(Exception):
             on_death()
-        except Exception:
-            pass
     os._exit(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import time
 
@@ -16,17 +17,16 @@ from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .control_plane import make_control_plane
 from .loader import check_checkpoint
-from .request_checks import validate_requests
 from .model_runner import ModelRunner
 from .profiling import PROFILE, ProfiledRunner, make_profiler, trace_path
+from .request_checks import validate_requests
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
-from .step_records import StepRecord, InFlightStep
+from .step_records import InFlightStep, StepRecord
 from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill, model_worker
 from .worker_group import WorkerGroup
-
 
 log = logging.getLogger("engine")
 
@@ -107,7 +107,7 @@ class LLM:
         self.steps, self._last_done_s = [], None
         self.admit_ns = 0  # time spent admitting arrivals (not waiting for them), ns
 
-    def __enter__(self) -> "LLM":
+    def __enter__(self) -> LLM:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -194,7 +194,7 @@ class LLM:
             raise ConfigError(f"{len(arrival_s)} arrival times for {len(prompt_token_ids)} prompts")
         now = time.perf_counter()
         ids = [self._add(p, sp, now if arrival_s is None else arrival_s[i])
-               for i, (p, sp) in enumerate(zip(prompt_token_ids, sampling_params))]
+               for i, (p, sp) in enumerate(zip(prompt_token_ids, sampling_params, strict=True))]
         self.steps, self._last_done_s = [], None
         done: dict[int, dict] = {}
         bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
@@ -378,10 +378,8 @@ class LLM:
             self.control.timeout_s = min(self.control.timeout_s, 5.0)  # a stalled worker must not hold us
             self.control.send_exit()
         if self.runner is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.runner.exit()
-            except Exception:
-                pass
         if self.profiler is not None:
             self.profiler.close()
         if self.group is not None:

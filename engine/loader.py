@@ -53,7 +53,7 @@ def check_checkpoint(path: str, hf: dict) -> None:
     for file in checkpoint_files(path):
         try:
             with safe_open(file, framework="pt") as f:
-                for name in f.keys():
+                for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
                     if name in where:
                         raise ConfigError(f"checkpoint {path}: tensor {name} is in two files, "
                                           f"{os.path.basename(where[name])} and {os.path.basename(file)}")
@@ -100,7 +100,7 @@ def load_weights(model: nn.Module, path: str) -> None:
     loaded: set[str] = set()
     for file in checkpoint_files(path):
         with safe_open(file, framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
                 target, shard_id = name, None
                 for part, (fused, sid) in packed.items():
                     if f".{part}." in name:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 import numpy as np
 import torch

@@ -20,7 +20,7 @@ def validate_requests(cfg: EngineConfig, num_kvcache_blocks: int, prompts: list[
     if len(params) != len(prompts):
         raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
     vocab = cfg.hf_config["vocab_size"]
-    for i, (p, sp) in enumerate(zip(prompts, params)):
+    for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
         if not isinstance(p, (list, tuple)) and not (hasattr(p, "ndim") and p.ndim == 1):
             raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
         if len(p) == 0:

@@ -105,7 +105,7 @@ class Scheduler:
         Returns the sequences that finished. A row of a sequence that already finished at EOS in an
         earlier step (it was scheduled once more before that was known) is dropped."""
         finished = []
-        for seq, pos, token_id in zip(seqs, positions, token_ids):
+        for seq, pos, token_id in zip(seqs, positions, token_ids, strict=True):
             if seq.status == SequenceStatus.FINISHED:
                 continue
             seq.token_ids[pos] = token_id

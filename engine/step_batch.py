@@ -45,7 +45,7 @@ class StepBatch:
         return len(self.num_tokens)
 
     @classmethod
-    def from_sequences(cls, seqs, is_prefill: bool, seed: int = 0) -> "StepBatch":
+    def from_sequences(cls, seqs, is_prefill: bool, seed: int = 0) -> StepBatch:
         """The step over ``seqs`` (``Sequence`` objects): in prefill each one's tokens past its cached
         prefix, in decode its last token; ``seed`` keys the sampling noise of rows with temperature > 0."""
         B = len(seqs)
@@ -73,7 +73,7 @@ class StepBatch:
         return np.concatenate(parts + [self.token_ids, self.num_blocks, self.block_ids]).astype("<i4").tobytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "StepBatch":
+    def from_bytes(cls, data: bytes) -> StepBatch:
         """Inverse of :meth:`to_bytes` (views into ``data``, no copy).
 
         Raises:

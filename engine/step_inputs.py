@@ -47,7 +47,7 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
     if device.type == "cuda" and np.array_equal(q_lens, k_lens):
         # No cached prefix on CUDA: causal attention over each sequence's own q/k/v (varlen flash, no padding,
         # no gather, no mask); spans are each sequence's [start, end) in the flat token dimension.
-        spans = list(zip((ends - q_lens).tolist(), ends.tolist()))
+        spans = list(zip((ends - q_lens).tolist(), ends.tolist(), strict=True))
         cu_seqlens = np.concatenate([[0], ends])
     else:
         # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0

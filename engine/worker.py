@@ -4,6 +4,7 @@ rank 0's commands until exit; ``workload=broadcast`` brings its own."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import pickle
@@ -107,10 +108,8 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     except BaseException:
         code = 1
         if lifeline is not None:
-            try:
+            with contextlib.suppress(OSError):
                 lifeline.send("error", traceback.format_exc())
-            except OSError:
-                pass
         else:
             traceback.print_exc()
     finally:

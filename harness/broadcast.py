@@ -18,8 +18,8 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from engine import DataPlaneError
-from engine.errors import ConfigError
 from engine.control_plane import make_control_plane
+from engine.errors import ConfigError
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch

@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     path = os.path.join(CONF_DIR, "model", f"{args.model}.yaml")
-    preset = yaml.safe_load(open(path)).get("preset") if os.path.isfile(path) else None
+    preset = None
+    if os.path.isfile(path):
+        with open(path) as f:
+            preset = yaml.safe_load(f).get("preset")
     if not preset:
         ap.error(f"{args.model!r} is not a preset in conf/model/")
     print(materialize(args.model, preset, seed=args.seed))

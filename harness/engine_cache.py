@@ -12,7 +12,7 @@ fresh one would. Hydra's sweep order varies the last override fastest: name cont
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from engine import LLM
 

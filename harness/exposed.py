@@ -19,8 +19,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .text_tables import (common_overrides, header_lines, key_cell, markdown, num4, section_lines, sections,
-                          widest_fitting)
+from .text_tables import (
+    common_overrides,
+    header_lines,
+    key_cell,
+    markdown,
+    num4,
+    section_lines,
+    sections,
+    widest_fitting,
+)
 
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 

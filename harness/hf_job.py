@@ -10,11 +10,11 @@ from omegaconf import DictConfig
 from engine import ConfigError
 from engine.config import resolve_dtype
 
-from .transformers_baseline import run_hf
 from .job_setup import base_row, failed, model_label, prepare, resolve_device
 from .metrics import energy_per_token
 from .nvml_sampler import NvmlSampler
 from .report import print_summary, show_progress
+from .transformers_baseline import run_hf
 
 
 def run_hf_job(cfg: DictConfig) -> int:

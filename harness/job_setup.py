@@ -14,18 +14,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from backends.validation import is_int
 from engine import ConfigError
-from engine.loader import check_checkpoint
 from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config
 from engine.launch import Launch
+from engine.loader import check_checkpoint
 
 from .checkpoint import cache_dir, materialize
 from .model_checks import check_preset
 from .report import one_line, print_summary
-from .signals import as_interrupt
 from .results_csv import Results
 from .run_files import write_run_json
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
+from .signals import as_interrupt
 from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload, effective_workload, unread_keys
 

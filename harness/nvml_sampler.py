@@ -10,6 +10,7 @@ a CPU machine gets empty cells, never a crash.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -96,10 +97,8 @@ class NvmlSampler:
         for h in self.handles:
             util.append(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
             mem.append(self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
-            try:
+            with contextlib.suppress(Exception):  # a GPU without a power reading
                 power.append(self.nvml.nvmlDeviceGetPowerUsage(h) / 1e3)  # mW -> W
-            except Exception:
-                pass
         self.util.append(util)
         self.mem_mib.append(max(mem))
         if power:
@@ -132,7 +131,7 @@ class NvmlSampler:
             return None
         return sum(e - s for s, e in zip(self.energy_mj, end_mj)) / 1e3  # mJ -> J
 
-    def start(self) -> "NvmlSampler":
+    def start(self) -> NvmlSampler:
         if self.available:
             self.energy_mj = self.read_energy_mj()
             self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
@@ -146,10 +145,8 @@ class NvmlSampler:
             self._thread = None
         if self.available:
             self.energy_j = self._energy_over_run(self.read_energy_mj())
-            try:
+            with contextlib.suppress(Exception):
                 self.nvml.nvmlShutdown()
-            except Exception:
-                pass
             self.handles = []
 
     def summary(self) -> dict:

@@ -10,9 +10,21 @@ import re
 import numpy as np
 import pandas as pd
 
-from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
-                          spread_note,
-                          log_if_spread, plane_colours, plane_order, short_plane, stack)
+from .plot_common import (
+    TP_STYLES,
+    config_labels,
+    draw_rows,
+    header_inches,
+    header_text,
+    label_space,
+    label_text,
+    log_if_spread,
+    plane_colours,
+    plane_order,
+    short_plane,
+    spread_note,
+    stack,
+)
 
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
 KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"

@@ -11,8 +11,17 @@ import textwrap
 import pandas as pd
 
 from .exposed import exposed_cost
-from .plot_common import (config_labels, draw_header, header_inches, header_text, plane_colours,
-                          plane_order, repeats_text, short_plane, stack)
+from .plot_common import (
+    config_labels,
+    draw_header,
+    header_inches,
+    header_text,
+    plane_colours,
+    plane_order,
+    repeats_text,
+    short_plane,
+    stack,
+)
 
 # metric (exposed.EXPOSED_METRICS' label): (marker, x offset from the plane's tick)
 METRICS = {"decode step p50": ("o", -0.18), "TPOT p50": ("s", 0.18)}

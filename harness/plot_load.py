@@ -6,9 +6,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .plot_common import (TP_STYLES, config_labels, draw_rows, header_inches, header_text, label_text, label_space,
-                          spread_note,
-                          log_if_spread, plane_colours, plane_order, stack)
+from .plot_common import (
+    TP_STYLES,
+    config_labels,
+    draw_rows,
+    header_inches,
+    header_text,
+    label_space,
+    label_text,
+    log_if_spread,
+    plane_colours,
+    plane_order,
+    spread_note,
+    stack,
+)
 
 # the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
 # set, else the completed rate

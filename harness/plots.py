@@ -13,8 +13,19 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from .plot_common import (config_labels, draw_header, header_inches, header_text, label_space, label_text,
-                          plane_colours, plane_order, row_label, short_plane, stack)
+from .plot_common import (
+    config_labels,
+    draw_header,
+    header_inches,
+    header_text,
+    label_space,
+    label_text,
+    plane_colours,
+    plane_order,
+    row_label,
+    short_plane,
+    stack,
+)
 from .plot_load import plot_load  # noqa: F401  (harness.plots.plot_load, as before)
 
 # (p50 column, p99 column or None, title)
@@ -119,7 +130,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     below = [t + (0.1 + 0.13 * (k.count("\n") + 1) if k else 0) for t, k in zip(ticks, keys_text)]
     fig, axes = stack(round(width / 3.6), [(len(r[3]), label_space(t), b) for r, t, b in zip(rows, texts, below)],
                       top)
-    for row_axes, (label, bars, _, panels), text, key, tick in zip(axes, rows, texts, keys_text, ticks):
+    for row_axes, (_label, bars, _, panels), text, key, tick in zip(axes, rows, texts, keys_text, ticks):
         for ax, (p50, p99, title) in zip(row_axes, panels):
             draw_bars(ax, bars, p50, p99, colours)
             ax.set_title(title + (" p50, whisker p99" if p99 else ""), fontsize=8)

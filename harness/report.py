@@ -10,7 +10,6 @@ import torch
 from .floor import decode_floor
 from .workloads import Workload
 
-
 MORE = " " * 14  # a line that goes on the one above
 
 

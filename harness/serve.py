@@ -12,7 +12,6 @@ import json
 import time
 
 import numpy as np
-
 from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError
@@ -67,7 +66,7 @@ class RequestLog:
     flushed, so the requests that finished are kept when the run fails. ``path`` None: keeps nothing."""
 
     def __init__(self, path: str | None):
-        self.file = open(path, "w") if path else None
+        self.file = open(path, "w") if path else None  # noqa: SIM115 (open for the run, closed by close())
 
     def write(self, record: dict) -> None:
         if self.file:

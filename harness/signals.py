@@ -11,6 +11,7 @@ into the interruption it is.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import threading
@@ -74,8 +75,6 @@ def exit_interrupted() -> None:
     _HANDLED.set()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(130)

@@ -12,8 +12,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .text_tables import (common_overrides, header_lines, key_cells, markdown, num4, ratio, section_lines,
-                          sections, widest_fitting)
+from .text_tables import (
+    common_overrides,
+    header_lines,
+    key_cells,
+    markdown,
+    num4,
+    ratio,
+    section_lines,
+    sections,
+    widest_fitting,
+)
 
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",

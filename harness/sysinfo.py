@@ -4,6 +4,7 @@ torch threads, load average)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -73,10 +74,8 @@ def driver_version(nvml=None) -> str | None:
     except Exception:
         return None
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def metadata(device: str = "cpu") -> dict:

@@ -21,7 +21,6 @@ from .metrics import summarize
 from .workloads import Workload
 
 
-
 def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, seed: int,
            progress: bool) -> tuple[dict, int]:
     """Returns the metric columns of one timed pass (after a short untimed warm-up) and the number of

@@ -24,7 +24,6 @@ from engine.sequence import Sequence
 from harness.checkpoint import materialize
 from harness.workloads import build_workload
 
-
 # Kind of each kernel, by name (first match wins): cuBLAS / CUTLASS GEMMs, this engine's Triton GEMV and
 # decode-attention kernels, flash-attention (prefill), the all-reduces (symmetric memory or NCCL), the
 # torch.compile'd elementwise kernels (names start "triton_").

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers import TINY
 
 from harness.checkpoint import materialize
-from helpers import TINY
+
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> str:

@@ -9,9 +9,9 @@ import random
 import time
 
 import pytest
+from control_plane_worker import echo_worker, start_echo_workers, stop_echo_workers
 
 from backends import available, get_control_plane
-from control_plane_worker import echo_worker, start_echo_workers, stop_echo_workers
 
 SEGMENT = 1 << 16  # small segments for shm-like backends, so the chunking paths run
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
+from helpers import hf_greedy, prompts_of_lengths
 
 from backends import available
 from engine import LLM, SamplingParams
-from helpers import hf_greedy, prompts_of_lengths
 
 MAX_NEW = 24
 
@@ -106,6 +105,7 @@ def test_every_control_plane_gives_identical_greedy_tokens(control, tiny_untied)
 @pytest.fixture(scope="module")
 def tiny_four_kv_heads(model_cache) -> str:
     from helpers import TINY
+
     from harness.checkpoint import materialize
 
     return materialize("tiny-kv4", {**TINY, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16},

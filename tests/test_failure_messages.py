@@ -13,11 +13,11 @@ import sys
 import time
 
 import pytest
+from helpers import ROOT, children, exited, harness, orphaned_workers, wait_until
 from omegaconf import OmegaConf
 
 from harness.job_setup import warn_shared_cores
 from harness.results_csv import Results
-from helpers import ROOT, children, exited, harness, orphaned_workers, wait_until
 
 COLUMNS = ["schema_version", "time_utc", "run_id", "status", "x", "note"]
 

@@ -11,10 +11,10 @@ import time
 
 import pandas as pd
 import pytest
+from helpers import ROOT, children, exited, harness, wait_until
 
 from backends import available
 from engine import LLM, ConfigError, SamplingParams, WorkerError
-from helpers import ROOT, children, exited, harness, wait_until
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -221,8 +221,9 @@ def test_two_runs_at_once_both_succeed(tmp_path, model_cache):
 @pytest.fixture(scope="module")
 def tiny_tp3(model_cache) -> str:
     """The tiny model with heads, MLP and vocabulary divisible by 3 (and 2)."""
-    from harness.checkpoint import materialize
     from helpers import TINY
+
+    from harness.checkpoint import materialize
 
     return materialize("tiny-tp3", {**TINY, "num_attention_heads": 6, "num_key_value_heads": 3,
                                     "intermediate_size": 192, "vocab_size": 1032}, seed=4, root=model_cache)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import hf_greedy, prompts_of_lengths
 
 from backends import available
 from engine import LLM, SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
-from helpers import hf_greedy, prompts_of_lengths
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -176,6 +176,7 @@ def tiny_realistic(model_cache) -> str:
     """Ordinary initial weights (std 0.02, as real checkpoints are trained from): bf16 is judged on the
     activations it meets in practice, not on the huge ones of the correctness fixtures."""
     from helpers import TINY
+
     from harness.checkpoint import materialize
 
     return materialize("tiny-realistic", {**TINY, "initializer_range": 0.02, "head_dim": 128}, seed=5, root=model_cache)
@@ -206,6 +207,7 @@ multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs seve
 @pytest.fixture(scope="module")
 def tiny_kv8(model_cache) -> str:
     from helpers import TINY
+
     from harness.checkpoint import materialize
 
     return materialize("tiny-kv8", {**TINY, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 16},

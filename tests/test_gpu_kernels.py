@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import hf_greedy, prompts_of_lengths
 
 from engine import LLM, SamplingParams
-from helpers import hf_greedy, prompts_of_lengths
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}

@@ -12,9 +12,9 @@ import time
 
 import pandas as pd
 import pytest
+from helpers import ROOT, harness, orphaned_workers  # noqa: F401
 
 from harness.schema import COLUMNS
-from helpers import ROOT, harness, orphaned_workers  # noqa: F401
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from control_plane_worker import start_echo_workers, stop_echo_workers
+from helpers import prompts_of_lengths
 
 from backends.ideal import IdealControlPlane, ScheduleMismatch
-from control_plane_worker import start_echo_workers, stop_echo_workers
 from engine import LLM, SamplingParams
 from harness.metrics import control_metrics
-from helpers import prompts_of_lengths
 
 
 def messages(start: int, count: int) -> list[tuple]:

@@ -58,6 +58,7 @@ def node_log(tmp_path, k: int) -> str:
 @pytest.fixture(scope="module")
 def tiny_kv4(model_cache) -> str:
     from helpers import TINY
+
     from harness.checkpoint import materialize
 
     return materialize("tiny-kv4", {**TINY, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16},

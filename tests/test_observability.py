@@ -14,6 +14,7 @@ import pandas as pd
 import pynvml
 import pytest
 import torch
+from helpers import harness
 
 from engine import LLM, ConfigError, EngineConfig, SamplingParams
 from engine.model_runner import ModelRunner
@@ -23,7 +24,6 @@ from harness.metrics import energy_per_token
 from harness.nvml_sampler import NvmlSampler
 from harness.overrides import check_overrides
 from harness.report import gpu_lines, print_summary, trace_lines
-from helpers import harness
 
 
 class EnergyNvml:

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from helpers import ROOT, harness
 
 from harness.nvml_sampler import NvmlSampler, match_handles
-from helpers import ROOT, harness
 
 
 class FakeNvml:

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import ROOT, children, harness, hf_greedy, orphaned_workers, prompts_of_lengths, vllm_metrics, wait_until
 
 from engine import LLM, ConfigError, SamplingParams
-from helpers import ROOT, children, harness, hf_greedy, orphaned_workers, prompts_of_lengths, vllm_metrics, wait_until
 
 pytestmark = pytest.mark.slow
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import vllm_metrics
 
 from engine.arrivals import Arrivals
 from engine.sampling_params import SamplingParams
@@ -15,7 +16,6 @@ from engine.sequence import Sequence
 from harness.metrics import serve_metrics
 from harness.serve import serve_columns, serve_pass
 from harness.workloads import arrival_offsets, build_workload, check_workload
-from helpers import vllm_metrics
 
 SERVE = dict(name="serve", kind="serve", num_prompts=8, min_input_len=4, max_input_len=16, min_output_len=2,
              max_output_len=8, max_token_id=100, temperature=0.0, ignore_eos=True, request_rate=4.0, burstiness=1.0,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers import harness
 
 from engine.step_records import StepRecord
 from harness.step_log import main, step_log_path, summarize, write_step_log
-from helpers import harness
 
 
 def test_the_summary_splits_the_launch_lag_into_its_three_parts(tmp_path, capsys):

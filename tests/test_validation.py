@@ -7,10 +7,10 @@ import dataclasses
 import os
 
 import pytest
+from helpers import ROOT, children
 from omegaconf import OmegaConf
 
 from engine import LLM, ConfigError, EngineConfig, SamplingParams
-from helpers import ROOT, children
 
 OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batched_tokens=1024)
 

@@ -11,8 +11,8 @@ import os
 import random
 import sys
 
-from engine.launch import Launch
 from engine.control_plane import make_control_plane
+from engine.launch import Launch
 from engine.worker import serve
 from engine.worker_group import WorkerGroup
 

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ..layers.attention import Attention
-from ..layers.fusion import ElementwiseOps
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from ..layers.fusion import ElementwiseOps
 from ..layers.gemm import norm_linear
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.norm import RMSNorm
