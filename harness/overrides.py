@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 from omegaconf import OmegaConf
 
@@ -73,16 +74,26 @@ def _check_workload_value(key: str, typed, workloads: list[str], given: dict) ->
     return None
 
 
+class GrammarError(ValueError):
+    """An override Hydra's grammar does not parse; the message is Hydra's first line."""
+
+
 def parse(arg: str):
-    """``arg`` as Hydra parses it (a ``hydra.core.override_parser.types.Override``), or None on a grammar
-    error (Hydra reports those itself)."""
+    """``arg`` as Hydra parses it (a ``hydra.core.override_parser.types.Override``).
+
+    Raises:
+        GrammarError: Hydra's grammar does not parse it (Hydra itself would print four lines and exit 1).
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
         return OverridesParser.create().parse_overrides([arg])[0]
-    except HydraException:
-        return None
+    except HydraException as e:
+        lines = [ln for ln in str(e).strip().splitlines() if not ln.startswith(("Error parsing", "See https"))]
+        first = re.sub(r" expecting \{.*\}", "", lines[0]) if lines else type(e).__name__  # not the token list
+        raise GrammarError(f"cannot parse {arg!r}: {first} (the grammar: https://hydra.cc/docs/1.2/advanced/"
+                           f"override_grammar/basic)") from None
 
 
 def typed_values(override) -> list | None:
@@ -188,6 +199,11 @@ def check_overrides(argv: list[str]) -> str | None:
     ``control.options`` key the selected plane does not take, a bad value of tp, repeat, seed, device,
     engine, a ``workload.*`` or ``llm.*`` key (every value of a sweep), an empty path, a sweep value without
     ``-m``, a ``+key`` for a key that exists (Hydra's ``+`` adds; setting needs no prefix)."""
+    for arg in argv:  # grammar first: every later step parses
+        try:
+            parse(arg) if "=" in arg and not arg.startswith("-") else None
+        except GrammarError as e:
+            return str(e)
     sweep = "-m" in argv or "--multirun" in argv
     flag = next((i for i, a in enumerate(argv) if a in ("-m", "--multirun")), None)
     if flag is not None and any(not a.startswith("-") for a in argv[:flag]):  # Hydra's argparse: 8 lines

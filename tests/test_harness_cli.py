@@ -111,6 +111,9 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["profile=foo"], "profile must be one of none, torch, got 'foo'"),
     (["profile=torch", "profile_steps=40-20"], "profile_steps=40-20: the first step is after the last"),
     (["-m", "profile_steps=1-3,abc"], "profile_steps must be FIRST-LAST or N"),  # before the first job runs
+    # issue 29: a grammar error exited 1 after Hydra's four lines
+    (["tp=[1"], "cannot parse 'tp=[1': no viable alternative at input '[1'"),
+    (["-m", "workload.request_rate=2,,4"], "cannot parse 'workload.request_rate=2,,4': extraneous input ','"),
 ])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
