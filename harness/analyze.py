@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import os
 import sys
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,12 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     Returns the keys."""
     keys = group_keys(df, group)
     serve = is_serve(df)
-    parts = [(rows, kind) for rows, kind in ((df[~serve], "summary"), (df[serve], "serve")) if not rows.empty]
+    bcast = ~serve & (df.workload == "broadcast")
+    parts = [(rows, kind) for rows, kind in ((df[~serve & ~bcast], "summary"), (df[bcast], "summary"),
+                                             (df[serve], "serve")) if not rows.empty]
+    note = busy_note(df)
+    if note and fmt != "csv":
+        print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
     frames = []
     for rows, kind in parts:  # each kind keyed by the columns that differ among its own rows
         k = keys if len(parts) == 1 else group_keys(rows, group)
@@ -75,7 +81,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             if not exposed.empty:
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
             continue
-        if fmt != "csv" and kind == "serve" and len(parts) > 1:
+        if fmt != "csv" and (rows is not parts[0][0]):
             print()
         same = same_words(rows)
         if same and fmt != "csv":
@@ -92,6 +98,19 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
         table = table[["table"] + [c for c in table.columns if c != "table"]]
         print(table.to_csv(index=False, float_format="%.7g"), end="")
     return keys
+
+
+def busy_note(df: pd.DataFrame) -> str | None:
+    """A line when rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
+    if "load_avg_1m" not in df or "cpu_cores" not in df:
+        return None
+    load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
+    busy = load > cores
+    if not busy.any():
+        return None
+    return (f"note: {int(busy.sum())} of {len(df)} rows ran on a busy machine (1-min load average up to "
+            f"{load[busy].max():.1f} on {int(cores[busy].min())} cores): their timings are noisy, and step and "
+            f"TPOT verdicts may disagree; measure again on a quiet machine")
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:

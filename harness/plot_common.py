@@ -12,7 +12,8 @@ import pandas as pd
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 TP_STYLES = ["-", "--", ":", "-."]
-SAME = ("model", "device", "dtype", "workload", "tp")  # named in the header (and above the tables) when one value holds
+# named in the header (and above the tables) when one value holds
+SAME = ("model", "device", "dtype", "workload", "tp", "payload")
 
 
 def plane_colours(planes) -> dict[str, str]:
