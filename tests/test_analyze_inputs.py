@@ -160,3 +160,14 @@ def test_one_plane_alone_gets_no_ratios(tmp_path, capsys):
     assert main([write(sweep_rows(planes=("shm",)), tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
     assert "1.00x" not in out and "ratios to" not in out and "(no ratios" not in out
+
+
+def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
+    """The second walkthrough: step +62% 'costs' beside TPOT -18% 'within noise' at a load average of 7 on
+    2 cores, and nothing said why."""
+    rows = [{**r, "cpu_cores": 2, "load_avg_1m": 7.0 if i % 2 else 1.0} for i, r in enumerate(sweep_rows())]
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine (1-min load average up to 7.0 on 2" in out
+    quiet = [{**r, "load_avg_1m": 1.0} for r in rows]
+    assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy" not in capsys.readouterr().out
