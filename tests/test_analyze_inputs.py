@@ -170,4 +170,4 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine (1-min load average up to 7.0 on 2" in out
     quiet = [{**r, "load_avg_1m": 1.0} for r in rows]
-    assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy" not in capsys.readouterr().out
+    assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy machine" not in capsys.readouterr().out
