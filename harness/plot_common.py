@@ -165,7 +165,7 @@ def stack(ncols: int, rows: list[tuple[int, float, float]], top: float, col_w: f
     the axes of each row). Only the panels asked for exist: none is left empty."""
     import matplotlib.pyplot as plt
 
-    width, left, right = ncols * col_w, 0.62, 0.18
+    width, left, right = ncols * col_w, 0.8, 0.18  # left: 6-digit tick labels and the axis label
     height = top + sum(above + panel_h + below for _, above, below in rows) + 0.1
     fig = plt.figure(figsize=(width, height))
     axes, y = [], height - top
