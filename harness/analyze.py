@@ -256,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare(args)
         if not args.files:
             p.error("give at least one CSV file or directory, or --compare OLD NEW")
+        given = [o for o, v in (("--threshold", args.threshold != "10%"), ("--allow-missing", args.allow_missing),
+                                ("--metrics", args.metrics)) if v]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise InputError(f"{', '.join(given)} {verb} only to --compare OLD NEW")
         if args.plot:
             check_plot_path(args.plot)
         df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))

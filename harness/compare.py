@@ -106,4 +106,11 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
           f"repeats' ranges; {len(problems)} missing or failed")
     if not common:
         print("the gate fails: no configuration has ok rows in both files, so nothing was compared")
+    elif worse:
+        print(f"the gate fails: {worse} regression(s)")
+    elif problems and not allow_missing:
+        print(f"the gate fails: {len(problems)} configuration(s) missing or failed on a side, listed above "
+              f"(--allow-missing lists them without failing)")
+    else:
+        print("the gate passes")
     return 1 if worse or not common or (problems and not allow_missing) else 0

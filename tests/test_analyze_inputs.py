@@ -171,3 +171,18 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine (1-min load average up to 7.0 on 2" in out
     quiet = [{**r, "load_avg_1m": 1.0} for r in rows]
     assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy machine" not in capsys.readouterr().out
+
+
+def test_options_of_the_gate_without_the_gate_are_refused(tmp_path, capsys):
+    assert main([write(sweep_rows(), tmp_path / "runs.csv"), "--metrics", "tpot"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --metrics applies only to --compare OLD NEW"
+
+
+def test_the_gate_says_why_it_fails_or_passes(tmp_path, capsys):
+    old = write(sweep_rows(), tmp_path / "old.csv")
+    new = write(sweep_rows(planes=PLANES[:-1]), tmp_path / "new.csv")  # hybrid's configurations missing
+    assert main(["--compare", old, new]) == 1
+    assert "the gate fails: 2 configuration(s) missing or failed on a side, listed above (--allow-missing" in \
+        capsys.readouterr().out
+    assert main(["--compare", old, new, "--allow-missing"]) == 0
+    assert capsys.readouterr().out.strip().endswith("the gate passes")
