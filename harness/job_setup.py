@@ -66,6 +66,14 @@ def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
     return name, h.hexdigest()[:12]
 
 
+def user_path(path: str) -> str:
+    """``path`` (``~`` expanded) made absolute against the directory the user ran from, whatever
+    ``hydra.job.chdir`` did to the working directory (Hydra's ``to_absolute_path``)."""
+    from hydra.utils import to_absolute_path
+
+    return to_absolute_path(os.path.expanduser(path))
+
+
 def model_path(cfg: DictConfig) -> str:
     """``model.path`` when set, else the preset materialised with transformers (cached).
 
@@ -76,7 +84,7 @@ def model_path(cfg: DictConfig) -> str:
             so ``engine=hf`` refuses a damaged checkpoint as ``engine=tp`` does, before running).
     """
     if cfg.model.get("path"):
-        path = os.path.abspath(os.path.expanduser(cfg.model.path))
+        path = user_path(cfg.model.path)
         check_checkpoint(path, read_hf_config(path))
         return path
     preset = OmegaConf.to_container(cfg.model.preset)
@@ -152,7 +160,7 @@ def check_results_dir(cfg: DictConfig) -> Results:
     Raises:
         ConfigError: the directory cannot be created or written (a file in its place says so).
     """
-    directory = os.path.abspath(cfg.results_dir)
+    directory = user_path(cfg.results_dir)
     blocking = _file_in_the_way(directory)
     if blocking == directory:
         raise ConfigError(f"results_dir={cfg.results_dir} is a file, not a directory")

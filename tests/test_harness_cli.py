@@ -405,3 +405,12 @@ def test_a_sweep_asking_more_gpus_than_visible_is_refused_before_its_first_job(m
     assert check_gpu_count(["cpu"], [1, 2]) is None and check_gpu_count(["cuda"], [1]) is None
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # under torchrun each host checks its own ranks
     assert check_gpu_count(["cuda"], [2]) is None
+
+
+def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache):
+    """With hydra.job.chdir=true a relative results_dir landed inside Hydra's output directory (issue 29)."""
+    env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
+    res = subprocess.run([sys.executable, "-m", "harness", "workload=smoke", "results_dir=rel", "progress=false",
+                          "hydra.job.chdir=true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "rel" / "runs.csv").is_file() and f"row appended to {tmp_path / 'rel' / 'runs.csv'}" in res.stdout
