@@ -413,4 +413,5 @@ def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cac
     res = subprocess.run([sys.executable, "-m", "harness", "workload=smoke", "results_dir=rel", "progress=false",
                           "hydra.job.chdir=true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert (tmp_path / "rel" / "runs.csv").is_file() and f"row appended to {tmp_path / 'rel' / 'runs.csv'}" in res.stdout
+    csv = tmp_path / "rel" / "runs.csv"
+    assert csv.is_file() and f"row appended to {csv}" in res.stdout
