@@ -30,7 +30,20 @@ REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start 
 
 RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
 NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has no `if __name__ == "__main__":` '
-                 "guard, so the spawned worker re-ran it (see the README's Python API)")
+                 "guard, so the spawned worker re-ran it (see docs/USAGE.md, the Python API)")
+
+
+@dataclass(frozen=True)
+class WorkerBoot:
+    """What a spawned worker needs to join: its rank and the world size, the store's and rank 0's lifeline
+    ports on loopback, and the timeouts (s)."""
+
+    rank: int
+    world_size: int
+    store_port: int
+    lifeline_port: int
+    startup_timeout_s: float
+    timeout_s: float
 
 
 def leave_if_rerunning_main() -> None:
@@ -152,7 +165,6 @@ class _Refused(Exception):
 def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, timeout_s: float) -> int:
     """A rank other than 0 started by torchrun: join the run that rank 0 of the same launch starts, run
     ``body`` and return the exit code (``worker_entry``)."""
-    from .worker_group import WorkerBoot
 
     boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s, timeout_s)
     return worker_entry(boot, None, body, body_args, launch)

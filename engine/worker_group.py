@@ -21,14 +21,13 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 from backends import ControlContext, ControlPlane
 from backends.segments import remove_stale_segments
 
 from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
 from .lifeline import STALL_S, LifelineServer
-from .worker import NO_MAIN_GUARD, RERAN_MAIN, leave_if_rerunning_main
+from .worker import NO_MAIN_GUARD, RERAN_MAIN, WorkerBoot, leave_if_rerunning_main
 
 PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
 
@@ -40,19 +39,6 @@ class WorkerError(RuntimeError):
     def __init__(self, rank: int, detail: str):
         super().__init__(f"tensor-parallel worker rank {rank} failed: {detail}")
         self.rank = rank
-
-
-@dataclass(frozen=True)
-class WorkerBoot:
-    """What a spawned worker needs to join: its rank and the world size, the store's and rank 0's lifeline
-    ports on loopback, and the timeouts (s)."""
-
-    rank: int
-    world_size: int
-    store_port: int
-    lifeline_port: int
-    startup_timeout_s: float
-    timeout_s: float
 
 
 class WorkerGroup:

@@ -89,7 +89,7 @@ if __name__ == "__main__":
         if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
             try:
                 from .analyze import print_sweep_summary
-                from .app import SWEEP_ROWS
+                from .report import SWEEP_ROWS
 
                 print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
                 for line in FAILED_JOBS:

@@ -20,14 +20,12 @@ from .engine_cache import release as release_engine
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .overrides import cli_message
-from .report import print_floor, print_summary, show_progress, trace_lines
+from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .run_files import requests_path, trace_prefix
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
 from .workloads import Workload
-
-SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
 
 
 def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list, float, float]:

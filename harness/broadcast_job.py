@@ -9,10 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from engine import ConfigError
 from engine.launch import Launch
 
-from .app import SWEEP_ROWS
 from .broadcast import BroadcastGroup, run_broadcast
 from .job_setup import base_row, check_results_dir, control_options, failed
-from .report import one_line, print_broadcast, show_progress
+from .report import SWEEP_ROWS, one_line, print_broadcast, show_progress
 from .signals import as_interrupt
 from .workloads import check_workload
 

@@ -30,6 +30,9 @@ def header(row: dict) -> str:
     return f"[{row['status']}] " + ", ".join(str(w) for w in what if w) + (f" ({', '.join(extra)})" if extra else "")
 
 
+SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep summary reads them)
+
+
 def control_lines(row: dict) -> list[str]:
     """The control plane's messages, one-way latency and the workers' launch lag, in words."""
     f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
