@@ -16,16 +16,17 @@ from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .control_plane import make_control_plane
+from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
-from .profiling import PROFILE, ProfiledRunner, make_profiler, trace_path
+from .profiling import ProfiledRunner, make_profiler
 from .request_checks import validate_requests
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord
-from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill, model_worker
+from .worker import model_worker
 from .worker_group import WorkerGroup
 
 log = logging.getLogger("engine")
@@ -35,7 +36,7 @@ class DataPlaneError(RuntimeError):
     """A data-plane collective failed or timed out on rank 0 while every worker was still alive."""
 
 
-class LLM:
+class LLM(LLMTools):
     """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in spawned workers.
 
     ``LLM(model_path, tensor_parallel_size=1, control="shm", device="auto", dtype="auto", **options)``;
@@ -142,16 +143,6 @@ class LLM:
                                      f"may be stalled): {first}") from e
             raise
 
-    def inject_fault(self, rank: int, message: str) -> None:
-        """A fault drill (needs ``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at
-        once; the next step then reports the worker's failure (``WorkerError`` with its traceback).
-
-        Raises:
-            RuntimeError: on rank 0 when ``rank`` is 0, or when fault injection is off.
-        """
-        self.control.send(FAULT_DRILL, rank, message)
-        fault_drill(self.config, 0, rank, message)
-
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                     arrival_s: float | None = None) -> int:
         """Queue one request; it is admitted at the first step boundary at or after ``arrival_s``
@@ -223,13 +214,6 @@ class LLM:
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
                  "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in self._step()]
-
-    def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
-        """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
-        (``self.arrivals.log``: requests admitted per launched step, and whether while idle;
-        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What
-        ``control=ideal`` holds fixed under arrivals, so that its timed pass schedules the recorded steps."""
-        self.arrivals.plan = log
 
     def _admit(self) -> None:
         t0 = time.perf_counter_ns()
@@ -323,49 +307,6 @@ class LLM:
                 if now > deadline:
                     raise TimeoutError(f"a step's tokens did not arrive within timeout_s={self.config.timeout_s}")
         return step.tokens.tolist()
-
-    def start_profile(self, prefix: str) -> None:
-        """(``profile=torch``) Profile the coming pass on every rank: its steps are counted from 0 and the
-        ``profile_steps`` window goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the
-        pass, outside a replay of ``control=ideal`` and before the statistics are reset (its message is one
-        of theirs). Nothing when ``profile`` is none."""
-        if self.profiler is None:
-            return
-        self.control.send(PROFILE, "arm", prefix)
-        self.profiler.arm(prefix)
-
-    def finish_profile(self) -> list[str]:
-        """(``profile=torch``) End the profiled pass on every rank and wait until each has written its trace
-        (a round trip that also starts the control-plane statistics afresh: collect them first). Returns the
-        trace files, rank 0's first ([] when the pass ended before the window's first step, or ``profile``
-        is none); a worker's file is on its own node.
-
-        Raises:
-            WorkerError / TimeoutError: a worker failed or did not answer.
-        """
-        if self.profiler is None:
-            return []
-        prefix = self.profiler.prefix
-        self.control.send(PROFILE, "finish")
-        written = self.profiler.finish()
-        self.collect_control_stats()  # every worker has finished its trace before it reports
-        if written is None:
-            return []
-        return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
-
-    def collect_control_stats(self) -> dict:
-        """Control-plane samples since the last collection, then start afresh on every rank:
-        ``{"send": {"nbytes": [...], "ns": [...]}, "recv": {rank: {"nbytes": [...], "ns": [...]}}}`` with
-        rank 0's send cost (serialise + write) and each worker's one-way latency per message (ns). The
-        collection message itself is in neither.
-
-        Raises:
-            WorkerError / TimeoutError: a worker failed or did not answer.
-        """
-        send = self.control.take_send_stats()
-        self.control.send(REPORT_CONTROL_STATS)
-        self.control.take_send_stats()  # the report message
-        return {"send": send.as_dict(), "recv": self.group.collect_stats()}
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop the workers (exit message; those still alive after ``grace_s`` seconds are terminated, then

@@ -64,17 +64,17 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     (``LLM.replay_admissions``). ``step_log``: a file for the per-step timings (``harness/step_log.py``);
     ``requests``: the per-request JSONL; ``trace``: with ``profile=torch``, the prefix of the timed pass's
     trace per rank (``LLM.start_profile``; armed after the recording pass, so only the timed pass counts)."""
-    replay, plan = hasattr(llm.control, "start_replay"), None
+    replay, plan = llm.replays, None
     if replay:
-        llm.control.start_recording()
+        llm.start_recording()
         measured_pass(llm, work, progress=False)
-        plan = list(llm.arrivals.log) if work.arrivals is not None else None
-        llm.control.stop_recording()
+        admissions = llm.stop_recording()
+        plan = admissions if work.arrivals is not None else None
     if trace:
         llm.start_profile(trace)
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
-        llm.control.start_replay()
+        llm.start_replay()
     log = RequestLog(requests)
     sampler.start()
     try:
@@ -83,7 +83,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
         sampler.stop()
         log.close()
     if replay:
-        llm.control.finish_replay()
+        llm.finish_replay()
     row.update(metrics.step_metrics(steps))
     stats = llm.collect_control_stats()
     traces = llm.finish_profile() if trace else []
@@ -102,7 +102,7 @@ def dead_worker(llm: LLM) -> WorkerError | None:
     """The failure of a worker that died or failed (``WorkerGroup.check``, waiting up to 1 s for its
     lifeline to close or its traceback to arrive), or None when every worker is alive and well."""
     try:
-        llm.group.check(wait_s=1.0)
+        llm.check_workers(wait_s=1.0)
     except WorkerError as e:
         return e
     return None
@@ -150,14 +150,10 @@ def run_engine_job(cfg: DictConfig) -> int:
         launch = Launch.from_env()
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
         llm, reused = get_engine(engine_key(**settings), lambda: LLM(**settings), reuse)
-        llm.config.async_scheduling = async_scheduling
+        llm.set_async_scheduling(async_scheduling)
         if reused:
             print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
-        sync, uncertainty = llm.group.clock_sync()
-        row0.update(dtype=llm.config.dtype, all_reduce=llm.runner.all_reduce, gemm=llm.runner.gemm,
-                    launcher=llm.config.launcher,
-                    nodes=llm.group.context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty,
-                    cpu_threads=llm.runner.cpu_threads)
+        row0.update(llm.describe())
         if work.warmup:
             llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, ignore_eos=True,
                                                                 max_tokens=min(16, work.params[0].max_tokens)))

@@ -1,0 +1,122 @@
+"""What a benchmark needs of the engine beyond ``generate()`` and the request API, mixed into :class:`LLM`:
+the ideal plane's record and replay, control-plane statistics, traces, the workers' health and settings,
+a description of what runs, and fault drills. The harness uses these and nothing inside the engine."""
+
+from __future__ import annotations
+
+from .config import ConfigError
+from .profiling import PROFILE, trace_path
+from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill
+
+
+class LLMTools:
+    """Methods of :class:`LLM` (``engine/llm_engine.py``) for benchmarks; see each."""
+
+    @property
+    def replays(self) -> bool:
+        """Whether the control plane replays a recording (``control=ideal``, ``backends/ideal.py``): then run
+        the workload once between :meth:`start_recording` and :meth:`stop_recording`, and time it again
+        between :meth:`start_replay` and :meth:`finish_replay`."""
+        return hasattr(self.control, "start_replay")
+
+    def start_recording(self) -> None:
+        """(``replays``) Record the coming pass's step messages; they still travel over the inner plane."""
+        self.control.start_recording()
+
+    def stop_recording(self) -> list[tuple[int, bool]]:
+        """(``replays``) Keep the recording for :meth:`start_replay`; returns the pass's admissions (the
+        plan :meth:`replay_admissions` takes, so that a timed pass under arrivals schedules the same steps)."""
+        self.control.stop_recording()
+        return list(self.arrivals.log)
+
+    def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
+        """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
+        (``self.arrivals.log``: requests admitted per launched step, and whether while idle;
+        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What
+        ``control=ideal`` holds fixed under arrivals, so that its timed pass schedules the recorded steps."""
+        self.arrivals.plan = log
+
+    def start_replay(self) -> None:
+        """(``replays``) Ship the recording to the workers (untimed); the coming pass sends nothing."""
+        self.control.start_replay()
+
+    def finish_replay(self) -> None:
+        """(``replays``) End the replay. Raises ``ScheduleMismatch`` when the pass did not reproduce."""
+        self.control.finish_replay()
+
+    def check_workers(self, wait_s: float = 0.0) -> None:
+        """Raise ``WorkerError`` naming the worker that died, failed or stalled (waiting up to ``wait_s``
+        for its traceback); nothing when every worker is alive and well."""
+        self.group.check(wait_s=wait_s)
+
+    def set_async_scheduling(self, on: bool) -> None:
+        """Switch async scheduling for the coming passes (an engine reused between jobs).
+
+        Raises:
+            ConfigError: ``on`` is not a bool.
+        """
+        if not isinstance(on, bool):
+            raise ConfigError(f"async_scheduling must be true or false, got {on!r}")
+        self.config.async_scheduling = on
+
+    def describe(self) -> dict:
+        """What runs: ``dtype``, ``all_reduce``, ``gemm``, ``launcher``, ``nodes``, ``cpu_threads`` and the
+        one-way latencies' clock (``clock_sync``, ``clock_uncertainty_us``)."""
+        sync, uncertainty = self.group.clock_sync()
+        return {"dtype": self.config.dtype, "all_reduce": self.runner.all_reduce, "gemm": self.runner.gemm,
+                "launcher": self.config.launcher, "nodes": self.group.context.num_nodes,
+                "cpu_threads": self.runner.cpu_threads, "clock_sync": sync, "clock_uncertainty_us": uncertainty}
+
+    def inject_fault(self, rank: int, message: str) -> None:
+        """A fault drill (needs ``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at
+        once; the next step then reports the worker's failure (``WorkerError`` with its traceback).
+
+        Raises:
+            RuntimeError: on rank 0 when ``rank`` is 0, or when fault injection is off.
+        """
+        self.control.send(FAULT_DRILL, rank, message)
+        fault_drill(self.config, 0, rank, message)
+
+    def start_profile(self, prefix: str) -> None:
+        """(``profile=torch``) Profile the coming pass on every rank: its steps are counted from 0 and the
+        ``profile_steps`` window goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the
+        pass, outside a replay of ``control=ideal`` and before the statistics are reset (its message is one
+        of theirs). Nothing when ``profile`` is none."""
+        if self.profiler is None:
+            return
+        self.control.send(PROFILE, "arm", prefix)
+        self.profiler.arm(prefix)
+
+    def finish_profile(self) -> list[str]:
+        """(``profile=torch``) End the profiled pass on every rank and wait until each has written its trace
+        (a round trip that also starts the control-plane statistics afresh: collect them first). Returns the
+        trace files, rank 0's first ([] when the pass ended before the window's first step, or ``profile``
+        is none); a worker's file is on its own node.
+
+        Raises:
+            WorkerError / TimeoutError: a worker failed or did not answer.
+        """
+        if self.profiler is None:
+            return []
+        prefix = self.profiler.prefix
+        self.control.send(PROFILE, "finish")
+        written = self.profiler.finish()
+        self.collect_control_stats()  # every worker has finished its trace before it reports
+        if written is None:
+            return []
+        return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
+
+    def collect_control_stats(self) -> dict:
+        """Control-plane samples since the last collection, then start afresh on every rank:
+        ``{"send": {"nbytes": [...], "ns": [...]}, "recv": {rank: {"nbytes": [...], "ns": [...]}}}`` with
+        rank 0's send cost (serialise + write) and each worker's one-way latency per message (ns). The
+        collection message itself is in neither.
+
+        Raises:
+            WorkerError / TimeoutError: a worker failed or did not answer.
+        """
+        send = self.control.take_send_stats()
+        self.control.send(REPORT_CONTROL_STATS)
+        self.control.take_send_stats()  # the report message
+        return {"send": send.as_dict(), "recv": self.group.collect_stats()}
+
