@@ -165,12 +165,12 @@ class EngineConfig:
     @property
     def launch(self):
         """The torchrun ``launch.Launch`` of this process, or None when rank 0 spawns the workers."""
-        from .launch import Launch
+        from runtime.launch import Launch
 
         return Launch.from_env() if self.launcher == "torchrun" else None
 
     def _check_launcher(self) -> None:
-        from .launch import Launch
+        from runtime.launch import Launch
 
         env = Launch.from_env()
         if self.launcher == "auto":

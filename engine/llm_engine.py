@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from backends import ControlPlaneError
+from runtime.worker_group import WorkerGroup
 
 from .arrivals import Arrivals
 from .block_manager import BlockManager
@@ -19,6 +20,7 @@ from .control_plane import make_control_plane
 from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
+from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
 from .request_checks import validate_requests
 from .sampling_params import SamplingParams
@@ -26,8 +28,6 @@ from .scheduler import Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord
-from .worker import model_worker
-from .worker_group import WorkerGroup
 
 log = logging.getLogger("engine")
 

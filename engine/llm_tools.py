@@ -5,8 +5,8 @@ a description of what runs, and fault drills. The harness uses these and nothing
 from __future__ import annotations
 
 from .config import ConfigError
+from .model_worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill
 from .profiling import PROFILE, trace_path
-from .worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill
 
 
 class LLMTools:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError, SamplingParams, WorkerError
-from engine.launch import Launch
+from runtime.launch import Launch
 
 from . import metrics
 from .engine_cache import engine_key, get_engine

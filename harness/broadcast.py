@@ -23,7 +23,7 @@ from engine.errors import ConfigError
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
-from engine.worker_group import WorkerGroup
+from runtime.worker_group import WorkerGroup
 
 from .broadcast_worker import JOINING, STEP, broadcast_worker
 from .metrics import message_metrics
@@ -54,7 +54,7 @@ def payloads(w: dict) -> list[tuple[str, tuple]]:
 class BroadcastGroup:
     """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned here, or started by
     torchrun: ``launch``) and a gloo barrier group, on the engine's worker lifecycle
-    (``engine/worker_group.py``).
+    (``runtime/worker_group.py``).
 
     Raises:
         ConfigError: the plane cannot reach the ranks where they run.

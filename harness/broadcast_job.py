@@ -7,7 +7,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from engine import ConfigError
-from engine.launch import Launch
+from runtime.launch import Launch
 
 from .broadcast import BroadcastGroup, run_broadcast
 from .job_setup import base_row, check_results_dir, control_options, failed

@@ -1,4 +1,4 @@
-"""The worker body of ``workload=broadcast`` (``engine/worker.py`` runs it): receive (the endpoint records
+"""The worker body of ``workload=broadcast`` (``runtime/worker.py`` runs it): receive (the endpoint records
 one-way latency), meet rank 0 in a gloo barrier; on ``(STEP, "report")`` send the samples so far to rank 0
 on the lifeline and start afresh."""
 
@@ -16,7 +16,7 @@ JOINING = "barrier-joining"  # store stage: this worker is about to join the glo
 
 
 def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
-    """``joined``: an ``engine.worker.Joined``; returns the exit code."""
+    """``joined``: an ``runtime.worker.Joined``; returns the exit code."""
     endpoint, lifeline = joined.endpoint, joined.lifeline
     joined.store.set(f"{JOINING}/{joined.rank}", "1")
     dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,

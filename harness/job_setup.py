@@ -16,8 +16,8 @@ from backends.validation import is_int
 from engine import ConfigError
 from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config
-from engine.launch import Launch
 from engine.loader import check_checkpoint
+from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
 from .model_checks import check_preset

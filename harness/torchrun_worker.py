@@ -1,5 +1,5 @@
 """Ranks other than 0 under torchrun: check the configuration exactly as rank 0 does (bad input: one line,
-exit 2, before any collective), then serve the run rank 0 starts (``engine/worker.py``)."""
+exit 2, before any collective), then serve the run rank 0 starts (``runtime/worker.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from omegaconf import DictConfig
 
 from engine import ConfigError, EngineConfig, serve_worker
-from engine.launch import Launch
-from engine.worker import serve
+from runtime.launch import Launch
+from runtime.worker import serve
 
 from .job_setup import engine_settings, prepare, resolve_device
 

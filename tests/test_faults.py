@@ -324,8 +324,8 @@ def test_a_sweep_runs_every_job_and_exits_with_the_worst_code(tmp_path, tiny_unt
 def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
     """workload=broadcast: a worker that dies before joining the barrier group is reported within seconds (a
     break test saw rank 0 wait out gloo's 60 s rendezvous, then name no rank)."""
-    from engine.worker_group import WorkerGroup
     from harness import broadcast
+    from runtime.worker_group import WorkerGroup
 
     class KillingGroup(WorkerGroup):
         def start(self, control, body, body_args=()):
@@ -342,7 +342,7 @@ def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
 @pytest.mark.timeout(120)
 def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_untied, monkeypatch, capfd):
     """Before: nothing printed until startup_timeout_s (600 s by default; 93 s seen before it was killed)."""
-    from engine import worker_group
+    from runtime import worker_group
 
     started = worker_group.start_ignoring_sigint
 

@@ -92,7 +92,7 @@ def test_a_spawned_worker_ignores_sigint_from_its_first_instruction():
     import signal
     import time
 
-    from engine.worker_group import start_ignoring_sigint
+    from runtime.worker_group import start_ignoring_sigint
 
     before = signal.getsignal(signal.SIGINT)
     p = mp.get_context("spawn").Process(target=_sleep_then_exit, args=(1.5,))

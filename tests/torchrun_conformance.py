@@ -12,9 +12,9 @@ import random
 import sys
 
 from engine.control_plane import make_control_plane
-from engine.launch import Launch
-from engine.worker import serve
-from engine.worker_group import WorkerGroup
+from runtime.launch import Launch
+from runtime.worker import serve
+from runtime.worker_group import WorkerGroup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from control_plane_worker import check_messages  # noqa: E402

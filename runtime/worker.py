@@ -1,6 +1,6 @@
 """A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the
-node probe and its control-plane end), then run a body. The engine's body builds a model runner and runs
-rank 0's commands until exit; ``workload=broadcast`` brings its own."""
+node probe and its control-plane end), then run a body. The engine's body (``engine/model_worker.py``)
+builds a model runner and runs rank 0's commands until exit; ``workload=broadcast`` brings its own."""
 
 from __future__ import annotations
 
@@ -11,21 +11,17 @@ import pickle
 import signal
 import sys
 import traceback
-from array import array
 from dataclasses import dataclass
 from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from backends import EXIT, PeerGone, WorkerEndpoint
+from backends import PeerGone, WorkerEndpoint
 from backends.segments import remove_segments_of
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
-from .profiling import ProfiledEndpoint, ProfiledRunner, make_profiler
 
-REPORT_CONTROL_STATS = "report_control_stats"
-FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(message); needs config.fault_injection
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
 RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
@@ -168,69 +164,3 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, time
 
     boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s, timeout_s)
     return worker_entry(boot, None, body, body_args, launch)
-
-
-def fault_drill(config, rank: int, target: int, message: str) -> None:
-    """A drill (tests, chaos runs): rank ``target`` raises ``RuntimeError(message)``, to see what the engine
-    does when a worker fails mid-run. Refused unless the engine was built with ``fault_injection=True``.
-
-    Raises:
-        RuntimeError: on rank ``target``; or on every rank when fault injection is off.
-    """
-    if not config.fault_injection:
-        raise RuntimeError("fault drill refused: the engine was built without fault_injection=True")
-    if rank == target:
-        raise RuntimeError(message)
-
-
-def serve_worker(config) -> int:
-    """Under torchrun, on every rank but 0: serve the engine that rank 0 builds with an equal
-    ``EngineConfig`` (``LLM(...)``) until it shuts down; returns the exit code (0, 1 on a failure reported
-    to rank 0, 2 when rank 0 refused the configuration).
-
-    Raises:
-        ValueError: this process was not started by torchrun, or it is rank 0.
-    """
-    launch = config.launch
-    if launch is None or launch.rank == 0:
-        raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
-    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s, config.timeout_s)
-
-
-def model_worker(joined: Joined, config, local_rank: int | None) -> int:
-    """The engine's worker body: a model runner for the joined rank (on ``cuda:local_rank``), then rank 0's
-    commands until EXIT. ``(REPORT_CONTROL_STATS)`` sends this worker's control-plane samples so far (without
-    that message's own) to rank 0 and starts them afresh, with ``launch_ns``: per ``run`` step, the time from
-    rank 0's send to this rank's ``run()`` returning (ns, rank 0's clock; on CUDA that is when the step's
-    kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays). With
-    ``config.profile`` other than none, the endpoint and the runner are wrapped once, here, so that the
-    loop itself is the same (``profiling.py``: the window, the trace, the NVTX ranges)."""
-    from .model_runner import ModelRunner
-
-    rank, store, endpoint, lifeline = joined.rank, joined.store, joined.endpoint, joined.lifeline
-    runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"), local_rank,
-                         num_nodes=len(set(joined.node_of)))
-    profiler = make_profiler(config, rank)
-    if profiler is not None:
-        endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, end_mark=True)
-    launched = array("q")  # per step: ns from rank 0's send to this rank's run() returning (rank 0's clock)
-    try:
-        while True:
-            method, args = endpoint.recv()
-            if method == EXIT:
-                return 0
-            if method == REPORT_CONTROL_STATS:
-                stats = endpoint.take_recv_stats().drop_last().as_dict()  # without the report itself
-                lifeline.send("stats", {**stats, "launch_ns": launched.tolist()})
-                launched = array("q")
-                continue
-            if method == FAULT_DRILL:
-                fault_drill(config, rank, *args)
-                continue
-            getattr(runner, method)(*args)
-            if method == "run" and (ns := endpoint.ns_since_send()) is not None:
-                launched.append(ns)
-    finally:
-        runner.exit()
-        if profiler is not None:
-            profiler.close()

@@ -1,0 +1,3 @@
+"""The process runtime, between the control planes (``backends/``) and the engine: launching the ranks
+(spawn or torchrun), the lifelines (death, heartbeats, reports, clocks), the worker group rank 0 watches,
+and the worker's entry that joins a run and runs a body. It knows nothing of models."""
