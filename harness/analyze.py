@@ -72,6 +72,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     for rows, kind in parts:  # each kind keyed by the columns that differ among its own rows
         k = keys if len(parts) == 1 else group_keys(rows, group)
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
+        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
+            base = None
         ok = filled[filled.status == "ok"]
         exposed = exposed_cost(ok, k) if not ok.empty else pd.DataFrame()
         metrics = list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS)) if kind == "serve" else \

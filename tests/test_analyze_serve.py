@@ -194,3 +194,11 @@ def test_the_sweeps_summary_reads_the_rows_as_the_harness_holds_them(capsys):
     header = cells(table[0])
     assert header[:5] == ["tp", "control", "rate", "max_concurrency", "n"]
     assert [cells(line)[2:4] for line in table[2:4]] == [["4", "8"], ["4", "-"]]
+
+
+def test_serve_rows_in_markdown_carry_no_ratio_to_ideal(tmp_path, capsys):
+    """Ideal's TTFT and queueing follow its recording's admissions (docs/SERVE.md): a ratio to them meant
+    nothing (the second walkthrough read queue_ms_p99 at 115.65x)."""
+    assert main([write(serve_rows(), tmp_path / "runs.csv"), "--format", "markdown"]) == 0
+    table = table_lines(capsys.readouterr().out, first_header="ttft_ms_p50")
+    assert table and not any(re.search(r"\d\.\d\dx\)", line) for line in table)
