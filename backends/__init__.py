@@ -19,7 +19,7 @@ from .base import (
     WorkerEndpoint,
 )
 
-_NOT_BACKENDS = {"base", "segments", "ring_buffer", "validation"}  # helpers, not planes
+_NOT_BACKENDS = {"base", "segments", "ring_buffer"}  # helpers, not planes
 
 
 def available() -> list[str]:

@@ -17,10 +17,11 @@ from datetime import timedelta
 
 import zmq
 
+from common import check_int
+
 from .base import NETWORK, ControlPlane, WorkerEndpoint
 from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
 from .segments import attach_segment, create_segment, release_segment
-from .validation import check_int
 from .zmq import push_socket, recv_one, send_all
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)

@@ -46,9 +46,10 @@ import time
 import zlib
 from multiprocessing import shared_memory
 
+from common import check_int, is_number
+
 from .base import POLL_S, ControlPlaneError
 from .segments import MAX_SEGMENT_BYTES
-from .validation import check_int, is_number
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import struct
 
+from common import check_int
+
 from .base import ControlPlane, WorkerEndpoint
 from .segments import (
     MAX_SEGMENT_BYTES,
@@ -30,7 +32,6 @@ from .segments import (
     release_segment,
     unregister_semaphores,
 )
-from .validation import check_int
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64

@@ -15,8 +15,9 @@ import time
 
 import zmq
 
+from common import check_int
+
 from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
-from .validation import check_int
 
 
 def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:

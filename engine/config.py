@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields
 import torch
 
 from backends import available as available_control_planes
-from backends.validation import is_int, is_number
+from common import is_int, is_number
 
 from .errors import ConfigError
 from .hf_config import read_hf_config, split_problem

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from backends.validation import is_int, is_number
+from common import is_int, is_number
 
 from .errors import ConfigError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from backends.validation import is_int
+from common import is_int
 
 from .config import ConfigError, EngineConfig
 from .sampling_params import SamplingParams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.validation import is_int, is_number
+from common import is_int, is_number
 
 
 @dataclass

@@ -12,7 +12,7 @@ import tempfile
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from backends.validation import is_int
+from common import is_int
 from engine import ConfigError
 from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config

@@ -8,7 +8,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from backends.validation import is_int, is_number
+from common import is_int, is_number
 
 PRESET_DTYPES = ("float32", "bfloat16")  # what ``checkpoint.materialize`` draws weights in
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.validation import is_int, is_number
+from common import is_int, is_number
 from engine import SamplingParams
 
 

@@ -1,5 +1,6 @@
-"""Type checks shared by every layer (here, in the lowest one, so nothing imports upward): an integer that is
-not a bool (``True`` is an ``int`` in Python, and ``tp=true`` must not mean 1), a finite number."""
+"""Value checks every layer shares (backends, runtime, engine, harness), in a package of their own below all of
+them, so that nothing imports upward: an integer that is not a bool (``True`` is an ``int`` in Python, and
+``tp=true`` must not mean 1), a finite number."""
 
 from __future__ import annotations
 
