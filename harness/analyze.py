@@ -87,7 +87,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print()
         same = same_words(rows)
         if same and fmt != "csv":
-            print("every row: " + ", ".join(same))
+            whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
+            print(f"{whose}: " + ", ".join(same))
         if kind == "serve" and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
         elif fmt == "text" and is_broadcast_only(rows) and "payload" in k:
@@ -110,9 +111,10 @@ def busy_note(df: pd.DataFrame) -> str | None:
     busy = load > cores
     if not busy.any():
         return None
+    verdicts = ", and step and TPOT verdicts may disagree" if (df.workload != "broadcast").any() else ""
     return (f"note: {int(busy.sum())} of {len(df)} rows ran on a busy machine (1-min load average up to "
-            f"{load[busy].max():.1f} on {int(cores[busy].min())} cores): their timings are noisy, and step and "
-            f"TPOT verdicts may disagree; measure again on a quiet machine")
+            f"{load[busy].max():.1f} on {int(cores[busy].min())} cores): their timings are noisy{verdicts}; "
+            f"measure again on a quiet machine")
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:

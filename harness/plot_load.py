@@ -51,6 +51,8 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
         faint = control == "ideal" and metric.startswith("ttft")
         for completed, part in pts.groupby("completed"):
+            if completed and metric == "req_s":  # rate inf sits at its completed rate: on y = x by construction
+                continue
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
                         linestyle="none" if completed else style, marker="D" if completed else "o",

@@ -356,6 +356,7 @@ def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_pa
     assert main([str(mixed), "--plot", str(tmp_path / "mixed.png"), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "workload.num_seqs=8" in out and "workload=broadcast, payload=raw-256B" in out  # a table of its own
+    assert "every row of this table (8 of 24): model=" in out  # not a claim about all 24 rows
     assert "1 [1-1]" in out and not re.search(r"\[1-[1-9]\d", out)  # latency's 1.0 tok/s stays apart from smoke's
     assert main(["--compare", str(mixed), str(mixed)]) == 0  # empty payload / overrides cells are keys too
 
