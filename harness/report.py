@@ -38,7 +38,7 @@ def control_lines(row: dict) -> list[str]:
     f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
     if row.get("control") == "ideal":
         lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
-                 f"on average); rank 0 spends {f('ctrl_send_us_p50')} us checking one against the recording (p50)",
+                 f"on average); rank 0 checks one in {f('ctrl_send_us_p50')} us (p50)",
                  f"{MORE}ideal: each worker takes the next recorded message from its memory: no one-way latency"]
     else:
         lines = [f"  control     {row['ctrl_calls']} messages, {f('ctrl_bytes_mean', '.0f')} B on average; rank 0 "
@@ -84,8 +84,9 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
               f"{f('req_s', '.2f')} req/s: {row['output_tokens']} tokens in {f('duration_s', '.2f')} s")
         if row.get("request_rate") is not None:
             good = (f"{f('goodput_req_s', '.2f')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
-            print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent, "
-                  f"{f('req_s', '.2f')} completed; goodput: {good}")
+            print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent "
+                  f"(first to last send), {f('req_s', '.2f')} completed (over the whole run)")
+            print(f"{MORE}goodput: {good}")
             if row.get("control") == "ideal":
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")
             print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
