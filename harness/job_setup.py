@@ -4,6 +4,7 @@ the configuration columns of a row, and the failed row of a run that did not fin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -14,7 +15,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
 from engine import ConfigError
-from engine.config import resolve_device  # noqa: F401 (re-exported)
+from engine.config import (
+    EngineConfig,
+    resolve_device,  # noqa: F401 (re-exported)
+)
 from engine.hf_config import read_hf_config
 from engine.loader import check_checkpoint
 from runtime.launch import Launch
@@ -236,6 +240,18 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 
 
+# EngineConfig's defaults, what an llm.* key deleted with ~ falls back to
+ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.default is not dataclasses.MISSING}
+
+
+def deleted_llm_keys(options: dict) -> list[str]:
+    """The ``llm`` keys of conf/config.yaml that this job's configuration lacks (deleted with ``~``)."""
+    from .overrides import CONF_DIR
+
+    listed = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml")).llm
+    return [k for k in listed if k not in options and k in ENGINE_DEFAULTS]
+
+
 def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool]:
     """The engine's keyword arguments (``engine.EngineConfig``) for this job, without ``async_scheduling``,
     which comes second (the engine reads it at every step, so a kept engine can change it).
@@ -244,7 +260,10 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
         ConfigError: ``llm.async_scheduling`` is not a bool.
     """
     options = OmegaConf.to_container(cfg.llm)
-    async_scheduling = options.pop("async_scheduling")
+    for key in deleted_llm_keys(options):
+        print(f"note: llm.{key} was deleted (~): the engine's default, {ENGINE_DEFAULTS[key]!r}, applies",
+              file=sys.stderr)
+    async_scheduling = options.pop("async_scheduling", ENGINE_DEFAULTS["async_scheduling"])
     if not isinstance(async_scheduling, bool):
         raise ConfigError(f"llm.async_scheduling must be true or false, got {async_scheduling!r}")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,

@@ -415,3 +415,11 @@ def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cac
     assert res.returncode == 0, res.stderr[-2000:]
     csv = tmp_path / "rel" / "runs.csv"
     assert csv.is_file() and f"row appended to {csv}" in res.stdout
+
+
+def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_path, model_cache):
+    res = harness("~llm.max_num_seqs", "~llm.async_scheduling", "workload=smoke", f"results_dir={tmp_path}",
+                  "progress=false", cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "note: llm.max_num_seqs was deleted (~): the engine's default, 512, applies" in res.stderr
+    assert "note: llm.async_scheduling was deleted (~): the engine's default, True, applies" in res.stderr
