@@ -121,7 +121,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     colours = plane_colours(planes)
     width = 3.6 * max([len(r[3]) for r in rows] + [1])
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]
-    note = "bars: median of the repeats' p50; whiskers: median of their p99 (not a spread)"
+    note = "bars: median of the repeats' p50 (tok/s: of their value); whiskers: median of their p99 (not a spread)"
     header, top = header_inches(width, header_text(df, shared, note), [handles])
     texts = [label_text(label, [len(b[2]) for b in bars], width) for label, bars, _, _ in rows]
     keys_text = ["\n".join(textwrap.fill(line, int(width * 16), subsequent_indent="     ") for line in key)
