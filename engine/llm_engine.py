@@ -17,6 +17,7 @@ from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .control_plane import make_control_plane
+from .errors import DataPlaneError
 from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
@@ -30,10 +31,6 @@ from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord
 
 log = logging.getLogger("engine")
-
-
-class DataPlaneError(RuntimeError):
-    """A data-plane collective failed or timed out on rank 0 while every worker was still alive."""
 
 
 class LLM(LLMTools):
@@ -197,18 +194,16 @@ class LLM(LLMTools):
         return [done[i] for i in ids]
 
     def step(self) -> list[dict]:
-        """One engine iteration: admit the requests that have arrived (while nothing runs, first wait for
-        the next arrival, sending nothing), schedule and launch a step, then finish the step launched
-        before it (async scheduling) or this one. Returns the requests that finished, as dicts:
-        ``request_id``, ``token_ids`` (generated ids), ``finish_reason`` ("stop": an EOS id; "length":
-        max_tokens or max_model_len), ``arrival_s``, ``first_scheduled_s`` and ``token_times_s``
-        (time.perf_counter() of arrival, of its first scheduled step and of each token, s) and
-        ``num_preemptions``.
+        """One engine iteration: admit the requests that have arrived (while nothing runs, first wait for the
+        next arrival, sending nothing), schedule and launch a step, then finish the one launched before it
+        (async scheduling) or this one. Returns the finished requests as dicts: ``request_id``, ``token_ids``
+        (generated ids), ``finish_reason`` ("stop": an EOS id; "length": max_tokens or max_model_len),
+        ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter() s of arrival, of its first
+        scheduled step, of each token) and ``num_preemptions``.
 
         Raises:
             RuntimeError: nothing can be scheduled while nothing is in flight (a scheduler bug).
-            DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: a step's tokens did not arrive
-                within ``timeout_s``.
+            DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: no tokens within ``timeout_s``.
         """
         self._admit()
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
@@ -250,11 +245,11 @@ class LLM(LLMTools):
         step, self._in_flight = self._in_flight, None
         if step is None:
             return []
-        if self.profiler is None:
-            token_ids = self._wait_tokens(step)
+        if self.profiler is None:  # profile=none: this test is all profiling costs a step
+            token_ids = step.wait_tokens(self.config.timeout_s, self.group.check)
         else:
             with self.profiler.range("step end"):
-                token_ids = self._wait_tokens(step)
+                token_ids = step.wait_tokens(self.config.timeout_s, self.group.check)
         now = time.perf_counter()
         finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
         since = self._last_done_s if self._last_done_s is not None else step.launch_s
@@ -277,36 +272,12 @@ class LLM(LLMTools):
         self.arrivals.on_launch()
         tokens = self.call("run", batch.to_bytes())
         launch_ns = self.control.ns_since_send()
-        if tokens.is_cuda:
-            host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            host.copy_(tokens, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
-        else:
-            host, done = tokens, None
+        host, done = InFlightStep.copy_to_host(tokens)
         positions = self.scheduler.on_launch(seqs)
         message_bytes, send_ns = self.control.send_stats.last()
         return InFlightStep(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes,
                             launch_ns)
 
-    def _wait_tokens(self, step: InFlightStep) -> list[int]:
-        """The step's sampled tokens, once the device has produced them (polled, so that a dead worker
-        or a hung collective is reported instead of waited on forever). Each poll releases the GIL
-        (``time.sleep(0)``): a tight ``query()`` loop would hold it for the whole step and starve the
-        threads a control plane may run on rank 0 (a multiprocessing Queue's feeder thread writes every
-        message), which would add up to the interpreter's switch interval (5 ms) to their latency."""
-        if step.done is not None:
-            deadline = time.monotonic() + self.config.timeout_s
-            next_check = time.monotonic() + 0.05
-            while not step.done.query():
-                time.sleep(0)
-                now = time.monotonic()
-                if now > next_check:
-                    self.group.check()
-                    next_check = now + 0.05
-                if now > deadline:
-                    raise TimeoutError(f"a step's tokens did not arrive within timeout_s={self.config.timeout_s}")
-        return step.tokens.tolist()
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop the workers (exit message; those still alive after ``grace_s`` seconds are terminated, then

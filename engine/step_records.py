@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +26,40 @@ class InFlightStep:
     send_ns: int
     message_bytes: int
     launch_ns: int | None = None
+
+    @staticmethod
+    def copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """Start copying a step's sampled ``tokens`` to pinned host memory (CUDA); returns (host tensor, the
+        event that marks the copy done; None on CPU, where the tokens are already there)."""
+        if not tokens.is_cuda:
+            return tokens, None
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    def wait_tokens(self, timeout_s: float, check: Callable[[], None]) -> list[int]:
+        """The step's sampled tokens, once the device has produced them, polled so that a dead worker or a hung
+        collective is reported (``check`` every 50 ms) instead of waited on forever. Each poll releases the GIL
+        (``time.sleep(0)``): a tight ``query()`` loop would hold it for the whole step and starve the threads a
+        control plane may run on rank 0 (a multiprocessing Queue's feeder thread writes every message).
+
+        Raises:
+            TimeoutError: the tokens did not arrive within ``timeout_s``.
+        """
+        if self.done is not None:
+            deadline = time.monotonic() + timeout_s
+            next_check = time.monotonic() + 0.05
+            while not self.done.query():
+                time.sleep(0)
+                now = time.monotonic()
+                if now > next_check:
+                    check()
+                    next_check = now + 0.05
+                if now > deadline:
+                    raise TimeoutError(f"a step's tokens did not arrive within timeout_s={timeout_s}")
+        return self.tokens.tolist()
 
 
 @dataclass
