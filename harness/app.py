@@ -132,6 +132,29 @@ def run_job(cfg: DictConfig) -> int:
     return run_engine_job(cfg)
 
 
+def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
+    """One timed run (``timed_run``) of a job: its row appended to ``results`` and printed, with the files it
+    wrote beside (run file, per-request file, traces, step log)."""
+    sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
+    run_id = uuid.uuid4().hex[:12]
+    directory = os.path.dirname(results.path)
+    steps = step_log_path(directory, run_id) if cfg.step_log else None
+    requests = requests_path(directory, run_id) if cfg.save_requests and work.arrivals is not None else None
+    trace = trace_prefix(directory, run_id) if cfg.get("profile", "none") != "none" else None
+    metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
+    row = {**row0, "run_id": run_id, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
+    written = results.add(row)
+    files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
+    if requests:
+        files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
+    if trace:
+        files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
+    print_summary(row, written, steps, files)
+    SWEEP_ROWS.append(row)
+    if gpus:
+        print_floor(row, work, llm)
+
+
 def run_engine_job(cfg: DictConfig) -> int:
     """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up.
 
@@ -159,27 +182,7 @@ def run_engine_job(cfg: DictConfig) -> int:
                                                                 max_tokens=min(16, work.params[0].max_tokens)))
         gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
         for repeat in range(cfg.repeat):
-            sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
-            run_id = uuid.uuid4().hex[:12]
-            directory = os.path.dirname(results.path)
-            steps = step_log_path(directory, run_id) if cfg.step_log else None
-            requests = requests_path(directory, run_id) if cfg.save_requests and work.arrivals is not None else None
-            trace = trace_prefix(directory, run_id) if cfg.get("profile", "none") != "none" else None
-            metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests,
-                                            trace)
-            row = {**row0, "run_id": run_id, "repeat": repeat, "status": "ok", **metrics_row,
-                   "gpu_name": sampler.gpu_name}
-            written = results.add(row)
-            files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"
-                     ] if results.run_file else []
-            if requests:
-                files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
-            if trace:
-                files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
-            print_summary(row, written, steps, files)
-            SWEEP_ROWS.append(row)
-            if device == "cuda":
-                print_floor(row, work, llm)
+            run_repeat(cfg, llm, work, results, {**row0, "repeat": repeat}, gpus)
         ok = True
         return 1 if results.problem else 0
     except BaseException as e:
