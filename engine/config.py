@@ -61,6 +61,8 @@ class EngineConfig:
         gemm: the linear layers' matmul on CUDA: "auto" (a Triton GEMV at batch 1 where Triton imports,
             cuBLAS otherwise; ``layers/gemm.py``), "triton" (the same, fail without Triton) or "cublas"
             (cuBLAS always); CPU runs use torch whatever this says.
+        pdl: launch the Triton decode kernels with programmatic dependent launch where the GPU has it
+            (compute capability >= 9.0): each starts while the one before finishes (``layers/pdl.py``).
         timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
         startup_timeout_s: longest wait for the workers to start and load their shards (s).
         seed: seed of rank 0's sampling generator.
@@ -92,6 +94,7 @@ class EngineConfig:
     async_scheduling: bool = True
     all_reduce: str = "auto"
     gemm: str = "auto"
+    pdl: bool = True
     timeout_s: float = 60.0
     startup_timeout_s: float = 600.0
     seed: int = 0

@@ -19,6 +19,7 @@ from .layers.all_reduce import make_all_reduce
 from .layers.embed_head import ParallelLMHead
 from .layers.gemm import set_gemm
 from .layers.parallel import set_all_reduce
+from .layers.pdl import set_pdl
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .step_batch import StepBatch
@@ -43,7 +44,8 @@ class ModelRunner:
     Attributes:
         num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
         all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
-        gemm: the linear layers' matmul: "triton" (a GEMV at batch 1), "cublas" or "torch" (CPU).
+        gemm: the linear layers' matmul: "triton" (a GEMV at batch 1), "cublas" or "torch" (CPU); "+pdl" when
+            the Triton decode kernels are launched with programmatic dependent launch (``layers/pdl.py``).
         cpu_threads: torch threads of this rank on CPU (None on CUDA).
         sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
     """
@@ -71,7 +73,9 @@ class ModelRunner:
         set_all_reduce(impl)
         self.all_reduce = impl.name if impl is not None else "none"
         self.gemm = set_gemm(config.gemm, self.device)
-        if rank == 0 and self.gemm == "triton":
+        if set_pdl(config.pdl, self.device):
+            self.gemm += "+pdl"
+        if rank == 0 and self.gemm.startswith("triton"):
             log.info("linear layers: a Triton GEMV at batch 1, cuBLAS above")
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(config.torch_dtype)

@@ -3,6 +3,7 @@
 # with `rm -rf .base && mkdir .base && git archive <commit> | tar -x -C .base && echo <commit> > .base/.commit`,
 # carried as .base) and then on this tree, rows tagged base / new in $OUT/$CSV (default ab.csv); then the
 # medians of the two side by side. Workload presets missing from BASE are copied into it from this tree.
+# VARIANT="TAG OVERRIDE..." runs this tree once more with those overrides, rows tagged TAG.
 #   MODELS=qwen3-0.6b WORKLOADS=latency,latency-b8,latency-4k,bench REPEAT=3 bash scripts/ab_one_gpu.sh
 set -uo pipefail
 source scripts/device_env.sh
@@ -20,6 +21,7 @@ for model in ${MODELS//,/ }; do
   timeout -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
   run .base base $model "$@"
   run . new $model "$@"
+  if [ -n "${VARIANT:-}" ]; then read -r vtag vargs <<< "$VARIANT"; run . "$vtag" $model "$@" $vargs; fi
 done
 python3 - "$OUT" "${CSV%.csv}" <<'PY'
 import glob, sys

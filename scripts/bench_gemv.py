@@ -1,13 +1,15 @@
 """The decode GEMMs at batch 1: cuBLAS (``F.linear``) against the Triton GEMV (``engine/layers/gemv.py``).
 
-    python scripts/bench_gemv.py [--sweep] [--out table.md]
+    python scripts/bench_gemv.py [--sweep] [--tp 1,2] [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
 holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness/floor.py``).
 Timing: CALLS (32) calls captured in one CUDA graph, cycling over copies of the weight (up to 256 MB of
 copies; every shape reads >= 64 MB per replay, more than the 50 MB L2 holds, as a model's step reads more
-than it), 10 replays after warm-up, CUDA events. ``--sweep`` also times a grid of tile sizes per shape and
-prints the best. The GEMV's result with its default tiles is checked against float64 first.
+than it), 10 replays after warm-up, CUDA events. Each GEMV variant is timed with and without programmatic
+dependent launch (``engine/layers/pdl.py``: the next call's weight loads overlap this one's end).
+``--sweep`` also times a grid of tiles and warps per shape, with PDL, and prints the best. The GEMV's result
+with its default tiles is checked against float64 first, with and without PDL.
 (``results/h200x2/skinny_gemm_call8.md``: a first version, batch 8 and a 3-D tile; ``gemv_call9.md``: the sweep
 that chose the tiles.)
 """
@@ -21,13 +23,16 @@ import sys
 
 import torch
 import torch.nn.functional as F
+import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gpu_only import require_cuda  # noqa: E402
 
 if __name__ == "__main__":
     require_cuda()
-from engine.layers.gemv import gemv  # noqa: E402
+from engine.layers import pdl  # noqa: E402
+from engine.layers.gemv import BLOCK_K, PDL_MAX_BLOCK_K, gemv  # noqa: E402
+from engine.layers.pdl import set_pdl  # noqa: E402
 from harness.floor import H200_COPY_BANDWIDTH  # noqa: E402
 
 HBM_BYTES_S = H200_COPY_BANDWIDTH  # bytes/s, the harness's floor: a copy's bandwidth, not the 4.8 TB/s spec
@@ -69,38 +74,50 @@ def time_us(fn_i, copies: int) -> float:
     return start.elapsed_time(end) * 1e3 / (REPLAYS * CALLS)
 
 
-SWEEP = list(itertools.product((4, 8, 16), (512, 1024, 2048)))  # (block_n, block_k)
+SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048, 4096), (2, 4, 8)))  # (block_n, block_k, num_warps)
+
+
+def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
+    """(name, us per call) of cuBLAS and the GEMV with block_k 512 (call 9's) and the whole row up to 2048
+    (PDL's default), each without and with PDL (``engine/layers/pdl.py``); with ``sweep`` the best of SWEEP
+    with PDL."""
+    copies, row = len(ws), min(triton.next_power_of_2(x.shape[1]), PDL_MAX_BLOCK_K)
+    out = [("cuBLAS", time_us(lambda i: F.linear(x, ws[i]), copies))]
+    for on, bk in itertools.product((False, True), (BLOCK_K, row)):
+        pdl.ENABLED = on
+        out.append((f"bk{bk} {'PDL' if on else 'plain'}", time_us(lambda i: gemv(x, ws[i], block_k=bk), copies)))
+    if sweep:
+        t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk, num_warps=nw), copies),
+                      (bn, bk, nw)) for bn, bk, nw in SWEEP if bk <= max(512, 2 * ws[0].shape[1]))
+        out.append((f"best PDL {cfg}", t))
+    pdl.ENABLED = False
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="also the best of a tile grid, with PDL")
+    ap.add_argument("--tp", default="1,2", help="tensor-parallel sizes whose shards to time (default 1,2)")
     ap.add_argument("--out")
     args = ap.parse_args()
     dev = torch.device("cuda")
-    lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.version.__version__}; bf16, batch 1; us per call; "
-             f"floor = weight bytes / {HBM_BYTES_S / 1e12:.1f} TB/s; llm.gemm=auto runs the GEMV for all", "",
-             "| model | tp | layer | N x K | floor us | cuBLAS us | GEMV us | GEMV/cuBLAS "
-             "| best swept (block_n, block_k) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    assert set_pdl(True, dev), "PDL needs compute capability >= 9.0 and a Triton with launch_pdl"
+    lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.version.__version__}; bf16, batch 1; us per call "
+             f"(% of {HBM_BYTES_S / 1e12:.1f} TB/s); floor = weight bytes / that bandwidth", ""]
     print("\n".join(lines), flush=True)
-    for model, tp in itertools.product(MODELS, (1, 2)):
+    for model, tp in itertools.product(MODELS, (int(t) for t in args.tp.split(","))):
         for layer, (n, k) in shapes(model, tp).items():
             copies = max(2, min(64, (256 << 20) // (n * k * 2)))
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
             x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
             ref = x.double() @ ws[0].double().T
-            err = (gemv(x, ws[0]).double() - ref).abs().max().item()
-            assert err <= 0.01 * ref.abs().max().item(), f"{model} {layer}: error {err}"
-            cub = time_us(lambda i: F.linear(x, ws[i]), copies)
-            tri = time_us(lambda i: gemv(x, ws[i]), copies)
-            best = ""
-            if args.sweep:
-                t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk), copies), (bn, bk))
-                             for bn, bk in SWEEP)
-                best = f"{t:.2f} {cfg}"
-            line = (f"| {model} | {tp} | {layer} | {n} x {k} | {n * k * 2 / HBM_BYTES_S * 1e6:.2f} | {cub:.2f} | "
-                    f"{tri:.2f} | {tri / cub:.2f} | {best} |")
+            for on in (False, True):
+                pdl.ENABLED = on
+                err = (gemv(x, ws[0]).double() - ref).abs().max().item()
+                assert err <= 0.01 * ref.abs().max().item(), f"{model} {layer} pdl={on}: error {err}"
+            floor = n * k * 2 / HBM_BYTES_S * 1e6
+            cells = "; ".join(f"{name} {t:.2f} ({floor / t:.0%})" for name, t in variants(x, ws, args.sweep))
+            line = f"{model} tp={tp} {layer} {n}x{k} floor {floor:.2f} us: {cells}"
             lines.append(line)
             print(line, flush=True)
             ws.clear()  # free this shape's copies before the next

@@ -19,35 +19,49 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+
 # Tiles from the call-9 sweep (block_n in 4, 8, 16 x block_k in 512, 1024, 2048, every layer of both models
 # at tp=1 and 2): block_k 512 was best for 18 of 20 shapes (2048 for the other two, by <= 3%); block_n 4,
-# except 8 for the widest weights (the LM heads and 8B's gate_up at tp=1, N >= 24576).
+# except 8 for the widest weights (the LM heads and 8B's gate_up at tp=1, N >= 24576). With PDL a program
+# loads its first block_k columns before waiting for the kernel before: the whole row where K allows.
 BLOCK_K = 512
+PDL_MAX_BLOCK_K = 2048
 WIDE_N = 16384  # above it, 8 rows per program
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # loaded as float32; float64 would lose precision
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
     w_ptrs = w_ptr + cols[:, None].to(tl.int64) * stride_wn + ks[None, :]
+    w = tl.load(w_ptrs, mask=col_ok[:, None] & (ks < K)[None, :], other=0.0)  # before the wait: see pdl.py
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        k_ok = (k0 + ks) < K
-        w = tl.load(w_ptrs, mask=col_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-        x = tl.load(x_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-        acc += tl.sum(w * x[None, :], axis=1)
+        x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
+        acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w_ptrs += BLOCK_K
+        w = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
     tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
+def tiles(n: int, k: int) -> tuple[int, int]:
+    """The default (block_n, block_k) of an ``[n, k]`` weight (see above)."""
+    return (8 if n > WIDE_N else 4), (min(triton.next_power_of_2(k), PDL_MAX_BLOCK_K) if pdl.ENABLED else BLOCK_K)
+
+
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int = BLOCK_K) -> torch.Tensor:
+         block_n: int | None = None, block_k: int | None = None, num_warps: int = 4) -> torch.Tensor:
     """x ``[1, K]`` (unit stride along K), weight ``[N, K]`` (unit stride along K) -> ``x @ weight.T``
     ``[1, N]`` in x's dtype, written into ``out`` when given (``[1, N]``, unit stride along N).
-    ``block_n`` / ``block_k``: tile sizes (benchmarks); ``block_n`` defaults to 4, 8 above ``WIDE_N`` rows.
+    ``block_n`` / ``block_k`` / ``num_warps``: tiles and warps per program (benchmarks; default
+    ``tiles``). Launched with PDL when ``pdl.ENABLED``.
 
     Raises:
         ValueError: x is not one row, the shapes, dtypes (float16, bfloat16 or float32, all one) or devices do
@@ -70,9 +84,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
                          f"{x.dtype} with unit stride")
     elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
         raise ValueError("gemv: out shares x's storage (other programs still read x)")
-    block_n = block_n or (8 if n > WIDE_N else 4)
+    default_n, default_k = tiles(n, k)
+    block_n, block_k = block_n or default_n, block_k or default_k
     if any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in (block_n, block_k)):
         raise ValueError(f"gemv: block_n={block_n!r}, block_k={block_k!r}: each must be a power of two")
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
-                                             BLOCK_K=block_k, num_warps=4)
+                                             BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
+                                             num_warps=num_warps)
     return out

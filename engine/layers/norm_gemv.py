@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import BLOCK_K, WIDE_N
+from . import pdl
+from .gemv import tiles
 
 
 @triton.jit
@@ -36,12 +37,21 @@ def _row(h_ptr, res_ptr, k0, ks, K, HAS_RES: tl.constexpr):
 
 @triton.jit
 def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K, eps, stride_wn,
-                      HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                      HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      PDL: tl.constexpr):
     pid = tl.program_id(0)
     ks = tl.arange(0, BLOCK_K)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     w_ptrs = w_ptr + rows[:, None].to(tl.int64) * stride_wn + ks[None, :]
+    mask = row_ok[:, None] & (ks < K)[None, :]
+    w = tl.load(w_ptrs, mask=mask, other=0.0)  # the weights' first slice before the wait: see pdl.py
+    up = w
+    if SWIGLU:
+        up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     squares = tl.zeros((BLOCK_K,), tl.float32)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     acc_up = tl.zeros((BLOCK_N,), tl.float32)
@@ -52,12 +62,14 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         x = x.to(tl.float32)
         squares += x * x
         xw = x * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
-        mask = row_ok[:, None] & k_ok[None, :]
-        acc += tl.sum(tl.load(w_ptrs, mask=mask, other=0.0).to(tl.float32) * xw[None, :], axis=1)
+        acc += tl.sum(w.to(tl.float32) * xw[None, :], axis=1)
         if SWIGLU:
-            up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0).to(tl.float32)
-            acc_up += tl.sum(up * xw[None, :], axis=1)
+            acc_up += tl.sum(up.to(tl.float32) * xw[None, :], axis=1)
         w_ptrs += BLOCK_K
+        mask = row_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :]
+        w = tl.load(w_ptrs, mask=mask, other=0.0)
+        if SWIGLU:
+            up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
     out_ty = y_ptr.dtype.element_ty
     acc = acc * rstd
@@ -69,18 +81,21 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
 
 
 def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-              weight: torch.Tensor, swiglu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
+              num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]``, weight ``[N, K]`` (``[2 * I, K]``
     gate then up with ``swiglu``), all one dtype, unit stride along K -> (``rms_norm(h + residual) @
     weight.T`` ``[1, N]``, or ``silu(gate) * up`` ``[1, I]`` with ``swiglu``; the new residual ``h +
-    residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``fused.py``)."""
+    residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``gemm.py``).
+    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s. Launched with PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
     res_out = torch.empty_like(h) if residual is not None else h
-    block_n = 8 if n > WIDE_N else 4
+    default_n, default_k = tiles(n, k)
+    block_n, block_k = block_n or default_n, block_k or default_k
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight, weight, y, n_out, k, eps,
-        weight.stride(0), HAS_RES=residual is not None, SWIGLU=swiglu, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
-        num_warps=4)
+        weight.stride(0), HAS_RES=residual is not None, SWIGLU=swiglu, BLOCK_N=block_n, BLOCK_K=block_k,
+        PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps)
     return y, res_out

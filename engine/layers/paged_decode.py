@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+
 _SMS: dict = {}  # device -> its SM count
 
 
@@ -65,7 +67,10 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                         QK_NORM: tl.constexpr):
+                         QK_NORM: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # nothing to load before the wait: every input may come from the kernel before (pdl.py)
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -142,7 +147,10 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
 
 @triton.jit
 def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_SPLITS: tl.constexpr,
-                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0)
     head = tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
@@ -168,6 +176,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     included) -> ``[B, Hq, D]``; k_new / v_new are written into the caches at their slots.
     ``num_splits``: programs per (sequence, KV head) (``num_splits_for``); ``qk_norm``: (q_weight ``[D]``,
     k_weight ``[D]``, eps, cos ``[B, D]``, sin ``[B, D]``) to normalise and rotate q and k_new first.
+    Launched with PDL when ``pdl.ENABLED``.
     ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
     tuning (scripts/bench_decode_kernel.py; 64 / 2 / 2 measured fastest on the H200 at the 8B shapes with
     ~1,000 programs, results/h200/session6/; 32 and 64 tie where programs are many).
@@ -188,8 +197,9 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
-        num_warps=num_warps, num_stages=num_stages)
+        PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
-                                      SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, num_warps=4)
+                                      SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, PDL=pdl.ENABLED,
+                                      launch_pdl=pdl.ENABLED, num_warps=4)
     return out
