@@ -23,7 +23,6 @@ import sys
 
 import torch
 import torch.nn.functional as F
-import triton
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gpu_only import require_cuda  # noqa: E402
@@ -31,7 +30,7 @@ from gpu_only import require_cuda  # noqa: E402
 if __name__ == "__main__":
     require_cuda()
 from engine.layers import pdl  # noqa: E402
-from engine.layers.gemv import BLOCK_K, PDL_MAX_BLOCK_K, gemv  # noqa: E402
+from engine.layers.gemv import gemv  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
 from harness.floor import H200_COPY_BANDWIDTH  # noqa: E402
 
@@ -78,14 +77,14 @@ SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048, 4096), (2, 4, 8)))  
 
 
 def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
-    """(name, us per call) of cuBLAS and the GEMV with block_k 512 (call 9's) and the whole row up to 2048
-    (PDL's default), each without and with PDL (``engine/layers/pdl.py``); with ``sweep`` the best of SWEEP
-    with PDL."""
-    copies, row = len(ws), min(triton.next_power_of_2(x.shape[1]), PDL_MAX_BLOCK_K)
+    """(name, us per call) of cuBLAS and the GEMV with call 9's tiles (4 rows, block_k 512, 4 warps) and with
+    today's (``gemv.tiles``), each without and with PDL (``engine/layers/pdl.py``); with ``sweep`` the best
+    of SWEEP with PDL."""
+    copies = len(ws)
     out = [("cuBLAS", time_us(lambda i: F.linear(x, ws[i]), copies))]
-    for on, bk in itertools.product((False, True), (BLOCK_K, row)):
+    for on, (name, tile) in itertools.product((False, True), (("call-9", (4, 512, 4)), ("default", (None,) * 3))):
         pdl.ENABLED = on
-        out.append((f"bk{bk} {'PDL' if on else 'plain'}", time_us(lambda i: gemv(x, ws[i], block_k=bk), copies)))
+        out.append((f"{name} {'PDL' if on else 'plain'}", time_us(lambda i: gemv(x, ws[i], *tile), copies)))
     if sweep:
         t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk, num_warps=nw), copies),
                       (bn, bk, nw)) for bn, bk, nw in SWEEP if bk <= max(512, 2 * ws[0].shape[1]))

@@ -4,7 +4,7 @@ At batch 1 a linear layer moves the weight's bytes and does almost no arithmetic
 ``N * K * element size / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
 smaller the weight: on the H200 (``results/h200x2/gemv_call9.md``) Qwen3-0.6B's o_proj at tp=2 (1024 x
 1024) takes 7.6 us against a 0.5 us floor, down_proj (1024 x 1536) 10.1 us. This kernel gives each
-program ``block_n`` output rows and walks K in ``BLOCK_K`` slices, float32 products and sums (float32
+program ``block_n`` output rows and walks K in ``block_k`` slices, float32 products and sums (float32
 runs compute true float32, no TF32): 3.2 and 4.0 us there, and 0.86-0.98x cuBLAS's time on Qwen3-8B's
 shards and the LM heads (``gemv_call10.md``). At batch 8 the first version of this kernel (a 3-D tile,
 ``skinny_gemm_call8.md``) lost to cuBLAS 2-15x, so it serves batch 1 only.
@@ -21,13 +21,12 @@ import triton.language as tl
 
 from . import pdl
 
-# Tiles from the call-9 sweep (block_n in 4, 8, 16 x block_k in 512, 1024, 2048, every layer of both models
-# at tp=1 and 2): block_k 512 was best for 18 of 20 shapes (2048 for the other two, by <= 3%); block_n 4,
-# except 8 for the widest weights (the LM heads and 8B's gate_up at tp=1, N >= 24576). With PDL a program
-# loads its first block_k columns before waiting for the kernel before: the whole row where K allows.
-BLOCK_K = 512
-PDL_MAX_BLOCK_K = 2048
-WIDE_N = 16384  # above it, 8 rows per program
+# Tiles measured in a CUDA graph on the H200 with PDL (call 38, results/h200/session11/call38_gemv.txt; block_n 2,
+# 4, 8 x block_k 512-4096 x 2, 4, 8 warps, every layer of Qwen3-0.6B and 8B at tp=1): the best loads the whole
+# row at once, up to 4,096 columns, and gives each program ~8K weights, with 2 warps for rows of <= 1,024.
+# That rule is the best tile or within 0.7 us of it for 9 of 10 shapes (8B's down_proj: 2 rows chosen, 4 best).
+MAX_BLOCK_K = 4096
+TILE = 8192  # weights per program
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # loaded as float32; float64 would lose precision
 
 
@@ -51,13 +50,15 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
     tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
-def tiles(n: int, k: int) -> tuple[int, int]:
-    """The default (block_n, block_k) of an ``[n, k]`` weight (see above)."""
-    return (8 if n > WIDE_N else 4), (min(triton.next_power_of_2(k), PDL_MAX_BLOCK_K) if pdl.ENABLED else BLOCK_K)
+def tiles(n: int, k: int) -> tuple[int, int, int]:
+    """The default (block_n, block_k, num_warps) of an ``[n, k]`` weight (see above)."""
+    block_k = min(triton.next_power_of_2(k), MAX_BLOCK_K)
+    block_n = min(16, triton.next_power_of_2(triton.cdiv(TILE, min(k, block_k))))
+    return block_n, block_k, 2 if block_k <= 1024 else 4
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int | None = None, num_warps: int = 4) -> torch.Tensor:
+         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """x ``[1, K]`` (unit stride along K), weight ``[N, K]`` (unit stride along K) -> ``x @ weight.T``
     ``[1, N]`` in x's dtype, written into ``out`` when given (``[1, N]``, unit stride along N).
     ``block_n`` / ``block_k`` / ``num_warps``: tiles and warps per program (benchmarks; default
@@ -84,8 +85,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
                          f"{x.dtype} with unit stride")
     elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
         raise ValueError("gemv: out shares x's storage (other programs still read x)")
-    default_n, default_k = tiles(n, k)
-    block_n, block_k = block_n or default_n, block_k or default_k
+    default_n, default_k, default_warps = tiles(n, k)
+    block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
     if any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in (block_n, block_k)):
         raise ValueError(f"gemv: block_n={block_n!r}, block_k={block_k!r}: each must be a power of two")
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,

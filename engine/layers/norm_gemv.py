@@ -82,18 +82,20 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
 
 def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
               weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
-              num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+              num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]``, weight ``[N, K]`` (``[2 * I, K]``
     gate then up with ``swiglu``), all one dtype, unit stride along K -> (``rms_norm(h + residual) @
     weight.T`` ``[1, N]``, or ``silu(gate) * up`` ``[1, I]`` with ``swiglu``; the new residual ``h +
     residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``gemm.py``).
-    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s. Launched with PDL when ``pdl.ENABLED``."""
+    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program reads ``block_n``
+    gate and ``block_n`` up rows: the default is half the GEMV's). Launched with PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
     res_out = torch.empty_like(h) if residual is not None else h
-    default_n, default_k = tiles(n, k)
-    block_n, block_k = block_n or default_n, block_k or default_k
+    default_n, default_k, default_warps = tiles(n, k)
+    block_n = block_n or max(1, default_n // 2 if swiglu else default_n)
+    block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight, weight, y, n_out, k, eps,
         weight.stride(0), HAS_RES=residual is not None, SWIGLU=swiglu, BLOCK_N=block_n, BLOCK_K=block_k,

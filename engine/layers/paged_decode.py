@@ -61,6 +61,18 @@ def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD
 
 
 @triton.jit
+def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, rows, dims, dtype, HEAD_DIM: tl.constexpr,
+               QK_NORM: tl.constexpr):
+    """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
+    if QK_NORM:
+        k = tl.sum(_norm_rope(k_ptr, rows * 0, rows < 1, dims, kw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM),
+                   axis=0).to(dtype)  # one row (the others masked to 0)
+    else:
+        k = tl.load(k_ptr + dims)
+    return k, tl.load(v_ptr + dims), tl.load(slot_ptr)
+
+
+@triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
                          context_lens_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
                          scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
@@ -90,6 +102,12 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     else:
         q = tl.load(q_ptr + seq * stride_qb + q_heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None],
                     other=0.0)
+    # The new token's k, v and slot before the walk, not after it: a round trip to memory fewer on the
+    # critical path of a short context.
+    k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
+                                    + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
+                                    sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
+                                    HEAD_DIM, QK_NORM)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -111,14 +129,6 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         m = m_new
     if split == 0:
         # The new token, from registers: one more step of the same recurrence.
-        if QK_NORM:
-            k_new = tl.sum(_norm_rope(k_new_ptr + seq * stride_kb, kv_head * stride_kh + rows * 0, rows < 1, dims,
-                                      kw_ptr, cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, eps,
-                                      HEAD_DIM), axis=0)  # one row (the others masked to 0)
-            k_new = k_new.to(k_cache_ptr.dtype.element_ty)
-        else:
-            k_new = tl.load(k_new_ptr + seq * stride_kb + kv_head * stride_kh + dims)
-        v_new = tl.load(v_new_ptr + seq * stride_vb + kv_head * stride_vh + dims)
         s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
         m_new = tl.maximum(m, s_new)
         alpha = tl.exp(m - m_new)
@@ -128,7 +138,6 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         m = m_new
         # Store the new token for later steps. No program reads this slot in this launch: it is past every
         # sequence's cached tokens, and a block being written is never shared (only full blocks are).
-        slot = tl.load(slot_ptr + seq)
         dst = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + kv_head * stride_ch + dims
         tl.store(k_cache_ptr + dst, k_new)
         tl.store(v_cache_ptr + dst, v_new)
