@@ -1,6 +1,6 @@
 """The decode GEMMs at batch 1: cuBLAS (``F.linear``) against the Triton GEMV (``engine/layers/gemv.py``).
 
-    python scripts/bench_gemv.py [--sweep] [--tp 1,2] [--out table.txt]
+    python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
 holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness/floor.py``).
@@ -84,7 +84,7 @@ def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
     out = [("cuBLAS", time_us(lambda i: F.linear(x, ws[i]), copies))]
     for on, (name, tile) in itertools.product((False, True), (("call-9", (4, 512, 4)), ("default", (None,) * 3))):
         pdl.ENABLED = on
-        out.append((f"{name} {'PDL' if on else 'plain'}", time_us(lambda i: gemv(x, ws[i], *tile), copies)))
+        out.append((f"{name} {'PDL' if on else 'plain'}", time_us(lambda i: gemv(x, ws[i], None, *tile), copies)))
     if sweep:
         t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk, num_warps=nw), copies),
                       (bn, bk, nw)) for bn, bk, nw in SWEEP if bk <= max(512, 2 * ws[0].shape[1]))
@@ -93,10 +93,53 @@ def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
     return out
 
 
+def chain_ms(model: str, dev: torch.device) -> list[str]:
+    """A whole model's batch-1 GEMVs in one CUDA graph (every layer's own weights, each GEMV reading the one
+    before's output, then the LM head): ms per pass and TB/s for cuBLAS, the GEMV and the GEMV with PDL.
+    Tells a model-sized stream of weights (16 GB for 8B) from the per-shape numbers above (<= 256 MB)."""
+    hidden, inter, heads, kv, dim, vocab = MODELS[model]
+    layers = {"qwen3-0.6b": 28, "qwen3-8b": 36}[model]
+    sizes = list(shapes(model, 1).values())
+    sizes = sizes[:4] * layers + sizes[4:]  # QKV, o, gate/up, down per layer, then the LM head
+    ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for n, k in sizes]
+    nbytes = sum(w.numel() * 2 for w in ws)
+    buf = [torch.randn(1, max(n for n, _ in sizes), device=dev, dtype=torch.bfloat16) for _ in range(2)]
+
+    def run(mm):
+        for i, w in enumerate(ws):
+            mm(buf[i % 2][:, :w.shape[1]], w, buf[(i + 1) % 2][:, :w.shape[0]])
+
+    out = []
+    for name, on, mm in (("cuBLAS", False, lambda x, w, y: torch.mm(x, w.t(), out=y)), ("GEMV", False, gemv),
+                         ("GEMV PDL", True, gemv)):
+        pdl.ENABLED = on
+        run(mm)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run(mm)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(REPLAYS):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end) / REPLAYS
+        out.append(f"{model} whole-model chain, {len(ws)} GEMVs, {nbytes / 1e9:.2f} GB: {name} {ms:.3f} ms "
+                   f"({nbytes / ms / 1e9:.2f} TB/s; floor {nbytes / HBM_BYTES_S * 1e3:.3f} ms)")
+        print(out[-1], flush=True)
+    pdl.ENABLED = False
+    ws.clear()
+    torch.cuda.empty_cache()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true", help="also the best of a tile grid, with PDL")
     ap.add_argument("--tp", default="1,2", help="tensor-parallel sizes whose shards to time (default 1,2)")
+    ap.add_argument("--chain", action="store_true", help="also each model's whole chain of GEMVs in one graph")
     ap.add_argument("--out")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -121,6 +164,8 @@ def main() -> None:
             print(line, flush=True)
             ws.clear()  # free this shape's copies before the next
             torch.cuda.empty_cache()
+    for model in MODELS if args.chain else ():
+        lines += chain_ms(model, dev)
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
