@@ -13,11 +13,11 @@ import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
-# Rows longer than this take the norm and the GEMV apart. Measured on the H200 at batch 1 (calls 36-37,
-# results/h200/NOTES.md): fused, Qwen3-0.6B (K = 1024) went from 1.127 to 1.044 ms per token and Qwen3-8B
-# (K = 4096) from 4.68 to 5.08 ms with 4 rows x 512 columns per program; call 41 tries 8B again with
-# call 38's tiles (the whole row) and PDL.
-NORM_GEMV_MAX_K = 4096
+# Rows longer than this take the norm and the GEMV apart. Measured on the H200 at batch 1 (calls 36-37 and
+# 41, results/h200/NOTES.md): fused, Qwen3-0.6B (K = 1024) went from 1.127 to 1.044 ms per token; Qwen3-8B
+# (K = 4096) from 4.68 to 5.08 ms with 4 rows x 512 columns per program, and from 4.61 to 5.40 ms with
+# call 38's tiles and PDL (each program of 2 rows re-reads the 8 KB activation row and sums its squares).
+NORM_GEMV_MAX_K = 2048
 
 
 def set_gemm(mode: str, device: torch.device) -> str:
