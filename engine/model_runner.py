@@ -77,17 +77,7 @@ class ModelRunner:
             self.gemm += "+pdl"
         if rank == 0 and self.gemm.startswith("triton"):
             log.info("linear layers: a Triton GEMV at batch 1, cuBLAS above")
-        prev_dtype = torch.get_default_dtype()
-        torch.set_default_dtype(config.torch_dtype)
-        try:
-            with torch.device(self.device):
-                self.model = Qwen3ForCausalLM(hf)
-        finally:
-            torch.set_default_dtype(prev_dtype)
-        if rank == 0:
-            log.info("loading rank 0's shard of %s", config.model)
-        load_weights(self.model, config.model)
-        self.model.eval()
+        self.model = self._load_model()
         sync("loaded")
         self.kv_heads = hf["num_key_value_heads"] // self.world_size
         self.head_dim = hf["head_dim"]
@@ -112,6 +102,20 @@ class ModelRunner:
                 self.model.ops.use_compiled()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
                                        self.num_kvcache_blocks, self.device)
+
+    def _load_model(self) -> Qwen3ForCausalLM:
+        """This rank's shard of the model, built in the run's dtype on its device and loaded from the checkpoint."""
+        prev_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(self.config.torch_dtype)
+        try:
+            with torch.device(self.device):
+                model = Qwen3ForCausalLM(self.config.hf_config)
+        finally:
+            torch.set_default_dtype(prev_dtype)
+        if self.rank == 0:
+            log.info("loading rank 0's shard of %s", self.config.model)
+        load_weights(model, self.config.model)
+        return model.eval()
 
     @property
     def block_bytes(self) -> int:

@@ -73,6 +73,43 @@ def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, rows, dims
 
 
 @triton.jit
+def _step(q, k, v, m, denom, acc, scale):
+    """One token (k, v ``[D]``) more of the online-softmax recurrence for the rows of q ``[R, D]``."""
+    s = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], axis=1) * scale
+    m_new = tl.maximum(m, s)
+    alpha = tl.exp(m - m_new)
+    p = tl.exp(s - m_new)
+    return m_new, denom * alpha + p, acc * alpha[:, None] + p[:, None] * v.to(tl.float32)[None, :]
+
+
+@triton.jit
+def _walk(q, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD: tl.constexpr,
+          HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) of one sequence (its block
+    table at ``table_ptr``; k_ptr / v_ptr: the caches at its KV head), ``BLOCK_N`` tokens at a time: the
+    running max, denominator and unnormalised output."""
+    dims = tl.arange(0, HEAD_DIM)
+    toks = tl.arange(0, BLOCK_N)
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    denom = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        block = tl.load(table_ptr + start // BLOCK_SIZE)
+        tok_ok = start + toks < hi
+        kv_offs = block.to(tl.int64) * stride_cb + ((start % BLOCK_SIZE) + toks)[:, None] * stride_ct + dims[None, :]
+        k = tl.load(k_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
+        s = tl.where(tok_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    return m, denom, acc
+
+
+@triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
                          context_lens_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
                          scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
@@ -92,7 +129,6 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     hi = tl.minimum(lo + chunk, num_cached)
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    toks = tl.arange(0, BLOCK_N)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
     if QK_NORM:
@@ -108,34 +144,11 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                                     + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
                                     sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
                                     HEAD_DIM, QK_NORM)
-    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    denom = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        block = tl.load(block_tables_ptr + seq * stride_btb + start // BLOCK_SIZE)
-        offs = (start % BLOCK_SIZE) + toks
-        tok_ok = start + toks < hi
-        base = block.to(tl.int64) * stride_cb + kv_head * stride_ch
-        kv_offs = base + offs[:, None] * stride_ct + dims[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
-        v = tl.load(v_cache_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
-        s = tl.where(tok_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
-        denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    m, denom, acc = _walk(q, k_cache_ptr + kv_head * stride_ch, v_cache_ptr + kv_head * stride_ch,
+                          block_tables_ptr + seq * stride_btb, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
+                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
     if split == 0:
-        # The new token, from registers: one more step of the same recurrence.
-        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
-        m_new = tl.maximum(m, s_new)
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s_new - m_new)
-        denom = denom * alpha + p
-        acc = acc * alpha[:, None] + p[:, None] * v_new.to(tl.float32)[None, :]
-        m = m_new
+        m, denom, acc = _step(q, k_new, v_new, m, denom, acc, scale)  # the new token, from registers
         # Store the new token for later steps. No program reads this slot in this launch: it is past every
         # sequence's cached tokens, and a block being written is never shared (only full blocks are).
         dst = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + kv_head * stride_ch + dims
