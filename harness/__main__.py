@@ -20,7 +20,9 @@ try:
     import hydra
     from omegaconf import DictConfig
 
-    from .overrides import CONF_DIR, check_overrides, for_hydra
+    from . import conf_schema  # noqa: F401 (registers the llm schema Hydra composes)
+    from .conf_paths import CONF_DIR
+    from .preflight import check_command
 except KeyboardInterrupt:
     print("error: interrupted", file=sys.stderr)
     exit_interrupted()
@@ -61,9 +63,7 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
     try:
-        problem = check_overrides(sys.argv[1:])
-        if not problem:
-            sys.argv[1:] = for_hydra(sys.argv[1:])
+        problem, sys.argv[1:] = check_command(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
         print("error: interrupted", file=sys.stderr)
         exit_interrupted()

@@ -17,9 +17,9 @@ from runtime.launch import Launch
 from . import metrics
 from .engine_cache import engine_key, get_engine
 from .engine_cache import release as release_engine
+from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
-from .overrides import cli_message
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .run_files import requests_path, trace_prefix
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass

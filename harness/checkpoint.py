@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import yaml
 
-    from .overrides import CONF_DIR
+    from .conf_paths import CONF_DIR
 
     ap = argparse.ArgumentParser(prog="python -m harness.checkpoint")
     ap.add_argument("model", help="a preset: the name of a file in conf/model/")

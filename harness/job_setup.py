@@ -4,7 +4,6 @@ the configuration columns of a row, and the failed row of a run that did not fin
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import sys
@@ -16,7 +15,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from common import is_int
 from engine import ConfigError
 from engine.config import (
-    EngineConfig,
     resolve_device,  # noqa: F401 (re-exported)
 )
 from engine.hf_config import read_hf_config
@@ -40,7 +38,7 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
     H200 by accident. A ``model.path`` given with ``model=auto`` is kept as it is."""
     if cfg.model.name != "auto":
         return
-    from .overrides import CONF_DIR
+    from .conf_paths import CONF_DIR
 
     name = "qwen3-0.6b" if device == "cuda" else "qwen3-tiny"
     chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
@@ -240,32 +238,11 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 
 
-# EngineConfig's defaults, what an llm.* key deleted with ~ falls back to
-ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig) if f.default is not dataclasses.MISSING}
-
-
-def deleted_llm_keys(options: dict) -> list[str]:
-    """The ``llm`` keys of conf/config.yaml that this job's configuration lacks (deleted with ``~``)."""
-    from .overrides import CONF_DIR
-
-    listed = OmegaConf.load(os.path.join(CONF_DIR, "config.yaml")).llm
-    return [k for k in listed if k not in options and k in ENGINE_DEFAULTS]
-
-
 def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool]:
     """The engine's keyword arguments (``engine.EngineConfig``) for this job, without ``async_scheduling``,
-    which comes second (the engine reads it at every step, so a kept engine can change it).
-
-    Raises:
-        ConfigError: ``llm.async_scheduling`` is not a bool.
-    """
+    which comes second (the engine reads it at every step, so a kept engine can change it)."""
     options = OmegaConf.to_container(cfg.llm)
-    for key in deleted_llm_keys(options):
-        print(f"note: llm.{key} was deleted (~): the engine's default, {ENGINE_DEFAULTS[key]!r}, applies",
-              file=sys.stderr)
-    async_scheduling = options.pop("async_scheduling", ENGINE_DEFAULTS["async_scheduling"])
-    if not isinstance(async_scheduling, bool):
-        raise ConfigError(f"llm.async_scheduling must be true or false, got {async_scheduling!r}")
+    async_scheduling = options.pop("async_scheduling")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
                     dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed,
                     cpu_threads=cfg.get("cpu_threads") or 0, profile=cfg.get("profile", "none"),

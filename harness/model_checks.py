@@ -1,12 +1,10 @@
-"""Checks of the model a command selects, before any job runs: a preset's values (``model.preset.*``) as
-transformers would take them, and that every ``tp`` of the command divides the model's heads and vocabulary,
-so that a sweep's bad job fails before its first job rather than when it comes up."""
+"""Checks of a job's model, before any job runs: a preset's values (``model.preset.*``) as transformers would
+take them, and that the job's ``tp`` divides the model's heads and vocabulary, so that a sweep's bad job
+fails before its first job rather than when it comes up."""
 
 from __future__ import annotations
 
 import os
-
-from omegaconf import OmegaConf
 
 from common import is_int, is_number
 
@@ -60,61 +58,24 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
     return f"{max(tps)} ranks on this host need as many GPUs; {n} visible" if max(tps) > n else None
 
 
-def _presets(conf_dir: str, model: str, devices: list[str]) -> list[tuple[str, dict]]:
-    """(name, preset) of every preset that ``model=<model>`` runs on the selected devices (``auto`` picks
-    qwen3-0.6b on CUDA and qwen3-tiny on CPU: ``job_setup.resolve_model``)."""
-    if model == "auto":
-        if "auto" in devices:
-            import torch
+def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
+    """The first problem of one job's model, or None. ``model``: the composed ``model`` node (``model=auto``
+    already resolved to the preset it picks); a ``path`` replaces the preset (its config.json is read and
+    checked, ``engine.hf_config.read_hf_config``); a preset is checked as transformers takes it when the
+    command changed it (``preset_given``); ``tp``: the job's, when it builds an engine, else None."""
+    from engine import ConfigError
+    from engine.hf_config import read_hf_config, split_problem  # the engine's own checks (import torch)
 
-            devices = [("cuda" if torch.cuda.is_available() else "cpu") if d == "auto" else d for d in devices]
-        names = {"qwen3-0.6b" if d == "cuda" else "qwen3-tiny" for d in devices}
-    else:
-        names = {model}
-    found = []
-    for name in sorted(names):
-        preset = OmegaConf.load(os.path.join(conf_dir, "model", f"{name}.yaml")).get("preset")
-        if preset is not None:
-            found.append((name, OmegaConf.to_container(preset)))
-    return found
-
-
-def check_models(conf_dir: str, models: list[str], devices: list[str], tps: list[int], paths: list[str],
-                 preset_values: dict[str, list], deleted: list[str]) -> str | None:
-    """The first problem of the models a command selects, or None. ``models``: the ``model`` options,
-    ``paths``: the ``model.path`` values (a checkpoint replaces the preset: its config.json is read and
-    checked, ``engine.hf_config.read_hf_config``); ``preset_values``: the ``model.preset.<key>`` values given
-    ({key: [values]}, each value checked with the others' first), ``deleted``: keys ``~model.preset.<key>``
-    removes; ``tps``: every ``tp`` of the command."""
-    from engine.hf_config import split_problem  # the engine's own check (imports torch: only when called)
-
-    for path in paths:
-        from engine import ConfigError
-        from engine.hf_config import read_hf_config
-
-        path = os.path.abspath(os.path.expanduser(str(path)))
+    if model.get("path"):
+        path = os.path.abspath(os.path.expanduser(str(model["path"])))
         try:
-            shape = read_hf_config(path)
+            shape, label = read_hf_config(path), path
         except ConfigError as e:
             return str(e)
-        for tp in tps:
-            problem = split_problem(shape, tp, path)
-            if problem:
-                return problem.replace("tensor_parallel_size=", "tp=", 1)
-    if paths:
-        return None
-    for model in models:
-        for name, preset in _presets(conf_dir, model, devices):
-            for key in deleted:
-                preset.pop(key, None)
-            preset.update({k: v[0] for k, v in preset_values.items()})
-            variants = [{**preset, key: v} for key, values in preset_values.items() for v in values[1:]]
-            for variant in [preset] + variants:
-                problem = check_preset(variant) if preset_values or deleted else None
-                for tp in tps if problem is None else []:
-                    problem = split_problem(variant, tp, f"model={name}")
-                    if problem:
-                        break
-                if problem:
-                    return problem.replace("tensor_parallel_size=", "tp=", 1)
-    return None
+    else:
+        shape, label = model.get("preset") or {}, f"model={model['name']}"
+        problem = check_preset(shape) if preset_given else None
+        if problem:
+            return problem
+    problem = split_problem(shape, tp, label) if tp is not None else None
+    return problem.replace("tensor_parallel_size=", "tp=", 1) if problem else None

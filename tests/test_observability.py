@@ -22,7 +22,7 @@ from engine.profiling import PROFILE, ProfiledEndpoint, ProfiledRunner, StepProf
 from harness import nvml_sampler, sysinfo
 from harness.metrics import energy_per_token
 from harness.nvml_sampler import NvmlSampler
-from harness.overrides import check_overrides
+from harness.preflight import check_command
 from harness.report import gpu_lines, print_summary, trace_lines
 
 
@@ -260,7 +260,7 @@ def test_the_engine_and_the_command_line_refuse_bad_profile_settings_alike(setti
         EngineConfig.check_settings(**settings)
     (key, value), = settings.items()
     argv = [f"{key}={'true' if value is True else value}"]
-    assert message in check_overrides(argv)
+    assert message in check_command(argv)[0]
 
 
 def test_profile_none_leaves_the_step_path_alone(tiny_untied):

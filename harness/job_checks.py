@@ -1,0 +1,109 @@
+"""What Hydra cannot know about one composed job, checked for every job of a command before the first
+runs (``preflight.check_command``): value ranges, the workload as its kind reads it, the engine's settings
+without a checkpoint, the plane's options, the model's shape against tp, a checkpoint's config."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from .conf_paths import group_options
+from .model_checks import check_gpu_count, check_model
+from .value_checks import VALUE_CHECKS
+
+
+def _given(job: list[str]) -> list[str]:
+    """The keys ``job``'s overrides set (prefixes ``+``, ``++`` stripped; deletions left out)."""
+    return [a.split("=", 1)[0].lstrip("+") for a in job if "=" in a and not a.startswith("~")]
+
+
+def cli_message(message: str, llm_keys) -> str:
+    """An engine ``ConfigError`` that names a setting by its keyword (``gemm=cublas needs ...``) renamed as
+    the command line spells it (``llm.gemm=cublas needs ...``) when it is one of ``llm_keys``."""
+    name = message.split(" ", 1)[0].split("=", 1)[0]
+    return f"llm.{message}" if name in llm_keys else message
+
+
+def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench)
+    checked as the first workload that has the key would check it, so a bad value is refused wherever it is
+    added."""
+    from .workloads import check_workload
+
+    own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
+    try:
+        check_workload(OmegaConf.to_container(cfg.workload))
+        for key in (k.split(".", 1)[1] for k in _given(job) if k.startswith("workload.")):
+            if OmegaConf.select(own, key, default=_NONE) is not _NONE:
+                continue
+            for option in group_options("workload"):
+                donor = compose([f"workload={option}"]).workload
+                if OmegaConf.select(donor, key, default=_NONE) is not _NONE:
+                    OmegaConf.update(donor, key, OmegaConf.select(cfg.workload, key))
+                    check_workload(OmegaConf.to_container(donor))
+                    break
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+_NONE = object()
+
+
+def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
+    """Each ``llm.*`` setting the job gives, as the engine checks it without a checkpoint."""
+    from engine import ConfigError, EngineConfig
+
+    for key in (k for k in given if k.startswith("llm.")):
+        name = key.split(".", 1)[1]
+        try:
+            EngineConfig.check_settings(**{name: OmegaConf.select(cfg, key), "device": cfg.device})
+        except TypeError:
+            continue  # not an engine setting the check knows (Hydra has checked that the key exists)
+        except ConfigError as e:
+            return cli_message(str(e), {name})
+    return None
+
+
+def _check_control(cfg: DictConfig) -> str | None:
+    """The plane's options through its own check (``check_options``), at the job's tp."""
+    from backends import get_control_plane
+
+    if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
+        return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
+                "that send; ideal is the baseline of every other workload)")
+    try:
+        get_control_plane(cfg.control.name).check_options(cfg.tp, **OmegaConf.to_container(cfg.control.options))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def picked_model(cfg: DictConfig, compose) -> dict:
+    """The job's ``model`` node, ``model=auto`` replaced by the preset it picks for the device (qwen3-0.6b on
+    CUDA, qwen3-tiny on CPU; ``job_setup.resolve_model``), the command's ``model.preset.*`` on top."""
+    model = OmegaConf.to_container(cfg.model)
+    if model["name"] != "auto" or model.get("path"):
+        return model
+    device = cfg.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    chosen = OmegaConf.to_container(compose([f"model={'qwen3-0.6b' if device == 'cuda' else 'qwen3-tiny'}"]).model)
+    chosen["preset"].update(model.get("preset") or {})
+    return chosen
+
+
+def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """The first problem of one composed job (``job``: its overrides), as one line, or None."""
+    given = _given(job)
+    for key in (k for k in given if k in VALUE_CHECKS):
+        problem = VALUE_CHECKS[key](key, OmegaConf.select(cfg, key))
+        if problem:
+            return problem
+    builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
+    tp = cfg.tp if builds_engine else None
+    preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
+    return (_check_workload(cfg, job, compose) or (_check_llm(cfg, given) if builds_engine else None)
+            or check_model(picked_model(cfg, compose), tp, cfg.device, preset_given)
+            or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg))

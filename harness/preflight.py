@@ -1,0 +1,208 @@
+"""Every job of a command composed by Hydra itself, and checked, before the first one runs.
+
+Hydra composes a job only when it starts it, and reports a problem in several lines. Here each job of the
+command (each combination of a sweep, as Hydra's basic sweeper makes them) is composed up front with
+Hydra's compose API; Hydra's error becomes one line, and ``job_checks.check_job`` checks what Hydra cannot
+know (value ranges, a plane's options, the model's shape against tp, a checkpoint's config).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import re
+import sys
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from . import conf_schema  # noqa: F401 (registers the llm schema before Hydra composes)
+from .conf_paths import CONF_DIR, GROUPS, group_options
+
+
+class GrammarError(ValueError):
+    """An override Hydra's grammar does not parse; the message is Hydra's first line."""
+
+
+def parse(arg: str):
+    """``arg`` as Hydra parses it (a ``hydra.core.override_parser.types.Override``).
+
+    Raises:
+        GrammarError: Hydra's grammar does not parse it (Hydra itself would print four lines and exit 1).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return OverridesParser.create().parse_overrides([arg])[0]
+    except HydraException as e:
+        lines = [ln for ln in str(e).strip().splitlines() if not ln.startswith(("Error parsing", "See https"))]
+        first = re.sub(r" expecting \{.*\}", "", lines[0]) if lines else type(e).__name__  # not the token list
+        raise GrammarError(f"cannot parse {arg!r}: {first} (the grammar: https://hydra.cc/docs/1.2/advanced/"
+                           f"override_grammar/basic)") from None
+
+
+@contextlib.contextmanager
+def hydra_compose():
+    """Hydra's compose API over ``conf/``: yields ``compose(overrides) -> DictConfig``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            yield lambda overrides: compose("config", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The overrides of each job of the command, as Hydra's basic sweeper splits a sweep."""
+    if not multirun:
+        return [overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    parsed = [parse(a) for a in overrides]
+    bare = {f"~{o.key_or_group}=null": f"~{o.key_or_group}" for o in parsed if o.is_delete() and o.value() is None}
+    return [[bare.get(a, a) for a in job] for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def for_hydra(argv: list[str], compose) -> list[str]:
+    """``argv`` as Hydra must get it: a plain ``<group>.<key>=v`` whose key the default composition lacks
+    gets ``++``. A sweep over a group composes the group's default option first (``-m control=ring,hybrid
+    control.options.nslots=4``: shm has no nslots), and ``model=auto`` has no preset of its own; without the
+    prefix Hydra stops with "Key ... is not in struct". Each job was composed without it first, so the
+    prefix only sets keys that each job's option has."""
+    keys = [a.split("=", 1)[0] for a in argv if "=" in a and a.split(".", 1)[0] in GROUPS and a[0] not in "+~-"]
+    if not any("." in k for k in keys):
+        return argv
+    chosen = [a for a in argv if a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()]
+    base = compose(chosen)
+    missing = {k for k in keys if "." in k and OmegaConf.select(base, k, default=_MISSING) is _MISSING}
+    return [f"++{a}" if a.split("=", 1)[0] in missing else a for a in argv]
+
+
+_MISSING = object()
+
+
+def _choice(job: list[str], group: str, compose) -> str:
+    """The option of ``group`` that ``job`` selects (its last ``group=...``, else the default)."""
+    given = [a.split("=", 1)[1] for a in job if a.split("=", 1)[0] == group]
+    return given[-1] if given else compose([])[group].name
+
+
+def _having(group: str, key: str, compose) -> list[str]:
+    """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
+    return [o for o in group_options(group)
+            if OmegaConf.select(compose([f"{group}={o}"])[group], key, default=_MISSING) is not _MISSING]
+
+
+def _suggest(key: str, cfg) -> str:
+    """`` (did you mean 'x'?)`` for the key of ``cfg`` nearest to a mistyped ``key``, else ""."""
+    def keys(node, prefix=""):
+        for k, v in node.items():
+            yield prefix + str(k)
+            if isinstance(v, dict):
+                yield from keys(v, f"{prefix}{k}.")
+    known = [k for k in keys(OmegaConf.to_container(cfg)) if k.count(".") == key.count(".")]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def hydra_message(e: Exception, job: list[str], compose) -> str:
+    """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key
+    that ``+`` adds but exists, a key that ``~`` deletes but does not exist, else Hydra's first line."""
+    text = str(e).strip()
+    m = re.search(r"Could not find '(\w+)/([^']*)'", text)
+    if m:
+        return f"unknown {m[1]} {m[2]!r}; available: {', '.join(group_options(m[1]))}"
+    m = re.match(r"Could not override '([^']+)'", text)
+    if m and isinstance(e.__cause__, (ConfigAttributeError, ConfigKeyError)):
+        key = m[1]
+        head, _, rest = key.partition(".")
+        if head == "workload":
+            having = _having("workload", rest, compose)
+            if having:
+                return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
+                        f"e.g. workload={having[0]}, or add it with ++{key}=...)")
+        if key.startswith("control.options."):
+            plane = _choice(job, "control", compose)
+            options = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
+            return f"control={plane} has no option {key.split('.', 2)[2]!r} (its options: {options})"
+        return (f"unknown config key {key!r}{_suggest(key, compose([]))} (the keys are in conf/; the harness reads "
+                f"no other)")
+    m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
+    if m:
+        head = m[1].split(".", 1)[0]
+        where = f" in {head}={_choice(job, head, compose)}" if head in GROUPS else ""
+        value = next((a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == m[1]), "...")
+        return (f"{m[1]} exists already{where}: set it without the + ({m[1]}={value}), or with ++ where some of "
+                f"the selected options lack it")
+    m = re.match(r"Error merging override ([^=]+)=(.*)", text)
+    if m and isinstance(e.__cause__, ValidationError):  # a value of the wrong type for the schema
+        return _type_message(m[1].lstrip("+"), m[2], e.__cause__)
+    m = re.match(r"Could not delete from config. '([^']+)' does not exist", text)
+    if m:
+        return f"~{m[1]}: no such key to delete (not in config.yaml or in every selected option of its group)"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def _type_message(key: str, raw: str, error: Exception) -> str:
+    """A value the schema's type refuses: the engine's own message for an ``llm.*`` key, else OmegaConf's."""
+    from engine import ConfigError, EngineConfig
+
+    from .job_checks import cli_message
+
+    if key.startswith("llm."):
+        try:
+            EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
+        except ConfigError as e:
+            return cli_message(str(e), {key[4:]})
+    return f"{key}: {str(error).strip().splitlines()[0]}"
+
+
+def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``argv`` without its ``~llm.KEY`` deletions, a note for each): the schema keeps every ``llm`` key, so
+    a deleted one falls back to EngineConfig's default, which is the schema's."""
+    from .conf_schema import LLM_DEFAULTS
+
+    keys = [a[len("~llm."):].split("=", 1)[0] for a in argv if a.startswith("~llm.")]
+    notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
+             for k in keys if k in LLM_DEFAULTS]
+    return [a for a in argv if not (a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS)], notes
+
+
+def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it).
+    Order: ``-m``'s place, the grammar, a sweep without ``-m``, then every job composed and checked."""
+    from .job_checks import check_job
+
+    flag = next((i for i, a in enumerate(argv) if a in ("-m", "--multirun")), None)
+    if flag is not None and any(not a.startswith("-") for a in argv[:flag]):  # Hydra's argparse: 8 lines
+        rest = " ".join(a for a in argv if a != argv[flag])
+        return f"{argv[flag]} goes before the overrides (python -m harness -m {rest})", argv
+    argv, notes = _deleted_llm_keys(argv)
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        parsed = [parse(a) for a in overrides]
+    except GrammarError as e:
+        return str(e), argv
+    sweep = next((a for a, o in zip(overrides, parsed) if o.is_sweep_override()), None)
+    if sweep and flag is None:
+        return f"{sweep} is a sweep: add -m (python -m harness -m {sweep} ...)", argv
+    with hydra_compose() as compose:
+        jobs = jobs_of(overrides, flag is not None)
+        for job in jobs:
+            job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
+                   for a in job]  # model=auto has no preset: job_setup puts these onto the one it picks
+            try:
+                cfg = compose(job)
+            except Exception as e:  # Hydra's and OmegaConf's errors alike
+                return hydra_message(e, job, compose), argv
+            problem = check_job(cfg, job, compose)
+            if problem:
+                return problem, argv
+        for note in notes:
+            print(note, file=sys.stderr)
+        return None, for_hydra(argv, compose)
