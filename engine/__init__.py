@@ -7,10 +7,11 @@
 Under torchrun every rank but 0 calls ``serve_worker(EngineConfig(...))`` with the same settings instead.
 """
 
+from runtime.cluster import DataPlaneError
 from runtime.worker_group import WorkerError
 
 from .config import ConfigError, EngineConfig
-from .llm_engine import LLM, DataPlaneError
+from .llm_engine import LLM
 from .model_worker import serve_worker
 from .sampling_params import SamplingParams
 

@@ -13,15 +13,18 @@ def make_control_plane(name: str, options: dict, world_size: int, timeout_s: flo
     Raises:
         ConfigError: the plane cannot work there (one line naming the planes that can): a plane whose
             worker ends must be inherited, under torchrun; a shared-memory plane, across nodes.
-        ValueError: a bad option (from the plane).
+            Also a bad option (the plane's ValueError).
     """
-    cls = get_control_plane(name)
-    scope = cls.scope_of(options)
-    if not scope_fits(scope, context.launcher, context.num_nodes):
-        where = f"ranks on {context.num_nodes} nodes" if context.num_nodes > 1 else "ranks started by torchrun"
-        can = planes_for(context.launcher, context.num_nodes)
-        inner = (f"; or control={name} control.options.inner={'|'.join(c for c in can if c != name)}"
-                 if "inner" in options else "")
-        raise ConfigError(f"control={name} cannot reach {where} (scope: {scope}); planes that can: "
-                          f"{', '.join(can)}{inner}")
-    return cls(world_size, timeout_s=timeout_s, context=context, **options)
+    try:
+        cls = get_control_plane(name)
+        scope = cls.scope_of(options)
+        if scope_fits(scope, context.launcher, context.num_nodes):
+            return cls(world_size, timeout_s=timeout_s, context=context, **options)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    where = f"ranks on {context.num_nodes} nodes" if context.num_nodes > 1 else "ranks started by torchrun"
+    can = planes_for(context.launcher, context.num_nodes)
+    inner = (f"; or control={name} control.options.inner={'|'.join(c for c in can if c != name)}"
+             if "inner" in options else "")
+    raise ConfigError(f"control={name} cannot reach {where} (scope: {scope}); planes that can: "
+                      f"{', '.join(can)}{inner}")

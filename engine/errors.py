@@ -1,9 +1,6 @@
-"""The engine's errors (their own module, so that the configuration modules share them)."""
+"""The engine's error (its own module, so that the configuration modules share it); the runtime's are
+``WorkerError`` and ``DataPlaneError`` (``runtime/``)."""
 
 
 class ConfigError(ValueError):
     """Bad engine input; the message is one line that says what to change."""
-
-
-class DataPlaneError(RuntimeError):
-    """A data-plane collective failed or timed out on rank 0 while every worker was still alive."""

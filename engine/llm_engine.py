@@ -6,18 +6,17 @@ import atexit
 import contextlib
 import logging
 import time
+from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
-from backends import ControlPlaneError
-from runtime.worker_group import WorkerGroup
+from runtime.cluster import Cluster
 
 from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .control_plane import make_control_plane
-from .errors import DataPlaneError
 from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
@@ -54,25 +53,20 @@ class LLM(LLMTools):
         if torch.distributed.is_initialized():
             raise ConfigError("this process already runs an engine (or another torch.distributed job): "
                               "one LLM per process; shut the other one down first")
-        self.control = self.group = self.runner = self.profiler = None
+        self.cluster = self.control = self.runner = self.profiler = None
         self._closed = False
         atexit.register(self.shutdown)
         try:
             cfg, launch, t0 = self.config, self.config.launch, time.perf_counter()
-            log.info("starting: tp=%d on %s (%s), control=%s", cfg.tensor_parallel_size, cfg.device, cfg.dtype,
-                     cfg.control)
-            self.group = WorkerGroup(cfg.tensor_parallel_size, cfg.timeout_s, cfg.startup_timeout_s, launch)
-            try:
-                self.control = make_control_plane(cfg.control, cfg.control_options, cfg.tensor_parallel_size,
-                                                  cfg.timeout_s, self.group.context)
-            except (ConfigError, ValueError) as e:
-                self.group.refuse(str(e))
-                raise ConfigError(str(e)) from None
-            log.info("%s", "waiting for torchrun's ranks" if launch else
-                     f"spawning {cfg.tensor_parallel_size - 1} worker(s)")
-            self.group.start(self.control, model_worker, (cfg, None))
-            self.runner = ModelRunner(cfg, 0, self.group.store, self.group.wait_for,
-                                      launch.local_rank if launch else 0, self.group.context.num_nodes)
+            tp = cfg.tensor_parallel_size
+            log.info("starting: tp=%d on %s (%s), control=%s", tp, cfg.device, cfg.dtype, cfg.control)
+            plane = partial(make_control_plane, cfg.control, cfg.control_options, tp, cfg.timeout_s)
+            self.cluster = Cluster(tp, cfg.timeout_s, cfg.startup_timeout_s, launch, plane, self._teardown)
+            self.control, group = self.cluster.control, self.cluster.group
+            log.info("%s", "waiting for torchrun's ranks" if launch else f"spawning {tp - 1} worker(s)")
+            self.cluster.start(model_worker, (cfg, None))
+            self.runner = ModelRunner(cfg, 0, group.store, group.wait_for, launch.local_rank if launch else 0,
+                                      group.context.num_nodes)
             self.profiler = make_profiler(cfg, 0)  # None unless profile != none
             if self.profiler is not None:
                 self.runner = ProfiledRunner(self.runner, self.profiler, end_mark=False)
@@ -121,23 +115,16 @@ class LLM(LLMTools):
         Raises:
             WorkerError: a worker failed (its traceback is in the message).
         """
-        try:
-            if self.profiler is None:  # profile=none: this test is all profiling costs a call
-                self.control.send(method, *args)
-            else:
-                with self.profiler.range("send"):
-                    self.control.send(method, *args)
-        except ControlPlaneError:
-            self.group.check(wait_s=2.0)  # a worker that died reported why first: raise that
-            raise
+        if self.profiler is None:  # profile=none: this test is all profiling costs a call
+            self.cluster.send(method, *args)
+        else:
+            with self.profiler.range("send"):
+                self.cluster.send(method, *args)
         try:
             return getattr(self.runner, method)(*args)
-        except Exception as e:
-            self.group.check(wait_s=2.0)  # a worker's failure explains ours: raise that one
-            if isinstance(e, torch.distributed.DistError) or "gloo" in str(e) or "NCCL" in str(e):
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise DataPlaneError(f"a collective failed on rank 0 and no worker reported an error (a worker "
-                                     f"may be stalled): {first}") from e
+        except Exception as e:  # a worker's failure explains ours: raise that one
+            collective = isinstance(e, torch.distributed.DistError) or "gloo" in str(e) or "NCCL" in str(e)
+            self.cluster.explain(e, "a collective" if collective else None)
             raise
 
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
@@ -221,7 +208,7 @@ class LLM(LLMTools):
         if until is not None:
             while (left := until - time.perf_counter()) > 0:
                 time.sleep(min(left, 0.5))
-                self.group.check()
+                self.cluster.check()
         t2 = time.perf_counter_ns()
         for seq in self.arrivals.due(time.perf_counter(), launches, idle):
             self.scheduler.add(seq)
@@ -246,10 +233,10 @@ class LLM(LLMTools):
         if step is None:
             return []
         if self.profiler is None:  # profile=none: this test is all profiling costs a step
-            token_ids = step.wait_tokens(self.config.timeout_s, self.group.check)
+            token_ids = step.wait_tokens(self.config.timeout_s, self.cluster.check)
         else:
             with self.profiler.range("step end"):
-                token_ids = step.wait_tokens(self.config.timeout_s, self.group.check)
+                token_ids = step.wait_tokens(self.config.timeout_s, self.cluster.check)
         now = time.perf_counter()
         finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
         since = self._last_done_s if self._last_done_s is not None else step.launch_s
@@ -278,7 +265,6 @@ class LLM(LLMTools):
         return InFlightStep(seqs, positions, is_prefill, len(batch.token_ids), host, done, t0, send_ns, message_bytes,
                             launch_ns)
 
-
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop the workers (exit message; those still alive after ``grace_s`` seconds are terminated, then
         killed), tear down the process group and free the control plane. Idempotent; never raises."""
@@ -286,15 +272,13 @@ class LLM(LLMTools):
             return
         self._closed = True
         atexit.unregister(self.shutdown)
-        if self.control is not None:
-            self.control.timeout_s = min(self.control.timeout_s, 5.0)  # a stalled worker must not hold us
-            self.control.send_exit()
+        if self.cluster is not None:
+            self.cluster.close(grace_s)
+
+    def _teardown(self) -> None:
+        """Rank 0's part of the workers' body: the runner's process group, the profiler."""
         if self.runner is not None:
             with contextlib.suppress(Exception):
                 self.runner.exit()
         if self.profiler is not None:
             self.profiler.close()
-        if self.group is not None:
-            self.group.join(timeout_s=grace_s)
-        if self.control is not None:
-            self.control.close()

@@ -5,7 +5,7 @@ a description of what runs, and fault drills. The harness uses these and nothing
 from __future__ import annotations
 
 from .config import ConfigError
-from .model_worker import FAULT_DRILL, REPORT_CONTROL_STATS, fault_drill
+from .model_worker import FAULT_DRILL, fault_drill
 from .profiling import PROFILE, trace_path
 
 
@@ -47,7 +47,7 @@ class LLMTools:
     def check_workers(self, wait_s: float = 0.0) -> None:
         """Raise ``WorkerError`` naming the worker that died, failed or stalled (waiting up to ``wait_s``
         for its traceback); nothing when every worker is alive and well."""
-        self.group.check(wait_s=wait_s)
+        self.cluster.check(wait_s=wait_s)
 
     def set_async_scheduling(self, on: bool) -> None:
         """Switch async scheduling for the coming passes (an engine reused between jobs).
@@ -62,9 +62,9 @@ class LLMTools:
     def describe(self) -> dict:
         """What runs: ``dtype``, ``all_reduce``, ``gemm``, ``launcher``, ``nodes``, ``cpu_threads`` and the
         one-way latencies' clock (``clock_sync``, ``clock_uncertainty_us``)."""
-        sync, uncertainty = self.group.clock_sync()
+        sync, uncertainty = self.cluster.group.clock_sync()
         return {"dtype": self.config.dtype, "all_reduce": self.runner.all_reduce, "gemm": self.runner.gemm,
-                "launcher": self.config.launcher, "nodes": self.group.context.num_nodes,
+                "launcher": self.config.launcher, "nodes": self.cluster.group.context.num_nodes,
                 "cpu_threads": self.runner.cpu_threads, "clock_sync": sync, "clock_uncertainty_us": uncertainty}
 
     def inject_fault(self, rank: int, message: str) -> None:
@@ -74,7 +74,7 @@ class LLMTools:
         Raises:
             RuntimeError: on rank 0 when ``rank`` is 0, or when fault injection is off.
         """
-        self.control.send(FAULT_DRILL, rank, message)
+        self.cluster.send(FAULT_DRILL, rank, message)
         fault_drill(self.config, 0, rank, message)
 
     def start_profile(self, prefix: str) -> None:
@@ -84,7 +84,7 @@ class LLMTools:
         of theirs). Nothing when ``profile`` is none."""
         if self.profiler is None:
             return
-        self.control.send(PROFILE, "arm", prefix)
+        self.cluster.send(PROFILE, "arm", prefix)
         self.profiler.arm(prefix)
 
     def finish_profile(self) -> list[str]:
@@ -99,7 +99,7 @@ class LLMTools:
         if self.profiler is None:
             return []
         prefix = self.profiler.prefix
-        self.control.send(PROFILE, "finish")
+        self.cluster.send(PROFILE, "finish")
         written = self.profiler.finish()
         self.collect_control_stats()  # every worker has finished its trace before it reports
         if written is None:
@@ -107,16 +107,12 @@ class LLMTools:
         return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
 
     def collect_control_stats(self) -> dict:
-        """Control-plane samples since the last collection, then start afresh on every rank:
-        ``{"send": {"nbytes": [...], "ns": [...]}, "recv": {rank: {"nbytes": [...], "ns": [...]}}}`` with
-        rank 0's send cost (serialise + write) and each worker's one-way latency per message (ns). The
-        collection message itself is in neither.
+        """Control-plane samples since the last collection, then start afresh on every rank
+        (``Cluster.collect_stats``): rank 0's send cost (serialise + write) and each worker's one-way latency
+        per message (ns), with each worker's ``launch_ns`` (``model_worker``).
 
         Raises:
             WorkerError / TimeoutError: a worker failed or did not answer.
         """
-        send = self.control.take_send_stats()
-        self.control.send(REPORT_CONTROL_STATS)
-        self.control.take_send_stats()  # the report message
-        return {"send": send.as_dict(), "recv": self.group.collect_stats()}
+        return self.cluster.collect_stats()
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from array import array
 
-from backends import EXIT
-from runtime.worker import Joined, serve
+from runtime.worker import Joined, command_loop, serve
 
 from .profiling import ProfiledEndpoint, ProfiledRunner, make_profiler
 
-REPORT_CONTROL_STATS = "report_control_stats"
 FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(message); needs config.fault_injection
 
 
@@ -43,37 +41,35 @@ def serve_worker(config) -> int:
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
     """The engine's worker body: a model runner for the joined rank (on ``cuda:local_rank``), then rank 0's
-    commands until EXIT. ``(REPORT_CONTROL_STATS)`` sends this worker's control-plane samples so far (without
-    that message's own) to rank 0 and starts them afresh, with ``launch_ns``: per ``run`` step, the time from
+    commands until EXIT (``command_loop``). Its report adds ``launch_ns``: per ``run`` step, the time from
     rank 0's send to this rank's ``run()`` returning (ns, rank 0's clock; on CUDA that is when the step's
     kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays). With
     ``config.profile`` other than none, the endpoint and the runner are wrapped once, here, so that the
     loop itself is the same (``profiling.py``: the window, the trace, the NVTX ranges)."""
     from .model_runner import ModelRunner
 
-    rank, store, endpoint, lifeline = joined.rank, joined.store, joined.endpoint, joined.lifeline
+    rank, store, endpoint = joined.rank, joined.store, joined.endpoint
     runner = ModelRunner(config, rank, store, lambda stage: store.set(f"{stage}/{rank}", "1"), local_rank,
                          num_nodes=len(set(joined.node_of)))
     profiler = make_profiler(config, rank)
     if profiler is not None:
         endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, end_mark=True)
     launched = array("q")  # per step: ns from rank 0's send to this rank's run() returning (rank 0's clock)
+
+    def handle(method: str, args: tuple) -> None:
+        if method == FAULT_DRILL:
+            return fault_drill(config, rank, *args)
+        getattr(runner, method)(*args)
+        if method == "run" and (ns := endpoint.ns_since_send()) is not None:
+            launched.append(ns)
+
+    def report() -> dict:
+        sent = launched.tolist()
+        del launched[:]
+        return {"launch_ns": sent}
+
     try:
-        while True:
-            method, args = endpoint.recv()
-            if method == EXIT:
-                return 0
-            if method == REPORT_CONTROL_STATS:
-                stats = endpoint.take_recv_stats().drop_last().as_dict()  # without the report itself
-                lifeline.send("stats", {**stats, "launch_ns": launched.tolist()})
-                launched = array("q")
-                continue
-            if method == FAULT_DRILL:
-                fault_drill(config, rank, *args)
-                continue
-            getattr(runner, method)(*args)
-            if method == "run" and (ns := endpoint.ns_since_send()) is not None:
-                launched.append(ns)
+        return command_loop(endpoint, joined.lifeline, handle, report)
     finally:
         runner.exit()
         if profiler is not None:

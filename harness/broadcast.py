@@ -12,20 +12,19 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from functools import partial
 
 import numpy as np
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
-from engine import DataPlaneError
 from engine.control_plane import make_control_plane
-from engine.errors import ConfigError
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
-from runtime.worker_group import WorkerGroup
+from runtime.cluster import Cluster
 
-from .broadcast_worker import JOINING, STEP, broadcast_worker
+from .broadcast_worker import JOINING, broadcast_worker
 from .metrics import message_metrics
 
 
@@ -51,37 +50,28 @@ def payloads(w: dict) -> list[tuple[str, tuple]]:
     return out
 
 
-class BroadcastGroup:
+class BroadcastGroup(Cluster):
     """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned here, or started by
-    torchrun: ``launch``) and a gloo barrier group, on the engine's worker lifecycle
-    (``runtime/worker_group.py``).
+    torchrun: ``launch``) and a gloo barrier group, on the engine's runtime (``runtime/cluster.py``).
 
     Raises:
-        ConfigError: the plane cannot reach the ranks where they run.
-        ValueError: a bad plane option.
+        ConfigError: the plane cannot reach the ranks where they run, or a bad plane option.
     """
 
     def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
                  launch=None):
+        super().__init__(tp, timeout_s, startup_timeout_s, launch,
+                         partial(make_control_plane, control, options, tp, timeout_s), _destroy_barrier_group)
         self.tp = tp
-        self.cp = None
-        self.group = WorkerGroup(tp, timeout_s, startup_timeout_s, launch)
         try:
-            try:
-                self.cp = make_control_plane(control, options, tp, timeout_s, self.group.context)
-            except (ConfigError, ValueError) as e:
-                self.group.refuse(str(e))
-                raise
-            self.group.start(self.cp, broadcast_worker, (tp, timeout_s))
+            self.start(broadcast_worker, (tp, timeout_s))
             # Join the barrier group only once every worker is about to (checking liveness): a worker that
             # dies before then is named at once, where gloo's rendezvous would wait out timeout_s for it.
             self.group.wait_for(JOINING)
             dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0, world_size=tp,
                                     timeout=timedelta(seconds=timeout_s))
         except BaseException:
-            self.group.join(0)
-            if self.cp is not None:
-                self.cp.close()  # its shared-memory segments and sockets
+            self.close(0)
             raise
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:
@@ -92,32 +82,18 @@ class BroadcastGroup:
             DataPlaneError: the barrier failed (timed out) and no worker reported why.
         """
         for _ in range(count):
-            self.cp.send(*message)
+            self.send(*message)
             try:
                 dist.barrier()
             except RuntimeError as e:
-                self.group.check(wait_s=1.0)  # a worker that died or failed explains it: raise that
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise DataPlaneError(f"the barrier after a message failed on rank 0 and no worker reported an "
-                                     f"error (a worker may be stalled): {first}") from e
+                self.explain(e, "the barrier after a message", wait_s=1.0)
             if gap_s:
                 time.sleep(gap_s)
 
-    def collect(self) -> tuple[dict, dict]:
-        """rank 0's send samples and every worker's receive samples since the last collect (ns)."""
-        send = self.cp.take_send_stats()
-        self.cp.send(STEP, "report")
-        dist.barrier()
-        recv = self.group.collect_stats()
-        self.cp.take_send_stats()  # the report message
-        return send.as_dict(), recv
 
-    def close(self) -> None:
-        self.cp.send_exit()
-        self.group.join(5.0)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        self.cp.close()
+def _destroy_barrier_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
@@ -125,10 +101,11 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
     the latency columns."""
     from tqdm.auto import tqdm
 
-    for name, message in tqdm(payloads(w), desc=f"broadcast {group.cp.name} tp={group.tp}", disable=not progress):
+    for name, message in tqdm(payloads(w), desc=f"broadcast {group.control.name} tp={group.tp}",
+                              disable=not progress):
         group.run(message, w["warmup"], w["gap_us"] / 1e6)
-        nbytes = group.collect()[0]["nbytes"][0]
+        nbytes = group.collect_stats()["send"]["nbytes"][0]
         count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
         group.run(message, count, w["gap_us"] / 1e6)
-        send, recv = group.collect()
-        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(send, recv)}
+        stats = group.collect_stats()
+        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"])}

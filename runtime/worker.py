@@ -1,6 +1,7 @@
 """A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the
-node probe and its control-plane end), then run a body. The engine's body (``engine/model_worker.py``)
-builds a model runner and runs rank 0's commands until exit; ``workload=broadcast`` brings its own."""
+node probe and its control-plane end), then run a body. A body sets up what it needs and runs rank 0's
+commands in ``command_loop`` until exit: the engine's (``engine/model_worker.py``) on a model runner,
+``workload=broadcast``'s on a barrier alone."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from backends import PeerGone, WorkerEndpoint
+from backends import EXIT, PeerGone, WorkerEndpoint
 from backends.segments import remove_segments_of
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
 
+REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
 RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
@@ -85,14 +87,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     rank, timeout_s = boot.rank, boot.startup_timeout_s
     lifeline, code = None, 1
     try:
-        if spawned:
-            store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
-                             timeout=timedelta(seconds=timeout_s))
-            lifeline = Lifeline("127.0.0.1", boot.lifeline_port, rank, timeout_s)
-        else:
-            store = torchrun_store(launch, timeout_s)
-            host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
-            lifeline = Lifeline(host, int(port), rank, timeout_s)
+        store, lifeline = _connect(boot, launch)
         lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
         node_of = [0] * boot.world_size
         if not spawned:
@@ -100,13 +95,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
             endpoint = _wait_endpoint(store, rank, timeout_s)
             if endpoint is None:
                 return REFUSED
-        parent = mp.parent_process()
-
-        def driver_alive() -> None:
-            if parent is not None and not parent.is_alive():
-                raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
-
-        endpoint.liveness_check = driver_alive
+        endpoint.liveness_check = _driver_check(rank)
         endpoint.open(store)
         try:
             code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
@@ -127,6 +116,45 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     if spawned:
         sys.exit(code)
     return code
+
+
+def _connect(boot, launch: Launch | None) -> tuple[object, Lifeline]:
+    """The run's store and this worker's lifeline to rank 0: on loopback at ``boot``'s ports when spawned,
+    through torchrun's rendezvous store otherwise."""
+    timeout_s = boot.startup_timeout_s
+    if launch is None:
+        store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
+                         timeout=timedelta(seconds=timeout_s))
+        return store, Lifeline("127.0.0.1", boot.lifeline_port, boot.rank, timeout_s)
+    store = torchrun_store(launch, timeout_s)
+    host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
+    return store, Lifeline(host, int(port), boot.rank, timeout_s)
+
+
+def _driver_check(rank: int):
+    """The endpoint's liveness check: raise ``PeerGone`` once the parent (rank 0, when spawned) has exited."""
+    parent = mp.parent_process()
+
+    def driver_alive() -> None:
+        if parent is not None and not parent.is_alive():
+            raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
+
+    return driver_alive
+
+
+def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
+    """Rank 0's commands until EXIT (returns 0), the loop of every worker body: ``REPORT`` sends this worker's
+    control-plane samples so far (without that message's own) and ``report()``'s entries to rank 0 on the
+    lifeline, and starts the samples afresh; any other ``(method, args)`` goes to ``handle(method, args)``.
+    What ``handle`` raises ends the loop (``worker_entry`` sends the traceback to rank 0)."""
+    while True:
+        method, args = endpoint.recv()
+        if method == EXIT:
+            return 0
+        if method == REPORT:
+            lifeline.send("stats", {**endpoint.take_recv_stats().drop_last().as_dict(), **report()})
+        else:
+            handle(method, args)
 
 
 def _remove_dead_drivers_segments() -> None:

@@ -3,7 +3,7 @@ lifelines (``lifeline.py``), the control plane's worker ends reaching the worker
 
 The same lifecycle serves both launchers and every kind of worker (the engine's model workers, the
 ``workload=broadcast`` workers of the harness): a worker is ``worker.worker_entry`` running a *body*
-``body(rank, store, endpoint, lifeline, *body_args) -> exit code``.
+``body(joined, *body_args) -> exit code``; ``cluster.py`` drives it all from rank 0.
 
 * spawn: the store and the lifeline server listen on loopback at ports the OS picks; ``start`` spawns the
   workers, handing each its control-plane end (planes whose ends hold semaphores or pipes need this).
@@ -238,7 +238,7 @@ class WorkerGroup:
 
     def collect_stats(self) -> dict[int, dict]:
         """Wait (checking liveness, at most ``timeout_s``) until every worker has reported its control-plane
-        samples after a REPORT_CONTROL_STATS message; returns and forgets them."""
+        samples after a ``worker.REPORT`` message; returns and forgets them."""
         deadline = time.monotonic() + self.timeout_s
         while len(self.worker_stats) < len(self.workers):
             self.check()

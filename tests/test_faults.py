@@ -26,7 +26,7 @@ LONG = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
 @pytest.mark.parametrize("control", available())
 def test_killed_worker_is_reported_within_5s(control, tiny_untied):
     llm = LLM(tiny_untied, tensor_parallel_size=2, control=control, **OPTS)
-    victim = llm.group.procs[1]
+    victim = llm.cluster.group.procs[1]
     killed_at = []
 
     def kill():
@@ -41,7 +41,7 @@ def test_killed_worker_is_reported_within_5s(control, tiny_untied):
         assert time.monotonic() - killed_at[0] < 5.0
     finally:
         llm.shutdown()
-    assert not any(p.is_alive() for p in llm.group.procs.values())
+    assert not any(p.is_alive() for p in llm.cluster.group.procs.values())
 
 
 @pytest.mark.timeout(120)
@@ -62,9 +62,9 @@ def test_sigusr1_to_a_worker_prints_its_stacks_and_the_run_goes_on(tiny_untied, 
     """Session-7 break test: only rank 0 had faulthandler on SIGUSR1; a worker died of it (exit -10) and the
     run failed, where the README says the stacks are printed and the run goes on."""
     with LLM(tiny_untied, tensor_parallel_size=2, control="shm", **OPTS) as llm:
-        os.kill(llm.group.procs[1].pid, signal.SIGUSR1)
+        os.kill(llm.cluster.group.procs[1].pid, signal.SIGUSR1)
         out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
-        assert len(out[0]["token_ids"]) == 4 and llm.group.procs[1].is_alive()
+        assert len(out[0]["token_ids"]) == 4 and llm.cluster.group.procs[1].is_alive()
     assert "most recent call first" in capfd.readouterr().err
 
 
@@ -236,7 +236,7 @@ def test_a_stalled_worker_is_named_and_shutdown_stays_bounded(tiny_untied, tiny_
     """SIGSTOP: the process lives, its sockets stay open, it sends nothing. Before heartbeats the error named
     no rank at tp=2 and the healthy rank at tp=3 (13 of 13 trials), and shutdown waited ~7 s more for it."""
     llm = LLM(tiny_tp3 if tp == 3 else tiny_untied, tensor_parallel_size=tp, control="shm", timeout_s=3, **OPTS)
-    proc = llm.group.procs[victim]
+    proc = llm.cluster.group.procs[victim]
     if when == "before":
         os.kill(proc.pid, signal.SIGSTOP)
     else:
@@ -325,6 +325,7 @@ def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
     """workload=broadcast: a worker that dies before joining the barrier group is reported within seconds (a
     break test saw rank 0 wait out gloo's 60 s rendezvous, then name no rank)."""
     from harness import broadcast
+    from runtime import cluster
     from runtime.worker_group import WorkerGroup
 
     class KillingGroup(WorkerGroup):
@@ -332,7 +333,7 @@ def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
             super().start(control, body, body_args)
             os.kill(self.procs[1].pid, signal.SIGKILL)  # still importing torch: before it can join
 
-    monkeypatch.setattr(broadcast, "WorkerGroup", KillingGroup)
+    monkeypatch.setattr(cluster, "WorkerGroup", KillingGroup)
     start = time.monotonic()
     with pytest.raises(WorkerError, match="rank 1"):
         broadcast.BroadcastGroup("ring", 2, {}, timeout_s=60)

@@ -20,8 +20,8 @@ def main(path: str, control: str, out: str, prompts_file: str) -> int:
     prompts = json.load(open(prompts_file))
     with LLM(path, control=control, tensor_parallel_size=config.tensor_parallel_size, **OPTIONS) as llm:
         outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
-        clock = llm.group.clock_sync()
-        nodes = llm.group.context.num_nodes
+        info = llm.describe()
+        clock, nodes = (info["clock_sync"], info["clock_uncertainty_us"]), info["nodes"]
     json.dump({"tokens": [o["token_ids"] for o in outs], "clock": clock, "nodes": nodes}, open(out, "w"))
     return 0
 
