@@ -1,11 +1,15 @@
 """Value checks every layer shares (backends, runtime, engine, harness), in a package of their own below all of
 them, so that nothing imports upward: an integer that is not a bool (``True`` is an ``int`` in Python, and
-``tp=true`` must not mean 1), a finite number."""
+``tp=true`` must not mean 1), a finite number; and the error for bad input."""
 
 from __future__ import annotations
 
 import math
 import numbers
+
+
+class ConfigError(ValueError):
+    """Bad input; the message is one line that says what to change."""
 
 
 def is_int(v) -> bool:

@@ -1,6 +1,5 @@
-"""The engine's error (its own module, so that the configuration modules share it); the runtime's are
-``WorkerError`` and ``DataPlaneError`` (``runtime/``)."""
+"""The engine's bad-input error, for the configuration modules (from ``common``, so that the runtime raises it)."""
 
+from common import ConfigError
 
-class ConfigError(ValueError):
-    """Bad engine input; the message is one line that says what to change."""
+__all__ = ["ConfigError"]

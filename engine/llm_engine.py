@@ -6,7 +6,6 @@ import atexit
 import contextlib
 import logging
 import time
-from functools import partial
 
 import torch
 from tqdm.auto import tqdm
@@ -16,7 +15,6 @@ from runtime.cluster import Cluster
 from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
-from .control_plane import make_control_plane
 from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
@@ -60,8 +58,8 @@ class LLM(LLMTools):
             cfg, launch, t0 = self.config, self.config.launch, time.perf_counter()
             tp = cfg.tensor_parallel_size
             log.info("starting: tp=%d on %s (%s), control=%s", tp, cfg.device, cfg.dtype, cfg.control)
-            plane = partial(make_control_plane, cfg.control, cfg.control_options, tp, cfg.timeout_s)
-            self.cluster = Cluster(tp, cfg.timeout_s, cfg.startup_timeout_s, launch, plane, self._teardown)
+            self.cluster = Cluster(tp, cfg.timeout_s, cfg.startup_timeout_s, launch, cfg.control, cfg.control_options,
+                                   self._teardown)
             self.control, group = self.cluster.control, self.cluster.group
             log.info("%s", "waiting for torchrun's ranks" if launch else f"spawning {tp - 1} worker(s)")
             self.cluster.start(model_worker, (cfg, None))

@@ -62,10 +62,8 @@ class LLMTools:
     def describe(self) -> dict:
         """What runs: ``dtype``, ``all_reduce``, ``gemm``, ``launcher``, ``nodes``, ``cpu_threads`` and the
         one-way latencies' clock (``clock_sync``, ``clock_uncertainty_us``)."""
-        sync, uncertainty = self.cluster.group.clock_sync()
         return {"dtype": self.config.dtype, "all_reduce": self.runner.all_reduce, "gemm": self.runner.gemm,
-                "launcher": self.config.launcher, "nodes": self.cluster.group.context.num_nodes,
-                "cpu_threads": self.runner.cpu_threads, "clock_sync": sync, "clock_uncertainty_us": uncertainty}
+                "cpu_threads": self.runner.cpu_threads, **self.cluster.group.describe()}
 
     def inject_fault(self, rank: int, message: str) -> None:
         """A fault drill (needs ``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at
@@ -107,12 +105,7 @@ class LLMTools:
         return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
 
     def collect_control_stats(self) -> dict:
-        """Control-plane samples since the last collection, then start afresh on every rank
-        (``Cluster.collect_stats``): rank 0's send cost (serialise + write) and each worker's one-way latency
-        per message (ns), with each worker's ``launch_ns`` (``model_worker``).
-
-        Raises:
-            WorkerError / TimeoutError: a worker failed or did not answer.
-        """
+        """Control-plane samples since the last collection, then afresh (``Cluster.collect_stats``), with each
+        worker's ``launch_ns`` (``model_worker``). Raises WorkerError / TimeoutError: a worker failed or is silent."""
         return self.cluster.collect_stats()
 

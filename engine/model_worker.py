@@ -36,7 +36,7 @@ def serve_worker(config) -> int:
     launch = config.launch
     if launch is None or launch.rank == 0:
         raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
-    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s, config.timeout_s)
+    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s)
 
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
@@ -64,8 +64,7 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
             launched.append(ns)
 
     def report() -> dict:
-        sent = launched.tolist()
-        del launched[:]
+        sent, launched[:] = launched.tolist(), array("q")
         return {"launch_ns": sent}
 
     try:

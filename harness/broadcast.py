@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
-from functools import partial
 
 import numpy as np
 import torch.distributed as dist
 from torch.distributed import PrefixStore
 
-from engine.control_plane import make_control_plane
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
@@ -52,16 +50,12 @@ def payloads(w: dict) -> list[tuple[str, tuple]]:
 
 class BroadcastGroup(Cluster):
     """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned here, or started by
-    torchrun: ``launch``) and a gloo barrier group, on the engine's runtime (``runtime/cluster.py``).
-
-    Raises:
-        ConfigError: the plane cannot reach the ranks where they run, or a bad plane option.
-    """
+    torchrun: ``launch``) and a gloo barrier group, on the engine's runtime (``runtime/cluster.py``). Raises
+    ConfigError: the plane cannot reach the ranks where they run, or a bad plane option."""
 
     def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
                  launch=None):
-        super().__init__(tp, timeout_s, startup_timeout_s, launch,
-                         partial(make_control_plane, control, options, tp, timeout_s), _destroy_barrier_group)
+        super().__init__(tp, timeout_s, startup_timeout_s, launch, control, options, dist.destroy_process_group)
         self.tp = tp
         try:
             self.start(broadcast_worker, (tp, timeout_s))
@@ -89,11 +83,6 @@ class BroadcastGroup(Cluster):
                 self.explain(e, "the barrier after a message", wait_s=1.0)
             if gap_s:
                 time.sleep(gap_s)
-
-
-def _destroy_barrier_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):

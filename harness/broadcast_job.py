@@ -57,9 +57,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return failed(results, row0, 0, e)
-    context = group.group.context
-    sync, uncertainty = group.group.clock_sync()
-    row0.update(launcher=context.launcher, nodes=context.num_nodes, clock_sync=sync, clock_uncertainty_us=uncertainty)
+    row0.update(group.group.describe())
     r, path = 0, None
     try:
         for r in range(cfg.repeat):

@@ -23,8 +23,7 @@ def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
             from .broadcast_worker import broadcast_worker
 
             check_broadcast(cfg, launch)
-            return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s,
-                         cfg.llm.timeout_s)
+            return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s)
         if cfg.engine != "tp":
             raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
         device = resolve_device(cfg.device)

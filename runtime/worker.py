@@ -34,14 +34,13 @@ NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has 
 @dataclass(frozen=True)
 class WorkerBoot:
     """What a spawned worker needs to join: its rank and the world size, the store's and rank 0's lifeline
-    ports on loopback, and the timeouts (s)."""
+    ports on loopback, and how long to wait for rank 0 at start-up (s)."""
 
     rank: int
     world_size: int
     store_port: int
     lifeline_port: int
     startup_timeout_s: float
-    timeout_s: float
 
 
 def leave_if_rerunning_main() -> None:
@@ -72,13 +71,10 @@ class Joined:
 def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
     """Run one worker: ``boot`` (a ``WorkerBoot``: rank, timeouts; the ports too when spawned) and
     ``endpoint`` when spawned by rank 0; with ``launch`` (torchrun) the end comes through the store. Then
-    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with
-    it): the body's, 1 when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED``
-    when rank 0 refused to start the run.
-
-    The worker leaves when rank 0 dies, wherever it is blocked: a spawned worker watches its parent from
-    its first instruction, and every worker watches its lifeline once connected (``lifeline.py``).
-    """
+    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1
+    when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused to
+    start the run. The worker leaves when rank 0 dies, wherever it is blocked: a spawned worker watches its
+    parent from its first instruction, and every worker watches its lifeline once connected."""
     spawned = launch is None
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
@@ -87,7 +83,14 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     rank, timeout_s = boot.rank, boot.startup_timeout_s
     lifeline, code = None, 1
     try:
-        store, lifeline = _connect(boot, launch)
+        if spawned:
+            store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
+                             timeout=timedelta(seconds=timeout_s))
+            lifeline = Lifeline("127.0.0.1", boot.lifeline_port, rank, timeout_s)
+        else:
+            store = torchrun_store(launch, timeout_s)
+            host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
+            lifeline = Lifeline(host, int(port), rank, timeout_s)
         lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
         node_of = [0] * boot.world_size
         if not spawned:
@@ -95,7 +98,13 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
             endpoint = _wait_endpoint(store, rank, timeout_s)
             if endpoint is None:
                 return REFUSED
-        endpoint.liveness_check = _driver_check(rank)
+        parent = mp.parent_process()
+
+        def driver_alive() -> None:
+            if parent is not None and not parent.is_alive():
+                raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
+
+        endpoint.liveness_check = driver_alive
         endpoint.open(store)
         try:
             code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
@@ -118,35 +127,10 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
     return code
 
 
-def _connect(boot, launch: Launch | None) -> tuple[object, Lifeline]:
-    """The run's store and this worker's lifeline to rank 0: on loopback at ``boot``'s ports when spawned,
-    through torchrun's rendezvous store otherwise."""
-    timeout_s = boot.startup_timeout_s
-    if launch is None:
-        store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
-                         timeout=timedelta(seconds=timeout_s))
-        return store, Lifeline("127.0.0.1", boot.lifeline_port, boot.rank, timeout_s)
-    store = torchrun_store(launch, timeout_s)
-    host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
-    return store, Lifeline(host, int(port), boot.rank, timeout_s)
-
-
-def _driver_check(rank: int):
-    """The endpoint's liveness check: raise ``PeerGone`` once the parent (rank 0, when spawned) has exited."""
-    parent = mp.parent_process()
-
-    def driver_alive() -> None:
-        if parent is not None and not parent.is_alive():
-            raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
-
-    return driver_alive
-
-
 def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
-    """Rank 0's commands until EXIT (returns 0), the loop of every worker body: ``REPORT`` sends this worker's
-    control-plane samples so far (without that message's own) and ``report()``'s entries to rank 0 on the
-    lifeline, and starts the samples afresh; any other ``(method, args)`` goes to ``handle(method, args)``.
-    What ``handle`` raises ends the loop (``worker_entry`` sends the traceback to rank 0)."""
+    """Every worker body's loop: rank 0's commands until EXIT (returns 0). ``REPORT`` sends rank 0 this worker's
+    control-plane samples since the last (not its own) and ``report()``'s entries; any other ``(method, args)``
+    goes to ``handle(method, args)``, and what it raises ends the loop (``worker_entry`` reports it)."""
     while True:
         method, args = endpoint.recv()
         if method == EXIT:
@@ -186,9 +170,8 @@ class _Refused(Exception):
     pass
 
 
-def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, timeout_s: float) -> int:
+def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:
     """A rank other than 0 started by torchrun: join the run that rank 0 of the same launch starts, run
     ``body`` and return the exit code (``worker_entry``)."""
-
-    boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s, timeout_s)
+    boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s)
     return worker_entry(boot, None, body, body_args, launch)

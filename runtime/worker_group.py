@@ -27,7 +27,7 @@ from backends.segments import remove_stale_segments
 
 from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
 from .lifeline import STALL_S, LifelineServer
-from .worker import NO_MAIN_GUARD, RERAN_MAIN, WorkerBoot, leave_if_rerunning_main
+from .worker import NO_MAIN_GUARD, RERAN_MAIN, WorkerBoot, leave_if_rerunning_main, worker_entry
 
 PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
 
@@ -95,22 +95,13 @@ class WorkerGroup:
     def node_name(self, rank: int) -> str:
         return self.lifelines.hosts.get(rank, "?") if self.lifelines else "?"
 
-    def refuse(self, message: str) -> None:
-        """(torchrun) Tell the waiting workers that the run will not start: each prints ``message`` and
-        exits with code 2 (bad input)."""
-        if self.launch.launcher == "torchrun" and self.store is not None:
-            self.store.set("abort", message)
-
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
         """Start the workers' bodies: spawn them (spawn) or hand every waiting worker its control-plane end
         (torchrun); then watch them from ``control``'s waits."""
         if self.launch.launcher == "spawn":
-            from .worker import worker_entry
-
             ctx = mp.get_context("spawn")
             for rank in self.workers:
-                boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port,
-                                  self.startup_timeout_s, self.timeout_s)
+                boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port, self.startup_timeout_s)
                 p = ctx.Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
                                 args=(boot, control.endpoint(rank), body, body_args))
                 start_ignoring_sigint(p)
@@ -125,12 +116,15 @@ class WorkerGroup:
         control.liveness_check = self.check
         control.wait_ready()
 
-    def clock_sync(self) -> tuple[str, float]:
-        """(method, uncertainty in us) of the one-way latencies' clock (``lifeline.py``)."""
+    def describe(self) -> dict:
+        """``launcher``, ``nodes`` and the one-way latencies' clock: ``clock_sync`` (its method) and
+        ``clock_uncertainty_us`` (``lifeline.py``)."""
+        where = {"launcher": self.launch.launcher, "nodes": self.context.num_nodes}
         if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
-            return "same host clock", 0.0
+            return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
         remote = [r for r in self.workers if self.context.node_of[r] != 0]
-        return "ping-pong min-RTT/2", max(self.lifelines.offsets[r][1] for r in remote) / 1e3
+        uncertainty_us = max(self.lifelines.offsets[r][1] for r in remote) / 1e3
+        return {**where, "clock_sync": "ping-pong min-RTT/2", "clock_uncertainty_us": uncertainty_us}
 
     def _drain(self, wait_s: float = 0.0) -> None:
         """Take the workers' reports; wait up to ``wait_s`` for one when there are none (with 0, never wait:

@@ -11,7 +11,7 @@ import os
 import random
 import sys
 
-from engine.control_plane import make_control_plane
+from runtime.cluster import make_control_plane
 from runtime.launch import Launch
 from runtime.worker import serve
 from runtime.worker_group import WorkerGroup
@@ -31,7 +31,7 @@ def check_body(joined) -> int:
 def main(control: str, out: str, count: str = "2000") -> int:
     launch = Launch.from_env()
     if launch.rank != 0:
-        return serve(launch, check_body, (), 120.0, 60.0)
+        return serve(launch, check_body, (), 120.0)
     group = WorkerGroup(launch.world_size, 60.0, 120.0, launch)
     cp = make_control_plane(control, OPTIONS.get(control, {}), launch.world_size, 60.0, group.context)
     group.start(cp, check_body)
