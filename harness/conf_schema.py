@@ -1,12 +1,18 @@
-"""The ``llm`` node's schema, generated from ``engine.EngineConfig``: the engine's defaults and types are
-the command line's, written once. Registered in Hydra's ConfigStore as ``llm_schema`` (conf/config.yaml puts
-it at ``llm``), so Hydra refuses an unknown ``llm.*`` key or a value of the wrong type by itself."""
+"""The configuration's schema, the one place its defaults and types are written: ``HarnessConfig`` (the
+harness's own keys), each workload kind's keys (the option files in conf/workload/ give the values), each
+plane's options generated from its constructor (``plane_schema``) and the ``llm`` node generated from
+``engine.EngineConfig``: the Python API's defaults and types are the command line's. Registered in Hydra's
+ConfigStore (conf/config.yaml and the option files name them), so Hydra refuses an unknown key or a value of
+the wrong type by itself."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 from engine.config import EngineConfig
 
@@ -21,9 +27,142 @@ LlmConfig = dataclasses.make_dataclass(
     "LlmConfig", [(f.name, _TYPES[f.type], dataclasses.field(default=f.default)) for f in LLM_FIELDS])
 
 
+@dataclasses.dataclass
+class HarnessConfig:
+    """The top-level keys of ``python -m harness``; the groups (control, model, workload) come from conf/."""
+
+    engine: str = "tp"  # tp = this project's engine; hf = transformers' generate on the same checkpoint (a peer)
+    tp: int = 1  # tensor-parallel size = number of processes (GPUs)
+    device: str = "auto"  # auto = cuda when available, else cpu
+    dtype: str = "auto"  # auto = bfloat16 on cuda, float32 on cpu
+    seed: int = 0  # workload draw, preset weights and sampling
+    repeat: int = 1  # timed repeats of the workload in one job (one CSV row each)
+    results_dir: str = "results"  # relative to the directory you run from
+    results_file: str = "runs.csv"
+    nvml_interval_s: float = 0.1  # GPU sampling period
+    progress: bool = True  # tqdm progress bars, drawn only when stderr is a terminal (not into a log or pipe)
+    hf_batch_size: int = 256  # engine=hf: requests per transformers generate() call
+    tag: str | None = None  # a label of your own for this job's rows (e.g. the version of the code measured)
+    cpu_threads: int | None = None  # CPU runs: torch threads per rank (None: cores / tp)
+    reuse_engine: bool = True  # a sweep's next job reuses the engine when only the workload or async differ
+    save_requests: bool = False  # workload=serve: one JSON line per request to <results_dir>/requests/
+    step_log: bool = False  # each timed run's per-step timings to <results_dir>/steps/<run_id>.csv
+    profile: str = "none"  # torch: a Chrome trace per rank of each timed run to <results_dir>/traces/, NVTX on CUDA
+    profile_steps: str | None = None  # the timed run's steps to trace: FIRST-LAST (from 0) or N; None = all
+    llm: Any = MISSING  # LlmConfig, placed by the defaults list
+    control: Any = MISSING
+    model: Any = MISSING
+    workload: Any = MISSING
+
+
+@dataclasses.dataclass
+class FixedWorkload:
+    """``kind: fixed`` (workload=latency): ``num_seqs`` prompts of ``input_len`` tokens, ``output_len`` greedy
+    tokens each, ``iterations`` times. The option files (conf/workload/) give every value."""
+
+    name: str = MISSING
+    kind: str = "fixed"
+    num_seqs: int = MISSING
+    input_len: int = MISSING
+    output_len: int = MISSING
+    iterations: int = MISSING
+    max_token_id: int = MISSING
+    warmup: bool = True
+    scale_on_cpu: bool = True
+    cpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # values that replace these on a CPU device
+
+
+@dataclasses.dataclass
+class _Drawn:
+    """What bench and serve share: prompt and output lengths drawn in [min, max], random token ids."""
+
+    name: str = MISSING
+    kind: str = MISSING
+    min_input_len: int = MISSING
+    max_input_len: int = MISSING
+    min_output_len: int = MISSING
+    max_output_len: int = MISSING
+    max_token_id: int = MISSING
+    temperature: float = MISSING
+    ignore_eos: bool = True
+    warmup: bool = True
+    scale_on_cpu: bool = True
+    cpu: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RandomWorkload(_Drawn):
+    """``kind: random`` (workload=bench, smoke): nano-vllm's benchmark, ``num_seqs`` requests at t=0."""
+
+    kind: str = "random"
+    num_seqs: int = MISSING
+
+
+@dataclasses.dataclass
+class Slo:
+    """Goodput's bounds in ms (None: no bound)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+
+@dataclasses.dataclass
+class ServeWorkload(_Drawn):
+    """``kind: serve``: ``num_prompts`` requests drawn as bench draws them, arriving at ``request_rate``."""
+
+    kind: str = "serve"
+    num_prompts: int = MISSING
+    request_rate: float = MISSING  # req/s; inf: all at t=0
+    burstiness: float = 1.0  # Gamma shape of the gaps; 1.0 = Poisson
+    max_concurrency: int | None = None
+    slo: Slo = dataclasses.field(default_factory=Slo)
+
+
+@dataclasses.dataclass
+class BroadcastWorkload:
+    """``kind: broadcast``: the control plane alone, one row per payload (harness/broadcast.py)."""
+
+    name: str = MISSING
+    kind: str = "broadcast"
+    decode_batches: list[int] = MISSING
+    decode_context: int = MISSING
+    prefill_batches: list[Any] = MISSING  # [num_seqs, new tokens each] pairs
+    raw_bytes: list[int] = MISSING
+    kvcache_block_size: int = MISSING
+    warmup: int = MISSING
+    messages: int = MISSING
+    min_messages: int = MISSING
+    max_bytes_per_payload: int = MISSING
+    gap_us: int = MISSING
+    scale_on_cpu: bool = False
+
+
+WORKLOADS = {"fixed": FixedWorkload, "random": RandomWorkload, "serve": ServeWorkload, "broadcast": BroadcastWorkload}
+def plane_schema(name: str) -> type:
+    """``control=<name>``'s node: its ``name`` and ``options``, the plane's constructor keyword arguments with
+    their defaults and types (``backends/<name>.py``: the Python API's defaults are the command line's)."""
+    from backends import get_control_plane
+
+    cls = get_control_plane(name)
+    skip = {"self", "world_size", "timeout_s", "context", "inner_options"}  # the engine's, or Python-API only
+    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in skip]
+    options = dataclasses.make_dataclass(f"{cls.__name__}Options", [
+        (p.name, _TYPES[p.annotation], dataclasses.field(default=p.default)) for p in params])
+    return dataclasses.make_dataclass(f"{cls.__name__}Config", [("name", str, dataclasses.field(default=name)), (
+        "options", options, dataclasses.field(default_factory=options))])
+
+
 def register() -> None:
-    """Put the schema into Hydra's ConfigStore (idempotent); before Hydra composes conf/config.yaml."""
+    """Put the schemas into Hydra's ConfigStore (idempotent); before Hydra composes conf/config.yaml."""
+    ConfigStore.instance().store(name="harness_schema", node=HarnessConfig)
     ConfigStore.instance().store(name="llm_schema", node=LlmConfig)
+    from backends import available
+
+    for plane in available():
+        ConfigStore.instance().store(group="control_schema", name=plane, node=plane_schema(plane))
+    for kind, node in WORKLOADS.items():
+        ConfigStore.instance().store(group="workload_schema", name=kind, node=node)
 
 
 register()

@@ -38,8 +38,13 @@ def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
             for option in group_options("workload"):
                 donor = compose([f"workload={option}"]).workload
                 if OmegaConf.select(donor, key, default=_NONE) is not _NONE:
-                    OmegaConf.update(donor, key, OmegaConf.select(cfg.workload, key))
-                    check_workload(OmegaConf.to_container(donor))
+                    donor = OmegaConf.to_container(donor)  # untyped: the kind's check words the problem
+                    *path, last = key.split(".")
+                    node = donor
+                    for part in path:
+                        node = node[part]
+                    node[last] = OmegaConf.select(cfg.workload, key)
+                    check_workload(donor)
                     break
     except ValueError as e:
         return str(e)
@@ -94,9 +99,21 @@ def picked_model(cfg: DictConfig, compose) -> dict:
     return chosen
 
 
+def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
+    """A switch set to anything but true or false: OmegaConf would read ``yes``, ``on`` or ``2`` as true."""
+    for arg in job:
+        key, _, raw = arg.lstrip("+").partition("=")
+        if isinstance(OmegaConf.select(cfg, key, default=None), bool) and raw.lower() not in ("true", "false"):
+            return f"{key} must be true or false, got {raw!r}"
+    return None
+
+
 def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     """The first problem of one composed job (``job``: its overrides), as one line, or None."""
     given = _given(job)
+    problem = _strict_bools(cfg, job)
+    if problem:
+        return problem
     for key in (k for k in given if k in VALUE_CHECKS):
         problem = VALUE_CHECKS[key](key, OmegaConf.select(cfg, key))
         if problem:

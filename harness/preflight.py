@@ -129,8 +129,8 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
             plane = _choice(job, "control", compose)
             options = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
             return f"control={plane} has no option {key.split('.', 2)[2]!r} (its options: {options})"
-        return (f"unknown config key {key!r}{_suggest(key, compose([]))} (the keys are in conf/; the harness reads "
-                f"no other)")
+        chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])  # the job's options, for the hint
+        return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys are in conf/; the harness reads no other)"
     m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
     if m:
         head = m[1].split(".", 1)[0]
@@ -140,7 +140,17 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
                 f"the selected options lack it")
     m = re.match(r"Error merging override ([^=]+)=(.*)", text)
     if m and isinstance(e.__cause__, ValidationError):  # a value of the wrong type for the schema
-        return _type_message(m[1].lstrip("+"), m[2], e.__cause__)
+        key = m[1].lstrip("+")
+        if key.startswith("control.options."):  # in the plane's own words
+            plane = _choice(job, "control", compose)
+            options = {**compose([f"control={plane}"]).control.options, key.split(".", 2)[2]: m[2]}
+            try:
+                from backends import get_control_plane
+
+                get_control_plane(plane).check_options(2, **options)
+            except ValueError as problem:
+                return str(problem)
+        return _type_message(key, m[2], e.__cause__)
     m = re.match(r"Could not delete from config. '([^']+)' does not exist", text)
     if m:
         return f"~{m[1]}: no such key to delete (not in config.yaml or in every selected option of its group)"
@@ -149,17 +159,25 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
 
 
 def _type_message(key: str, raw: str, error: Exception) -> str:
-    """A value the schema's type refuses: the engine's own message for an ``llm.*`` key, else OmegaConf's."""
+    """A value the schema's type refuses, in the words of the key's own check where it has one (the
+    engine's for ``llm.*``, ``value_checks``' for the harness's), else by the type."""
     from engine import ConfigError, EngineConfig
 
     from .job_checks import cli_message
+    from .value_checks import VALUE_CHECKS
 
     if key.startswith("llm."):
         try:
             EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
         except ConfigError as e:
             return cli_message(str(e), {key[4:]})
-    return f"{key}: {str(error).strip().splitlines()[0]}"
+    problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
+    if problem:
+        return problem
+    text = str(error)
+    kind = ("a number" if "Float" in text else "true or false" if "bool" in text else "of another type"
+            if "Integer" not in text else "a list of integers" if raw.startswith("[") else "an integer")
+    return f"{key} must be {kind}, got {raw!r}"
 
 
 def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:

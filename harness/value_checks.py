@@ -1,5 +1,5 @@
-"""Value checks of top-level command-line settings, each ``check(key, value) -> message | None`` with the value
-as Hydra types it (``02`` is the string '02', not an int: the job would refuse it)."""
+"""Value checks of top-level command-line settings that their types (``conf_schema.HarnessConfig``) do not
+express, each ``check(key, value) -> message | None``: ranges, choices, a file name, the profile window."""
 
 from __future__ import annotations
 
@@ -23,10 +23,6 @@ def _not_empty(hint: str):
     def check(key: str, v) -> str | None:
         return None if v not in (None, "") else f"{key} is empty: {hint}"
     return check
-
-
-def _bool(key: str, v) -> str | None:
-    return None if isinstance(v, bool) else f"{key} must be true or false, got {'' if v is None else str(v)!r}"
 
 
 def _positive_number(key: str, v) -> str | None:
@@ -68,6 +64,5 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
-                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "progress": _bool,
-                "reuse_engine": _bool, "step_log": _bool, "save_requests": _bool, "profile": _profile,
+                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "profile": _profile,
                 "profile_steps": _profile_steps}

@@ -146,8 +146,8 @@ def unread_keys(w: dict) -> list[str]:
 
 def check_workload(w: dict) -> None:
     """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length that is
-    not an integer or below its least value, a switch that is not true/false, a min above its max, a
-    negative temperature, a broadcast payload list with a bad entry or no payload at all."""
+    not an integer or below its least value, a min above its max, a negative temperature, a broadcast
+    payload list with a bad entry or no payload at all. Types are the schema's (``conf_schema``)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -158,9 +158,6 @@ def check_workload(w: dict) -> None:
     for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
         if kind in ("random", "serve") and w[lo] > w[hi]:
             raise ValueError(f"workload.{lo}={w[lo]} is above workload.{hi}={w[hi]}")
-    for key in ("warmup", "ignore_eos", "scale_on_cpu") if kind != "broadcast" else ():
-        if key in w and not isinstance(w[key], bool):
-            raise ValueError(f"workload.{key} must be true or false, got {w[key]!r}")
     if kind == "serve":
         check_serve(w)
     t = w.get("temperature", 0.0)

@@ -67,8 +67,7 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     (["-m", "llm.kvcache_block_size=256,100"], "llm.kvcache_block_size must be a power of two"),  # were job-time
     (["-m", "llm.gpu_memory_utilization=0.9,1.5"], "llm.gpu_memory_utilization must be in (0, 1]"),
     # found by the session-4 break test (each ran a job, or printed Hydra's several lines, before):
-    (["-m", "tp=1,02"], "tp must be an integer >= 1, got '02'"),  # Hydra types 02 as a string
-    (["repeat=02"], "repeat must be an integer >= 1, got '02'"),
+    (["-m", "tp=1,abc"], "tp must be an integer >= 1, got 'abc'"),  # the schema's type, in the key's own words
     (["~workload.iterations", "workload=smoke"], "~workload.iterations: no such key to delete"),
     (["+model.preset.num_hidden_layers=1", "model=qwen3-tiny"], "model.preset.num_hidden_layers exists already"),
     (["++workload.iterations=abc", "workload=smoke"], "workload.iterations must be an integer >= 1, got 'abc'"),
@@ -129,6 +128,7 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
 @pytest.mark.parametrize("argv", [
     ["-m", "llm.all_reduce='auto',auto"],           # a sweep whose first value is quoted
     ["-m", "tp=range(1,3)"], ["-m", "device=choice(cpu,auto)"],
+    ["-m", "tp=1,02"], ["repeat=02"],  # Hydra types 02 as a string; the schema's int takes it as 2
     ["workload=broadcast", "tp=2", "device=cpu", "llm.gemm=cublas"],  # broadcast builds no engine
     ["engine=hf", "llm.gemm=cublas"],                 # nor does engine=hf
     ["+workload.iterations=3"],                       # bench lacks the key: + adds it

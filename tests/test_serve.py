@@ -88,7 +88,7 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
     ("workload.burstiness=inf", "workload.burstiness must be a finite number > 0"),
     ("workload.max_concurrency=0", "workload.max_concurrency must be null"),
     ("workload.slo.e2el_ms=-5", "workload.slo.e2el_ms must be null"),
-    ("+workload.slo.itl_ms=5", "unknown config key 'workload.slo.itl_ms'"),
+    ("+workload.slo.itl_ms=5", "workload.slo.itl_ms: unknown SLO (known: ttft_ms, tpot_ms, e2el_ms)"),
     ("workload.request_rat=4", "unknown config key 'workload.request_rat' (did you mean 'workload.request_rate'?)")])
 def test_bad_serve_input_is_one_line_and_exit_2(bad, says, tmp_path, model_cache):
     r = harness("workload=serve", "tp=2", bad, f"results_dir={tmp_path}", cache=model_cache, timeout=120)
