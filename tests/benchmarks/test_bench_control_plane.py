@@ -26,7 +26,8 @@ def test_broadcast_round_trip_decode_64(benchmark, control):
     group = BroadcastGroup(control, 2, {}, 30)
     try:
         benchmark.pedantic(group.run, args=(message, 1, 0.0), rounds=200, warmup_rounds=20)
-        send, recv = group.collect()
+        stats = group.collect_stats()
+        send, recv = stats["send"], stats["recv"]
     finally:
         group.close()
     expected = len(pickle.dumps((time.monotonic_ns(), message[0], message[1:]), protocol=pickle.HIGHEST_PROTOCOL))
