@@ -4,6 +4,8 @@ without a checkpoint, the plane's options, the model's shape against tp, a check
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import DictConfig, OmegaConf
 
 from .conf_paths import group_options
@@ -69,10 +71,16 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     return None
 
 
-def _check_control(cfg: DictConfig) -> str | None:
-    """The plane's options through its own check (``check_options``), at the job's tp."""
+def _check_control(cfg: DictConfig, compose) -> str | None:
+    """The plane's options through its own check (``check_options``), at the job's tp; an option the plane
+    does not take (added with ``+``/``++``) refused by name."""
     from backends import get_control_plane
 
+    plane = cfg.control.name
+    known = sorted(compose([f"control={plane}"]).control.options)
+    extra = sorted(set(cfg.control.options) - set(known))
+    if extra:
+        return f"control={plane} has no option {extra[0]!r} (its options: {', '.join(known) or 'none'})"
     if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
         return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
                 "that send; ideal is the baseline of every other workload)")
@@ -108,10 +116,20 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
     return None
 
 
+def _unknown_keys(cfg: DictConfig) -> str | None:
+    """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
+
+    from .conf_schema import LLM_DEFAULTS, HarnessConfig
+
+    known = {f.name for f in dataclasses.fields(HarnessConfig)}
+    extra = [k for k in cfg if k not in known] + [f"llm.{k}" for k in cfg.llm if k not in LLM_DEFAULTS]
+    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
+
+
 def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     """The first problem of one composed job (``job``: its overrides), as one line, or None."""
     given = _given(job)
-    problem = _strict_bools(cfg, job)
+    problem = _strict_bools(cfg, job) or _unknown_keys(cfg)
     if problem:
         return problem
     for key in (k for k in given if k in VALUE_CHECKS):
@@ -123,4 +141,4 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
     return (_check_workload(cfg, job, compose) or (_check_llm(cfg, given) if builds_engine else None)
             or check_model(picked_model(cfg, compose), tp, cfg.device, preset_given)
-            or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg))
+            or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg, compose))

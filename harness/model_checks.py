@@ -29,6 +29,9 @@ def check_preset(preset: dict) -> str | None:
             return f"model.preset.{key} must be a number > 0, got {v!r}"
     if preset.get("dtype", "float32") not in PRESET_DTYPES:
         return f"model.preset.dtype must be one of {', '.join(PRESET_DTYPES)}, got {preset.get('dtype')!r}"
+    if preset["num_attention_heads"] % preset["num_key_value_heads"]:
+        return (f"model.preset.num_attention_heads={preset['num_attention_heads']} must be a multiple of "
+                f"num_key_value_heads={preset['num_key_value_heads']}")
     if preset["hidden_size"] % preset["num_attention_heads"] and "head_dim" not in preset:
         return "model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)"
     from transformers import Qwen3Config

@@ -104,9 +104,11 @@ def _suggest(key: str, cfg) -> str:
             yield prefix + str(k)
             if isinstance(v, dict):
                 yield from keys(v, f"{prefix}{k}.")
-    known = [k for k in keys(OmegaConf.to_container(cfg)) if k.count(".") == key.count(".")]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    parent, _, last = key.rpartition(".")
+    known = [k.rpartition(".")[2] for k in keys(OmegaConf.to_container(cfg, resolve=False))
+             if k.rpartition(".")[0] == parent]
+    close = difflib.get_close_matches(last, known, n=1, cutoff=0.75)
+    return f" (did you mean {(parent + '.' if parent else '') + close[0]!r}?)" if close else ""
 
 
 def hydra_message(e: Exception, job: list[str], compose) -> str:
@@ -130,7 +132,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
             options = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
             return f"control={plane} has no option {key.split('.', 2)[2]!r} (its options: {options})"
         chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])  # the job's options, for the hint
-        return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys are in conf/; the harness reads no other)"
+        return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys: harness/conf_schema.py, conf/)"
     m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
     if m:
         head = m[1].split(".", 1)[0]
@@ -175,8 +177,11 @@ def _type_message(key: str, raw: str, error: Exception) -> str:
     if problem:
         return problem
     text = str(error)
-    kind = ("a number" if "Float" in text else "true or false" if "bool" in text else "of another type"
-            if "Integer" not in text else "a list of integers" if raw.startswith("[") else "an integer")
+    if "not Optional" in text:
+        return f"{key} cannot be null"
+    kinds = [("Integer", "a list of integers" if raw.startswith("[") else "an integer"), ("Float", "a number"),
+             ("bool", "true or false"), ("ListConfig", "a list"), ("str", "a string")]
+    kind = next((k for word, k in kinds if word in text), "of the schema's type (harness/conf_schema.py)")
     return f"{key} must be {kind}, got {raw!r}"
 
 
@@ -191,34 +196,88 @@ def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
     return [a for a in argv if not (a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS)], notes
 
 
-def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it).
-    Order: ``-m``'s place, the grammar, a sweep without ``-m``, then every job composed and checked."""
+_VALUE_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--info": (
+    "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"), "-i": ("all", "config", "defaults",
+    "defaults-tree", "plugins", "searchpath"), "--package": None, "-p": None, "--config-path": None, "-cp": None,
+    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None}
+_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
+
+
+def _overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(a problem with the command's flags, or None; its overrides). Hydra's own flags pass (``--cfg job``
+    with its value); another is refused here in one line (Hydra's argparse prints eight)."""
+    overrides, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if not arg.startswith("-"):
+            overrides.append(arg)
+        elif name not in _FLAGS:
+            return f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)", []
+        elif name in ("-m", "--multirun") and overrides:
+            rest = " ".join(a for a in argv if a != arg)
+            return f"{arg} goes before the overrides (python -m harness {arg} {rest})", []
+        elif name in _VALUE_FLAGS and "=" not in arg and i + 1 < len(argv) and (
+                _VALUE_FLAGS[name] is None or argv[i + 1] in _VALUE_FLAGS[name]):
+            i += 1  # the flag's value, not an override
+        i += 1
+    return None, overrides
+
+
+def _deletion_problem(job: list[str], compose) -> str | None:
+    """A ``~KEY`` of ``job``: the schema keeps every key (only ``~llm.KEY`` has a meaning: the default)."""
+    for arg in (a for a in job if a.startswith("~")):
+        key = arg[1:].split("=", 1)[0]
+        cfg = compose([a for a in job if not a.startswith("~")])
+        if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+            return f"~{key}: no such key to delete (not in the configuration of this job)"
+        return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
+    return None
+
+
+def _check_job(job: list[str], compose) -> str | None:
+    """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
     from .job_checks import check_job
 
-    flag = next((i for i, a in enumerate(argv) if a in ("-m", "--multirun")), None)
-    if flag is not None and any(not a.startswith("-") for a in argv[:flag]):  # Hydra's argparse: 8 lines
-        rest = " ".join(a for a in argv if a != argv[flag])
-        return f"{argv[flag]} goes before the overrides (python -m harness -m {rest})", argv
+    job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
+           for a in job]  # model=auto has no preset: job_setup puts these onto the one it picks
+    try:
+        problem = _deletion_problem(job, compose)
+        if problem:
+            return problem
+        cfg = compose(job)
+    except Exception as e:  # Hydra's and OmegaConf's errors alike
+        return hydra_message(e, job, compose)
+    try:
+        return check_job(cfg, job, compose)
+    except Exception as e:  # an interpolation that does not resolve (${oc.env:...}), ...
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it).
+    Order: the flags, the grammar, a sweep without ``-m``, then every job composed and checked."""
+    problem, overrides = _overrides_of(argv)
+    if problem:
+        return problem, argv
     argv, notes = _deleted_llm_keys(argv)
-    overrides = [a for a in argv if not a.startswith("-")]
+    overrides = [a for a in overrides if a in argv]
     try:
         parsed = [parse(a) for a in overrides]
     except GrammarError as e:
         return str(e), argv
     sweep = next((a for a, o in zip(overrides, parsed) if o.is_sweep_override()), None)
-    if sweep and flag is None:
+    multirun = "-m" in argv or "--multirun" in argv
+    if sweep and not multirun:
         return f"{sweep} is a sweep: add -m (python -m harness -m {sweep} ...)", argv
     with hydra_compose() as compose:
-        jobs = jobs_of(overrides, flag is not None)
+        try:
+            jobs = jobs_of(overrides, multirun)
+        except Exception as e:  # interval(): the basic sweeper cannot list it
+            return f"{str(e).strip().splitlines()[0]} (the basic sweeper takes a,b,c, choice() and range())", argv
         for job in jobs:
-            job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
-                   for a in job]  # model=auto has no preset: job_setup puts these onto the one it picks
-            try:
-                cfg = compose(job)
-            except Exception as e:  # Hydra's and OmegaConf's errors alike
-                return hydra_message(e, job, compose), argv
-            problem = check_job(cfg, job, compose)
+            problem = _check_job(job, compose)
             if problem:
                 return problem, argv
         for note in notes:

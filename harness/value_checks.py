@@ -20,8 +20,8 @@ def _choice(*allowed: str):
 
 
 def _not_empty(hint: str):
-    def check(key: str, v) -> str | None:
-        return None if v not in (None, "") else f"{key} is empty: {hint}"
+    def check(key: str, v) -> str | None:  # null is the default of model.path; results_dir's type refuses it
+        return None if v != "" else f"{key} is empty: {hint}"
     return check
 
 
