@@ -423,3 +423,34 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     assert res.returncode == 0, res.stderr[-2000:]
     assert "note: llm.max_num_seqs was deleted (~): the engine's default, 512, applies" in res.stderr
     assert "note: llm.async_scheduling was deleted (~): the engine's default, True, applies" in res.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    # session 11's break test of the structured configs: each ended in a traceback (exit 1) or ran
+    (["-m", "tp=interval(1,2)"], "BasicSweeper does not support sweep type : INTERVAL_SWEEP"),
+    (["+control.options.foo=1"], "control=shm has no option 'foo' (its options: segment_bytes)"),
+    (["-m", "control=ideal,shm", "++control.options.segment_bytes=1048576"], "control=ideal has no option"),
+    (["~tp"], "~tp: every key of the configuration stays"),
+    (["~llm"], "~llm: every key of the configuration stays"),
+    (["tp=${oc.env:TPCP_NO_SUCH_VARIABLE}"], "InterpolationResolutionError"),
+    (["--foo"], "unknown option '--foo'"),
+    (["++foo=1"], "unknown config key 'foo': nothing reads it"),
+    (["+llm.foo=1"], "unknown config key 'llm.foo': nothing reads it"),
+    (["results_dir=null"], "results_dir cannot be null"),
+    (["workload=broadcast", "workload.decode_batches=5"], "workload.decode_batches must be a list, got '5'"),
+    (["workload.foo=1"], "unknown config key 'workload.foo' (the keys"),  # no hint from the prefix alone
+    (["model=qwen3-tiny", "model.preset.num_attention_heads=3"], "must be a multiple of num_key_value_heads=4"),
+])
+def test_the_up_front_checks_refuse_in_one_line(argv, message):
+    from harness.preflight import check_command
+
+    problem, _ = check_command(argv)
+    assert problem is not None and message in problem and "\n" not in problem, problem
+
+
+@pytest.mark.parametrize("argv", [["--cfg", "job"], ["--cfg", "job", "tp=2"], ["--info", "config"],
+                                  ["model.path=null"], ["tag=null"]])
+def test_hydras_flags_and_null_defaults_pass_the_up_front_checks(argv):
+    from harness.preflight import check_command
+
+    assert check_command(argv)[0] is None
