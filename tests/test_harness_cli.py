@@ -45,7 +45,7 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     assert pd.isna(df.ctrl_launch_lag_us_p50[1])  # tp=1: no worker to lag
 
 
-@pytest.mark.parametrize("overrides, message", [
+BAD_INPUT = [
     (["control=nope"], "unknown control 'nope'"),
     (["workload=nope"], "unknown workload 'nope'"),
     (["model=nope"], "unknown model 'nope'"),
@@ -113,16 +113,36 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     # issue 29: a grammar error exited 1 after Hydra's four lines
     (["tp=[1"], "cannot parse 'tp=[1': no viable alternative at input '[1'"),
     (["-m", "workload.request_rate=2,,4"], "cannot parse 'workload.request_rate=2,,4': extraneous input ','"),
-])
+]
+# refused once the job runs (what the up-front checks cannot see: the GPU, the results directory, the
+# model's limits against the workload), and a few of each kind, end to end through ``python -m harness``
+END_TO_END = {"llm.max_model_len=8", "device=cuda", "results_dir=/proc/forbidden", "control=nope", "tp=3", "foo=1",
+              "tp=[1", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt"}
+
+
+def _argv(overrides: list[str], *first: str) -> list[str]:
+    lead = overrides[:1] if overrides[0] in ("-m", "--multirun") else []  # Hydra takes -m before overrides only
+    return [*lead, "workload=smoke", *first, *overrides[len(lead):]]
+
+
+@pytest.mark.parametrize("overrides, message", [c for c in BAD_INPUT if set(c[0]) & END_TO_END])
 def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_cache):
     before = orphaned_workers()
-    lead = overrides[:1] if overrides[0] in ("-m", "--multirun") else []  # Hydra takes -m before overrides only
-    res = harness(*lead, "workload=smoke", f"results_dir={tmp_path}", *overrides[len(lead):], cache=model_cache,
-                  timeout=120)
+    res = harness(*_argv(overrides, f"results_dir={tmp_path}"), cache=model_cache, timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], res.stderr
     assert orphaned_workers() <= before
+
+
+@pytest.mark.parametrize("overrides, message", [c for c in BAD_INPUT if not {"llm.max_model_len=8", "device=cuda",
+                                                                            "results_dir=/proc/forbidden"} & set(c[0])])
+def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, message):
+    """What ``python -m harness`` prints (``error: <line>``, exit 2) before any job, checked in process."""
+    from harness.preflight import check_command
+
+    problem, _ = check_command(_argv(overrides))
+    assert problem is not None and message in problem and "\n" not in problem, problem
 
 
 @pytest.mark.parametrize("argv", [

@@ -90,10 +90,18 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
     ("workload.slo.e2el_ms=-5", "workload.slo.e2el_ms must be null"),
     ("+workload.slo.itl_ms=5", "workload.slo.itl_ms: unknown SLO (known: ttft_ms, tpot_ms, e2el_ms)"),
     ("workload.request_rat=4", "unknown config key 'workload.request_rat' (did you mean 'workload.request_rate'?)")])
-def test_bad_serve_input_is_one_line_and_exit_2(bad, says, tmp_path, model_cache):
-    r = harness("workload=serve", "tp=2", bad, f"results_dir={tmp_path}", cache=model_cache, timeout=120)
+def test_bad_serve_input_is_refused_before_the_first_job_in_one_line(bad, says):
+    from harness.preflight import check_command
+
+    problem, _ = check_command(["workload=serve", "tp=2", bad])
+    assert problem is not None and says in problem and "\n" not in problem, problem
+
+
+def test_bad_serve_input_is_one_line_and_exit_2(tmp_path, model_cache):
+    r = harness("workload=serve", "tp=2", "workload.request_rate=0", f"results_dir={tmp_path}", cache=model_cache,
+                timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: {r.stderr.strip()[7:]}"], r.stderr
-    assert says in r.stderr and not os.path.exists(tmp_path / "runs.csv")
+    assert "workload.request_rate must be a number > 0" in r.stderr and not os.path.exists(tmp_path / "runs.csv")
 
 
 def test_ideal_refuses_a_trace_whose_idle_gap_outlasts_the_collective_timeout(tmp_path, model_cache):
