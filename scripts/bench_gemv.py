@@ -58,10 +58,14 @@ def time_us(fn_i, copies: int) -> float:
         for i in range(3):
             fn_i(i % copies)
     torch.cuda.synchronize()
+    return replay_ms(lambda: [fn_i(i % copies) for i in range(CALLS)]) * 1e3 / CALLS
+
+
+def replay_ms(fn) -> float:
+    """Milliseconds per run of ``fn`` captured in one CUDA graph (one replay to warm up, then REPLAYS)."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(CALLS):
-            fn_i(i % copies)
+        fn()
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -70,7 +74,7 @@ def time_us(fn_i, copies: int) -> float:
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (REPLAYS * CALLS)
+    return start.elapsed_time(end) / REPLAYS
 
 
 SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048, 4096), (2, 4, 8)))  # (block_n, block_k, num_warps)
@@ -114,18 +118,7 @@ def chain_ms(model: str, dev: torch.device) -> list[str]:
                          ("GEMV PDL", True, gemv)):
         pdl.ENABLED = on
         run(mm)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run(mm)
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(REPLAYS):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        ms = start.elapsed_time(end) / REPLAYS
+        ms = replay_ms(lambda mm=mm: run(mm))
         out.append(f"{model} whole-model chain, {len(ws)} GEMVs, {nbytes / 1e9:.2f} GB: {name} {ms:.3f} ms "
                    f"({nbytes / ms / 1e9:.2f} TB/s; floor {nbytes / HBM_BYTES_S * 1e3:.3f} ms)")
         print(out[-1], flush=True)
