@@ -2,19 +2,50 @@
 
 A decode step of a small model is hundreds of short kernels; launching them one by one from Python costs
 more than running them. A captured graph replays them with one launch: the whole step, from the token ids
-to the sampled tokens (LM head, sampler and its all-reduce included). Inputs live in static buffers; rows
-past the real batch point at a spare "trash" KV block (context length 1), so padding never touches a real
-sequence's cache. Where a bucket is small enough for split-KV decode attention (``paged_decode``), a second
-graph is captured with it, and replayed when the batch's longest context reaches ``SPLIT_MIN_TOKENS``.
+to the sampled tokens (the async placeholders' lookup, LM head, sampler and its all-reduce included).
+Inputs live in static buffers, filled from pinned host buffers by one asynchronous copy each, so building
+step N+1 never waits for step N on the GPU (a copy from pageable memory may). Rows past the real batch
+point at a spare "trash" KV block (context length 1), so padding never touches a real sequence's cache.
+Where a bucket is small enough for split-KV decode attention (``paged_decode``), a second graph is
+captured with it, and replayed when the batch's longest context reaches ``SPLIT_MIN_TOKENS``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from .layers.attention import AttentionMetadata
-from .step_inputs import StepInputs
+from .step_batch import StepBatch
+from .step_inputs import StepInputs, slot_mapping, wants_split
+
+
+def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, block_size: int, trash_block: int,
+                       greedy: bool) -> tuple[list[str], bool]:
+    """Write the decode ``batch``'s inputs into the host arrays ``h`` (``DecodeGraphs.static``'s fields),
+    padded to ``bs`` rows with length-1 contexts in the trash block. ``greedy``: the device's temperatures
+    and seed are all 0 now. Returns (the fields to copy to the device, whether they are all 0 after it)."""
+    n = batch.num_seqs
+    tables = batch.block_tables()
+    h["input_ids"][:n] = batch.token_ids
+    h["positions"][:n] = batch.num_tokens - 1
+    h["context_lens"][:n] = batch.num_tokens
+    h["block_tables"][:n, :tables.shape[1]] = tables
+    h["slot_mapping"][:n] = slot_mapping(tables, np.arange(n), h["positions"][:n], block_size)
+    h["input_ids"][n:bs] = h["positions"][n:bs] = 0
+    h["slot_mapping"][n:bs] = trash_block * block_size
+    h["context_lens"][n:bs] = 1
+    h["block_tables"][n:bs, 0] = trash_block
+    names = ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables"]
+    if batch.temperatures is None and greedy:
+        return names, True
+    h["temperatures"][:bs] = 0
+    if batch.temperatures is not None:
+        h["temperatures"][:n] = batch.temperatures
+    h["seed"][0] = batch.seed if batch.temperatures is not None else 0
+    return names + ["temperatures", "seed"], batch.temperatures is None
 
 
 def batch_buckets(max_num_seqs: int) -> list[int]:
@@ -37,15 +68,20 @@ class DecodeGraphs:
                  device: torch.device):
         self.model, self.block_size, self.trash_block = model, block_size, trash_block
         n = max_num_seqs
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.full((n,), trash_block * block_size, dtype=torch.int64, device=device)
-        self.context_lens = torch.ones(n, dtype=torch.int32, device=device)
-        self.block_tables = torch.full((n, max_blocks), trash_block, dtype=torch.int32, device=device)
-        self.temperatures = torch.zeros(n, dtype=torch.float32, device=device)
-        self.seed = torch.zeros(1, dtype=torch.int64, device=device)
-        self.tokens = torch.zeros(n, dtype=torch.int64, device=device)
-        self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step needs no copies
+        fields = {"input_ids": ((n,), torch.int64, 0), "positions": ((n,), torch.int64, 0),
+                  "slot_mapping": ((n,), torch.int64, trash_block * block_size), "context_lens": ((n,), torch.int32, 1),
+                  "block_tables": ((n, max_blocks), torch.int32, trash_block),
+                  "temperatures": ((n,), torch.float32, 0), "seed": ((1,), torch.int64, 0)}
+        # input_ids holds the raw ids: a placeholder -(r + 1) is looked up in ``tokens`` inside the graph.
+        self.static = {k: torch.full(shape, v, dtype=dt, device=device) for k, (shape, dt, v) in fields.items()}
+        # Two pinned copies, used in turn; each refilled only after its last copy to the device has run.
+        self.host = [{k: torch.full(shape, v, dtype=dt, pin_memory=True) for k, (shape, dt, v) in fields.items()}
+                     for _ in range(2)]
+        self.host_np = [{k: v.numpy() for k, v in h.items()} for h in self.host]
+        self.copied = [torch.cuda.Event(), torch.cuda.Event()]
+        self.turn = 0
+        self.tokens = torch.zeros(n, dtype=torch.int64, device=device)  # the last replay's sampled tokens
+        self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step copies neither
         self.buckets = batch_buckets(max_num_seqs)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # (batch size, split KV) -> graph
         self.pool = None
@@ -65,41 +101,37 @@ class DecodeGraphs:
         torch.cuda.synchronize()
 
     def _step(self, inputs: StepInputs, bs: int) -> None:
-        self.tokens[:bs] = self.model.sample(self.model(inputs), self.temperatures[:bs], self.seed)
+        ids = inputs.input_ids
+        ids = torch.where(ids < 0, self.tokens[(-ids - 1).clamp(min=0)], ids)  # async placeholders
+        hidden = self.model(replace(inputs, input_ids=ids))
+        self.tokens[:bs] = self.model.sample(hidden, self.static["temperatures"][:bs], self.static["seed"])
 
     def _inputs(self, bs: int, split: bool) -> StepInputs:
-        attn = AttentionMetadata(slot_mapping=self.slot_mapping[:bs], block_tables=self.block_tables[:bs],
+        st = self.static
+        attn = AttentionMetadata(slot_mapping=st["slot_mapping"][:bs], block_tables=st["block_tables"][:bs],
                                  q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
-                                 context_lens=self.context_lens[:bs], split_kv=split)
-        return StepInputs(input_ids=self.input_ids[:bs], positions=self.positions[:bs], logits_index=None, attn=attn)
+                                 context_lens=st["context_lens"][:bs], split_kv=split)
+        return StepInputs(input_ids=st["input_ids"][:bs], positions=st["positions"][:bs], logits_index=None,
+                          attn=attn)
 
     def can_run(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]
 
-    def run(self, inputs: StepInputs, temperatures: np.ndarray | None, seed: int) -> torch.Tensor:
-        """Replay the smallest graph that holds ``inputs`` (from ``build_decode_inputs``) with the step's
-        sampling inputs (``temperatures`` ``[B]`` float32, None = all greedy; ``seed``); returns the sampled
-        token ids ``[B]`` int64 of the real rows (a view of a static buffer: valid until the next replay)."""
-        n = inputs.input_ids.shape[0]
+    def run(self, batch: StepBatch, previous: torch.Tensor | None) -> torch.Tensor:
+        """Replay the smallest graph that holds the decode ``batch``; ``previous``: the last step's sampled
+        tokens ``[B_prev]`` on the device (what ``batch``'s placeholders name). Returns the sampled token ids
+        ``[B]`` int64 (a view of a static buffer: valid until the next replay)."""
+        n = batch.num_seqs
         bs = next(b for b in self.buckets if b >= n)
-        width = inputs.attn.block_tables.shape[1]
-        self.input_ids[:n] = inputs.input_ids
-        self.positions[:n] = inputs.positions
-        self.slot_mapping[:n] = inputs.attn.slot_mapping
-        self.context_lens[:n] = inputs.attn.context_lens
-        self.block_tables[:n, :width] = inputs.attn.block_tables
-        if bs > n:  # padding rows: length-1 contexts in the trash block
-            self.slot_mapping[n:bs] = self.trash_block * self.block_size
-            self.context_lens[n:bs] = 1
-            self.block_tables[n:bs, 0] = self.trash_block
-        if temperatures is not None:
-            self.temperatures[:n] = torch.from_numpy(np.array(temperatures, np.float32)).to(self.seed.device,
-                                                                                            non_blocking=True)
-            self.seed.fill_(seed)
-            self._greedy = False
-        elif not self._greedy:
-            self.temperatures.zero_()
-            self.seed.zero_()
-            self._greedy = True
-        self.graphs.get((bs, inputs.attn.split_kv), self.graphs[bs, False]).replay()
+        if previous is not None and previous.data_ptr() != self.tokens.data_ptr() and (batch.token_ids < 0).any():
+            self.tokens[:len(previous)].copy_(previous)  # the last step ran outside the graphs
+        host, copied = self.host[self.turn], self.copied[self.turn]
+        copied.synchronize()  # this set's last copy (two replays ago) has run: it may be refilled
+        names, self._greedy = fill_decode_inputs(self.host_np[self.turn], batch, bs, self.block_size,
+                                                 self.trash_block, self._greedy)
+        self.turn ^= 1
+        for name in names:
+            self.static[name][:bs].copy_(host[name][:bs], non_blocking=True)
+        copied.record()
+        self.graphs.get((bs, wants_split(batch)), self.graphs[bs, False]).replay()
         return self.tokens[:n]

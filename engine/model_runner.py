@@ -195,10 +195,10 @@ class ModelRunner:
             ValueError: a malformed step message.
         """
         batch = StepBatch.from_bytes(step)
-        inputs, decode_cuda = self._inputs(batch)
-        if decode_cuda and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
-            tokens = self.graphs.run(inputs, batch.temperatures, batch.seed)
+        if not batch.is_prefill and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
+            tokens = self.graphs.run(batch, self.sampled)
         else:
+            inputs, decode_cuda = self._inputs(batch)
             hidden = self.model(inputs)
             hidden = hidden if decode_cuda else hidden[inputs.logits_index]
             temps = torch.zeros(batch.num_seqs) if batch.temperatures is None else torch.tensor(batch.temperatures)

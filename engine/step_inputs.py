@@ -80,10 +80,15 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
                              block_tables=_tensor(tables, torch.int32, device), q_pad_index=None, mask=None,
                              num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()),
                              context_lens=_tensor(batch.num_tokens, torch.int32, device),
-                             split_kv=int(batch.num_tokens.max()) >= SPLIT_MIN_TOKENS)
+                             split_kv=wants_split(batch))
     return StepInputs(input_ids=_tensor(batch.token_ids, torch.int64, device),
                       positions=_tensor(positions, torch.int64, device),
                       logits_index=torch.arange(n, device=device), attn=attn)
+
+
+def wants_split(batch: StepBatch) -> bool:
+    """Whether a decode step cuts its contexts over several programs (its longest reaches SPLIT_MIN_TOKENS)."""
+    return int(batch.num_tokens.max()) >= SPLIT_MIN_TOKENS
 
 
 def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:

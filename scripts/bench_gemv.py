@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gpu_only import require_cuda  # noqa: E402
+from gpu_only import graph_ms, require_cuda  # noqa: E402
 
 if __name__ == "__main__":
     require_cuda()
@@ -67,14 +67,7 @@ def replay_ms(fn) -> float:
     with torch.cuda.graph(graph):
         fn()
     graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPLAYS):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / REPLAYS
+    return graph_ms(graph, REPLAYS)
 
 
 SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048, 4096), (2, 4, 8)))  # (block_n, block_k, num_warps)

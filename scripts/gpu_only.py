@@ -1,5 +1,5 @@
 """The first thing every CUDA-only script under scripts/ does: where it cannot run, one line on stderr and
-exit 2 (bad input), before it imports Triton or touches a GPU."""
+exit 2 (bad input), before it imports Triton or touches a GPU. And their one way to time a CUDA graph."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ def require_cuda(gpus: int = 1, torchrun: bool = False) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+
+
+def graph_ms(graph, replays: int) -> float:
+    """Milliseconds per replay of a captured CUDA ``graph``, ``replays`` back to back between two events
+    (the device synchronised first, so earlier work is not counted)."""
+    import torch
+
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / replays

@@ -4,7 +4,7 @@ time per step (the rest is its GPU idling: on the CPU, or on the other ranks in 
 kernels by GPU time and by CPU time, and rank 0's GPU time per step by kind of kernel (GEMM, GEMV, decode
 attention, prefill attention, all-reduce, fused elementwise, other). With ``--prefill-steps N`` the first N
 steps (the prefills of a workload that admits every request at once, such as ``bench``) are profiled too,
-in a window of their own.
+in a window of their own. Before the profiler, without it: the step's anatomy (``anatomy``).
 
     python scripts/profile_steps.py [--model qwen3-0.6b] [--workload bench|latency] [--num-seqs 1] [--tp 2]
                                     [--skip 200] [--steps 20] [--prefill-steps 0] [--sync]
@@ -41,6 +41,43 @@ def by_kind(kernels, steps: int) -> str:
         ms[kind] += e.device_time / 1e3 / steps
     total = sum(ms.values()) or 1.0
     return "\n".join(f"  {k:18s} {v:8.3f} ms/step {100 * v / total:5.1f}%" for k, v in ms.items())
+
+
+def anatomy(llm, steps: int) -> str:
+    """Wall time per step, the host's share of it (launching the step; the rest is waiting for the tokens),
+    and rank 0's decode CUDA graph replayed alone back to back (its GPU time with no host in the way)."""
+    from gpu_only import graph_ms
+
+    from engine.step_records import InFlightStep
+
+    spent = {"launch": 0.0, "wait": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return wrapper
+
+    launch, wait = llm._launch, InFlightStep.wait_tokens
+    llm._launch, InFlightStep.wait_tokens = timed("launch", launch), timed("wait", wait)
+    try:
+        t = time.perf_counter()
+        for _ in range(steps):
+            llm.step()
+        wall = (time.perf_counter() - t) * 1e3 / steps
+    finally:
+        llm._launch, InFlightStep.wait_tokens = launch, wait
+    line = (f"anatomy: wall {wall:.3f} ms/step; launch (host) {spent['launch'] * 1e3 / steps:.3f}, waiting for the "
+            f"tokens {spent['wait'] * 1e3 / steps:.3f}")
+    graphs = getattr(llm.runner, "graphs", None)
+    n = len(llm.scheduler.running)
+    if graphs is not None and graphs.can_run(n):
+        bs = next(b for b in graphs.buckets if b >= n)
+        line += f"; the batch-{bs} graph alone {graph_ms(graphs.graphs[bs, False], steps):.3f} ms/replay"
+    return line
 
 
 def window(llm, steps: int):
@@ -83,6 +120,7 @@ def main():
         prefill = window(llm, args.prefill_steps) if args.prefill_steps else None
         for _ in range(args.skip - args.prefill_steps):
             llm.step()
+        print(anatomy(llm, args.steps))
         prof, wall_ms, kernels = window(llm, args.steps)
         running = len(llm.scheduler.running)
         while not llm.scheduler.is_finished() or llm._in_flight is not None:

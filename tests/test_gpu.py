@@ -112,7 +112,8 @@ def test_sampling_kernel_is_greedy_at_zero_and_draws_from_softmax():
 
 def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
     """The noise of a column depends on its global index only: shards of the vocabulary (tp=2, 4 and 8
-    splits of Qwen3's 151,936, none aligned to the kernel's blocks) pick the same winners as the whole row."""
+    splits of Qwen3's 151,936, none aligned to the kernel's blocks) and other chunk sizes pick the same
+    winners as the whole row."""
     from engine.layers.sampler import pack, unpack
     from engine.layers.sampling_kernel import sample_shard_triton
 
@@ -127,6 +128,10 @@ def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
         best = torch.stack([pack(*sample_shard_triton(logits[:, r * shard:(r + 1) * shard].contiguous(), t, seed,
                                                         r * shard, V)).amax(1) for r in range(tp)]).amax(0)
         assert unpack(best).tolist() == whole.tolist(), tp
+    row = logits[1:2]  # batch 1 runs chunks of 1,024 columns, batch 64 of 8,192: the same draw for row 0
+    one = unpack(pack(*sample_shard_triton(row, t[1:2], seed, 0, V)).amax(1))
+    many = unpack(pack(*sample_shard_triton(row.repeat(64, 1), t[1:2].repeat(64), seed, 0, V)).amax(1))
+    assert one.tolist() == many[:1].tolist()
 
 
 @pytest.mark.parametrize("group", [1, 2, 4])

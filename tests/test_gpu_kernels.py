@@ -90,6 +90,31 @@ def test_norm_gemv_matches_the_unfused_path(dtype, k, n, swiglu, with_residual):
     assert err < TOL[dtype], f"relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_long_rows_norm_then_gemv_match_the_unfused_path(dtype, with_residual):
+    """Qwen3-8B's rows (K = 4,096, past NORM_GEMV_MAX_K): the Triton norm equals the torch one (the residual
+    bit for bit, the normalised row within one rounding), and the GEMV with SwiGLU and no norm matches
+    matmul then SiLU-and-mul."""
+    from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
+    from engine.layers.norm_gemv import add_rms_norm as triton_norm
+    from engine.layers.norm_gemv import norm_gemv
+
+    torch.manual_seed(4)
+    k, n = 4096, 2 * 12288
+    cuda = dict(device="cuda", dtype=dtype)
+    h, res = torch.randn(2, 1, k, **cuda)
+    norm_w = (1 + 0.1 * torch.randn(k, device="cuda")).to(dtype)
+    want, want_res = add_rms_norm(h, res, norm_w, 1e-6) if with_residual else (rms_norm(h, norm_w, 1e-6), h)
+    got, got_res = triton_norm(h, res if with_residual else None, norm_w, 1e-6)
+    assert torch.equal(got_res, want_res)
+    assert (got.float() - want.float()).abs().max() <= 2 * torch.finfo(dtype).eps * want.float().abs().max()
+    w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype)
+    act, same = norm_gemv(got, None, None, 0.0, w, swiglu=True)
+    ref = silu_and_mul((got.double() @ w.double().T).to(dtype))
+    assert same is got and (act.float() - ref.float()).norm() / ref.float().norm() < TOL[dtype]
+
+
 @pytest.mark.parametrize("enforce_eager", [True, False])
 @pytest.mark.parametrize("lengths", [[600], [600, 40]])
 def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce_eager, lengths):

@@ -72,3 +72,36 @@ def test_decode_builder_agrees_with_the_general_builder():
     for a, b in ((d.input_ids, s.input_ids), (d.positions, s.positions), (d.attn.slot_mapping, s.attn.slot_mapping)):
         assert torch.equal(a, b)
     assert d.attn.context_lens.tolist() == [1, 16, 17, 40, 300]
+
+
+def test_graph_inputs_agree_with_the_decode_builder():
+    """The CUDA graphs' host buffers (``fill_decode_inputs``) hold what build_decode_inputs builds, padded
+    rows point at the trash block, and the sampling inputs are copied only when they change."""
+    import torch
+
+    from engine.cuda_graphs import fill_decode_inputs
+    from engine.step_inputs import build_decode_inputs
+
+    seqs = seqs_with_tables([1, 16, 17, 40, 300], temperature=0.0)
+    seqs[3].append_placeholder(2)
+    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, False).to_bytes())
+    h = {"input_ids": np.full(8, 9, np.int64), "positions": np.zeros(8, np.int64), "slot_mapping": np.zeros(8, np.int64),
+         "context_lens": np.zeros(8, np.int32), "block_tables": np.full((8, 32), 7, np.int32),
+         "temperatures": np.ones(8, np.float32), "seed": np.ones(1, np.int64)}
+    names, greedy = fill_decode_inputs(h, batch, 8, 16, trash_block=99, greedy=True)
+    d = build_decode_inputs(batch, 16, torch.device("cpu"))
+    assert h["input_ids"][:5].tolist() == d.input_ids.tolist() and h["input_ids"][3] < 0
+    assert h["positions"][:5].tolist() == d.positions.tolist()
+    assert h["slot_mapping"][:5].tolist() == d.attn.slot_mapping.tolist()
+    assert h["context_lens"].tolist() == [1, 16, 17, 41, 300, 1, 1, 1]  # the placeholder is token 41
+    assert (h["block_tables"][:5, :d.attn.block_tables.shape[1]] == d.attn.block_tables.numpy()).all()
+    assert h["slot_mapping"][5:].tolist() == [99 * 16] * 3 and h["block_tables"][5:, 0].tolist() == [99] * 3
+    assert names == ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables"] and greedy
+    batch.temperatures, batch.seed = np.array([0.5, 0, 0, 1, 0], np.float32), 123
+    names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)
+    assert names[-2:] == ["temperatures", "seed"] and not greedy and h["seed"][0] == 123
+    assert h["temperatures"].tolist() == [0.5, 0, 0, 1, 0, 0, 0, 0]
+    batch.temperatures = None  # back to greedy: zeros are copied once, then nothing
+    names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=False)
+    assert names[-2:] == ["temperatures", "seed"] and greedy and h["seed"][0] == 0 and not h["temperatures"].any()
+    assert "seed" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)[0]

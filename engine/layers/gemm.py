@@ -1,7 +1,8 @@
 """Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
 GEMV (``gemv.py``), which reads the weight closer to HBM bandwidth than cuBLAS's latency-bound GEMM
 kernels do (most of all for a tensor-parallel rank's small shards). ``norm_linear`` puts the RMSNorm before
-a column-parallel layer (and SwiGLU after gate/up) into that GEMV's launch (``norm_gemv.py``).
+a column-parallel layer (and SwiGLU after gate/up) into that GEMV's launch (``norm_gemv.py``), or for long
+rows runs it as a Triton kernel of its own beside the GEMV, so that no torch kernel breaks the PDL chain.
 
 Chosen once per process by the model runner (``set_gemm``), like the all-reduce: process-wide state.
 """
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
+_rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
 # Rows longer than this take the norm and the GEMV apart. Measured on the H200 at batch 1 (calls 36-37 and
 # 41, results/h200/NOTES.md): fused, Qwen3-0.6B (K = 1024) went from 1.127 to 1.044 ms per token; Qwen3-8B
 # (K = 4096) from 4.68 to 5.08 ms with 4 rows x 512 columns per program, and from 4.61 to 5.40 ms with
@@ -28,18 +30,18 @@ def set_gemm(mode: str, device: torch.device) -> str:
     Raises:
         RuntimeError: ``mode="triton"`` and Triton cannot be imported here.
     """
-    global _gemv, _norm_gemv
-    _gemv = _norm_gemv = None
+    global _gemv, _norm_gemv, _rms_norm
+    _gemv = _norm_gemv = _rms_norm = None
     if device.type != "cuda" or mode == "cublas":
         return "torch" if device.type != "cuda" else "cublas"
     try:
         from .gemv import gemv
-        from .norm_gemv import norm_gemv
+        from .norm_gemv import add_rms_norm, norm_gemv
     except ImportError as e:
         if mode == "triton":
             raise RuntimeError(f"llm.gemm=triton: Triton is not importable here ({e})") from e
         return "cublas"
-    _gemv, _norm_gemv = gemv, norm_gemv
+    _gemv, _norm_gemv, _rms_norm = gemv, norm_gemv, add_rms_norm
     return "triton"
 
 
@@ -71,13 +73,16 @@ def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: to
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``norm(h + residual) @ weight.T (+ bias)``, then ``swiglu`` of it when given; the new residual
     ``h + residual``, h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight
-    ``[N, K]``. At batch 1 with the Triton GEMV on and K <= ``NORM_GEMV_MAX_K``, one kernel (``norm_gemv``;
-    ``swiglu`` must then be SiLU-and-mul of the halves); otherwise the norm, the matmul and ``swiglu`` one
-    after another."""
-    if (_norm_gemv is not None and bias is None and h.shape[-1] <= NORM_GEMV_MAX_K and h.is_contiguous()
-            and norm.weight.dtype == h.dtype and _gemv_fits(h, weight)
-            and (residual is None or residual.is_contiguous())):
-        return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
+    ``[N, K]``. At batch 1 with the Triton GEMV on (``swiglu`` must then be SiLU-and-mul of the halves):
+    one kernel (``norm_gemv``) for K <= ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV (with
+    SwiGLU), both in the PDL chain; otherwise the norm, the matmul and ``swiglu`` one after another."""
+    if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
+            and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
+        if h.shape[-1] <= NORM_GEMV_MAX_K:
+            return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
+        x, residual = _rms_norm(h, residual, norm.weight, norm.eps)
+        y = _norm_gemv(x, None, None, 0.0, weight, True)[0] if swiglu is not None else _gemv(x, weight)
+        return y, residual
     x, residual = (norm(h), h) if residual is None else norm(h, residual)
     y = linear(x, weight, bias)
     return (swiglu(y) if swiglu is not None else y), residual

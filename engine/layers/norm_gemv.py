@@ -37,8 +37,8 @@ def _row(h_ptr, res_ptr, k0, ks, K, HAS_RES: tl.constexpr):
 
 @triton.jit
 def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K, eps, stride_wn,
-                      HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      PDL: tl.constexpr):
+                      NORM: tl.constexpr, HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     ks = tl.arange(0, BLOCK_K)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -59,9 +59,10 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         x, k_ok = _row(h_ptr, res_ptr, k0, ks, K, HAS_RES)
         if HAS_RES and pid == 0:
             tl.store(res_out_ptr + k0 + ks, x, mask=k_ok)
-        x = x.to(tl.float32)
-        squares += x * x
-        xw = x * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+        xw = x.to(tl.float32)
+        if NORM:
+            squares += xw * xw
+            xw = xw * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
         acc += tl.sum(w.to(tl.float32) * xw[None, :], axis=1)
         if SWIGLU:
             acc_up += tl.sum(up.to(tl.float32) * xw[None, :], axis=1)
@@ -70,25 +71,29 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         w = tl.load(w_ptrs, mask=mask, other=0.0)
         if SWIGLU:
             up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
     out_ty = y_ptr.dtype.element_ty
-    acc = acc * rstd
+    if NORM:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+        acc = acc * rstd
+        acc_up = acc_up * rstd
     if SWIGLU:
         gate = acc.to(out_ty).to(tl.float32)
         act = (gate / (1.0 + tl.exp(-gate))).to(out_ty).to(tl.float32)
-        acc = act * (acc_up * rstd).to(out_ty).to(tl.float32)
+        acc = act * acc_up.to(out_ty).to(tl.float32)
     tl.store(y_ptr + rows, acc.to(out_ty), mask=row_ok)
 
 
-def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None, eps: float,
               weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
               num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]``, weight ``[N, K]`` (``[2 * I, K]``
     gate then up with ``swiglu``), all one dtype, unit stride along K -> (``rms_norm(h + residual) @
     weight.T`` ``[1, N]``, or ``silu(gate) * up`` ``[1, I]`` with ``swiglu``; the new residual ``h +
     residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``gemm.py``).
-    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program reads ``block_n``
-    gate and ``block_n`` up rows: the default is half the GEMV's). Launched with PDL when ``pdl.ENABLED``."""
+    ``norm_weight`` None: no norm (``h`` is already normalised; ``residual`` must be None), the GEMV with
+    SwiGLU alone. ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program
+    reads ``block_n`` gate and ``block_n`` up rows: the default is half the GEMV's). Launched with PDL when
+    ``pdl.ENABLED``."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
@@ -97,7 +102,39 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     block_n = block_n or max(1, default_n // 2 if swiglu else default_n)
     block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
-        h, residual if residual is not None else h, res_out, norm_weight, weight, y, n_out, k, eps,
-        weight.stride(0), HAS_RES=residual is not None, SWIGLU=swiglu, BLOCK_N=block_n, BLOCK_K=block_k,
-        PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps)
+        h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
+        n_out, k, eps, weight.stride(0), NORM=norm_weight is not None, HAS_RES=residual is not None, SWIGLU=swiglu,
+        BLOCK_N=block_n, BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps)
+    return y, res_out
+
+
+@triton.jit
+def _add_rms_norm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, y_ptr, K, eps, HAS_RES: tl.constexpr,
+                         BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    ks = tl.arange(0, BLOCK_K)
+    w = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)  # a constant: before the wait
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    x, k_ok = _row(h_ptr, res_ptr, 0, ks, K, HAS_RES)
+    if HAS_RES:
+        tl.store(res_out_ptr + ks, x, mask=k_ok)
+    x32 = x.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / K + eps)
+    tl.store(y_ptr + ks, (w * (x32 * rstd).to(x.dtype).to(tl.float32)).to(x.dtype), mask=k_ok)
+
+
+def add_rms_norm(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fusion.add_rms_norm`` (``fusion.rms_norm`` when ``residual`` is None) of one row, in one program,
+    launched with PDL when ``pdl.ENABLED``, so that it does not break the chain of the GEMVs around it
+    (rows too long for ``norm_gemv``: each of its programs would sum the row's squares again). h, residual
+    ``[1, K]``, norm_weight ``[K]``, one dtype, contiguous -> (normalised ``[1, K]``, ``h + residual``, h
+    itself when ``residual`` is None)."""
+    k = h.shape[-1]
+    y = torch.empty_like(h)
+    res_out = torch.empty_like(h) if residual is not None else h
+    _add_rms_norm_kernel[(1,)](h, residual if residual is not None else h, res_out, norm_weight, y, k, eps,
+                               HAS_RES=residual is not None, BLOCK_K=triton.next_power_of_2(k), PDL=pdl.ENABLED,
+                               launch_pdl=pdl.ENABLED, num_warps=8)
     return y, res_out

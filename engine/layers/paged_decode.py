@@ -83,29 +83,45 @@ def _step(q, k, v, m, denom, acc, scale):
 
 
 @triton.jit
-def _walk(q, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD: tl.constexpr,
-          HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) of one sequence (its block
-    table at ``table_ptr``; k_ptr / v_ptr: the caches at its KV head), ``BLOCK_N`` tokens at a time: the
-    running max, denominator and unnormalised output."""
-    dims = tl.arange(0, HEAD_DIM)
+def _tile(k_ptr, v_ptr, table_ptr, start, hi, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+          HEAD_DIM: tl.constexpr):
+    """Cached tokens [start, start + BLOCK_N) of one sequence, those < hi (k_ptr / v_ptr: the caches at its KV
+    head, its block table at ``table_ptr``): k, v ``[BLOCK_N, D]`` (0 past hi)."""
     toks = tl.arange(0, BLOCK_N)
+    block = tl.load(table_ptr + start // BLOCK_SIZE, mask=start < hi, other=0)
+    tok_ok = start + toks < hi
+    kv_offs = block.to(tl.int64) * stride_cb + ((start % BLOCK_SIZE) + toks)[:, None] * stride_ct \
+        + tl.arange(0, HEAD_DIM)[None, :]
+    return (tl.load(k_ptr + kv_offs, mask=tok_ok[:, None], other=0.0),
+            tl.load(v_ptr + kv_offs, mask=tok_ok[:, None], other=0.0))
+
+
+@triton.jit
+def _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N: tl.constexpr):
+    """One tile (k, v ``[BLOCK_N, D]``, tokens from ``start``, those < hi) more of the online softmax of the
+    rows of q ``[R, D]``: the running max, denominator and unnormalised output."""
+    tok_ok = start + tl.arange(0, BLOCK_N) < hi
+    s = tl.where(tok_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    alpha = tl.exp(m - m_new)
+    p = tl.exp(s - m_new[:, None])
+    return m_new, denom * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+
+
+@triton.jit
+def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD: tl.constexpr,
+          HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) of one sequence, ``BLOCK_N``
+    tokens at a time, the first tile (k0, v0) already loaded: the running max, denominator and
+    unnormalised output."""
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        block = tl.load(table_ptr + start // BLOCK_SIZE)
-        tok_ok = start + toks < hi
-        kv_offs = block.to(tl.int64) * stride_cb + ((start % BLOCK_SIZE) + toks)[:, None] * stride_ct + dims[None, :]
-        k = tl.load(k_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + kv_offs, mask=tok_ok[:, None], other=0.0)
-        s = tl.where(tok_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
-        denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+    if lo < hi:
+        m, denom, acc = _accumulate(q, k0, v0, lo, hi, m, denom, acc, scale, BLOCK_N)
+    for start in range(lo + BLOCK_N, hi, BLOCK_N):
+        k, v = _tile(k_ptr, v_ptr, table_ptr, start, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
+        m, denom, acc = _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N)
     return m, denom, acc
 
 
@@ -117,9 +133,6 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
                          QK_NORM: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # nothing to load before the wait: every input may come from the kernel before (pdl.py)
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -127,6 +140,16 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     chunk = tl.cdiv(tl.cdiv(num_cached, NUM_SPLITS), BLOCK_N) * BLOCK_N  # a multiple of BLOCK_N: block-aligned
     lo = split * chunk
     hi = tl.minimum(lo + chunk, num_cached)
+    k_cache = k_cache_ptr + kv_head * stride_ch
+    v_cache = v_cache_ptr + kv_head * stride_ch
+    table = block_tables_ptr + seq * stride_btb
+    # Before the wait (pdl.py): the step's inputs (context lengths, block tables) were copied before the
+    # graph and the cached tokens written by earlier steps, so the first tile loads while the QKV
+    # projection before this kernel still runs. q and the new k, v come from it: after the wait.
+    k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < GROUP
@@ -144,8 +167,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                                     + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
                                     sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
                                     HEAD_DIM, QK_NORM)
-    m, denom, acc = _walk(q, k_cache_ptr + kv_head * stride_ch, v_cache_ptr + kv_head * stride_ch,
-                          block_tables_ptr + seq * stride_btb, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
+    m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
                           HEAD_DIM, BLOCK_SIZE, BLOCK_N)
     if split == 0:
         m, denom, acc = _step(q, k_new, v_new, m, denom, acc, scale)  # the new token, from registers

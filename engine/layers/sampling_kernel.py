@@ -19,8 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-CHUNK = 8192  # vocabulary columns per program: 19 chunks per row for Qwen3's 151,936
-BLOCK = 1024  # columns per loop iteration (four Philox quarters of 256)
+CHUNK = 8192  # most vocabulary columns per program: 19 chunks per row for Qwen3's 151,936
+BLOCK = 1024  # columns per loop iteration (four Philox quarters of 256), and the fewest per program
+MIN_PROGRAMS = 256  # ~2 per SM: a small batch takes smaller chunks (at batch 1, 149 of 1,024 columns; 19
+# programs of 8,192 took 17 us on the H200, results/h200/session10/call36_profile_new.txt)
 
 
 @triton.jit
@@ -77,10 +79,13 @@ def sample_shard_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: 
     column ``[B, C]`` int32 (``sampler.pack`` orders them)."""
     B, shard = logits.shape
     first_col = vocab_start // BLOCK * BLOCK  # chunks start on global multiples of BLOCK: tp-independent noise
-    num_chunks = triton.cdiv(vocab_start + shard - first_col, CHUNK)
+    chunk = CHUNK
+    while chunk > BLOCK and B * triton.cdiv(vocab_start + shard - first_col, chunk) < MIN_PROGRAMS:
+        chunk //= 2  # the noise is keyed by the global column: the draw does not depend on the chunk
+    num_chunks = triton.cdiv(vocab_start + shard - first_col, chunk)
     best = torch.empty(B, num_chunks, dtype=torch.float32, device=logits.device)
     cols = torch.empty(B, num_chunks, dtype=torch.int32, device=logits.device)
     _sample_chunk_kernel[(B, num_chunks)](logits, logits.stride(0), temperatures, seed, best, cols, vocab_start,
-                                          vocab_start + shard, first_col, vocab_size, num_chunks, CHUNK=CHUNK,
+                                          vocab_start + shard, first_col, vocab_size, num_chunks, CHUNK=chunk,
                                           BLOCK=BLOCK, num_warps=4)
     return best, cols
