@@ -16,12 +16,13 @@ import re
 import time
 
 import torch
-import yaml
+from omegaconf import OmegaConf
 from torch.profiler import ProfilerActivity, profile
 
 from engine import LLM
 from engine.sequence import Sequence
 from harness.checkpoint import materialize
+from harness.preflight import hydra_compose
 from harness.workloads import build_workload
 
 # Kind of each kernel, by name (first match wins): cuBLAS / CUTLASS GEMMs, this engine's Triton GEMV and
@@ -107,9 +108,11 @@ def main():
     from gpu_only import require_cuda
 
     require_cuda(args.tp)
-    preset = yaml.safe_load(open(f"conf/model/{args.model}.yaml"))["preset"]
+    with hydra_compose() as compose:  # the presets as the harness composes them (schema defaults included)
+        cfg = compose([f"model={args.model}", f"workload={args.workload}"])
+    preset = OmegaConf.to_container(cfg.model.preset)
     path = materialize(args.model, preset, seed=0)
-    w = yaml.safe_load(open(f"conf/workload/{args.workload}.yaml"))
+    w = OmegaConf.to_container(cfg.workload)
     if args.num_seqs:
         w["num_seqs"] = args.num_seqs
     work = build_workload(w, "cuda", 0, preset["vocab_size"])
