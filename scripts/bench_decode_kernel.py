@@ -33,6 +33,7 @@ if __name__ == "__main__":
 import triton.testing  # noqa: E402
 
 from engine.layers.paged_decode import num_splits_for, paged_decode_attention  # noqa: E402
+from engine.layers.pdl import set_pdl  # noqa: E402
 
 DEFAULT_LAUNCH = tuple(inspect.signature(paged_decode_attention).parameters[p].default
                        for p in ("block_n", "num_warps", "num_stages"))
@@ -57,9 +58,12 @@ def main():
     ap.add_argument("--contexts", help="comma-separated context kinds: mixed or a length in tokens")
     ap.add_argument("--longest-first", action="store_true", help="sequences sorted by context, longest first")
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
+    ap.add_argument("--pdl", action="store_true", help="launch with PDL, as the engine does on sm90+ (llm.pdl)")
     ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
                     "(the engine's choice, num_splits_for)")
     args = ap.parse_args()
+    if args.pdl and not set_pdl(True, torch.device("cuda")):
+        raise SystemExit("error: --pdl: this GPU or Triton cannot launch with PDL")
     kinds = (tuple(k if k == "mixed" else int(k) for k in args.contexts.split(",")) if args.contexts
              else ("mixed",) if args.quick else (512, 1024, 2048, "mixed"))
     Hq, Hkv = SHAPES[args.shape]
@@ -101,7 +105,7 @@ def main():
                 print(f"{args.shape} ctx {kind} block_n {block_n} warps {warps} stages {stages}: {type(e).__name__}")
                 continue
             tbs = nbytes / ms / 1e9
-            order = " longest-first" * args.longest_first + " head-major" * args.head_major
+            order = " longest-first" * args.longest_first + " head-major" * args.head_major + " pdl" * args.pdl
             print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
                   f"splits {splits:2d}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
