@@ -38,7 +38,7 @@ def paged_case(dtype, lens, Hkv=8, group=2, D=128, block_size=256):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("num_splits", [1, 3, 32])
+@pytest.mark.parametrize("num_splits", [1, 3, 64])
 @pytest.mark.parametrize("with_norm", [False, True])
 def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, with_norm):
     from engine.layers.attention import gather_context

@@ -32,12 +32,25 @@ from . import pdl
 _SMS: dict = {}  # device -> its SM count
 
 
-def num_splits_for(batch: int, num_kv_heads: int, device: torch.device) -> int:
-    """Splits per sequence that give at least two programs per SM (1 when batch x KV heads already do),
-    at most 32."""
+# Split-KV at contexts of >= SPLIT_MIN_TOKENS: enough splits for PROGRAMS_PER_SM programs per SM, at most
+# MAX_SPLITS. Measured on the H200 with PDL (results/h200/session12/call44_decode.txt, Qwen3-0.6B's heads):
+# batch 1 x 4k tokens 11.1 us with 32 splits, 6.5 us (60% of 4.3 TB/s) with 64; at 32k 64 splits beat the
+# old rule (2 per SM, at most 32) at batch 1-8 (91-101% against 72-89%); at 4k batch 2-8 lose 1-7 us with
+# 64 instead of 5-17. Below that many programs the first K/V tile is loaded before the PDL wait.
+PROGRAMS_PER_SM = 4
+MAX_SPLITS = 64
+
+
+def _sm_count(device: torch.device) -> int:
     if device not in _SMS:
         _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-    return max(1, min(32, triton.cdiv(2 * _SMS[device], batch * num_kv_heads)))
+    return _SMS[device]
+
+
+def num_splits_for(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
+    already do), at most ``MAX_SPLITS``."""
+    return max(1, min(MAX_SPLITS, triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), batch * num_kv_heads)))
 
 
 @triton.jit
@@ -110,16 +123,19 @@ def _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N: tl.constexpr)
 
 @triton.jit
 def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD: tl.constexpr,
-          HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+          HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRELOAD: tl.constexpr):
     """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) of one sequence, ``BLOCK_N``
-    tokens at a time, the first tile (k0, v0) already loaded: the running max, denominator and
-    unnormalised output."""
+    tokens at a time (with ``PRELOAD`` the first tile is k0, v0, already loaded): the running max,
+    denominator and unnormalised output."""
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    if lo < hi:
-        m, denom, acc = _accumulate(q, k0, v0, lo, hi, m, denom, acc, scale, BLOCK_N)
-    for start in range(lo + BLOCK_N, hi, BLOCK_N):
+    first = lo
+    if PRELOAD:
+        if lo < hi:
+            m, denom, acc = _accumulate(q, k0, v0, lo, hi, m, denom, acc, scale, BLOCK_N)
+        first = lo + BLOCK_N
+    for start in range(first, hi, BLOCK_N):
         k, v = _tile(k_ptr, v_ptr, table_ptr, start, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
         m, denom, acc = _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N)
     return m, denom, acc
@@ -132,7 +148,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                         QK_NORM: tl.constexpr, PDL: tl.constexpr):
+                         QK_NORM: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -144,9 +160,12 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     v_cache = v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
     # Before the wait (pdl.py): the step's inputs (context lengths, block tables) were copied before the
-    # graph and the cached tokens written by earlier steps, so the first tile loads while the QKV
-    # projection before this kernel still runs. q and the new k, v come from it: after the wait.
-    k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
+    # graph and the cached tokens written by earlier steps, so with PRELOAD (few programs: all of them
+    # start during the kernel before) the first tile loads while the QKV projection still runs. q and the
+    # new k, v come from it: after the wait.
+    k0, v0 = 0, 0
+    if PRELOAD:
+        k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -168,7 +187,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                                     sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
                                     HEAD_DIM, QK_NORM)
     m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
-                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
+                          HEAD_DIM, BLOCK_SIZE, BLOCK_N, PRELOAD)
     if split == 0:
         m, denom, acc = _step(q, k_new, v_new, m, denom, acc, scale)  # the new token, from registers
         # Store the new token for later steps. No program reads this slot in this launch: it is past every
@@ -241,7 +260,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
-        PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
+        PRELOAD=B * Hkv * num_splits <= PROGRAMS_PER_SM * _sm_count(q.device), PDL=pdl.ENABLED,
+        launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
                                       SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, PDL=pdl.ENABLED,
