@@ -16,11 +16,10 @@ import threading
 import warnings
 from datetime import timedelta
 
-import torch
-from torch.distributed import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
-
 from .base import NETWORK, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
+# torch is imported inside the methods: the harness reads this module's constructor for its config schema,
+# and a refused command should not pay torch's import (~2 s). An import of a loaded module is a dict lookup.
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
 PREFIX = "control/gloo"
 
@@ -32,6 +31,8 @@ class GlooControlPlane(ControlPlane):
     scope = NETWORK
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
+        from torch.distributed import TCPStore
+
         super().__init__(world_size, timeout_s, context)
         self.join_timeout = timedelta(seconds=max(timeout_s, self.context.startup_timeout_s))
         self.own_store = None
@@ -47,6 +48,8 @@ class GlooControlPlane(ControlPlane):
         return GlooEndpoint(rank, self.context.host, port, self.world_size)
 
     def workers_started(self) -> None:
+        from torch.distributed import PrefixStore, ProcessGroupGloo
+
         def connect():
             try:
                 store = PrefixStore(PREFIX, self.own_store or self.context.store)
@@ -75,6 +78,9 @@ class GlooControlPlane(ControlPlane):
             raise ControlPlaneError(f"gloo control group: {self._connect_error}")
 
     def _send_bytes(self, payload: bytes) -> None:
+        import torch
+        from torch.distributed import BroadcastOptions
+
         self._wait_connected()
         opts = BroadcastOptions()
         opts.rootRank, opts.timeout = 0, timedelta(seconds=self.timeout_s)
@@ -106,12 +112,16 @@ class GlooEndpoint(WorkerEndpoint):
         self.store = self.pg = None
 
     def open(self, store=None) -> None:
+        from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+
         if self.port is not None:
             store = TCPStore(self.host, self.port, self.world_size, is_master=False, timeout=WORKER_WAIT)
         self.store = store
         self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
 
     def _recv_bytes(self) -> bytes:
+        import torch
+
         size = torch.empty(1, dtype=torch.int64)
         try:
             self.pg.broadcast(size, 0).wait()

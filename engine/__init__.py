@@ -7,12 +7,21 @@
 Under torchrun every rank but 0 calls ``serve_worker(EngineConfig(...))`` with the same settings instead.
 """
 
-from runtime.cluster import DataPlaneError
-from runtime.worker_group import WorkerError
-
 from .config import ConfigError, EngineConfig
-from .llm_engine import LLM
-from .model_worker import serve_worker
 from .sampling_params import SamplingParams
+
+# The rest on first use (PEP 562): reading a config (the harness checks every job before one runs) does not
+# import torch and the runtime.
+_LAZY = {"LLM": ".llm_engine", "serve_worker": ".model_worker", "WorkerError": "runtime.worker_group",
+         "DataPlaneError": "runtime.cluster"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+
 
 __all__ = ["LLM", "SamplingParams", "EngineConfig", "ConfigError", "WorkerError", "DataPlaneError", "serve_worker"]

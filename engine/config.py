@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import MISSING, dataclass, field, fields
 
-import torch
-
 from backends import available as available_control_planes
 from common import is_int, is_number
 
@@ -14,13 +12,24 @@ from .errors import ConfigError
 from .hf_config import read_hf_config, split_problem
 from .profiling import check_profile
 
-CPU_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-CUDA_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# torch is imported where it is needed: reading and checking a config (the harness does it for every job
+# before any runs) does not pay torch's import.
+CPU_DTYPES = ("float32", "bfloat16")
+CUDA_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def torch_dtype(name: str):
+    """The torch dtype called ``name`` (one of ``CUDA_DTYPES``)."""
+    import torch
+
+    return getattr(torch, name)
 
 
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` where CUDA is available, else ``cpu``; other values unchanged."""
     if device == "auto":
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 
@@ -118,8 +127,9 @@ class EngineConfig:
         self._check_cache_and_batching()
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return CUDA_DTYPES[self.dtype]
+    def torch_dtype(self):
+        """The model's torch dtype."""
+        return torch_dtype(self.dtype)
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
@@ -193,6 +203,8 @@ class EngineConfig:
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.device == "cuda":
+            import torch
+
             if not torch.cuda.is_available():
                 raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
             n = torch.cuda.device_count()

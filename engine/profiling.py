@@ -21,8 +21,6 @@ import contextlib
 import os
 import sys
 
-import torch
-
 from .errors import ConfigError
 
 PROFILE_MODES = ("none", "torch")
@@ -143,6 +141,8 @@ class StepProfiler:
         return path
 
     def _start(self) -> None:
+        import torch  # here, not at the top: EngineConfig's checks import this module without torch
+
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -160,6 +160,8 @@ class StepProfiler:
     @contextlib.contextmanager
     def range(self, name: str):
         """An NVTX range ``name`` (CUDA), and inside the window a label of the same name in the trace."""
+        import torch
+
         label = torch.profiler.record_function(name) if self.recording else None
         if self.cuda:
             torch.cuda.nvtx.range_push(name)
@@ -175,6 +177,8 @@ class StepProfiler:
 
     def mark(self, name: str) -> None:
         """An NVTX mark ``name`` (an instant; CUDA only)."""
+        import torch
+
         if self.cuda:
             torch.cuda.nvtx.mark(name)
 
@@ -187,6 +191,8 @@ class StepProfiler:
 def _record_every_step(step: int):
     """torch.profiler's schedule: record every step from start() to stop() (a schedule of its own makes it
     label each step ``ProfilerStep#<n>``; we start and stop it ourselves)."""
+    import torch
+
     return torch.profiler.ProfilerAction.RECORD
 
 
@@ -207,7 +213,7 @@ class ProfiledRunner:
     def __getattr__(self, name: str):
         return getattr(self._runner, name)
 
-    def run(self, step: bytes) -> torch.Tensor:
+    def run(self, step: bytes):
         profiler = self._profiler
         profiler.before_step()
         with profiler.range("step launch"):

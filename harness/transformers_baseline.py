@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from engine.config import CUDA_DTYPES
+from engine.config import torch_dtype
 
 from .metrics import summarize
 from .workloads import Workload
@@ -28,7 +28,7 @@ def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, 
     from tqdm.auto import tqdm
     from transformers import Qwen3ForCausalLM
 
-    model = Qwen3ForCausalLM.from_pretrained(path, dtype=CUDA_DTYPES[dtype]).to(device).eval()
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()
     torch.manual_seed(seed)
 
     def generate(prompts: list[list[int]], max_new: int, temperature: float) -> None:
