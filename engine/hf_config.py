@@ -32,6 +32,8 @@ def read_hf_config(path: str) -> dict:
             a required key missing or of the wrong type (sizes, rms_norm_eps, tie_word_embeddings, eos_token_id),
             or RoPE scaling (unsupported).
     """
+    if os.path.isfile(path):
+        raise ConfigError(f"{path} is a file, not a checkpoint directory")
     if not os.path.isdir(path):
         raise ConfigError(f"checkpoint directory not found: {path}")
     cfg_path = os.path.join(path, "config.json")

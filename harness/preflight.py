@@ -235,6 +235,15 @@ def _deletion_problem(job: list[str], compose) -> str | None:
     return None
 
 
+def _hf_note(job: list[str], compose) -> list[str]:
+    """A note when ``job`` runs transformers' generate (engine=hf) and sets ``llm.*``, which only this
+    project's engine reads."""
+    llm = [a.lstrip("+").split("=", 1)[0] for a in job if a.lstrip("+").startswith("llm.")]
+    if not llm or compose([a for a in job if a.split("=", 1)[0] in (*GROUPS, "engine")]).engine != "hf":
+        return []
+    return [f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}"]
+
+
 def _check_job(job: list[str], compose) -> str | None:
     """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
     from .job_checks import check_job
@@ -267,6 +276,10 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         parsed = [parse(a) for a in overrides]
     except GrammarError as e:
         return str(e), argv
+    empty = next((o.key_or_group for o in parsed if o.key_or_group.startswith("hydra.") and o.key_or_group.endswith(
+        "dir") and o.value() in ("", None)), None)
+    if empty:  # Hydra would write its .hydra/ and log into the directory the command runs in
+        return f"{empty} is empty: give a directory (or leave it out: Hydra's default)", argv
     sweep = next((a for a, o in zip(overrides, parsed) if o.is_sweep_override()), None)
     multirun = "-m" in argv or "--multirun" in argv
     if sweep and not multirun:
@@ -280,6 +293,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
             problem = _check_job(job, compose)
             if problem:
                 return problem, argv
-        for note in notes:
+            notes += _hf_note(job, compose)
+        for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,7 +148,8 @@ def unread_keys(w: dict) -> list[str]:
 def check_workload(w: dict) -> None:
     """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length that is
     not an integer or below its least value, a min above its max, a negative temperature, a broadcast
-    payload list with a bad entry or no payload at all. Types are the schema's (``conf_schema``)."""
+    payload list with a bad entry or no payload at all; the same of the workload with its ``cpu`` block
+    applied (the block's keys named ``workload.cpu.KEY``). Types are the schema's (``conf_schema``)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -175,6 +177,13 @@ def check_workload(w: dict) -> None:
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
                              "all empty")
+    cpu = w.get("cpu") or {}
+    if cpu:  # the workload as a CPU run takes it; a bad value is named where it was set
+        try:
+            check_workload({**w, **cpu, "cpu": None})
+        except ValueError as e:
+            raise ValueError(re.sub(r"workload\.(\w+)", lambda m: f"workload.cpu.{m[1]}" if m[1] in cpu else m[0],
+                                    str(e))) from None
 
 
 def effective_workload(w: dict, device: str) -> dict:

@@ -460,6 +460,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["workload=broadcast", "workload.decode_batches=5"], "workload.decode_batches must be a list, got '5'"),
     (["workload.foo=1"], "unknown config key 'workload.foo' (the keys"),  # no hint from the prefix alone
     (["model=qwen3-tiny", "model.preset.num_attention_heads=3"], "must be a multiple of num_key_value_heads=4"),
+    (["hydra.run.dir="], "hydra.run.dir is empty"),  # Hydra wrote .hydra/ into the current directory
+    (["workload.cpu.num_seqs=0"], "workload.cpu.num_seqs must be an integer >= 1, got 0"),
+    ([f"model.path={__file__}"], "is a file, not a checkpoint directory"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
@@ -474,3 +477,10 @@ def test_hydras_flags_and_null_defaults_pass_the_up_front_checks(argv):
     from harness.preflight import check_command
 
     assert check_command(argv)[0] is None
+
+
+def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
+    from harness.preflight import check_command
+
+    assert check_command(["-m", "engine=hf,tp", "llm.max_num_seqs=4"])[0] is None
+    assert capsys.readouterr().err.count("does not read llm.max_num_seqs") == 1
