@@ -48,7 +48,7 @@ def context_lens(kind, batch: int) -> torch.Tensor:
     return torch.full((batch,), kind, dtype=torch.int32)
 
 
-def main():
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", choices=SHAPES, default="0.6b")
     ap.add_argument("--batch", type=int, default=256)
@@ -61,7 +61,11 @@ def main():
     ap.add_argument("--pdl", action="store_true", help="launch with PDL, as the engine does on sm90+ (llm.pdl)")
     ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
                     "(the engine's choice, num_splits_for)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
     if args.pdl and not set_pdl(True, torch.device("cuda")):
         raise SystemExit("error: --pdl: this GPU or Triton cannot launch with PDL")
     kinds = (tuple(k if k == "mixed" else int(k) for k in args.contexts.split(",")) if args.contexts

@@ -74,6 +74,16 @@ def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD
 
 
 @triton.jit
+def _query(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, dtype, HEAD_DIM: tl.constexpr,
+           QK_NORM: tl.constexpr):
+    """The query rows ``[R, D]`` (row r at ``q_ptr + row_offs[r]``, 0 where not ``row_ok``) in ``dtype``,
+    normalised and rotated with ``QK_NORM``."""
+    if QK_NORM:
+        return _norm_rope(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM).to(dtype)
+    return tl.load(q_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
+
+
+@triton.jit
 def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, rows, dims, dtype, HEAD_DIM: tl.constexpr,
                QK_NORM: tl.constexpr):
     """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
@@ -173,13 +183,8 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
-    if QK_NORM:
-        q = _norm_rope(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr,
-                       cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, eps, HEAD_DIM)
-        q = q.to(k_cache_ptr.dtype.element_ty)
-    else:
-        q = tl.load(q_ptr + seq * stride_qb + q_heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None],
-                    other=0.0)
+    q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos_ptr + seq * stride_rope,
+               sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
     # The new token's k, v and slot before the walk, not after it: a round trip to memory fewer on the
     # critical path of a short context.
     k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
