@@ -85,8 +85,9 @@ def test_graph_inputs_agree_with_the_decode_builder():
     seqs = seqs_with_tables([1, 16, 17, 40, 300], temperature=0.0)
     seqs[3].append_placeholder(2)
     batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, False).to_bytes())
-    h = {"input_ids": np.full(8, 9, np.int64), "positions": np.zeros(8, np.int64), "slot_mapping": np.zeros(8, np.int64),
-         "context_lens": np.zeros(8, np.int32), "block_tables": np.full((8, 32), 7, np.int32),
+    h = {"input_ids": np.full(8, 9, np.int64), "positions": np.zeros(8, np.int64),
+         "slot_mapping": np.zeros(8, np.int64), "context_lens": np.zeros(8, np.int32),
+         "block_tables": np.full((8, 32), 7, np.int32),
          "temperatures": np.ones(8, np.float32), "seed": np.ones(1, np.int64)}
     names, greedy = fill_decode_inputs(h, batch, 8, 16, trash_block=99, greedy=True)
     d = build_decode_inputs(batch, 16, torch.device("cpu"))
