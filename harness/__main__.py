@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from .signals import as_interrupt, exit_interrupted
+from .signals import as_interrupt, exit_interrupted, interrupted_line
 from .signals import install as install_signal_handlers
 
 if __name__ == "__main__":
@@ -24,7 +24,7 @@ try:
     from .conf_paths import CONF_DIR
     from .preflight import check_command
 except KeyboardInterrupt:
-    print("error: interrupted", file=sys.stderr)
+    print(interrupted_line(), file=sys.stderr)
     exit_interrupted()
 
 EXIT_CODES: list[int] = []
@@ -51,7 +51,7 @@ def main(cfg: DictConfig) -> None:
     except BaseException as e:  # before a run could write its row (imports, materialising the preset)
         if not isinstance(as_interrupt(e), KeyboardInterrupt):
             raise
-        print("error: interrupted", file=sys.stderr)
+        print(interrupted_line(), file=sys.stderr)
         code = 130
     EXIT_CODES.append(code)
     if code:
@@ -65,7 +65,7 @@ if __name__ == "__main__":
     try:
         problem, sys.argv[1:] = check_command(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
-        print("error: interrupted", file=sys.stderr)
+        print(interrupted_line(), file=sys.stderr)
         exit_interrupted()
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -73,7 +73,7 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt:  # while Hydra composes the configuration
-        print("error: interrupted", file=sys.stderr)
+        print(interrupted_line(), file=sys.stderr)
         EXIT_CODES.append(130)
     except SystemExit as e:  # a job's 130 (it stops a sweep: recorded), or Hydra's own error exit
         if e.code != 130:
@@ -94,8 +94,13 @@ if __name__ == "__main__":
                 print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
                 for line in FAILED_JOBS:
                     print(f"  not ok: {line}")
-                if 130 in EXIT_CODES:
-                    print(f"  the sweep stopped at job {EXIT_CODES.index(130)}: the jobs after it did not run")
+                stopped = EXIT_CODES.index(130) if 130 in EXIT_CODES else None
+                if stopped is not None:
+                    from . import preflight
+
+                    after = preflight.JOB_COUNT - stopped - 1
+                    print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"
+                                                                     if after > 0 else " (its last job)"))
             except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
                 pass
     if 130 in EXIT_CODES:

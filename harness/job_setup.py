@@ -31,11 +31,13 @@ from .signals import as_interrupt
 from .sysinfo import hydra_dir, metadata
 from .workloads import Workload, build_workload, effective_workload, unread_keys
 
+_AUTO_PICK: str | None = None  # the line saying what model=auto picked, until prepare() prints it
+
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
     """``model=auto`` (the default) becomes a preset for the device, in place: ``qwen3-0.6b`` on CUDA (the
-    nano-vllm benchmark's model), ``qwen3-tiny`` on CPU; printed, so nobody benchmarks the tiny model on an
-    H200 by accident. A ``model.path`` given with ``model=auto`` is kept as it is."""
+    nano-vllm benchmark's model), ``qwen3-tiny`` on CPU; printed (by ``prepare``), so nobody benchmarks the
+    tiny model on an H200 by accident. A ``model.path`` given with ``model=auto`` is kept as it is."""
     if cfg.model.name != "auto":
         return
     from .conf_paths import CONF_DIR
@@ -48,8 +50,9 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
         cfg.model.path = path
         if given:
             cfg.model.preset = OmegaConf.merge(chosen.preset, given)
-    print(f"model=auto: the checkpoint {path} (its config.json and weights)" if path
-          else f"model=auto: {name} on {device}")
+    global _AUTO_PICK  # printed by prepare() once the job's checks pass: a refused job prints one line
+    _AUTO_PICK = (f"model=auto: the checkpoint {path} (its config.json and weights)" if path
+                  else f"model=auto: {name} on {device}")
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
@@ -205,6 +208,10 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
                           f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
                           f"max_position_embeddings={hf['max_position_embeddings']})")
     if results is not None:  # the rank that reports (under torchrun the others stay quiet)
+        global _AUTO_PICK
+        if _AUTO_PICK:
+            print(_AUTO_PICK)
+            _AUTO_PICK = None
         warn_shared_cores(cfg, device)
     return results, path, work
 

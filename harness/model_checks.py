@@ -81,4 +81,32 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         if problem:
             return problem
     problem = split_problem(shape, tp, label) if tp is not None else None
-    return problem.replace("tensor_parallel_size=", "tp=", 1) if problem else None
+    if problem:
+        return problem.replace("tensor_parallel_size=", "tp=", 1)
+    return memory_problem(shape, label, device, building=not model.get("path"))
+
+
+def parameter_count(shape: dict) -> int:
+    """Qwen3's parameters from its config: embeddings (twice when untied), attention, MLP (norms left out)."""
+    h, layers, inter, vocab = (shape[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                                  "vocab_size"))
+    d = shape.get("head_dim") or h // shape["num_attention_heads"]
+    attn = 2 * h * d * (shape["num_attention_heads"] + shape["num_key_value_heads"])
+    embeddings = vocab * h * (1 if shape.get("tie_word_embeddings", False) else 2)
+    return embeddings + layers * (attn + 3 * h * inter)
+
+
+def memory_problem(shape: dict, label: str, device: str, building: bool) -> str | None:
+    """A model whose float32 weights do not fit this machine's memory, where it would hold them: a CPU run,
+    or a preset built without CUDA (``checkpoint.materialize``). The kernel's OOM killer would otherwise end
+    the run with no message (seen: model=qwen3-8b on a 23 GB machine)."""
+    need = 4 * parameter_count(shape)
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need <= have or device == "cuda" and not building:
+        return None
+    import torch
+
+    if torch.cuda.is_available() and device != "cpu" and (not building or shape.get("dtype") == "bfloat16"):
+        return None  # built and run in bfloat16 on the GPU
+    return (f"{label} has {parameter_count(shape) / 1e9:.1f} B parameters: {need / 2**30:.0f} GiB in float32, more "
+            f"than this machine's {have / 2**30:.0f} GiB of memory (run it on a GPU machine)")

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from . import conf_schema  # noqa: F401 (registers the llm schema before Hydra composes)
+from .argv_checks import option_problem, overrides_of
 from .conf_paths import CONF_DIR, GROUPS, group_options
 
 
@@ -83,6 +84,7 @@ def for_hydra(argv: list[str], compose) -> list[str]:
 
 
 _MISSING = object()
+JOB_COUNT = 0  # the jobs of the command check_command last passed (a sweep's summary says which did not run)
 
 
 def _choice(job: list[str], group: str, compose) -> str:
@@ -196,34 +198,6 @@ def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
     return [a for a in argv if not (a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS)], notes
 
 
-_VALUE_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--info": (
-    "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"), "-i": ("all", "config", "defaults",
-    "defaults-tree", "plugins", "searchpath"), "--package": None, "-p": None, "--config-path": None, "-cp": None,
-    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None}
-_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
-
-
-def _overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(a problem with the command's flags, or None; its overrides). Hydra's own flags pass (``--cfg job``
-    with its value); another is refused here in one line (Hydra's argparse prints eight)."""
-    overrides, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        name = arg.split("=", 1)[0]
-        if not arg.startswith("-"):
-            overrides.append(arg)
-        elif name not in _FLAGS:
-            return f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)", []
-        elif name in ("-m", "--multirun") and overrides:
-            rest = " ".join(a for a in argv if a != arg)
-            return f"{arg} goes before the overrides (python -m harness {arg} {rest})", []
-        elif name in _VALUE_FLAGS and "=" not in arg and i + 1 < len(argv) and (
-                _VALUE_FLAGS[name] is None or argv[i + 1] in _VALUE_FLAGS[name]):
-            i += 1  # the flag's value, not an override
-        i += 1
-    return None, overrides
-
-
 def _deletion_problem(job: list[str], compose) -> str | None:
     """A ``~KEY`` of ``job``: the schema keeps every key (only ``~llm.KEY`` has a meaning: the default)."""
     for arg in (a for a in job if a.startswith("~")):
@@ -242,6 +216,15 @@ def _hf_note(job: list[str], compose) -> list[str]:
     if not llm or compose([a for a in job if a.split("=", 1)[0] in (*GROUPS, "engine")]).engine != "hf":
         return []
     return [f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}"]
+
+
+def _cpu_note(job: list[str], compose) -> list[str]:
+    """A note when ``job`` sets ``workload.cpu.*`` on a workload that does not scale on CPU."""
+    keys = [a.lstrip("+").split("=", 1)[0] for a in job if a.lstrip("+").startswith("workload.cpu.")]
+    w = compose(job).workload if keys else None
+    if not keys or w.get("scale_on_cpu"):
+        return []
+    return [f"note: workload={w.name} does not scale on CPU (scale_on_cpu=false): nothing reads {', '.join(keys)}"]
 
 
 def _check_job(job: list[str], compose) -> str | None:
@@ -267,7 +250,7 @@ def _check_job(job: list[str], compose) -> str | None:
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it).
     Order: the flags, the grammar, a sweep without ``-m``, then every job composed and checked."""
-    problem, overrides = _overrides_of(argv)
+    problem, overrides = overrides_of(argv)
     if problem:
         return problem, argv
     argv, notes = _deleted_llm_keys(argv)
@@ -276,10 +259,9 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         parsed = [parse(a) for a in overrides]
     except GrammarError as e:
         return str(e), argv
-    empty = next((o.key_or_group for o in parsed if o.key_or_group.startswith("hydra.") and o.key_or_group.endswith(
-        "dir") and o.value() in ("", None)), None)
-    if empty:  # Hydra would write its .hydra/ and log into the directory the command runs in
-        return f"{empty} is empty: give a directory (or leave it out: Hydra's default)", argv
+    problem = option_problem(parsed)
+    if problem:
+        return problem, argv
     sweep = next((a for a, o in zip(overrides, parsed) if o.is_sweep_override()), None)
     multirun = "-m" in argv or "--multirun" in argv
     if sweep and not multirun:
@@ -289,11 +271,13 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
             jobs = jobs_of(overrides, multirun)
         except Exception as e:  # interval(): the basic sweeper cannot list it
             return f"{str(e).strip().splitlines()[0]} (the basic sweeper takes a,b,c, choice() and range())", argv
+        global JOB_COUNT
+        JOB_COUNT = len(jobs)
         for job in jobs:
             problem = _check_job(job, compose)
             if problem:
                 return problem, argv
-            notes += _hf_note(job, compose)
+            notes += _hf_note(job, compose) + _cpu_note(job, compose)
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)

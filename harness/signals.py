@@ -18,6 +18,7 @@ import threading
 
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
 _HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
+_AGAIN = threading.Event()  # set by _redeliver just before it raises the interruption once more
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
 
 
@@ -26,6 +27,9 @@ def _interrupt(signum, frame):
     _RECEIVED.append(name)
     if len(_RECEIVED) == 1:
         threading.Thread(target=_redeliver, args=(signum,), name="interrupt-redelivery", daemon=True).start()
+    elif not _AGAIN.is_set():
+        return  # a second Ctrl-C while the first one's stop runs (bounded by timeouts) would break it
+    _AGAIN.clear()
     raise KeyboardInterrupt(name)
 
 
@@ -34,7 +38,13 @@ def _redeliver(signum: int) -> None:
     into the start, while torch imported: the run went on): raise it again in the main thread, every
     ``REDELIVER_S``, until the harness has taken the interruption in hand."""
     while not _HANDLED.wait(REDELIVER_S):
+        _AGAIN.set()
         _thread.interrupt_main(signum)
+
+
+def interrupted_line() -> str:
+    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal."""
+    return f"error: interrupted ({_RECEIVED[0]})" if _RECEIVED else "error: interrupted"
 
 
 def install() -> None:

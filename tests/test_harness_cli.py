@@ -291,7 +291,7 @@ def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model
     assert proc.returncode == 130, err[-2000:]
     assert "== sweep (interrupted): 2 jobs, 1 ok rows ==" in out, out[-2000:]
     assert re.search(r"not ok: job 1 \(exit 130\): .*workload=bench", out), out[-2000:]  # which job it was
-    assert "the sweep stopped at job 1: the jobs after it did not run" in out
+    assert "the sweep stopped at job 1 (its last job)" in out  # there were no jobs after it
     assert "Traceback" not in err
 
 
@@ -463,6 +463,13 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["hydra.run.dir="], "hydra.run.dir is empty"),  # Hydra wrote .hydra/ into the current directory
     (["workload.cpu.num_seqs=0"], "workload.cpu.num_seqs must be an integer >= 1, got 0"),
     ([f"model.path={__file__}"], "is a file, not a checkpoint directory"),
+    (["control=[shm,ring]"], "control takes one option; to run several, sweep them: -m control=shm,ring"),
+    (["workload=[smoke,bench]"], "workload takes one option"),  # Hydra merged both and ran bench
+    (["hydra.run.dir=/proc/tpcp-no-such-dir"], "hydra.run.dir=/proc/tpcp-no-such-dir: cannot create"),
+    (["-m", "hydra.launcher=foo", "tp=1,2"], "chosen with hydra/launcher=<name>"),
+    (["--cfg", "bogus"], "--cfg takes one of job, hydra, all"),
+    (["--cfg"], "--cfg takes one of job, hydra, all"),
+    (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
@@ -484,3 +491,20 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
 
     assert check_command(["-m", "engine=hf,tp", "llm.max_num_seqs=4"])[0] is None
     assert capsys.readouterr().err.count("does not read llm.max_num_seqs") == 1
+    assert check_command(["workload=smoke", "++workload.cpu.num_seqs=2"])[0] is None
+    assert "workload=smoke does not scale on CPU (scale_on_cpu=false): nothing reads" in capsys.readouterr().err
+
+
+def test_a_model_larger_than_the_memory_is_refused_before_it_is_built():
+    """model=qwen3-8b on a 23 GB CPU machine: the OOM killer ended the build with no message."""
+    from harness.model_checks import memory_problem, parameter_count
+
+    assert parameter_count({"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+                            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+                            "vocab_size": 151936, "tie_word_embeddings": True}) == 595_984_384  # Qwen3-0.6B
+    huge = {"hidden_size": 2**16, "num_hidden_layers": 2**10, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "intermediate_size": 2**18, "vocab_size": 1000}
+    problem = memory_problem(huge, "model=huge", "cpu", building=True)
+    assert problem.startswith("model=huge has") and "more than this machine's" in problem
+    assert memory_problem({**huge, "num_hidden_layers": 1, "intermediate_size": 64, "hidden_size": 64},
+                          "model=small", "cpu", building=True) is None

@@ -109,3 +109,23 @@ def test_a_spawned_worker_ignores_sigint_from_its_first_instruction():
     finally:
         if p.is_alive():
             p.kill()
+
+
+def test_a_second_signal_while_the_first_stop_runs_is_ignored(monkeypatch):
+    """Three quick SIGINTs gave a traceback from an atexit handler and two error lines: only the first
+    interrupts (and a redelivery of it, when C code swallowed it); the line names it."""
+    import threading
+
+    from harness import signals
+
+    monkeypatch.setattr(signals, "_RECEIVED", [])
+    monkeypatch.setattr(signals, "_HANDLED", threading.Event())
+    monkeypatch.setattr(signals, "_AGAIN", threading.Event())
+    signals._HANDLED.set()  # taken in hand: the redelivery thread ends at once
+    with pytest.raises(KeyboardInterrupt):
+        signals._interrupt(signal.SIGINT, None)
+    assert signals._interrupt(signal.SIGINT, None) is None
+    assert signals.interrupted_line() == "error: interrupted (SIGINT)"
+    signals._AGAIN.set()
+    with pytest.raises(KeyboardInterrupt):
+        signals._interrupt(signal.SIGINT, None)

@@ -1,0 +1,66 @@
+"""The command line before Hydra composes it: Hydra's own flags with their values, and overrides that Hydra
+would take and then fail on later (or silently misread), each refused in one line."""
+
+from __future__ import annotations
+
+import os
+
+from .conf_paths import GROUPS
+
+_VALUE_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--info": (
+    "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"), "-i": ("all", "config", "defaults",
+    "defaults-tree", "plugins", "searchpath"), "--package": None, "-p": None, "--config-path": None, "-cp": None,
+    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None}
+_MODES = {"--run": "run", "-r": "run", "--multirun": "m", "-m": "m", "--cfg": "cfg", "-c": "cfg", "--info": "info",
+          "-i": "info"}
+_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
+
+
+def overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(a problem with the command's flags, or None; its overrides). Hydra's own flags pass (``--cfg job``
+    with its value); another is refused here in one line (Hydra's argparse prints eight)."""
+    modes = [a for a in argv if a.split("=", 1)[0] in _MODES]
+    if len({_MODES[m.split("=", 1)[0]] for m in modes}) > 1:
+        return f"{' and '.join(modes)}: Hydra takes one of --run, --multirun (-m), --cfg and --info", []
+    overrides, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if not arg.startswith("-"):
+            overrides.append(arg)
+        elif name not in _FLAGS:
+            return f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)", []
+        elif name in ("-m", "--multirun") and overrides:
+            rest = " ".join(a for a in argv if a != arg)
+            return f"{arg} goes before the overrides (python -m harness {arg} {rest})", []
+        elif name in _VALUE_FLAGS and "=" not in arg:
+            choices, given = _VALUE_FLAGS[name], argv[i + 1] if i + 1 < len(argv) else None
+            if name in ("--info", "-i") and (given is None or given.startswith("-")):
+                i += 1  # its value is optional (all); argparse would take an override as one
+                continue
+            if given is None or choices is not None and given not in choices:
+                return f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}", []
+            i += 1  # the flag's value, not an override
+        i += 1
+    return None, overrides
+
+
+def option_problem(parsed: list) -> str | None:
+    """An override Hydra would take and then fail on, or worse: a list for a group (Hydra merges its options),
+    an empty or unusable ``hydra.*dir`` (an empty one puts .hydra/ into the working directory), a string for
+    ``hydra.launcher`` / ``hydra.sweeper`` (a node Hydra instantiates)."""
+    for o in parsed:
+        key, value = o.key_or_group, o.value()
+        if key in GROUPS and isinstance(value, list):
+            return f"{key} takes one option; to run several, sweep them: -m {key}={','.join(map(str, value))}"
+        if key in ("hydra.launcher", "hydra.sweeper"):
+            return f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> (installed: basic)"
+        if not (key.startswith("hydra.") and key.endswith("dir")) or "${" in str(value):
+            continue
+        if value in ("", None):
+            return f"{key} is empty: give a directory (or leave it out: Hydra's default)"
+        try:
+            os.makedirs(str(value), exist_ok=True)  # Hydra creates it when the job starts
+        except OSError as e:
+            return f"{key}={value}: cannot create the directory: {e.strerror or e}"
+    return None
