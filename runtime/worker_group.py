@@ -14,6 +14,7 @@ The same lifecycle serves both launchers and every kind of worker (the engine's 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import pickle
 import queue
@@ -158,6 +159,9 @@ class WorkerGroup:
         :data:`RERAN_MAIN` before ever reaching rank 0 (``leave_if_rerunning_main``)."""
         if code == RERAN_MAIN and rank not in self.lifelines.connected():
             return NO_MAIN_GUARD
+        if code is not None and code < 0:  # multiprocessing's code for a signal: -N
+            with contextlib.suppress(ValueError):
+                return f"process exited with code {code} ({signal.Signals(-code).name})"
         return f"process exited with code {code}"
 
     def check(self, wait_s: float = 0.0) -> None:

@@ -363,3 +363,14 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_unt
     err = capfd.readouterr().err
     assert "for rank(s) 1 to reach start-up stage" in err and "never connected: rank(s) 1" in err
     assert not stopped[0].is_alive()
+
+
+def test_a_worker_ended_by_a_signal_is_named_with_it():
+    """A SIGKILLed worker read "process exited with code -9"; the signal's name is said too."""
+    from types import SimpleNamespace
+
+    from runtime.worker_group import WorkerGroup
+
+    group = SimpleNamespace(lifelines=SimpleNamespace(connected=lambda: {1}))
+    assert WorkerGroup._exit_reason(group, 1, -9) == "process exited with code -9 (SIGKILL)"
+    assert WorkerGroup._exit_reason(group, 1, 3) == "process exited with code 3"
