@@ -212,6 +212,10 @@ class EngineConfig:
             if local > n:
                 raise ConfigError(f"{local} ranks on this host need as many GPUs; {n} visible")
         self._check_kernels()
+        self._check_dtype()
+
+    def _check_dtype(self) -> None:
+        """``dtype`` resolved for ``device`` (resolved) and one the device runs."""
         self.dtype = resolve_dtype(self.dtype, self.device)
         allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
         if self.dtype not in allowed:
@@ -231,7 +235,7 @@ class EngineConfig:
 
     @classmethod
     def check_settings(cls, **settings) -> None:
-        """The checks that need no checkpoint (types, ranges, the kernel choices and what needs CUDA) of
+        """The checks that need no checkpoint (types, ranges, the kernel choices, the dtype and what needs CUDA) of
         ``settings`` over the defaults, so that a sweep's bad value can be refused before its first job.
 
         Raises:
@@ -251,6 +255,7 @@ class EngineConfig:
         cfg._check_ranges()
         cfg.device = resolve_device(cfg.device)
         cfg._check_kernels()
+        cfg._check_dtype()
 
     def _check_ranges(self) -> None:
         """The ranges that need no checkpoint (the others are in ``_check_cache_and_batching``)."""

@@ -57,9 +57,14 @@ _NONE = object()
 
 
 def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
-    """Each ``llm.*`` setting the job gives, as the engine checks it without a checkpoint."""
+    """The job's dtype and CPU threads, then each ``llm.*`` setting it gives, as the engine checks them
+    without a checkpoint."""
     from engine import ConfigError, EngineConfig
 
+    try:
+        EngineConfig.check_settings(device=cfg.device, dtype=cfg.dtype, cpu_threads=cfg.get("cpu_threads") or 0)
+    except ConfigError as e:
+        return str(e)
     for key in (k for k in given if k.startswith("llm.")):
         name = key.split(".", 1)[1]
         try:

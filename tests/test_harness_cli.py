@@ -470,6 +470,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["--cfg", "bogus"], "--cfg takes one of job, hydra, all"),
     (["--cfg"], "--cfg takes one of job, hydra, all"),
     (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
+    (["-m", "dtype=float32,int3"], "dtype 'int3' is not supported on "),  # before job 0, not at job 1
+    (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or >= 1, got -1"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
