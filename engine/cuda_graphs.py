@@ -19,7 +19,7 @@ import torch
 
 from .layers.attention import AttentionMetadata
 from .step_batch import StepBatch
-from .step_inputs import StepInputs, slot_mapping, wants_split
+from .step_inputs import StepInputs, resolve_placeholders, slot_mapping, wants_split
 
 
 def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, block_size: int, trash_block: int,
@@ -101,9 +101,7 @@ class DecodeGraphs:
         torch.cuda.synchronize()
 
     def _step(self, inputs: StepInputs, bs: int) -> None:
-        ids = inputs.input_ids
-        ids = torch.where(ids < 0, self.tokens[(-ids - 1).clamp(min=0)], ids)  # async placeholders
-        hidden = self.model(replace(inputs, input_ids=ids))
+        hidden = self.model(replace(inputs, input_ids=resolve_placeholders(inputs.input_ids, self.tokens)))
         self.tokens[:bs] = self.model.sample(hidden, self.static["temperatures"][:bs], self.static["seed"])
 
     def _inputs(self, bs: int, split: bool) -> StepInputs:

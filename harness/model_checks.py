@@ -100,13 +100,13 @@ def memory_problem(shape: dict, label: str, device: str, building: bool) -> str 
     """A model whose float32 weights do not fit this machine's memory, where it would hold them: a CPU run,
     or a preset built without CUDA (``checkpoint.materialize``). The kernel's OOM killer would otherwise end
     the run with no message (seen: model=qwen3-8b on a 23 GB machine)."""
-    need = 4 * parameter_count(shape)
+    params = parameter_count(shape)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need <= have or device == "cuda" and not building:
+    if 4 * params <= have or device == "cuda" and not building:  # device=cuda: CUDA is there (checked apart)
         return None
     import torch
 
     if torch.cuda.is_available() and device != "cpu" and (not building or shape.get("dtype") == "bfloat16"):
         return None  # built and run in bfloat16 on the GPU
-    return (f"{label} has {parameter_count(shape) / 1e9:.1f} B parameters: {need / 2**30:.0f} GiB in float32, more "
-            f"than this machine's {have / 2**30:.0f} GiB of memory (run it on a GPU machine)")
+    return (f"{label} has {params / 1e9:.1f} B parameters: {4 * params / 2**30:.0f} GiB in float32, more than "
+            f"this machine's {have / 2**30:.0f} GiB of memory (run it on a GPU machine)")
