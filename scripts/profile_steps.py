@@ -93,6 +93,24 @@ def window(llm, steps: int):
     return prof, wall_ms, [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+def open_engine(args):
+    """An ``LLM`` for ``args.model`` (its preset built once) with ``args.workload``'s requests queued, not
+    yet stepped; the caller enters it (``with open_engine(args) as llm``)."""
+    with hydra_compose() as compose:  # the presets as the harness composes them (schema defaults included)
+        cfg = compose([f"model={args.model}", f"workload={args.workload}"])
+    preset = OmegaConf.to_container(cfg.model.preset)
+    path = materialize(args.model, preset, seed=0)
+    w = OmegaConf.to_container(cfg.workload)
+    if args.num_seqs:
+        w["num_seqs"] = args.num_seqs
+    work = build_workload(w, "cuda", 0, preset["vocab_size"])
+    llm = LLM(path, tensor_parallel_size=args.tp, device="cuda", async_scheduling=not args.sync,
+              all_reduce=args.all_reduce)
+    for p, sp in zip(work.prompts, work.params):
+        llm.scheduler.add(Sequence(p, sp, llm.config.kvcache_block_size))
+    return llm
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -108,18 +126,7 @@ def main():
     from gpu_only import require_cuda
 
     require_cuda(args.tp)
-    with hydra_compose() as compose:  # the presets as the harness composes them (schema defaults included)
-        cfg = compose([f"model={args.model}", f"workload={args.workload}"])
-    preset = OmegaConf.to_container(cfg.model.preset)
-    path = materialize(args.model, preset, seed=0)
-    w = OmegaConf.to_container(cfg.workload)
-    if args.num_seqs:
-        w["num_seqs"] = args.num_seqs
-    work = build_workload(w, "cuda", 0, preset["vocab_size"])
-    with LLM(path, tensor_parallel_size=args.tp, device="cuda", async_scheduling=not args.sync,
-             all_reduce=args.all_reduce) as llm:
-        for p, sp in zip(work.prompts, work.params):
-            llm.scheduler.add(Sequence(p, sp, llm.config.kvcache_block_size))
+    with open_engine(args) as llm:
         prefill = window(llm, args.prefill_steps) if args.prefill_steps else None
         for _ in range(args.skip - args.prefill_steps):
             llm.step()
