@@ -87,7 +87,7 @@ def main():
             llm.step()
         llm.finish_step()  # no step of the engine's own in flight while the variants run
         graphs, bs = llm.runner.graphs, args.num_seqs
-        context = int(max(s.num_tokens for s in llm.scheduler.running))
+        context = max(len(s) for s in llm.scheduler.running)
         found = {"engine graph": graphs.graphs[bs, False]}
         for name, (split, changes) in variants(bs, torch.device("cuda")).items():
             with patched(*changes):
