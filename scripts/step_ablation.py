@@ -46,10 +46,15 @@ def variants(bs: int, device) -> dict:
     no_norms = [(gemm, "_norm_gemv", no_norm), (gemm, "_rms_norm", lambda h, r, w, e: (h, h))]
     return {
         "split KV (the engine's split graph)": (True, []),
+        "split KV, 2 splits": (True, [(paged_decode, "num_splits_for", lambda *a: 2)]),
         "split KV, 4 splits": (True, [(paged_decode, "num_splits_for", lambda *a: 4)]),
         "attention: block_n 128, 4 warps": (False, [(paged_decode, "paged_decode_attention",
                                                      partial(attend, block_n=128, num_warps=4))]),
-        "attention: block_n 32": (False, [(paged_decode, "paged_decode_attention", partial(attend, block_n=32))]),
+        "attention: block_n 128, 8 warps": (False, [(paged_decode, "paged_decode_attention",
+                                                     partial(attend, block_n=128, num_warps=8))]),
+        "attention: block_n 256, 8 warps": (False, [(paged_decode, "paged_decode_attention",
+                                                     partial(attend, block_n=256, num_warps=8))]),
+        "attention: 1 stage": (False, [(paged_decode, "paged_decode_attention", partial(attend, num_stages=1))]),
         "attention: the new token only": (False, [(paged_decode, "paged_decode_attention", new_token_only)]),
         "attention: none": (False, [no_attention]),
         "norms: none": (False, no_norms),

@@ -45,10 +45,15 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
     row_ok = rows < N
     w_ptrs = w_ptr + rows[:, None].to(tl.int64) * stride_wn + ks[None, :]
     mask = row_ok[:, None] & (ks < K)[None, :]
-    w = tl.load(w_ptrs, mask=mask, other=0.0)  # the weights' first slice before the wait: see pdl.py
+    # The weights' and the norm's first slices before the wait (pdl.py). Loaded after it, the norm's slice
+    # waited behind the residual store below: one more round trip to memory per kernel.
+    w = tl.load(w_ptrs, mask=mask, other=0.0)
     up = w
     if SWIGLU:
         up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
+    nw = w
+    if NORM:
+        nw = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -62,7 +67,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         xw = x.to(tl.float32)
         if NORM:
             squares += xw * xw
-            xw = xw * tl.load(norm_ptr + k0 + ks, mask=k_ok, other=0.0).to(tl.float32)
+            xw = xw * nw
         acc += tl.sum(w.to(tl.float32) * xw[None, :], axis=1)
         if SWIGLU:
             acc_up += tl.sum(up.to(tl.float32) * xw[None, :], axis=1)
@@ -71,6 +76,8 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         w = tl.load(w_ptrs, mask=mask, other=0.0)
         if SWIGLU:
             up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
+        if NORM:
+            nw = tl.load(norm_ptr + k0 + BLOCK_K + ks, mask=k0 + BLOCK_K + ks < K, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
     if NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
