@@ -6,8 +6,8 @@ to the sampled tokens (the async placeholders' lookup, LM head, sampler and its 
 Inputs live in static buffers, filled from pinned host buffers by one asynchronous copy each, so building
 step N+1 never waits for step N on the GPU (a copy from pageable memory may). Rows past the real batch
 point at a spare "trash" KV block (context length 1), so padding never touches a real sequence's cache.
-Where a bucket is small enough for split-KV decode attention (``paged_decode``), a second graph is
-captured with it, and replayed when the batch's longest context reaches ``SPLIT_MIN_TOKENS``.
+Where a bucket is small enough for split-KV decode attention, a graph is captured for each split count it
+may use (``decode_splits``); the batch's longest context picks one.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from .layers.attention import AttentionMetadata
+from .layers.decode_splits import num_splits, split_counts
 from .step_batch import StepBatch
-from .step_inputs import StepInputs, resolve_placeholders, slot_mapping, wants_split
+from .step_inputs import StepInputs, resolve_placeholders, slot_mapping
 
 
 def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, block_size: int, trash_block: int,
@@ -83,13 +84,11 @@ class DecodeGraphs:
         self.tokens = torch.zeros(n, dtype=torch.int64, device=device)  # the last replay's sampled tokens
         self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step copies neither
         self.buckets = batch_buckets(max_num_seqs)
-        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # (batch size, split KV) -> graph
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (batch size, KV splits) -> graph
         self.pool = None
-        from .layers.paged_decode import num_splits_for  # Triton: CUDA machines only
-
-        kv_heads = model.attention_layers()[0].num_kv_heads
+        self.kv_heads, self.device = model.attention_layers()[0].num_kv_heads, device
         for bs in reversed(self.buckets):  # largest first, so the smaller ones reuse its memory pool
-            for split in (False, True) if num_splits_for(bs, kv_heads, device) > 1 else (False,):
+            for split in split_counts(bs, self.kv_heads, device):
                 inputs = self._inputs(bs, split)
                 self._step(inputs, bs)  # warm-up outside capture (compiles kernels, sizes workspaces)
                 graph = torch.cuda.CUDAGraph()
@@ -104,16 +103,21 @@ class DecodeGraphs:
         hidden = self.model(replace(inputs, input_ids=resolve_placeholders(inputs.input_ids, self.tokens)))
         self.tokens[:bs] = self.model.sample(hidden, self.static["temperatures"][:bs], self.static["seed"])
 
-    def _inputs(self, bs: int, split: bool) -> StepInputs:
+    def _inputs(self, bs: int, splits: int) -> StepInputs:
         st = self.static
         attn = AttentionMetadata(slot_mapping=st["slot_mapping"][:bs], block_tables=st["block_tables"][:bs],
                                  q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
-                                 context_lens=st["context_lens"][:bs], split_kv=split)
+                                 context_lens=st["context_lens"][:bs], num_splits=splits)
         return StepInputs(input_ids=st["input_ids"][:bs], positions=st["positions"][:bs], logits_index=None,
                           attn=attn)
 
     def can_run(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]
+
+    def graph_for(self, num_seqs: int, max_context: int) -> torch.cuda.CUDAGraph:
+        """The graph that a decode step of ``num_seqs`` sequences, the longest ``max_context`` tokens, replays."""
+        bs = next(b for b in self.buckets if b >= num_seqs)
+        return self.graphs[bs, num_splits(bs, self.kv_heads, max_context, self.block_size, self.device)]
 
     def run(self, batch: StepBatch, previous: torch.Tensor | None) -> torch.Tensor:
         """Replay the smallest graph that holds the decode ``batch``; ``previous``: the last step's sampled
@@ -131,5 +135,5 @@ class DecodeGraphs:
         for name in names:
             self.static[name][:bs].copy_(host[name][:bs], non_blocking=True)
         copied.record()
-        self.graphs.get((bs, wants_split(batch)), self.graphs[bs, False]).replay()
+        self.graph_for(n, int(batch.num_tokens.max())).replay()
         return self.tokens[:n]

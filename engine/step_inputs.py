@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .layers.attention import SPLIT_MIN_TOKENS, AttentionMetadata
+from .layers.attention import AttentionMetadata
 from .step_batch import StepBatch
 
 
@@ -79,16 +79,10 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
     attn = AttentionMetadata(slot_mapping=_tensor(slots, torch.int64, device),
                              block_tables=_tensor(tables, torch.int32, device), q_pad_index=None, mask=None,
                              num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()),
-                             context_lens=_tensor(batch.num_tokens, torch.int32, device),
-                             split_kv=wants_split(batch))
+                             context_lens=_tensor(batch.num_tokens, torch.int32, device))
     return StepInputs(input_ids=_tensor(batch.token_ids, torch.int64, device),
                       positions=_tensor(positions, torch.int64, device),
                       logits_index=torch.arange(n, device=device), attn=attn)
-
-
-def wants_split(batch: StepBatch) -> bool:
-    """Whether a decode step cuts its contexts over several programs (its longest reaches SPLIT_MIN_TOKENS)."""
-    return int(batch.num_tokens.max()) >= SPLIT_MIN_TOKENS
 
 
 def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:

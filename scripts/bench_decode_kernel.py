@@ -32,7 +32,8 @@ if __name__ == "__main__":
     require_cuda()
 import triton.testing  # noqa: E402
 
-from engine.layers.paged_decode import num_splits_for, paged_decode_attention  # noqa: E402
+from engine.layers.decode_splits import num_splits  # noqa: E402
+from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
 
 DEFAULT_LAUNCH = tuple(inspect.signature(paged_decode_attention).parameters[p].default
@@ -60,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
     ap.add_argument("--pdl", action="store_true", help="launch with PDL, as the engine does on sm90+ (llm.pdl)")
     ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
-                    "(the engine's choice, num_splits_for)")
+                    "(the engine's choice, decode_splits.num_splits)")
     return ap.parse_args()
 
 
@@ -97,7 +98,8 @@ def main():
             grid = itertools.product((32, 64), (2, 4), (2, 3))
         else:
             grid = itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
-        splits_list = [num_splits_for(B, Hkv, q.device) if x == "auto" else int(x) for x in args.splits.split(",")]
+        splits_list = [num_splits(B, Hkv, int(lens.max()), BS, q.device) if x == "auto" else int(x)
+                       for x in args.splits.split(",")]
         for (block_n, warps, stages), splits in itertools.product(list(grid), splits_list):
             try:
                 def step():

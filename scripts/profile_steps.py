@@ -76,8 +76,8 @@ def anatomy(llm, steps: int) -> str:
     graphs = getattr(llm.runner, "graphs", None)
     n = len(llm.scheduler.running)
     if graphs is not None and graphs.can_run(n):
-        bs = next(b for b in graphs.buckets if b >= n)
-        line += f"; the batch-{bs} graph alone {graph_ms(graphs.graphs[bs, False], steps):.3f} ms/replay"
+        graph = graphs.graph_for(n, max(len(s) for s in llm.scheduler.running))
+        line += f"; the batch-{n} step's graph alone {graph_ms(graph, steps):.3f} ms/replay"
     return line
 
 

@@ -29,9 +29,10 @@ def patched(*changes):
             setattr(m, n, v)
 
 
-def variants(bs: int, device) -> dict:
-    """Variant name -> (split-KV inputs, the patches that make it)."""
+def variants(bs: int, kv_heads: int, device) -> dict:
+    """Variant name -> (KV splits, the patches that make it); the attention and norm variants unsplit."""
     from engine.layers import gemm, paged_decode
+    from engine.layers.decode_splits import split_counts
 
     attend, norm_gemv = paged_decode.paged_decode_attention, gemm._norm_gemv
     ones = torch.ones(bs, dtype=torch.int32, device=device)
@@ -44,25 +45,24 @@ def variants(bs: int, device) -> dict:
 
     no_attention = (paged_decode, "paged_decode_attention", lambda q, *a, **k: q)
     no_norms = [(gemm, "_norm_gemv", no_norm), (gemm, "_rms_norm", lambda h, r, w, e: (h, h))]
+    cap = split_counts(bs, kv_heads, device)[-1]
     return {
-        "split KV (the engine's split graph)": (True, []),
-        "split KV, 2 splits": (True, [(paged_decode, "num_splits_for", lambda *a: 2)]),
-        "split KV, 4 splits": (True, [(paged_decode, "num_splits_for", lambda *a: 4)]),
-        "attention: block_n 128, 4 warps": (False, [(paged_decode, "paged_decode_attention",
+        "unsplit": (1, []),
+        "split KV, 2 splits": (2, []),
+        "split KV, 4 splits": (4, []),
+        f"split KV, {cap} splits (the cap)": (cap, []),
+        "attention: block_n 128, 4 warps": (1, [(paged_decode, "paged_decode_attention",
                                                      partial(attend, block_n=128, num_warps=4))]),
-        "attention: block_n 128, 8 warps": (False, [(paged_decode, "paged_decode_attention",
-                                                     partial(attend, block_n=128, num_warps=8))]),
-        "attention: block_n 256, 8 warps": (False, [(paged_decode, "paged_decode_attention",
+        "attention: block_n 256, 8 warps": (1, [(paged_decode, "paged_decode_attention",
                                                      partial(attend, block_n=256, num_warps=8))]),
-        "attention: 1 stage": (False, [(paged_decode, "paged_decode_attention", partial(attend, num_stages=1))]),
-        "attention: the new token only": (False, [(paged_decode, "paged_decode_attention", new_token_only)]),
-        "attention: none": (False, [no_attention]),
-        "norms: none": (False, no_norms),
-        "GEMVs only (no attention, no norms)": (False, [no_attention, *no_norms]),
+        "attention: the new token only": (1, [(paged_decode, "paged_decode_attention", new_token_only)]),
+        "attention: none": (1, [no_attention]),
+        "norms: none": (1, no_norms),
+        "GEMVs only (no attention, no norms)": (1, [no_attention, *no_norms]),
     }
 
 
-def capture(graphs, bs: int, split: bool):
+def capture(graphs, bs: int, split: int):
     """A new graph of ``graphs``' decode step at batch ``bs`` (module patches apply)."""
     inputs = graphs._inputs(bs, split)
     graphs._step(inputs, bs)  # warm-up outside capture: compiles the variant's kernels
@@ -93,8 +93,8 @@ def main():
         llm.finish_step()  # no step of the engine's own in flight while the variants run
         graphs, bs = llm.runner.graphs, args.num_seqs
         context = max(len(s) for s in llm.scheduler.running)
-        found = {"engine graph": graphs.graphs[bs, False]}
-        for name, (split, changes) in variants(bs, torch.device("cuda")).items():
+        found = {"engine graph": graphs.graph_for(bs, context)}
+        for name, (split, changes) in variants(bs, graphs.kv_heads, torch.device("cuda")).items():
             with patched(*changes):
                 found[name] = capture(graphs, bs, split)
         times = {name: [] for name in found}

@@ -19,11 +19,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 @pytest.mark.parametrize("preload", [True, False])
 def test_paged_decode_kernel_matches_sdpa(block_size, group, preload, monkeypatch):
     """preload: the first K/V tile loaded before the rest (few programs) or in the loop (many)."""
-    from engine.layers import paged_decode
+    from engine.layers import decode_splits
     from engine.layers.attention import gather_context
     from engine.layers.paged_decode import paged_decode_attention
 
-    monkeypatch.setattr(paged_decode, "PROGRAMS_PER_SM", 4 if preload else 0)
+    monkeypatch.setattr(decode_splits, "PROGRAMS_PER_SM", 4 if preload else 0)
 
     torch.manual_seed(block_size)
     Hkv, D, B = 4, 128, 7

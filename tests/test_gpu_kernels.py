@@ -1,6 +1,6 @@
 """The batch-1 and small-batch decode kernels (issue 27) against the unfused path (skipped without a GPU):
 split-KV decode attention with q/k norm and RoPE inside it, RMSNorm fused into the GEMV after it, and the
-engine's greedy tokens through them (batch 1, contexts past SPLIT_MIN_TOKENS) against transformers'."""
+engine's greedy tokens through them (batch 1, contexts split over several programs) against transformers'."""
 
 from __future__ import annotations
 
@@ -116,10 +116,10 @@ def test_long_rows_norm_then_gemv_match_the_unfused_path(dtype, with_residual):
 
 
 @pytest.mark.parametrize("enforce_eager", [True, False])
-@pytest.mark.parametrize("lengths", [[600], [600, 40]])
+@pytest.mark.parametrize("lengths", [[600], [600, 40], [20]])
 def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce_eager, lengths):
-    """Batch 1 takes the fused norm+GEMV kernels; a context past SPLIT_MIN_TOKENS the split decode (and its
-    CUDA graph); the tokens equal transformers'."""
+    """Batch 1 takes the fused norm+GEMV kernels and, as its context grows, the split decode at each split
+    count (and their CUDA graphs); the tokens equal transformers'."""
     prompts = prompts_of_lengths(lengths, seed=3)
     want = hf_greedy(tiny_untied, prompts, 16)
     with LLM(tiny_untied, device="cuda", dtype="float32", kvcache_block_size=16, max_model_len=1024,

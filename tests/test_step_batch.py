@@ -106,3 +106,21 @@ def test_graph_inputs_agree_with_the_decode_builder():
     names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=False)
     assert names[-2:] == ["temperatures", "seed"] and greedy and h["seed"][0] == 0 and not h["temperatures"].any()
     assert "seed" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)[0]
+
+
+def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
+    """The split rule (H200, 132 SMs, 8 KV heads): counts in powers of two up to 4 programs per SM, at most
+    64; the fewest that leave each program one 64-token tile (or one block, if smaller) of cached tokens."""
+    import torch
+
+    from engine.layers.decode_splits import max_splits, num_splits, split_counts
+
+    cpu = torch.device("cpu")  # 132 SMs off CUDA
+    assert [max_splits(b, 8, cpu) for b in (1, 2, 4, 8, 16, 64, 80)] == [64, 33, 17, 9, 5, 2, 1]
+    assert split_counts(1, 8, cpu) == [1, 2, 4, 8, 16, 32, 64]
+    assert split_counts(2, 8, cpu) == [1, 2, 4, 8, 16, 32, 33] and split_counts(80, 8, cpu) == [1]
+    # contexts count the new token: 65 tokens are 64 cached, one tile; 96 (call 49's case) two
+    assert [num_splits(1, 8, n, 256, cpu) for n in (1, 65, 66, 96, 129, 130, 513, 4097, 40000)] == \
+        [1, 1, 2, 2, 2, 4, 8, 64, 64]
+    assert num_splits(1, 8, 96, 16, cpu) == 8  # 16-token blocks: 95 cached tokens are 6 tiles
+    assert num_splits(2, 8, 4097, 256, cpu) == 33 and num_splits(128, 8, 40000, 256, cpu) == 1

@@ -2,7 +2,7 @@
 
 - CUDA decode: the Triton kernel in ``paged_decode`` reads each sequence's context through its block table
   and stores the new token's K/V itself (after q/k norm and RoPE, when the model hands them over), split
-  over several programs per sequence when the batch is small and a context long.
+  over several programs per sequence when the batch is small (``decode_splits``).
 - CUDA prefill with no cached prefix: the new K/V are stored, then one varlen flash-attention call covers
   the whole batch (``varlen``; float32 falls back to one SDPA call per sequence).
 - Everything else (CPU; prefix-cache hits): the new K/V are stored, every sequence's context is gathered
@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .decode_splits import num_splits
 from .varlen import varlen_causal
-
-SPLIT_MIN_TOKENS = 512  # CUDA decode splits a batch's contexts when its longest reaches this (paged_decode)
 
 
 @dataclass
@@ -44,7 +43,7 @@ class AttentionMetadata:
     max_q_len: int
     max_k_len: int
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
-    split_kv: bool = False  # CUDA decode: cut each context over several programs (longest >= SPLIT_MIN_TOKENS)
+    num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head); None: decode_splits' choice
     prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
     cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
@@ -66,9 +65,10 @@ class Attention(nn.Module):
         """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``. ``qk_norm`` (CUDA decode only): the
         (q_weight, k_weight, eps, cos, sin) that the decode kernel applies to q and k first."""
         if meta.context_lens is not None:
-            from .paged_decode import num_splits_for, paged_decode_attention  # Triton: CUDA machines only
+            from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
 
-            splits = num_splits_for(meta.num_seqs, self.num_kv_heads, q.device) if meta.split_kv else 1
+            splits = meta.num_splits or num_splits(meta.num_seqs, self.num_kv_heads, meta.max_k_len,
+                                                   self.k_cache.shape[1], q.device)
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
                                           meta.context_lens, self.scale, num_splits=splits, qk_norm=qk_norm)
         store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)

@@ -10,8 +10,9 @@ K and V of every context token (2 * Hkv * head_dim * 2 bytes per token per layer
 
 Split-KV ("flash-decoding", Dao et al. 2023): when batch x KV heads gives the GPU too few programs (8 for
 one sequence of Qwen3, on 132 SMs), each context is cut into ``num_splits`` runs of tokens, one program
-each, which write their partial output and log-sum-exp; a second kernel merges them. With many sequences
-one split is best (a split variant lost at every count on the bench's 8B shapes, results/h200x2/, call 17).
+each, which write their partial output and log-sum-exp; a second kernel merges them. How many:
+``decode_splits``. With many sequences one split is best (a split variant lost at every count on the
+bench's 8B shapes, results/h200x2/, call 17).
 
 With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm to q and the new k, then RoPE, before
 using them (and stores the rotated k): one kernel fewer per layer. Every rounding of the unfused
@@ -27,30 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
-
-_SMS: dict = {}  # device -> its SM count
-
-
-# Split-KV at contexts of >= SPLIT_MIN_TOKENS: enough splits for PROGRAMS_PER_SM programs per SM, at most
-# MAX_SPLITS. Measured on the H200 with PDL (results/h200/session12/call44_decode.txt, Qwen3-0.6B's heads):
-# batch 1 x 4k tokens 11.1 us with 32 splits, 6.5 us (60% of 4.3 TB/s) with 64; at 32k 64 splits beat the
-# old rule (2 per SM, at most 32) at batch 1-8 (91-101% against 72-89%); at 4k batch 2-8 lose 1-7 us with
-# 64 instead of 5-17. Below that many programs the first K/V tile is loaded before the PDL wait.
-PROGRAMS_PER_SM = 4
-MAX_SPLITS = 64
-
-
-def _sm_count(device: torch.device) -> int:
-    if device not in _SMS:
-        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-    return _SMS[device]
-
-
-def num_splits_for(batch: int, num_kv_heads: int, device: torch.device) -> int:
-    """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
-    already do), at most ``MAX_SPLITS``."""
-    return max(1, min(MAX_SPLITS, triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), batch * num_kv_heads)))
+from . import decode_splits, pdl
 
 
 @triton.jit
@@ -242,7 +220,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     ``[num_blocks, block_size, Hkv, D]``; slot_mapping ``[B]`` int64 (the new token's cache slot);
     block_tables ``[B, max_blocks]`` int32; context_lens ``[B]`` int32 (tokens, >= 1, the new one
     included) -> ``[B, Hq, D]``; k_new / v_new are written into the caches at their slots.
-    ``num_splits``: programs per (sequence, KV head) (``num_splits_for``); ``qk_norm``: (q_weight ``[D]``,
+    ``num_splits``: programs per (sequence, KV head) (``decode_splits``); ``qk_norm``: (q_weight ``[D]``,
     k_weight ``[D]``, eps, cos ``[B, D]``, sin ``[B, D]``) to normalise and rotate q and k_new first.
     Launched with PDL when ``pdl.ENABLED``.
     ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
@@ -265,8 +243,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
-        PRELOAD=B * Hkv * num_splits <= PROGRAMS_PER_SM * _sm_count(q.device), PDL=pdl.ENABLED,
-        launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
+        PRELOAD=B * Hkv * num_splits <= decode_splits.PROGRAMS_PER_SM * decode_splits.sm_count(q.device),
+        PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
                                       SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, PDL=pdl.ENABLED,

@@ -1,0 +1,53 @@
+"""How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV
+tile of the longest context each, up to enough programs for ``PROGRAMS_PER_SM`` per SM, at most
+``MAX_SPLITS``; then the partial outputs are merged by a second kernel.
+
+Measured on the H200 with PDL, Qwen3-0.6B's heads:
+- the cap (results/h200/session12/call44_decode.txt): batch 1 x 4k tokens 6.5 us with 64 splits (60% of
+  4.3 TB/s), 11.1 us with 32; at 32k tokens 64 splits beat 2 programs per SM / at most 32 at batch 1-8.
+- one tile per program (results/h200/session13/call49_*): the batch-1 decode graph at 96 tokens takes
+  0.753 ms unsplit (two tiles walked one after the other), 0.699 ms with 2 splits, 0.705 with 4 and 0.781
+  with 64 (62 programs with nothing to read, and a merge of 64).
+
+Each split count is a CUDA graph of its own (``split_counts``), so counts go up in powers of two.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PROGRAMS_PER_SM = 4
+MAX_SPLITS = 64
+TILE_TOKENS = 64  # tokens per iteration of the decode kernel (paged_decode_attention's block_n), or the block size
+
+_SMS: dict = {}  # device -> its SM count
+
+
+def sm_count(device: torch.device) -> int:
+    """The device's SM count (132, an H100/H200's, off CUDA)."""
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    return _SMS[device]
+
+
+def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
+    already do), at most ``MAX_SPLITS``."""
+    return max(1, min(MAX_SPLITS, -(-PROGRAMS_PER_SM * sm_count(device) // (batch * num_kv_heads))))
+
+
+def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[int]:
+    """Every split count a decode step at this batch size may use: 1, the powers of two below the cap, the
+    cap (``max_splits``)."""
+    cap = max_splits(batch, num_kv_heads, device)
+    return [1] + [1 << i for i in range(1, cap.bit_length()) if 1 << i < cap] + ([cap] if cap > 1 else [])
+
+
+def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
+    """The split count for a decode step whose longest context is ``max_context`` tokens (the new one
+    included): the fewest of ``split_counts`` that give each program at most one tile of cached tokens, or
+    the cap."""
+    tile = min(TILE_TOKENS, block_size)
+    tiles = -(-(max_context - 1) // tile)
+    counts = split_counts(batch, num_kv_heads, device)
+    return next((c for c in counts if c >= tiles), counts[-1])
