@@ -42,8 +42,7 @@ def _job_overrides() -> list[str]:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    """One Hydra job (a sweep calls it once per job): run it and record its exit code; Ctrl-C before a row
-    could be written exits 130."""
+    """One Hydra job (a sweep calls it once per job): run it and record its exit code (130: Ctrl-C)."""
     try:
         from .app import run_job
 
@@ -79,8 +78,7 @@ if __name__ == "__main__":
         if e.code != 130:
             raise
     finally:
-        # Only an engine cache that was imported can hold an engine. Importing it here would import torch
-        # again after a signal interrupted its first import: a traceback, or a crash, instead of exit 130.
+        # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
         engine_cache = sys.modules.get("harness.engine_cache")
         if engine_cache is not None:
             engine_cache.release()
@@ -94,10 +92,10 @@ if __name__ == "__main__":
                 print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
                 for line in FAILED_JOBS:
                     print(f"  not ok: {line}")
-                stopped = EXIT_CODES.index(130) if 130 in EXIT_CODES else None
-                if stopped is not None:
+                if 130 in EXIT_CODES:
                     from . import preflight
 
+                    stopped = EXIT_CODES.index(130)
                     after = preflight.JOB_COUNT - stopped - 1
                     print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"
                                                                      if after > 0 else " (its last job)"))

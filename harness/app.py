@@ -57,13 +57,10 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
               requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
-    """One timed pass over the workload from a reset engine (cold prefix cache, reseeded sampling); returns
-    the metric columns and the trace files written. Under ``control=ideal`` an untimed recording pass comes
-    first, and the timed pass replays its step messages with no transport (``backends/ideal.py``) and, for a
-    serve workload, admits each request before the step the recording admitted it at
-    (``LLM.replay_admissions``). ``step_log``: a file for the per-step timings (``harness/step_log.py``);
-    ``requests``: the per-request JSONL; ``trace``: with ``profile=torch``, the prefix of the timed pass's
-    trace per rank (``LLM.start_profile``; armed after the recording pass, so only the timed pass counts)."""
+    """One timed pass from a reset engine: (metric columns, trace files written). Under ``control=ideal`` an
+    untimed recording pass comes first and the timed pass replays it (``backends/ideal.py``,
+    ``LLM.replay_admissions``). ``step_log``: the per-step timings' file (``harness/step_log.py``);
+    ``requests``: the per-request JSONL; ``trace``: the timed pass's trace prefix (``LLM.start_profile``)."""
     replay, plan = llm.replays, None
     if replay:
         llm.start_recording()
@@ -99,8 +96,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
 
 
 def dead_worker(llm: LLM) -> WorkerError | None:
-    """The failure of a worker that died or failed (``WorkerGroup.check``, waiting up to 1 s for its
-    lifeline to close or its traceback to arrive), or None when every worker is alive and well."""
+    """The failure of a worker that died or failed (``WorkerGroup.check``, waiting up to 1 s), else None."""
     try:
         llm.check_workers(wait_s=1.0)
     except WorkerError as e:
@@ -133,8 +129,7 @@ def run_job(cfg: DictConfig) -> int:
 
 
 def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
-    """One timed run (``timed_run``) of a job: its row appended to ``results`` and printed, with the files it
-    wrote beside (run file, per-request file, traces, step log)."""
+    """One timed run (``timed_run``) of a job: its row appended to ``results`` and printed with its files."""
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
     run_id = uuid.uuid4().hex[:12]
     directory = os.path.dirname(results.path)
@@ -156,11 +151,8 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
 
 
 def run_engine_job(cfg: DictConfig) -> int:
-    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up.
-
-    Bad input (found before anything is spawned) is exit code 2 and no row; any later failure, Ctrl-C
-    included, appends one failed row for the repeat it interrupted (exit code 1, or 130); a row that could
-    not be written where asked (``Results``) makes it 1 too."""
+    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up. Exit code 2
+    (bad input, before anything is spawned: no row), 1 (a failed row, or a row not written), 130 (Ctrl-C)."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
     llm, results, path, repeat, ok, reuse = None, None, None, 0, False, False

@@ -7,10 +7,9 @@ import os
 
 from .conf_paths import GROUPS
 
-_VALUE_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--info": (
-    "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"), "-i": ("all", "config", "defaults",
-    "defaults-tree", "plugins", "searchpath"), "--package": None, "-p": None, "--config-path": None, "-cp": None,
-    "--config-name": None, "-cn": None, "--config-dir": None, "-cd": None, "--experimental-rerun": None}
+_CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+_VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
+    ["--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"])}
 _MODES = {"--run": "run", "-r": "run", "--multirun": "m", "-m": "m", "--cfg": "cfg", "-c": "cfg", "--info": "info",
           "-i": "info"}
 _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}

@@ -1,10 +1,8 @@
 """``workload=broadcast``: the control plane alone, no model.
 
-rank 0 and ``tp - 1`` spawned workers; per payload a warm-up, then N messages. Every message is paced as in
-the engine: after each one all ranks meet in a gloo barrier (the engine's collectives), then rank 0 waits
-``gap_us`` (its sampling and scheduling) so that workers are parked in their receive when the next message
-comes, as they are between real steps. Payloads are the engine's real step messages (``StepBatch`` bytes
-of decode and prefill batches) and raw byte strings.
+rank 0 and ``tp - 1`` workers; per payload a warm-up, then N messages, each paced as in the engine: a gloo
+barrier (its collectives), then ``gap_us`` on rank 0 (its sampling and scheduling). Payloads are the engine's
+step messages (``StepBatch`` bytes of decode and prefill batches) and raw byte strings.
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ class BroadcastGroup(Cluster):
         self.tp = tp
         try:
             self.start(broadcast_worker, (tp, timeout_s))
-            # Join the barrier group only once every worker is about to (checking liveness): a worker that
-            # dies before then is named at once, where gloo's rendezvous would wait out timeout_s for it.
+            # join once every worker is about to: one that dies first is named at once, not waited out by gloo
             self.group.wait_for(JOINING)
             dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0, world_size=tp,
                                     timeout=timedelta(seconds=timeout_s))

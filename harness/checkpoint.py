@@ -22,12 +22,9 @@ def cache_dir() -> str:
 
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
     """Return the directory of preset ``name`` (Qwen3Config keyword arguments ``config``, weights drawn
-    with ``seed``), creating it on first use. Concurrent callers wait on a file lock; the directory is
-    written under a temporary name and renamed, so a crash never leaves a half-written checkpoint (and the
-    next build of the same preset removes what a killed one left).
-    The directory name carries a hash of (config, seed, where the weights were drawn): a changed preset gets
-    a new directory. A bfloat16 preset is drawn on the GPU where there is one (Qwen3-8B: seconds instead of
-    a minute of CPU sampling and 32 GB of float32 host memory); its weights then differ from a CPU draw.
+    with ``seed``), creating it on first use under a file lock, written under a temporary name and renamed.
+    The directory name carries a hash of (config, seed, where the weights were drawn). A bfloat16 preset is
+    drawn on the GPU where there is one (Qwen3-8B: seconds, not a minute), so its weights differ from a CPU draw.
     """
     import torch
 

@@ -1,9 +1,6 @@
-"""The configuration's schema, the one place its defaults and types are written: ``HarnessConfig`` (the
-harness's own keys), each workload kind's keys (the option files in conf/workload/ give the values), each
-plane's options generated from its constructor (``plane_schema``) and the ``llm`` node generated from
-``engine.EngineConfig``: the Python API's defaults and types are the command line's. Registered in Hydra's
-ConfigStore (conf/config.yaml and the option files name them), so Hydra refuses an unknown key or a value of
-the wrong type by itself."""
+"""The configuration's schema, the one place its defaults and types are written: ``HarnessConfig``, each
+workload kind's keys, each plane's options (``plane_schema``) and the ``llm`` node (from
+``engine.EngineConfig``). Registered in Hydra's ConfigStore, so Hydra refuses an unknown key or a mistyped value."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ from omegaconf import MISSING
 
 from engine.config import EngineConfig
 
-# Set from the harness's own keys (model, tp, control, device, dtype, seed, cpu_threads, profile...) or
-# Python-API only (launcher, fault_injection, cpu_kvcache_bytes): not under llm.
+# set from the harness's own keys, or Python-API only (launcher, fault_injection, cpu_kvcache_bytes): not llm.*
 NOT_CLI = {"model", "tensor_parallel_size", "control", "control_options", "device", "dtype", "seed", "launcher",
            "cpu_threads", "fault_injection", "profile", "profile_steps", "cpu_kvcache_bytes", "hf_config"}
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}

@@ -23,20 +23,14 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
         return group
-    # tp and control always; every other configuration column whose value differs between rows, so rows of
-    # different workloads, payloads, models or command-line settings are never pooled.
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
                                 and df[k].nunique(dropna=False) > 1]
 
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``, which
-    names each side's runs). A key one file cannot fill (every row of it from a schema older than the
-    column: gemm before schema 8, ``schema.ADDED_IN``) is left out only where the other file holds one
-    value in it on every row, so it tells no two of that file's configurations apart; otherwise it stays,
-    and the rows it separates show as missing rather than pooled. A column that both schemas have stays a
-    key even where one file leaves it empty (``overrides``: empty = no override, a configuration of its
-    own)."""
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``). A key
+    one file cannot fill (its schema predates the column, ``schema.ADDED_IN``) is left out only where the
+    other file holds one value in it on every row; a column both schemas have stays even where empty."""
     keys, dropped = [], []
     for k in CONFIG_KEYS:
         if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration

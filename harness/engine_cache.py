@@ -1,12 +1,9 @@
 """One engine kept between the jobs of a sweep (Hydra runs a sweep's jobs one after another in one process).
 
-A job reuses the engine the previous job left when everything that shapes the engine is equal: checkpoint,
-tp, control plane and its options, device, dtype, seed and every ``llm.*`` setting except
-``async_scheduling``, which the engine reads at each step and so can change between jobs. Starting an
-engine (spawning workers, loading shards, compiling, capturing CUDA graphs) takes 10-60 s; a sweep over
-workloads or async scheduling then pays it once per engine instead of once per job. Every timed pass
-starts from ``LLM.reset()`` (cold prefix cache, reseeded sampling), so a reused engine measures what a
-fresh one would. Hydra's sweep order varies the last override fastest: name control, tp and model first.
+A job reuses the previous job's engine when every setting that shapes it is equal (all but
+``llm.async_scheduling``), saving the 10-60 s of a start; every timed pass starts from ``LLM.reset()``, so
+a reused engine measures what a fresh one would. Hydra varies the last override fastest: name control, tp
+and model first.
 """
 
 from __future__ import annotations

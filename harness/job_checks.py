@@ -26,9 +26,8 @@ def cli_message(message: str, llm_keys) -> str:
 
 
 def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
-    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench)
-    checked as the first workload that has the key would check it, so a bad value is refused wherever it is
-    added."""
+    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench) checked
+    as the first workload that has the key would check it."""
     from .workloads import check_workload
 
     own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
@@ -102,11 +101,9 @@ def picked_model(cfg: DictConfig, compose) -> dict:
     model = OmegaConf.to_container(cfg.model)
     if model["name"] != "auto" or model.get("path"):
         return model
-    device = cfg.device
-    if device == "auto":
-        import torch
+    from engine.config import resolve_device
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(cfg.device)
     chosen = OmegaConf.to_container(compose([f"model={'qwen3-0.6b' if device == 'cuda' else 'qwen3-tiny'}"]).model)
     chosen["preset"].update(model.get("preset") or {})
     return chosen
@@ -123,7 +120,6 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
 
 def _unknown_keys(cfg: DictConfig) -> str | None:
     """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
-
     from .conf_schema import LLM_DEFAULTS, HarnessConfig
 
     known = {f.name for f in dataclasses.fields(HarnessConfig)}

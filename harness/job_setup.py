@@ -14,9 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
 from engine import ConfigError
-from engine.config import (
-    resolve_device,  # noqa: F401 (re-exported)
-)
+from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config
 from engine.loader import check_checkpoint
 from runtime.launch import Launch
@@ -35,9 +33,8 @@ _AUTO_PICK: str | None = None  # the line saying what model=auto picked, until p
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
-    """``model=auto`` (the default) becomes a preset for the device, in place: ``qwen3-0.6b`` on CUDA (the
-    nano-vllm benchmark's model), ``qwen3-tiny`` on CPU; printed (by ``prepare``), so nobody benchmarks the
-    tiny model on an H200 by accident. A ``model.path`` given with ``model=auto`` is kept as it is."""
+    """``model=auto`` (the default) becomes a preset for the device, in place: ``qwen3-0.6b`` on CUDA,
+    ``qwen3-tiny`` on CPU, printed by ``prepare``. A ``model.path`` given with ``model=auto`` is kept."""
     if cfg.model.name != "auto":
         return
     from .conf_paths import CONF_DIR
@@ -56,9 +53,8 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model`` column, ``model_hash`` column): the preset's name, or for ``model.path`` the checkpoint
-    directory's name; and a short hash of its config.json and its weight files' names and sizes (the
-    safetensors index when there is one), so that rows of two different checkpoints never look alike."""
+    """(``model`` column, ``model_hash`` column): the preset's or the checkpoint directory's name, and a short
+    hash of its config.json, safetensors index and weight files' names and sizes."""
     name = os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
     h = hashlib.sha256()
     for item in sorted(os.listdir(path)):
@@ -85,8 +81,7 @@ def model_path(cfg: DictConfig) -> str:
     Raises:
         ConfigError: a preset that transformers or the engine would refuse (``model_checks.check_preset``),
             a cache directory that cannot be written, or a ``model.path`` checkpoint whose config.json or
-            safetensors headers the engine refuses (``engine.loader.check_checkpoint``: for every engine,
-            so ``engine=hf`` refuses a damaged checkpoint as ``engine=tp`` does, before running).
+            safetensors headers the engine refuses (``engine.loader.check_checkpoint``, for every engine).
     """
     if cfg.model.get("path"):
         path = user_path(cfg.model.path)
@@ -159,8 +154,7 @@ def _file_in_the_way(directory: str) -> str | None:
 
 
 def check_results_dir(cfg: DictConfig) -> Results:
-    """Where this job's rows go; its directory is created and a file is written there and removed, so a
-    read-only mount or a pseudo file system is found before anything runs.
+    """Where this job's rows go; its directory is created and a file written there and removed.
 
     Raises:
         ConfigError: the directory cannot be created or written (a file in its place says so).
@@ -184,8 +178,7 @@ def check_results_dir(cfg: DictConfig) -> Results:
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
     """Everything that can be checked before a process is spawned: results directory (unless ``results`` is
-    false: a rank that writes none), checkpoint, workload and whether its sequences fit
-    ``llm.max_model_len``. Returns (the results, or None; model path; workload).
+    false), checkpoint, workload and ``llm.max_model_len``. Returns (the results, or None; model path; workload).
 
     Raises:
         ConfigError: any of these is wrong.
@@ -217,10 +210,8 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
 
 
 def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
-    """On CPU, when this host's ranks times their torch threads (``cpu_threads``, else cores / tp as the
-    engine takes it) exceed the cores this process may run on (``os.sched_getaffinity``), say so in one
-    ``warning:`` line on stderr and return it: the ranks take turns on the cores, and the timings measure
-    that contention. None when they fit, on CUDA and for ``engine=hf``."""
+    """On CPU, when this host's ranks times their torch threads (``cpu_threads``, else cores / tp) exceed the
+    cores this process may run on, print that ``warning:`` line to stderr and return it; else None."""
     threads = cfg.get("cpu_threads") or max(1, (os.cpu_count() or 1) // cfg.tp)
     if device != "cpu" or cfg.get("engine", "tp") != "tp" or not is_int(threads):
         return None

@@ -1,6 +1,5 @@
 """Checks of a job's model, before any job runs: a preset's values (``model.preset.*``) as transformers would
-take them, and that the job's ``tp`` divides the model's heads and vocabulary, so that a sweep's bad job
-fails before its first job rather than when it comes up."""
+take them, and that the job's ``tp`` divides the model's heads and vocabulary."""
 
 from __future__ import annotations
 
@@ -15,10 +14,8 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
 
 def check_preset(preset: dict) -> str | None:
     """The first problem of ``preset`` (``transformers.Qwen3Config`` keyword arguments) as one line naming
-    ``model.preset.<key>``, or None: a size that is not a positive integer, ``rms_norm_eps`` or
-    ``rope_theta`` not a number > 0, a dtype other than float32 / bfloat16, ``hidden_size`` not a multiple of
-    ``num_attention_heads`` without ``head_dim``, a key Qwen3Config does not have (transformers would keep
-    it and the engine ignore it), or a value transformers' own field validation refuses."""
+    ``model.preset.<key>``, or None: a bad size, eps, rope_theta or dtype, heads that do not divide, a key
+    Qwen3Config does not have (the engine would ignore it), or a value transformers' validation refuses."""
     for key in SIZE_KEYS + (("head_dim",) if "head_dim" in preset else ()):
         v = preset.get(key)
         if not is_int(v) or v < 1:
@@ -49,8 +46,7 @@ def check_preset(preset: dict) -> str | None:
 
 def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
     """The engine's message for a ``tp`` above the visible GPUs on a CUDA device (``auto`` where CUDA is
-    available), or None; rank 0 spawns every rank on this host (under torchrun the engine checks each
-    host's own ranks)."""
+    available), or None; under torchrun the engine checks each host's own ranks."""
     if not tps or "LOCAL_WORLD_SIZE" in os.environ or not {"cuda", "auto"} & set(devices):
         return None
     import torch
@@ -62,10 +58,9 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
 
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
-    """The first problem of one job's model, or None. ``model``: the composed ``model`` node (``model=auto``
-    already resolved to the preset it picks); a ``path`` replaces the preset (its config.json is read and
-    checked, ``engine.hf_config.read_hf_config``); a preset is checked as transformers takes it when the
-    command changed it (``preset_given``); ``tp``: the job's, when it builds an engine, else None."""
+    """The first problem of one job's model, or None. ``model``: the composed node (``model=auto`` resolved);
+    a ``path``'s config.json is checked (``read_hf_config``), a preset only when the command changed it
+    (``preset_given``); ``tp``: the job's, when it builds an engine, else None."""
     from engine import ConfigError
     from engine.hf_config import read_hf_config, split_problem  # the engine's own checks (import torch)
 
@@ -98,8 +93,7 @@ def parameter_count(shape: dict) -> int:
 
 def memory_problem(shape: dict, label: str, device: str, building: bool) -> str | None:
     """A model whose float32 weights do not fit this machine's memory, where it would hold them: a CPU run,
-    or a preset built without CUDA (``checkpoint.materialize``). The kernel's OOM killer would otherwise end
-    the run with no message (seen: model=qwen3-8b on a 23 GB machine)."""
+    or a preset built without CUDA (``checkpoint.materialize``); else the OOM killer ends the run silently."""
     params = parameter_count(shape)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if 4 * params <= have or device == "cuda" and not building:  # device=cuda: CUDA is there (checked apart)

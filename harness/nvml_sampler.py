@@ -1,11 +1,8 @@
 """GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py), and the
 energy the GPUs used over the run from NVML's total-energy counter (read at start and stop).
 
-NVML numbers GPUs in its own order, whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say: each CUDA
-device of the run is matched to its NVML handle by PCI address (domain, bus, device), never by index. Where
-no handle matches (MIG slices, some containers) the row says so (``nvml`` column) and reads nothing.
-Where NVML is missing (no driver, CPU machine) the sampler is inert and every value is None: a benchmark on
-a CPU machine gets empty cells, never a crash.
+Each CUDA device is matched to its NVML handle by PCI address, never by index (NVML numbers GPUs in its own
+order). Where none matches, or NVML is missing, the sampler reads nothing (the ``nvml`` column says why).
 """
 
 from __future__ import annotations
@@ -51,16 +48,9 @@ def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[l
 
 class NvmlSampler:
     """Samples CUDA devices ``indices`` (CUDA's numbering) every ``interval_s`` seconds between ``start()``
-    and ``stop()``; ``nvml``: the NVML module (nvidia-ml-py by default; tests pass a stub).
-
-    ``summary()`` gives ``gpu_util_pct_mean`` / ``gpu_util_pct_max`` (SM busy %, nvmlDeviceGetUtilizationRates,
-    over all sampled GPUs), ``gpu_util_pct_by_gpu`` (each GPU's mean, ";"-separated, in index order),
-    ``gpu_mem_used_mib_max`` (device memory in use, MiB, the largest of any GPU), ``gpu_power_w_mean`` (board
-    power, W, summed over GPUs, averaged over samples), ``gpu_energy_j`` (energy, J, summed over GPUs:
-    nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded, read at ``start()`` and ``stop()``; None
-    where a GPU has no such counter, and ``nvml`` then says so) and ``nvml`` (how the devices were matched);
-    also ``gpu_name``.
-    """
+    and ``stop()``; ``nvml``: the NVML module (nvidia-ml-py by default; tests pass a stub). ``summary()``: the
+    ``gpu_*`` and ``nvml`` columns (docs/REFERENCE.md): SM busy %, memory MiB (max), power W and energy J
+    (summed over GPUs)."""
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
         self.indices, self.interval_s = list(indices), interval_s

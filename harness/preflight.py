@@ -1,9 +1,7 @@
 """Every job of a command composed by Hydra itself, and checked, before the first one runs.
 
-Hydra composes a job only when it starts it, and reports a problem in several lines. Here each job of the
-command (each combination of a sweep, as Hydra's basic sweeper makes them) is composed up front with
-Hydra's compose API; Hydra's error becomes one line, and ``job_checks.check_job`` checks what Hydra cannot
-know (value ranges, a plane's options, the model's shape against tp, a checkpoint's config).
+Each job (as Hydra's basic sweeper splits a sweep) is composed up front with Hydra's compose API; Hydra's
+error becomes one line, and ``job_checks.check_job`` checks what Hydra cannot know.
 """
 
 from __future__ import annotations
@@ -70,10 +68,8 @@ def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 def for_hydra(argv: list[str], compose) -> list[str]:
     """``argv`` as Hydra must get it: a plain ``<group>.<key>=v`` whose key the default composition lacks
-    gets ``++``. A sweep over a group composes the group's default option first (``-m control=ring,hybrid
-    control.options.nslots=4``: shm has no nslots), and ``model=auto`` has no preset of its own; without the
-    prefix Hydra stops with "Key ... is not in struct". Each job was composed without it first, so the
-    prefix only sets keys that each job's option has."""
+    gets ``++`` (a sweep over a group composes its default option first, and ``model=auto`` has no preset),
+    else Hydra stops with "Key ... is not in struct". Each job was checked without it first."""
     keys = [a.split("=", 1)[0] for a in argv if "=" in a and a.split(".", 1)[0] in GROUPS and a[0] not in "+~-"]
     if not any("." in k for k in keys):
         return argv
@@ -248,8 +244,7 @@ def _check_job(job: list[str], compose) -> str | None:
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it).
-    Order: the flags, the grammar, a sweep without ``-m``, then every job composed and checked."""
+    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it)."""
     problem, overrides = overrides_of(argv)
     if problem:
         return problem, argv

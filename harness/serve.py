@@ -1,9 +1,7 @@
 """``workload=serve``: requests that arrive over time, driven through the engine's request API
 (``add_request`` / ``step``), as a client of ``vllm bench serve`` would send them; per-request results.
-
-With ``max_concurrency`` a request that arrives while that many are in the engine waits on the client side
-for one to finish (vLLM's semaphore) and is sent then: its TTFT and E2EL start when it is sent, as in
-vLLM, and the JSONL keeps both times (``arrival_s`` scheduled, ``sent_s``).
+With ``max_concurrency`` a request waits on the client side (vLLM's semaphore) and its latencies start
+when it is sent (docs/SERVE.md).
 """
 
 from __future__ import annotations
@@ -30,11 +28,10 @@ def serve_columns(work: Workload) -> dict:
 
 
 def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> None:
-    """Under ``control=ideal`` at tp > 1 the workers replay without waiting for a message, so across an
-    idle gap they wait inside the next collective, which gives up after ``llm.timeout_s``.
+    """Under ``control=ideal`` at tp > 1 the workers wait out an idle gap inside the next collective.
 
     Raises:
-        ConfigError: the trace has a gap between arrivals that long (s).
+        ConfigError: the trace has a gap between arrivals of ``timeout_s`` (s) or more.
     """
     gaps = np.diff(work.arrivals) if work.arrivals is not None and len(work.arrivals) > 1 else np.zeros(1)
     if control == "ideal" and tp > 1 and gaps.max() >= timeout_s:
@@ -44,12 +41,8 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
-    """One line of the per-request JSONL: ``request_id`` (the request's index in the workload's trace, the
-    same under every plane), ``arrival_s`` (scheduled) and ``sent_s`` (s from the run's start),
-    ``input_len``, ``output_len``, ``ttft_ms``, ``tpot_ms`` (None for one output token), ``itl_ms``
-    (every gap between consecutive tokens), ``e2el_ms``, ``queue_ms`` (to first scheduled),
-    ``finish_reason``. Latencies count from the engine's arrival time: when the request was sent, except
-    under ``control=ideal``'s replay, where a request admitted before it was due counts from then."""
+    """One line of the per-request JSONL (its fields: docs/SERVE.md; times in s from the run's start, latencies
+    in ms from the engine's arrival time, which ``control=ideal``'s replay may put before the sending)."""
     times, sent = out["token_times_s"], out["arrival_s"]
     ttft = (times[0] - sent) * 1e3 if times else None
     e2el = (times[-1] - sent) * 1e3 if times else None

@@ -1,11 +1,7 @@
 """Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, and are reported as an interruption even when
-a C extension swallowed the ``KeyboardInterrupt``.
-
-Python raises ``KeyboardInterrupt`` wherever the signal lands. Inside safetensors or torch's C code it can
-surface as an unrelated error instead (seen: ``ValueError: could not determine the shape of object type
-'torch.storage.UntypedStorage'`` while a shard loaded), which would be reported as bad input (exit 2, no
-row). The handler therefore records each signal, and :func:`as_interrupt` turns any failure that follows one
-into the interruption it is.
+a C extension swallowed the ``KeyboardInterrupt`` or turned it into another error (seen: a ``ValueError``
+while a shard loaded): the handler records each signal, and :func:`as_interrupt` turns any failure that
+follows one into the interruption it is.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ def _interrupt(signum, frame):
 
 
 def _redeliver(signum: int) -> None:
-    """C code that clears Python errors can swallow the ``KeyboardInterrupt`` (seen once in 20 SIGINTs ~1 s
-    into the start, while torch imported: the run went on): raise it again in the main thread, every
-    ``REDELIVER_S``, until the harness has taken the interruption in hand."""
+    """Raise the interruption again in the main thread every ``REDELIVER_S`` until the harness has taken it
+    in hand: C code that clears Python errors can swallow it (seen while torch imported)."""
     while not _HANDLED.wait(REDELIVER_S):
         _AGAIN.set()
         _thread.interrupt_main(signum)
@@ -48,9 +43,8 @@ def interrupted_line() -> str:
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only). A shell starts background
-    jobs with SIGINT ignored and Python keeps an inherited SIG_IGN: the run would then ignore Ctrl-C; it is
-    re-armed here so that the run always stops, unlinks its segments and writes its failed row."""
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only), re-arming a SIGINT that a
+    shell's background job inherited as ignored."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 
@@ -75,10 +69,8 @@ def from_torchrun_agent() -> bool:
 
 
 def exit_interrupted() -> None:
-    """Exit with code 130 after running the atexit handlers, never returning. ``sys.exit(130)`` is not
-    enough: a ``KeyboardInterrupt`` that escaped code CPython ran through ``PyRun_String`` (torch's import
-    does) sets the interpreter's "unhandled keyboard interrupt" flag for good, and at exit it then kills
-    itself with SIGINT (return code -2) whatever code was asked (seen with SIGINT ~1 s into the start)."""
+    """Exit with code 130 after running the atexit handlers, never returning: after a ``KeyboardInterrupt``
+    escaped torch's import, CPython would end ``sys.exit(130)`` with SIGINT (return code -2) instead."""
     import atexit
     import sys
 

@@ -11,10 +11,7 @@ replayed ``ideal`` steps have no message, tp=1 has no worker):
 - ``rK_oneway_us``: worker K received the message, from the start of the send (one-way latency);
 - ``rK_launch_us``: worker K's ``run()`` returned, from the start of the send.
 
-So a worker's launch lag (``rK_launch_us - r0_launch_us``) is its one-way latency, plus its own preparation
-of the step after the message landed (``rK_launch_us - rK_oneway_us``), minus rank 0's time from its send to
-its launch (``r0_launch_us``). On CUDA ``run()`` returns once the step's kernels are queued; on CPU once the
-step is computed.
+How a worker's launch lag splits into these: docs/METHOD.md.
 """
 
 from __future__ import annotations

@@ -35,19 +35,15 @@ def git_commit(repo_dir: str) -> str | None:
 
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo), else ``platform.processor()``."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or None
 
 
 def package_version(*names: str) -> str | None:
-    """The installed version of the first of the distributions ``names`` that is installed (read from its
-    metadata: nothing is imported), else None."""
+    """The version of the first of the distributions ``names`` that is installed (nothing imported), else None."""
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -83,10 +79,8 @@ def metadata(device: str = "cpu") -> dict:
     CUDA run), commit, host; on CPU also the machine's load (the numbers depend on it)."""
     nccl = None
     if torch.cuda.is_available():
-        try:
+        with contextlib.suppress(Exception):
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:
-            nccl = None
     out = {"git_commit": git_commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
            "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "nccl_version": nccl,
            "driver_version": driver_version() if device == "cuda" else None,

@@ -1,11 +1,8 @@
 """``engine=hf``: the same workload through transformers' own ``generate``, for a side-by-side row.
 
-Requests go in batches of ``hf_batch_size`` (input order), left-padded as transformers needs for
-decoder-only generation. A batch runs until its longest request is done (``min_new_tokens`` =
-``max_new_tokens`` = the batch's largest ``max_tokens``, i.e. ignore_eos); only each request's own
-``max_tokens`` count as output, so the tokens generated past a request's end are reported as waste, not
-as throughput. ``generate`` does not report per-token times: TTFT, TPOT and ITL stay empty and E2EL is
-each request's batch completion time.
+Requests go in left-padded batches of ``hf_batch_size`` (input order); a batch runs to its largest
+``max_tokens`` (ignore_eos), and only each request's own ``max_tokens`` count as output (the rest is waste).
+``generate`` reports no per-token times: TTFT, TPOT and ITL stay empty, E2EL is the batch's completion time.
 """
 
 from __future__ import annotations

@@ -56,8 +56,7 @@ def random_requests(w: dict, seed: int, vocab_size: int) -> Workload:
 
 def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     """``num_seqs`` prompts of exactly ``input_len`` random token ids, each generating exactly
-    ``output_len`` tokens (greedy, ignore_eos), submitted ``iterations`` times: the latency-bound case
-    (batch 1 or 8 decode) where per-step overheads such as the control plane weigh most."""
+    ``output_len`` tokens (greedy, ignore_eos), submitted ``iterations`` times: the latency-bound case."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
     prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(w["num_seqs"])]
@@ -95,9 +94,8 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 
 def check_serve(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key: a request rate that is not > 0 (inf allowed), a
-    burstiness that is not a finite number > 0, a max_concurrency that is not null or an integer >= 1,
-    an SLO key other than ttft_ms, tpot_ms, e2el_ms, or a bound that is not null or a number > 0."""
+    """Raises ValueError naming the ``workload.`` key: a bad request_rate, burstiness, max_concurrency, SLO
+    key or SLO bound."""
     rate, burstiness = w.get("request_rate"), w.get("burstiness", 1.0)
     if not (is_number(rate) or rate == math.inf) or isinstance(rate, bool) or not rate > 0:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
@@ -146,10 +144,9 @@ def unread_keys(w: dict) -> list[str]:
 
 
 def check_workload(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length that is
-    not an integer or below its least value, a min above its max, a negative temperature, a broadcast
-    payload list with a bad entry or no payload at all; the same of the workload with its ``cpu`` block
-    applied (the block's keys named ``workload.cpu.KEY``). Types are the schema's (``conf_schema``)."""
+    """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length below its
+    least value, a min above its max, a negative temperature, a bad broadcast payload list or none at all;
+    the same with its ``cpu`` block applied (named ``workload.cpu.KEY``)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -166,8 +163,7 @@ def check_workload(w: dict) -> None:
     if not is_number(t) or t < 0:
         raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
     if kind == "broadcast":
-        lists = {"decode_batches": 1, "raw_bytes": 0}
-        for key, least in lists.items():
+        for key, least in (("decode_batches", 1), ("raw_bytes", 0)):
             if not all(is_int(x) and x >= least for x in w.get(key) or []):
                 raise ValueError(f"workload.{key} must be a list of integers >= {least}, got {w.get(key)!r}")
         pairs = w.get("prefill_batches") or []
@@ -203,10 +199,7 @@ def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload
     """
     w = effective_workload(w, device)
     check_workload(w)
-    if w.get("kind") == "random":
-        return random_requests(w, seed, vocab_size)
-    if w.get("kind") == "fixed":
-        return fixed_requests(w, seed, vocab_size)
-    if w.get("kind") == "serve":
-        return serve_requests(w, seed, vocab_size)
-    raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")
+    draw = {"random": random_requests, "fixed": fixed_requests, "serve": serve_requests}.get(w.get("kind"))
+    if draw is None:
+        raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")
+    return draw(w, seed, vocab_size)
