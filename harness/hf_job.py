@@ -44,9 +44,9 @@ def run_hf_job(cfg: DictConfig) -> int:
                                                     show_progress(cfg.progress))
             finally:
                 sampler.stop()
-            gpu = sampler.summary()
-            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **gpu, "gpu_name": sampler.gpu_name,
-                   **energy_per_token(gpu["gpu_energy_j"], metrics_row["output_tokens"])}
+            nvml = sampler.summary()
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **nvml, "gpu_name": sampler.gpu_name,
+                   **energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
             print_summary(row, results.add(row))
