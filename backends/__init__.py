@@ -51,5 +51,4 @@ def planes_for(launcher: str, num_nodes: int) -> list[str]:
 
 
 __all__ = ["EXIT", "HOST", "NETWORK", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "ControlStats",
-           "PeerGone",
-           "WorkerEndpoint", "available", "get_control_plane", "planes_for", "scope_fits"]
+           "PeerGone", "WorkerEndpoint", "available", "get_control_plane", "planes_for", "scope_fits"]

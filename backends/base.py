@@ -1,25 +1,20 @@
 """The control-plane interface: rank 0 broadcasts (method, args) messages to ranks 1..world_size-1.
 
-A backend is a pair of classes:
-
-* a :class:`ControlPlane` (driver side), built by rank 0 *before* the workers are spawned; and
-* a :class:`WorkerEndpoint` per worker, created by ``ControlPlane.endpoint(rank)``, pickled into the
-  spawned worker's arguments, and opened there with :meth:`WorkerEndpoint.open`.
+A backend is a pair of classes: a :class:`ControlPlane` (driver side), built by rank 0 *before* the workers are
+spawned, and a :class:`WorkerEndpoint` per worker, created by ``ControlPlane.endpoint(rank)``, pickled into the
+spawned worker's arguments and opened there with :meth:`WorkerEndpoint.open`.
 
 Backends move opaque bytes (``_send_bytes`` / ``_recv_bytes``); framing, time stamps and statistics live
 here, once, so every backend is measured the same way. A message is ``pickle((send_ns, method, args))``
 where ``send_ns`` is ``time.monotonic_ns()`` taken by rank 0 just before serialising; CLOCK_MONOTONIC is one
-clock for every process of a host, so ``recv_ns - send_ns`` on a worker is the one-way latency.
+clock for every process of a host, so ``recv_ns - send_ns`` on a worker is the one-way latency. A worker on
+another host subtracts its ``clock_offset_ns`` (its clock minus rank 0's, estimated at start-up by its owner).
 
 Backends know nothing of models or of processes: liveness of the peers is a callback that the owner
 installs (``ControlPlane.liveness_check`` / ``WorkerEndpoint.liveness_check``); every blocking wait calls it
 at least every ``POLL_S`` seconds and stops with its exception. What a plane may need to know of where the
 ranks run comes in a :class:`ControlContext`; a plane's ``scope`` says where it can work.
-
-Clocks: ``time.monotonic_ns()`` is one clock for the processes of one host. A worker on another host has
-``clock_offset_ns`` set (its clock minus rank 0's, estimated at start-up by its owner) and subtracts it.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -254,9 +249,7 @@ class WorkerEndpoint(ABC):
     def ns_since_send(self) -> int | None:
         """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock (this
         host's offset subtracted); None when the latest message did not travel (``ideal``'s replay)."""
-        if self.last_send_ns is None:
-            return None
-        return time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
+        return None if self.last_send_ns is None else time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
 
     @abstractmethod
     def _recv_bytes(self) -> bytes:

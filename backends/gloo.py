@@ -61,9 +61,6 @@ class GlooControlPlane(ControlPlane):
         self._connector.start()
 
     def wait_ready(self) -> None:
-        self._wait_connected()
-
-    def _wait_connected(self) -> None:
         if self.pg is not None:
             return
         if self._connector is None:
@@ -81,7 +78,7 @@ class GlooControlPlane(ControlPlane):
         import torch
         from torch.distributed import BroadcastOptions
 
-        self._wait_connected()
+        self.wait_ready()
         opts = BroadcastOptions()
         opts.rootRank, opts.timeout = 0, timedelta(seconds=self.timeout_s)
         size = torch.tensor([len(payload)], dtype=torch.int64)

@@ -20,9 +20,9 @@ import zmq
 from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
-from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
+from .ring_buffer import RingReader, RingWriter, check_ring
 from .segments import attach_segment, create_segment, release_segment
-from .zmq import push_socket, recv_one, send_all
+from .zmq import ZmqEndpoint, push_socket, recv_one, send_all
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
 
@@ -41,33 +41,29 @@ class HybridControlPlane(ControlPlane):
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm) -> None:
-        check_geometry(nslots, slot_bytes, world_size - 1, "hybrid")  # the most readers a node's ring can have
-        check_poll_args(spin_us, idle_ms, sleep_us, "hybrid")
+        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, "hybrid")  # a node's most readers
         check_int("hybrid option", "hwm", hwm, 1)
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, hwm: int = 64,
                  context=None):
         super().__init__(world_size, timeout_s, context)
-        node_of = list(self.context.node_of) or [0] * world_size
+        self.node_of = list(self.context.node_of) or [0] * world_size
         self.groups: dict[int, list[int]] = {}
-        for rank, node in enumerate(node_of):
+        for rank, node in enumerate(self.node_of):
             self.groups.setdefault(node, []).append(rank)
         if len(self.groups) > 1 and self.context.store is None:
             raise ValueError("hybrid across nodes needs the run's store in its context")
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)
         self.ring_args = (nslots, slot_bytes, (spin_us, idle_ms, sleep_us))
-        self.local = self.groups[node_of[0]][1:]  # rank 0's node: ring readers
+        self.local = self.groups[self.node_of[0]][1:]  # rank 0's node: ring readers
         self.shm = self.writer = None
         if self.local:
             self.shm = create_segment(nslots * slot_bytes)
             self.writer = RingWriter(self.shm, nslots, slot_bytes, len(self.local), self.ring_args[2])
         self.ctx = zmq.Context()
-        self.leaders: dict[int, tuple[zmq.Socket, int]] = {}  # leader rank -> (socket, port)
-        for node, ranks in self.groups.items():
-            if node != node_of[0]:
-                self.leaders[ranks[0]] = push_socket(self.ctx, hwm)
-        self.node_of = node_of
+        self.leaders: dict[int, tuple[zmq.Socket, int]] = {  # leader rank -> (socket, port)
+            ranks[0]: push_socket(self.ctx, hwm) for node, ranks in self.groups.items() if node != self.node_of[0]}
 
     def endpoint(self, rank: int) -> HybridEndpoint:
         node = self.node_of[rank]
@@ -107,16 +103,14 @@ class HybridEndpoint(WorkerEndpoint):
                  timeout_s: float = 60.0):
         super().__init__(rank)
         self.role, self.ring_args, self.num_readers, self.index = role, ring_args, num_readers, index
-        self.segment, self.key, self.address, self.timeout_s = segment, key, address, timeout_s
-        self.shm = self.reader = self.writer = self.ctx = self.sock = None
+        self.segment, self.key, self.timeout_s = segment, key, timeout_s
+        self.inbox = ZmqEndpoint(rank, *address) if role == "leader" else None  # zmq in, from rank 0
+        self.shm = self.reader = self.writer = None
 
     def open(self, store=None) -> None:
         nslots, slot_bytes, poll_args = self.ring_args
         if self.role == "leader":
-            self.ctx = zmq.Context()
-            self.sock = self.ctx.socket(zmq.PULL)
-            self.sock.setsockopt(zmq.LINGER, 0)
-            self.sock.connect(f"tcp://{self.address[0]}:{self.address[1]}")
+            self.inbox.open()
             if self.num_readers:
                 self.shm = create_segment(nslots * slot_bytes)
                 self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_readers, poll_args)
@@ -131,16 +125,15 @@ class HybridEndpoint(WorkerEndpoint):
     def _recv_bytes(self) -> bytes:
         if self.role != "leader":
             return self.reader.read(self.liveness_check)
-        payload = recv_one(self.sock, self.liveness_check)
+        payload = recv_one(self.inbox.sock, self.liveness_check)
         if self.writer is not None:
             self.writer.write(payload, self.liveness_check, self.timeout_s)
         return payload
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close(linger=0)
-            self.ctx.term()
-        self.sock = self.ctx = self.reader = self.writer = None
+        if self.inbox is not None:
+            self.inbox.close()
+        self.reader = self.writer = None
         self.shm = release_segment(self.shm, unlink=self.role == "leader")
 
 

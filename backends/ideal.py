@@ -45,8 +45,9 @@ def _describe(message: tuple) -> str:
     return f"{method} ({size} bytes)"
 
 
-class _InnerLiveness:
-    """The liveness check the owner installs goes to the wrapped plane or endpoint, whose waits call it."""
+class _WrapsInner:
+    """The liveness check the owner installs goes to the wrapped plane or endpoint, whose waits call it;
+    closing closes the wrapped one."""
 
     @property
     def liveness_check(self):
@@ -57,8 +58,11 @@ class _InnerLiveness:
         if hasattr(self, "inner"):  # (the base class sets a default before ``inner`` exists)
             self.inner.liveness_check = check
 
+    def close(self) -> None:
+        self.inner.close()
 
-class IdealControlPlane(_InnerLiveness, ControlPlane):
+
+class IdealControlPlane(_WrapsInner, ControlPlane):
     """Driver side. Args: world_size, timeout_s (see :class:`ControlPlane`); ``inner``: the plane that
     carries the recording pass and every message outside a replay; ``inner_options``: its options.
 
@@ -149,11 +153,8 @@ class IdealControlPlane(_InnerLiveness, ControlPlane):
     def _send_bytes(self, payload: bytes) -> None:  # every send goes through send() above
         raise NotImplementedError
 
-    def close(self) -> None:
-        self.inner.close()
 
-
-class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
+class IdealEndpoint(_WrapsInner, WorkerEndpoint):
     """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
     first (no transport: a replayed message has no one-way latency, and adds no receive sample)."""
 
@@ -181,9 +182,6 @@ class IdealEndpoint(_InnerLiveness, WorkerEndpoint):
 
     def _recv_bytes(self) -> bytes:  # every receive goes through recv() above
         raise NotImplementedError
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 CONTROL_PLANE = IdealControlPlane

@@ -33,8 +33,7 @@ class PipeControlPlane(ControlPlane):
         super().__init__(world_size, timeout_s, context)
         ctx = mp.get_context("spawn")
         pairs = [ctx.Pipe(duplex=False) for _ in range(self.num_workers)]
-        self.readers = [r for r, _ in pairs]
-        self.writers = [w for _, w in pairs]
+        self.readers, self.writers = [r for r, _ in pairs], [w for _, w in pairs]
         for w in self.writers:
             os.set_blocking(w.fileno(), False)
 

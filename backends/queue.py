@@ -11,7 +11,7 @@ import multiprocessing as mp
 import queue as queue_mod
 
 from .base import POLL_S, ControlPlane, PeerGone, WorkerEndpoint
-from .segments import register_semaphores, unregister_semaphores
+from .segments import register_semaphores, release_segment
 
 
 class QueueControlPlane(ControlPlane):
@@ -39,8 +39,7 @@ class QueueControlPlane(ControlPlane):
             q.close()
             q.cancel_join_thread()  # a dead reader must not block the driver's exit
         self.queues = []
-        unregister_semaphores(self.registry)
-        self.registry = None
+        self.registry = release_segment(self.registry, unlink=True)  # and the semaphores it lists
 
 
 class QueueEndpoint(WorkerEndpoint):

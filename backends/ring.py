@@ -8,7 +8,7 @@ one host however they were started (spawned here, or by torchrun on one node).
 from __future__ import annotations
 
 from .base import ControlPlane, WorkerEndpoint
-from .ring_buffer import RingReader, RingWriter, check_geometry, check_poll_args
+from .ring_buffer import RingReader, RingWriter, check_ring
 from .segments import attach_segment, create_segment, release_segment
 
 
@@ -28,8 +28,7 @@ class RingControlPlane(ControlPlane):
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us) -> None:
-        check_geometry(nslots, slot_bytes, world_size - 1, "ring")
-        check_poll_args(spin_us, idle_ms, sleep_us, "ring")
+        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, "ring")
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):

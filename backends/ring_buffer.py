@@ -26,16 +26,12 @@ reader is still copying. The writer's data stores likewise depend on its check o
 Waiting. Readers spin for ``spin_us``, then yield the CPU (``sched_yield``) until ``idle_ms`` have passed
 without a message, then sleep ``sleep_us`` between polls, so an idle reader costs well under 5% of a core;
 every wait calls a liveness check at least every POLL_S. The writer's waits for read markers have the same
-shape and a timeout. On a host with more runnable processes than cores, yielding is worse than sleeping: the
-yielding reader stays runnable and takes turns with the ranks that do the work (2 simulated nodes x 2 ranks
-on 2 cores: hybrid one-way p50 617 us yielding, 370 us sleeping 100 us instead, ``results/cpu/CONTROL.md``).
-A yield that comes back late says so (another task had the core); after LATE_YIELDS of them in a row, on a
-host whose runnable tasks fill every core this process may use (``host_contended``), the yield phase sleeps
-CONTENDED_SLEEP_S per poll instead, for the next RECHECK_S. A host with idle cores keeps yielding: there a late
-yield is more likely a thread of this very process (``os.sched_yield`` lets go of the GIL and another Python
-thread may take it), and 100 us naps would only make the reader wake later. (This was a suspect for ring's
-worker being late by 60-200 us in some async-off steps on nvidia-h200-x2; call 20 cleared it:
-``results/h200x2/CONTROL.md``.)
+shape and a timeout. Where runnable processes outnumber cores, yielding is worse than sleeping: the yielding
+reader takes turns with the ranks that do the work (``results/cpu/CONTROL.md``). So after LATE_YIELDS yields
+in a row that came back late (another task had the core), on a host whose runnable tasks fill every core this
+process may use (``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per poll instead, for the next
+RECHECK_S. A host with idle cores keeps yielding: there a late yield is more likely a thread of this process
+(``os.sched_yield`` lets go of the GIL), and naps would only make the reader wake later.
 """
 
 from __future__ import annotations
@@ -66,23 +62,18 @@ def data_offset(num_readers: int) -> int:
     return (MARKERS_AT + 8 * num_readers + 63) // 64 * 64
 
 
-def check_geometry(nslots, slot_bytes, num_readers: int, owner: str) -> None:
-    """Raises ValueError (naming ``owner``'s option) for a ring that cannot hold a chunk or is too large."""
+def check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, num_readers: int, owner: str) -> None:
+    """Raises ValueError (naming ``owner``'s option) for a ring that cannot hold a chunk or is too large, or a
+    readers' waiting policy (us, ms, us) that is not numbers >= 0."""
     for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
         check_int(f"{owner} option", key, value, 1)
     if nslots < 1 or slot_bytes <= data_offset(num_readers):
         raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
     if nslots * slot_bytes > MAX_SEGMENT_BYTES:
         raise ValueError(f"{owner}: a ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
-
-
-def check_poll_args(spin_us, idle_ms, sleep_us, owner: str) -> tuple[float, float, float]:
-    """The readers' waiting policy (us, ms, us), checked. Raises ValueError (naming ``owner``) on a value
-    that is not a number >= 0."""
     for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
         if not is_number(value) or value < 0:
             raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
-    return spin_us, idle_ms, sleep_us
 
 
 def host_contended() -> bool:

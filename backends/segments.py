@@ -45,15 +45,10 @@ def remove_segments_of(pid: int, directory: str = "/dev/shm") -> list[str]:
     known to be dead (a spawned worker's rank 0 that is gone, not yet reaped). Returns the names removed."""
     removed = []
     for creator, name in _segments(directory):
-        if creator != pid:
-            continue
-        if name.split("_")[2].startswith("sems"):
-            removed += _unlink_listed(os.path.join(directory, name), directory)
-        try:
-            os.unlink(os.path.join(directory, name))
-            removed.append(name)
-        except OSError:
-            pass
+        if creator == pid:
+            if name.split("_")[2].startswith("sems"):
+                removed += _unlink_listed(os.path.join(directory, name), directory)
+            removed += _unlink_files(directory, [name])
     return removed
 
 
@@ -69,19 +64,21 @@ def _segments(directory: str) -> list[tuple[int, str]]:
 
 def _unlink_listed(registry: str, directory: str) -> list[str]:
     """Unlink the semaphores a dead run's registry lists; returns their files' names."""
-    removed = []
     try:
         with open(registry, "rb") as f:
             names = f.read().rstrip(b"\0").decode().split()
     except OSError:
-        return removed
-    for sem in names:
-        path = os.path.join(directory, "sem." + sem.lstrip("/"))
-        try:
-            os.unlink(path)
-            removed.append(os.path.basename(path))
-        except OSError:
-            pass
+        return []
+    return _unlink_files(directory, ["sem." + sem.lstrip("/") for sem in names])
+
+
+def _unlink_files(directory: str, names: list[str]) -> list[str]:
+    """Unlink ``names`` in ``directory``, quietly skipping those that fail; returns those unlinked."""
+    removed = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
     return removed
 
 
@@ -89,7 +86,7 @@ def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
     """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry segment
     ``tpcp_<pid>_sems<random>`` (names separated by newlines, zero-padded); returns it, or None where there is
     nothing to list or no /dev/shm. The semaphores are taken from the resource tracker (and from their own
-    finalizers): :func:`unregister_semaphores`, or this process's exit, unlinks them with the registry;
+    finalizers): ``release_segment(registry, unlink=True)``, or this process's exit, unlinks them with the registry;
     :func:`remove_segments_of` / :func:`remove_stale_segments` read it when this process died first."""
     names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
     payload = "".join(n + "\n" for n in names if n).encode()
@@ -100,12 +97,6 @@ def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
     owned = [n for n in names if n and _take_over_semaphore(n)]
     _OWNED[registry.name] = util.Finalize(None, _unlink, args=(registry._name, tuple(owned)), exitpriority=0)
     return registry
-
-
-def unregister_semaphores(registry: shared_memory.SharedMemory | None) -> None:
-    """Remove a registry made by :func:`register_semaphores` and the semaphores it took over (None: nothing
-    to do). Call it once the semaphores are no longer used."""
-    release_segment(registry, unlink=True)
 
 
 def _take_over_semaphore(name: str) -> bool:

@@ -24,14 +24,7 @@ import struct
 from common import check_int
 
 from .base import ControlPlane, WorkerEndpoint
-from .segments import (
-    MAX_SEGMENT_BYTES,
-    attach_segment,
-    create_segment,
-    register_semaphores,
-    release_segment,
-    unregister_semaphores,
-)
+from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, register_semaphores, release_segment
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -60,9 +53,7 @@ class ShmControlPlane(ControlPlane):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, segment_bytes)
         ctx = mp.get_context("spawn")
-        self.shm = None
-        if self.num_workers:
-            self.shm = create_segment(segment_bytes)
+        self.shm = create_segment(segment_bytes) if self.num_workers else None
         self.capacity = segment_bytes - DATA_OFFSET
         self.ready = [ctx.Semaphore(0) for _ in range(self.num_workers)]
         self.acks = [ctx.Semaphore(1) for _ in range(self.num_workers)]  # 1 = the segment is free
@@ -72,10 +63,7 @@ class ShmControlPlane(ControlPlane):
         return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
 
     def _send_bytes(self, payload: bytes) -> None:
-        total = len(payload)
-        view = memoryview(payload)
-        buf = self.shm.buf
-        offset = 0
+        total, view, buf, offset = len(payload), memoryview(payload), self.shm.buf, 0
         while True:
             n = min(self.capacity, total - offset)
             for rank, ack in enumerate(self.acks, start=1):
@@ -90,9 +78,8 @@ class ShmControlPlane(ControlPlane):
 
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)
-        self.ready = self.acks = []  # unregister_semaphores, next, unlinks the named semaphores
-        unregister_semaphores(self.registry)
-        self.registry = None
+        self.ready = self.acks = []  # the registry's release, next, unlinks the named semaphores
+        self.registry = release_segment(self.registry, unlink=True)
 
 
 class ShmEndpoint(WorkerEndpoint):

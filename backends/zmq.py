@@ -78,11 +78,8 @@ class ZmqControlPlane(ControlPlane):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, hwm)
         self.ctx = zmq.Context()
-        self.socks, self.ports = [], []
-        for _ in range(self.num_workers):
-            sock, port = push_socket(self.ctx, hwm)
-            self.socks.append(sock)
-            self.ports.append(port)
+        pairs = [push_socket(self.ctx, hwm) for _ in range(self.num_workers)]
+        self.socks, self.ports = [s for s, _ in pairs], [p for _, p in pairs]
 
     def endpoint(self, rank: int) -> ZmqEndpoint:
         return ZmqEndpoint(rank, self.context.host, self.ports[rank - 1])

@@ -2,7 +2,7 @@
 
 * Death, both ways, wherever the other side is blocked. Rank 0 reads every lifeline in a thread: end of
   file means that rank's process is gone (the kernel closes its sockets however it died, on any host),
-  and ``LifelineServer.check`` names it and its node. A worker's watch thread blocks on its end: when rank
+  and ``WorkerGroup.check`` names it and its node. A worker's watch thread blocks on its end: when rank
   0 dies it calls ``os._exit`` at once, even if the main thread sits in a store connect or a collective.
   TCP keepalive (a probe after 2 s idle, every 1 s, 3 misses) covers a host that vanishes without closing.
 * Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
@@ -168,11 +168,6 @@ class LifelineServer:
         now = time.monotonic()
         with self._lock:
             return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > after_s}
-
-    def clock_uncertainty_us(self) -> float:
-        """The largest clock-offset uncertainty over the workers (us; 0 when all share rank 0's clock)."""
-        with self._lock:
-            return max((u for _, u in self.offsets.values()), default=0) / 1e3
 
     def close(self) -> None:
         self._closed = True

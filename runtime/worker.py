@@ -153,14 +153,13 @@ def _remove_dead_drivers_segments() -> None:
 def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
     """(torchrun) This worker's control-plane end, published by rank 0; None (after printing rank 0's one
     line) when rank 0 refused to start the run."""
-    key = f"endpoint/{rank}"
 
     def refused() -> None:
         if store.check(["abort"]):
             raise _Refused(store.get("abort").decode())
 
     try:
-        return pickle.loads(wait_get(store, [key], timeout_s, refused)[0])
+        return pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, refused)[0])
     except _Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return None

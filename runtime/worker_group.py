@@ -212,8 +212,7 @@ class WorkerGroup:
         """
         keys = [f"{stage}/{r}" for r in self.workers]
         timeout_s = timeout_s or self.startup_timeout_s
-        start = time.monotonic()
-        said = start
+        start = said = time.monotonic()
         while keys and not self.store.check(keys):
             self.check()
             now = time.monotonic()
@@ -270,12 +269,11 @@ class WorkerGroup:
 
 
 def start_ignoring_sigint(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT from its first instruction. A Ctrl-C at the terminal goes
-    to every process of the group: rank 0 handles it and stops the workers. An ignored disposition survives
-    fork and exec, and Python keeps an inherited SIG_IGN, so the child's imports cannot die of it (a
-    blocked mask does not survive multiprocessing's spawn: 2 of 9 trials died, issue 29). Here SIGINT is
-    blocked meanwhile, so one that comes now stays pending (Linux never drops a blocked signal) and
-    reaches rank 0's own handler when unblocked."""
+    """``p.start()`` with the child ignoring SIGINT from its first instruction (a Ctrl-C at the terminal goes to
+    every process of the group; rank 0 handles it and stops the workers). An ignored disposition survives fork
+    and exec, and Python keeps an inherited SIG_IGN, so the child's imports cannot die of it (a blocked mask
+    does not survive multiprocessing's spawn: issue 29). SIGINT is blocked meanwhile, so one that comes now
+    stays pending (Linux never drops a blocked signal) and reaches rank 0's own handler when unblocked."""
     main = threading.current_thread() is threading.main_thread()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
