@@ -76,17 +76,16 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             base = None
         ok = filled[filled.status == "ok"]
         exposed = exposed_cost(ok, k) if not ok.empty else pd.DataFrame()
-        metrics = list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS)) if kind == "serve" else \
-            FULL_METRICS
+        metrics = FULL_METRICS if kind != "serve" else list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))
         if fmt == "csv":
             frames.append(csv_rows(summary(filled, k, base, metrics), k, base, kind))
             if not exposed.empty:
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
             continue
-        if fmt != "csv" and (rows is not parts[0][0]):
+        if rows is not parts[0][0]:
             print()
         same = same_words(rows)
-        if same and fmt != "csv":
+        if same:
             whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
         if kind == "serve" and fmt == "text":
@@ -124,10 +123,8 @@ def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) 
     if not rows:
         return
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    for col in NUMERIC:
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    df = prepare_serve(df)
-    report(df, None, None)
+    df[NUMERIC] = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
+    report(prepare_serve(df), None, None)
 
 
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
@@ -137,7 +134,6 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
     latency-vs-load curves (``plots.plot_load``); each other one beside it as OUT_raw, OUT_broadcast,
     OUT_load, OUT_serve_exposed (serve rows' exposed cost per rate). Raises InputError when there is no ok row or
     a file cannot be written."""
-    from .exposed import exposed_cost
     from .plot_broadcast import is_broadcast, plot_broadcast
     from .plot_common import side_path
     from .plot_exposed import plot_exposed

@@ -8,10 +8,9 @@ One-way latency alone is not the cost: async scheduling hides most of it, and wh
 more than it (a plane that holds rank 0's CPU or GIL delays everything after the send).
 
 Beside it, ``send_late_us``: the plane's median over repeats of its send p50 plus the late mean of its
-workers' launches (``ctrl_launch_late_us_mean``, CUDA): rank 0's time in the send, and how long rank 0's GPU
-waits for a worker that queued its step after rank 0 did. On nvidia-h200-x2 at async off this sum tracked
-the exposed TPOT of every plane (``results/h200x2/CONTROL.md``, session 5); an exposed cost well above it
-lies somewhere else.
+workers' launches (``ctrl_launch_late_us_mean``, CUDA): rank 0's time in the send and waiting for a late worker.
+It tracked every plane's exposed TPOT at async off (``results/h200x2/CONTROL.md``, session 5): an exposed
+cost well above it lies somewhere else.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .plot_common import config_groups
 from .text_tables import (
     common_overrides,
     header_lines,
@@ -53,9 +53,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if "ideal" not in set(df.control):
         return pd.DataFrame()
     df = _options_to_plane(df)
-    groups = df.groupby(others, dropna=False) if others else [((), df)]
-    for cfg, rows in groups:
-        cfg = cfg if isinstance(cfg, tuple) else (cfg,)
+    for cfg, rows in config_groups(df, others):
         ideal = rows[rows.control == "ideal"]
         if ideal.empty:
             continue

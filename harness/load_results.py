@@ -37,11 +37,10 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
     for path in paths:
         if os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.csv")))
+            below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
             if not found:
-                below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
                 raise InputError(f"{path}: no *.csv file in this directory" + (
                     f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
-            below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
             if below:
                 print(f"NOTE: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
                       file=sys.stderr)

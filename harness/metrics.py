@@ -20,6 +20,13 @@ def summarize(values_ms, name: str) -> dict[str, float | None]:
     return out
 
 
+def _throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) -> dict:
+    """The throughput columns of ``requests`` over ``duration`` s: token counts, tok/s, req/s."""
+    return {"num_requests": requests, "input_tokens": in_tokens, "output_tokens": out_tokens, "duration_s": duration,
+            "output_tok_s": out_tokens / duration, "total_tok_s": (out_tokens + in_tokens) / duration,
+            "req_s": requests / duration}
+
+
 def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
     """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call.
 
@@ -28,7 +35,6 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
         prompt_lens: prompt length of each request (tokens).
         start_s / end_s: perf_counter() around the call (s).
     """
-    duration = end_s - start_s
     out_tokens = sum(len(o["token_ids"]) for o in outputs)
     ttft, tpot, itl, e2el = [], [], [], []
     for o in outputs:
@@ -41,12 +47,7 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
         if len(times) > 1:
             tpot.append((last - first) / (len(times) - 1) * 1e3)
             itl.extend(np.diff(times) * 1e3)
-    row = {
-        "num_requests": len(outputs), "input_tokens": sum(prompt_lens), "output_tokens": out_tokens,
-        "duration_s": duration,
-        "output_tok_s": out_tokens / duration, "total_tok_s": (out_tokens + sum(prompt_lens)) / duration,
-        "req_s": len(outputs) / duration,
-    }
+    row = _throughput(len(outputs), sum(prompt_lens), out_tokens, end_s - start_s)
     for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2el_ms", e2el)):
         row.update(summarize(values, name))
     return row
@@ -60,13 +61,10 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
     send), the rate the requests actually went in at; ``goodput_req_s`` = requests meeting every SLO that is
     set (a request of one token meets the TPOT one) per second of the run, None when no SLO is set."""
     duration = last_s - start_s
-    out_tokens = sum(r["output_len"] for r in records)
-    in_tokens = sum(r["input_len"] for r in records)
     sent = sorted(r["sent_s"] for r in records)
-    row = {"num_requests": len(records), "input_tokens": in_tokens, "output_tokens": out_tokens,
-           "duration_s": duration, "output_tok_s": out_tokens / duration,
-           "total_tok_s": (out_tokens + in_tokens) / duration, "req_s": len(records) / duration,
-           "achieved_rate_req_s": (len(sent) - 1) / (sent[-1] - sent[0]) if sent[-1] > sent[0] else None}
+    in_tokens, out_tokens = sum(r["input_len"] for r in records), sum(r["output_len"] for r in records)
+    row = _throughput(len(records), in_tokens, out_tokens, duration)
+    row["achieved_rate_req_s"] = (len(sent) - 1) / (sent[-1] - sent[0]) if sent[-1] > sent[0] else None
     bounds = {k: v for k, v in work.slo.items() if v is not None}
     good = sum(all((r[k] or 0.0) <= b for k, b in bounds.items()) for r in records)
     row["goodput_req_s"] = good / duration if bounds else None
@@ -82,9 +80,7 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
 def energy_per_token(energy_j: float | None, output_tokens: int | None) -> dict:
     """``j_per_output_token``: the GPUs' energy over the timed run (J, ``gpu_energy_j``) per generated token;
     None where the energy was not measured (CPU, no NVML counter) or no token was generated."""
-    if energy_j is None or not output_tokens:
-        return {"j_per_output_token": None}
-    return {"j_per_output_token": energy_j / output_tokens}
+    return {"j_per_output_token": energy_j / output_tokens if energy_j is not None and output_tokens else None}
 
 
 def step_metrics(steps) -> dict:
@@ -124,13 +120,11 @@ def slowest_worker(recv: dict, key: str, num_steps: int) -> np.ndarray | None:
 
 
 def control_metrics(stats: dict, steps) -> dict:
-    """Control-plane columns of an engine run from ``LLM.collect_control_stats()``: ``message_metrics`` and
-    ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest one-way latency over
-    the sum of decode step times: what the one-way latency amounts to beside the step, NOT what it costs
-    (async scheduling hides most of it; the cost is a plane's step time minus ``control=ideal``'s,
-    ``harness.analyze``). Step i is message i: the harness resets the stats right before the timed run, whose
-    only messages are its steps.
-    """
+    """Control-plane columns of an engine run from ``LLM.collect_control_stats()``: ``message_metrics``,
+    ``launch_lag`` and ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest
+    one-way latency over the sum of decode step times (%; not what the plane costs: that is its step time minus
+    ``control=ideal``'s). Step i is message i: the stats are reset right before the timed run, whose only
+    messages are its steps."""
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
     row = message_metrics(send, recv)
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
@@ -147,15 +141,12 @@ def control_metrics(stats: dict, steps) -> dict:
 
 
 def launch_lag(recv: dict, steps) -> dict:
-    """``ctrl_launch_lag_us_mean`` / ``_p50`` / ``_p99``: over decode steps, how much later than rank 0 the
-    slowest worker returned from the step's ``run()`` (us; both measured from rank 0's send, on rank 0's clock). On CUDA
-    ``run()`` returns once the step's kernels are queued, so this is how long rank 0's GPU can wait for a
-    worker at the step's first collective: the part of a plane's exposed cost that is the worker's receive
-    and step preparation coming after rank 0's. Can be negative (a worker ready first). None at tp=1, under
-    ``control=ideal`` (its workers get no message to measure from) or when samples are missing. The mean is
-    what a step time (TPOT is a mean of steps) can absorb; the p50 alone hides a tail of late steps.
-    ``ctrl_launch_late_us_mean``: the mean of max(lag, 0), the part rank 0 can wait for (a worker that is
-    ready first does not make rank 0's step shorter, so early steps must not cancel late ones)."""
+    """``ctrl_launch_lag_us_mean`` / ``_p50`` / ``_p99`` (us): over decode steps, how much later than rank 0 the
+    slowest worker returned from the step's ``run()`` (both from rank 0's send, on rank 0's clock; on CUDA, how
+    long rank 0's GPU can wait for it at the step's first collective); negative where a worker was ready first.
+    ``ctrl_launch_late_us_mean``: the mean of max(lag, 0), what rank 0 can wait for (early steps must not
+    cancel late ones). None at tp=1, under ``control=ideal`` (no message to measure from) or when samples are
+    missing."""
     row = {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None,
            "ctrl_launch_late_us_mean": None}
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]

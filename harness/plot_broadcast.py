@@ -6,25 +6,12 @@ min-max bars; a row of the two panels per other configuration (device, nodes, a 
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from .plot_common import (
-    TP_STYLES,
-    config_labels,
-    draw_rows,
-    header_inches,
-    header_text,
-    label_space,
-    label_text,
-    log_if_spread,
-    plane_colours,
-    plane_order,
-    short_plane,
-    spread_note,
-    stack,
-)
+from .plot_common import TP_STYLES, log_if_spread, plot_curves, short_plane, tp_handles
 
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
 KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"
@@ -94,44 +81,23 @@ def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) ->
     ax.set_xlabel("message size (payload_bytes)", fontsize=7)
 
 
-def legend(planes: list, tps: list, kinds: list, colours: dict) -> list:
+def legend(planes: list, tps: list, colours: dict, kinds: list) -> list:
     """The planes' colours, the tps' line styles (more than one), the payload kinds' markers."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colours[c], linewidth=2, label=short_plane(c)) for c in planes]
-    if len(tps) > 1:
-        handles += [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-                    for i, tp in enumerate(tps)]
-    return handles + [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k)
-                      for k in kinds]
+    markers = [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k) for k in kinds]
+    return handles + tp_handles(tps) + markers
 
 
 def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     """Write the broadcast figure of the ok workload=broadcast rows ``df`` (key cells filled) grouped by
     ``keys`` to ``out``; returns the Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
     if "overrides" in df:
         df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-"
                            for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
-    groups = list(df.groupby(rest, dropna=False)) if rest else [((), df)]
-    shared, labels = config_labels(rest, [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups])
-    planes, tps = plane_order(df.control), sorted(df.tp.unique())
-    colours = plane_colours(planes)
-    handles = legend(planes, tps, sorted({kind(p) for p in df.payload}), colours)
-    width = 2 * 4.6
-    note = spread_note(df.groupby(rest + ["control", "tp", "payload"], dropna=False).size())
-    header, top = header_inches(width, header_text(df, shared, note), [handles])
-    texts = [label_text(label, rows.groupby(["control", "tp", "payload"]).size(), width)
-             for label, (_, rows) in zip(labels, groups)]
-    fig, axes = stack(2, [(2, label_space(t), 0.5) for t in texts], top, col_w=4.6,
-                      panel_h=2.8)
-    def draw(ax, rows, metric):
-        draw_panel(ax, rows, metric, colours, tps)
-
-    return draw_rows(fig, axes, groups, texts, PANELS, draw, header, [handles], out)
-
+    kinds = sorted({kind(p) for p in df.payload})
+    return plot_curves(df, rest, "payload", PANELS, partial(legend, kinds=kinds), draw_panel, out, col_w=4.6,
+                       panel_h=2.8)

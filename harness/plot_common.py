@@ -78,6 +78,15 @@ def hashes_named(keys: list[str], cfgs: list) -> bool:
     return len(pairs) == len({m for m, _ in pairs}) == len({h for _, h in pairs})
 
 
+def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[tuple[tuple, pd.DataFrame]]:
+    """(configuration: a tuple of ``keys``' values, its rows) per configuration of ``df`` (an empty cell is a
+    value); one ((), df) without keys."""
+    if not keys:
+        return [((), df)]
+    groups = df.groupby(keys, dropna=False, sort=sort)
+    return [(cfg if isinstance(cfg, tuple) else (cfg,), rows) for cfg, rows in groups]
+
+
 def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
     """(the words every configuration of ``cfgs`` (tuples of ``keys``' values) shares, each one's own words;
     model_hash left out where model names it). With a single configuration nothing is shared."""
@@ -126,8 +135,11 @@ def header_inches(width: float, header: str, legends: list[list]) -> tuple[str, 
     return text, 0.2 + 0.17 * lines + 0.23 * rows
 
 
-def draw_header(fig, text: str, legends: list[list]) -> None:
-    """``text`` at the top left of ``fig``, under it each legend of ``legends`` (lists of labelled artists)."""
+def save_figure(fig, text: str, legends: list[list], out: str):
+    """``text`` at the top left of ``fig``, under it each legend of ``legends`` (lists of labelled artists);
+    then write ``fig`` to ``out`` and close it. Returns the figure."""
+    import matplotlib.pyplot as plt
+
     width, height = fig.get_size_inches()
     y = 0.12 + 0.17 * (text.count("\n") + 1 if text else 0)
     if text:
@@ -137,6 +149,9 @@ def draw_header(fig, text: str, legends: list[list]) -> None:
         fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False, borderaxespad=0,
                    bbox_to_anchor=(0.5, 1 - y / height), handletextpad=0.4, columnspacing=1.2)
         y += 0.23 * math.ceil(len(handles) / ncol)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return fig
 
 
 def label_text(label: str, reps, width: float) -> str:
@@ -163,6 +178,9 @@ def stack(ncols: int, rows: list[tuple[int, float, float]], top: float, col_w: f
     """A figure of ``ncols`` columns ``col_w`` inches wide and ``rows`` of panels, each (panels, inches above
     them: labels and titles, inches below: tick labels), under ``top`` inches of header; returns (figure,
     the axes of each row). Only the panels asked for exist: none is left empty."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # the figures are files
     import matplotlib.pyplot as plt
 
     width, left, right = ncols * col_w, 0.8, 0.18  # left: 6-digit tick labels and the axis label
@@ -183,6 +201,16 @@ def side_path(out: str, suffix: str) -> str:
     return f"{root}_{suffix}{ext}"
 
 
+def tp_handles(tps: list) -> list:
+    """A legend entry per tp of ``tps`` (sorted) with its line style; none for a single tp."""
+    from matplotlib.lines import Line2D
+
+    if len(tps) < 2:
+        return []
+    return [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
+            for i, tp in enumerate(tps)]
+
+
 def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
     from matplotlib import ticker
@@ -199,18 +227,26 @@ def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     target.set_minor_formatter(ticker.NullFormatter())
 
 
-def draw_rows(fig, axes, groups, texts, panels, draw, header: str, legends: list[list], out: str):
-    """Fill a row of ``panels`` ((metric, title) pairs, each drawn by ``draw(ax, rows, metric)``) per
-    (key, rows) of ``groups`` labelled with ``texts``, draw the header and write the figure to ``out``.
-    Returns the figure (closed)."""
-    import matplotlib.pyplot as plt
-
+def plot_curves(df: pd.DataFrame, rest: list[str], x_key: str, panels: list, legend, draw, out: str,
+                col_w: float, panel_h: float = 2.2, blank_label: str = ""):
+    """Write to ``out`` a figure of a row of ``panels`` ((metric, title) pairs) per configuration of the ``rest``
+    keys, each panel drawn by ``draw(ax, rows, metric, colours, tps)`` (a line per plane and tp through the x
+    points ``x_key``), under ``legend(planes, tps, colours)``'s handles; ``blank_label`` labels a row without
+    words when no word is shared either. Returns the figure (closed)."""
+    groups = config_groups(df, rest)
+    shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
+    planes, tps = plane_order(df.control), sorted(df.tp.unique())
+    colours = plane_colours(planes)
+    handles = legend(planes, tps, colours)
+    width = col_w * len(panels)
+    note = spread_note(df.groupby(rest + ["control", "tp", x_key], dropna=False).size())
+    header, top = header_inches(width, header_text(df, shared, note), [handles])
+    texts = [label_text(label or ("" if shared else blank_label), rows.groupby(["control", "tp", x_key]).size(),
+                        width) for label, (_, rows) in zip(labels, groups)]
+    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top, col_w, panel_h)
     for row, (_, rows), text in zip(axes, groups, texts):
         for ax, (metric, title) in zip(row, panels):
-            draw(ax, rows, metric)
+            draw(ax, rows, metric, colours, tps)
             ax.set_title(title, fontsize=8)
         row_label(row[0], text)
-    draw_header(fig, header, legends)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return fig
+    return save_figure(fig, header, [handles], out)

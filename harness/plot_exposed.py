@@ -12,13 +12,14 @@ import pandas as pd
 
 from .exposed import exposed_cost
 from .plot_common import (
+    config_groups,
     config_labels,
-    draw_header,
     header_inches,
     header_text,
     plane_colours,
     plane_order,
     repeats_text,
+    save_figure,
     short_plane,
     stack,
 )
@@ -86,17 +87,12 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     """Write the exposed-cost figure of the ok rows ``df`` (key cells filled) grouped by ``keys`` to ``out``
     (``table``: their ``exposed_cost``, when already computed); returns the Figure, None when no
     configuration has control=ideal rows beside a plane's (nothing written)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     table = exposed_cost(df, keys) if table is None else table
     if table.empty:
         return None
     others = list(table.columns[:list(table.columns).index("control")])
-    groups = list(table.groupby(others, dropna=False, sort=False)) if others else [((), table)]
-    shared, labels = config_labels(others, [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups])
+    groups = config_groups(table, others, sort=False)
+    shared, labels = config_labels(others, [cfg for cfg, _ in groups])
     planes = plane_order(table.control)
     colours = plane_colours(planes)
     handles = legends(planes, colours)
@@ -113,8 +109,5 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     for ax, (_, rows), title in zip([a for row in axes for a in row], groups, titles):
         draw_panel(ax, rows, colours)
         ax.set_title(title, fontsize=7.5)
-    draw_header(fig, header, handles)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return fig
+    return save_figure(fig, header, handles, out)
 

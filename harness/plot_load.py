@@ -6,20 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .plot_common import (
-    TP_STYLES,
-    config_labels,
-    draw_rows,
-    header_inches,
-    header_text,
-    label_space,
-    label_text,
-    log_if_spread,
-    plane_colours,
-    plane_order,
-    spread_note,
-    stack,
-)
+from .plot_common import TP_STYLES, log_if_spread, plot_curves, tp_handles
 
 # the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
 # set, else the completed rate
@@ -77,30 +64,10 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     row of panels per configuration (every key but control, tp, request_rate), TTFT and TPOT p50/p99 (ms)
     and goodput (else the completed rate, req/s) against the achieved rate, a line per plane and tp;
     returns the Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-
     last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
-    panels = LOAD_PANELS + [last]
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
-    groups = list(df.groupby(rest, dropna=False)) if rest else [((), df)]
-    shared, labels = config_labels(rest, [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups])
-    planes, tps = plane_order(df.control), sorted(df.tp.unique())
-    colours = plane_colours(planes)
-    handles = load_legend(planes, tps, colours)
-    width = 3.3 * len(panels)
-    note = spread_note(df.groupby(rest + ["control", "tp", "request_rate"], dropna=False).size())
-    header, top = header_inches(width, header_text(df, shared, note), [handles])
-    texts = [label_text(label or ("" if shared else "workload=serve"),
-                        rows.groupby(["control", "tp", "request_rate"]).size(), width)
-             for label, (_, rows) in zip(labels, groups)]
-    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top,
-                      col_w=3.3)
-    def draw(ax, rows, metric):
-        draw_load_panel(ax, rows, metric, colours, tps)
-
-    return draw_rows(fig, axes, groups, texts, panels, draw, header, [handles], out)
+    return plot_curves(df, rest, "request_rate", LOAD_PANELS + [last], load_legend, draw_load_panel, out, col_w=3.3,
+                       blank_label="workload=serve")
 
 
 def load_legend(planes: list, tps: list, colours: dict) -> list:
@@ -109,9 +76,6 @@ def load_legend(planes: list, tps: list, colours: dict) -> list:
 
     handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"
                                                                           else "")) for c in planes]
-    if len(tps) > 1:
-        handles += [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-                    for i, tp in enumerate(tps)]
-    return handles + [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
-                             label="rate inf (x: its completed req/s)"),
-                      Line2D([], [], color="grey", linestyle=":", label="y = x")]
+    rate_inf = Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
+                      label="rate inf (x: its completed req/s)")
+    return handles + tp_handles(tps) + [rate_inf, Line2D([], [], color="grey", linestyle=":", label="y = x")]

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import (
+    config_groups,
     config_labels,
-    draw_header,
     header_inches,
     header_text,
     label_space,
@@ -23,6 +23,7 @@ from .plot_common import (
     plane_colours,
     plane_order,
     row_label,
+    save_figure,
     short_plane,
     stack,
 )
@@ -39,11 +40,10 @@ def bar_rows(df: pd.DataFrame, rest: list[str]) -> tuple[str, list[tuple[str, li
     """(the words every row shares, the figure's rows as (label, bars, key)), a bar as (tick, plane, its
     rows). A configuration with two planes or more is a row, its planes the bars; configurations of one
     plane each are pooled per workload, POOL bars a row, numbered, the ``key`` (lines) saying what each is."""
-    groups = list(df.groupby(rest, dropna=False)) if rest else [((), df)]
-    cfgs = [cfg if isinstance(cfg, tuple) else (cfg,) for cfg, _ in groups]
-    shared, labels = config_labels(rest, cfgs)
+    groups = config_groups(df, rest)
+    shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
     rows, single = [], {}
-    for label, cfg, (_, part) in zip(labels, cfgs, groups):
+    for label, (cfg, part) in zip(labels, groups):
         if part.control.nunique() > 1 or len(groups) == 1:
             rows.append((label, [(c, c, part[part.control == c]) for c in plane_order(part.control)], []))
         else:
@@ -108,10 +108,7 @@ def row_panels(bars: list) -> list:
 def plot(df: pd.DataFrame, keys: list[str], out: str):
     """Write the raw-metric figure of the ok rows ``df`` (key cells filled) grouped by ``keys`` to ``out``;
     returns the Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     rest = [k for k in keys if k != "control"]
     shared, rows = bar_rows(df, rest)
@@ -120,7 +117,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     planes = plane_order(df.control)
     colours = plane_colours(planes)
     width = 3.6 * max([len(r[3]) for r in rows] + [1])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]
+    handles = [Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]
     note = "bars: median of the repeats' p50 (tok/s: of their value); whiskers: median of their p99 (not a spread)"
     header, top = header_inches(width, header_text(df, shared, note), [handles])
     texts = [label_text(label, [len(b[2]) for b in bars], width) for label, bars, _, _ in rows]
@@ -138,7 +135,4 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
         if key:  # under the tick labels, the key of the numbered bars
             row_axes[0].annotate(key, xy=(0, 0), xycoords="axes fraction", xytext=(0, -72 * tick),
                                  textcoords="offset points", fontsize=7, va="top", annotation_clip=False)
-    draw_header(fig, header, [handles])
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return fig
+    return save_figure(fig, header, [handles], out)

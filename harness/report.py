@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 
 import torch
 
@@ -35,7 +36,7 @@ SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep 
 
 def control_lines(row: dict) -> list[str]:
     """The control plane's messages, one-way latency and the workers' launch lag, in words."""
-    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    f = partial(_fmt, row)
     if row.get("control") == "ideal":
         lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
                  f"on average); rank 0 checks one in {f('ctrl_send_us_p50')} us (p50)",
@@ -59,7 +60,7 @@ def control_lines(row: dict) -> list[str]:
 def gpu_lines(row: dict) -> list[str]:
     """The GPU lines: utilisation (%), memory (MiB), power (W) and, where NVML's counter has it, the run's
     energy (J, and J per output token); else why nothing was measured (the ``nvml`` column)."""
-    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    f = partial(_fmt, row)
     lines = []
     if row.get("gpu_util_pct_mean") is not None:
         lines.append(f"busy {f('gpu_util_pct_mean')}% of the time on average (max {f('gpu_util_pct_max')}%), "
@@ -75,7 +76,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     """Print one engine run's row in sentences (throughput; the load for a serve run; latency in ms; the
     control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``; ``files``:
     a line each for the run's other files)."""
-    f = lambda key, spec=".1f": _fmt(row, key, spec)  # noqa: E731
+    f = partial(_fmt, row)
     print("\n" + header(row))
     if row["status"] != "ok":
         print(f"  error       {row['error']}")
@@ -96,10 +97,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         print(f"  steps       {row.get('prefill_steps')} prefill and {row.get('decode_steps')} decode steps; a decode "
               f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
         if row.get("ctrl_calls") is not None:
-            for line in control_lines(row):
-                print(line)
-        for line in gpu_lines(row):
-            print(line)
+            print("\n".join(control_lines(row)))
+        print("\n".join(gpu_lines(row)))
     if step_log and row["status"] == "ok":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")

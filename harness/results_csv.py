@@ -11,6 +11,7 @@ written whole is removed.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import hashlib
@@ -55,9 +56,10 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
     if unknown:
         raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    header = _line(columns)
+    header, line = _line(columns), _line([row.get(c) for c in columns])
     lock = _acquire(path + ".lock")
     try:
+        text = header + line
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="") as f:
                 existing = f.readline()
@@ -65,14 +67,11 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
                 stem, ext = os.path.splitext(path)
                 digest = hashlib.sha1(header.encode()).hexdigest()[:8]
                 return append_row(f"{stem}.schema{schema_version}-{digest}{ext}", columns, row, schema_version)
-            text = _line([row.get(c) for c in columns])
             with open(path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":  # a crashed writer left a partial line: keep ours whole
-                    text = "\n" + text
-        else:
-            text = header + _line([row.get(c) for c in columns])
-        _append_or_undo(path, text.encode())
+                # a crashed writer left a partial line: keep ours whole
+                text = line if f.read(1) == b"\n" else "\n" + line
+        _write_whole(path, text.encode(), append=True)
     finally:
         lock.release()
     return path
@@ -87,25 +86,15 @@ def _write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _append_or_undo(path: str, data: bytes) -> None:
-    """Append ``data`` to ``path`` (created if absent), or leave it as it was: on any failure the file is cut
-    back to its size before the write (removed if this created it), so a full disk never leaves a partial
-    line. Raises the write's OSError."""
-    existed = os.path.exists(path)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+def _write_whole(path: str, data: bytes, append: bool) -> None:
+    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as the whole content of a
+    new file ``path``; or leave no trace: on any failure the file is cut back to its size before the write
+    (removed if this created it, or if a new file was asked for), so a full disk never leaves a partial line.
+    Raises the write's OSError."""
+    existed = append and os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o666)
     try:
-        size = os.fstat(fd).st_size
-        _write_or_undo(fd, path, data, size if existed else None)
-    finally:
-        os.close(fd)
-
-
-def _write_new(path: str, data: bytes) -> None:
-    """Write ``data`` as the whole content of a new file ``path``; on failure remove what was created, so
-    no empty or partial file is left. Raises OSError."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        _write_or_undo(fd, path, data, None)
+        _write_or_undo(fd, path, data, os.fstat(fd).st_size if existed else None)
     finally:
         os.close(fd)
 
@@ -115,13 +104,11 @@ def _write_or_undo(fd: int, path: str, data: bytes, size: int | None) -> None:
     try:
         _write_all(fd, data)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             if size is not None:
                 os.ftruncate(fd, size)
             else:
                 os.unlink(path)
-        except OSError:
-            pass
         raise
 
 
@@ -162,16 +149,16 @@ class Results:
     def _fallback(self, row: dict, why: str) -> str:
         stem = os.path.splitext(os.path.basename(self.path))[0]
         name = f"{stem}.unwritten-{row['run_id']}.csv"
+        text = _line(self.columns) + _line([row.get(c) for c in self.columns])
         for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
             target = os.path.join(directory, name)
             try:
-                _write_new(target, (_line(self.columns) + _line([row.get(c) for c in self.columns])).encode())
+                _write_whole(target, text.encode(), append=False)
             except OSError:
                 continue
             self.problem = f"cannot write to {self.path} ({why}); the row went to {target}"
             print(f"error: {self.problem}", file=sys.stderr)
             return target
         self.problem = f"cannot write to {self.path} ({why}) nor to a fallback file; the row is printed here"
-        print(f"error: {self.problem}\n{_line(self.columns)}{_line([row.get(c) for c in self.columns])}",
-              file=sys.stderr)
+        print(f"error: {self.problem}\n{text}", file=sys.stderr)
         return "stderr"

@@ -57,7 +57,8 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     of SERVE_METRICS its ``serve_cell`` (the last metrics left out where they would not fit); good/s where an
     SLO was set, else done/s."""
     shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
-    if any(m == "goodput_req_s" for m, _ in shown):
+    goodput = any(m == "goodput_req_s" for m, _ in shown)
+    if goodput:
         shown = [(m, h) for m, h in shown if m != "req_s"]
     row_keys = [k for k in keys if k in ROW_KEYS]
     parts = sections(table, [k for k in keys if k not in ROW_KEYS])
@@ -70,12 +71,11 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
 
     lines, left_out = widest_fitting(render, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
-              "request_rate (req/s, set); sent/s = "
-              "achieved_rate_req_s (empty at rate inf: all sent at once), " + (
-                  "good/s = goodput_req_s" if any(m == "goodput_req_s" for m, _ in shown) else "done/s = req_s "
-                  "(completed)") + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = "
-              "queue_ms_p99 (ms)" + (f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format "
-                                     "markdown)" if left_out else ""))
+              "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
+              + ("good/s = goodput_req_s" if goodput else "done/s = req_s (completed)")
+              + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")
+    if left_out:
+        legend += f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format markdown)"
     if "control" in table.columns and (table["control"] == "ideal").any():
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
                      "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "

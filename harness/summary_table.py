@@ -1,11 +1,6 @@
 """``harness.analyze``'s summary table: per configuration the median over ok repeats of each metric, its spread,
-and its ratio to a baseline plane at the same other keys.
-
-The default ``text`` table fits in 120 columns: rows by tp and control, the other configuration columns in a
-line above each section, the COMPACT metrics (those at the end left out where they would not fit), cells
-"178.2±3% 0.99x" (median, half the repeats' range in % of it, ratio). ``markdown`` prints every metric and
-key, cells "178.2 [169.8-181.6] (0.99x)"; ``csv`` gives every number (``summary()``'s columns).
-"""
+and its ratio to a baseline plane at the same other keys; its ``text``, ``markdown`` and ``csv`` forms are
+those of ``harness.analyze``'s ``--format`` (the text one shows the COMPACT metrics)."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     ok = df[df.status == "ok"]
     metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
-    out = g.median().add_suffix("_median").join(g.min().add_suffix("_min")).join(g.max().add_suffix("_max")) \
-        .join(g.count().add_suffix("_count"))
+    out = pd.concat([g.agg(stat).add_suffix(f"_{stat}") for stat in ("median", "min", "max", "count")], axis=1)
     counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
                                          failed=lambda s: int((s != "ok").sum()))
     out = counts.join(out, how="left").reset_index()

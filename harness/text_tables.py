@@ -11,6 +11,8 @@ import textwrap
 import numpy as np
 import pandas as pd
 
+from .plot_common import config_groups
+
 WIDTH = 120
 _RIGHT = re.compile(r"^([-+\d.\[]|inf$)")  # a column of numbers is right-aligned
 
@@ -76,8 +78,7 @@ def common_overrides(values) -> set[str]:
 
 def section_label(values: dict, common: set[str] = frozenset()) -> str:
     """One section's configuration, ``key=value`` but empty ones, overrides last without the common items."""
-    parts = [f"{k}={key_cell(v)}" for k, v in values.items() if k != "overrides" and v != "-"]
-    text = "; ".join([", ".join(parts)] if parts else [])
+    text = ", ".join(f"{k}={key_cell(v)}" for k, v in values.items() if k != "overrides" and v != "-")
     if "overrides" in values:
         own = [i for i in str(values["overrides"]).split() if i not in common and i != "-"]
         text += ("; " if text else "") + "overrides: " + (" ".join(own) or ("-" if values["overrides"] == "-"
@@ -91,11 +92,8 @@ def sections(table: pd.DataFrame, section_keys: list[str]) -> list[tuple[str, pd
     if not section_keys or table.empty:
         return [("", table)]
     common = common_overrides(table["overrides"]) if "overrides" in section_keys else set()
-    out = []
-    for values, rows in table.groupby(section_keys, sort=False, dropna=False):
-        values = values if isinstance(values, tuple) else (values,)
-        out.append((section_label(dict(zip(section_keys, values)), common), rows))
-    return out
+    return [(section_label(dict(zip(section_keys, values)), common), rows)
+            for values, rows in config_groups(table, section_keys, sort=False)]
 
 
 def header_lines(text: str, common: set[str] = frozenset()) -> list[str]:
