@@ -2,12 +2,11 @@
 
 At batch 1 a linear layer moves the weight's bytes and does almost no arithmetic: its floor is
 ``N * K * element size / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
-smaller the weight: on the H200 (``results/h200x2/gemv_call9.md``) Qwen3-0.6B's o_proj at tp=2 (1024 x
-1024) takes 7.6 us against a 0.5 us floor, down_proj (1024 x 1536) 10.1 us. This kernel gives each
-program ``block_n`` output rows and walks K in ``block_k`` slices, float32 products and sums (float32
-runs compute true float32, no TF32): 3.2 and 4.0 us there, and 0.86-0.98x cuBLAS's time on Qwen3-8B's
-shards and the LM heads (``gemv_call10.md``). At batch 8 the first version of this kernel (a 3-D tile,
-``skinny_gemm_call8.md``) lost to cuBLAS 2-15x, so it serves batch 1 only.
+smaller the weight. Each program takes ``block_n`` output rows and walks K in ``block_k`` slices, with
+float32 products and sums (true float32, no TF32). Measured against cuBLAS on the H200
+(``results/h200x2/gemv_call9.md``, ``gemv_call10.md``): 2.4-2.5x faster on Qwen3-0.6B's tp=2 shards, 0.86-0.98x
+cuBLAS's time on Qwen3-8B's shards and the LM heads. At batch 8 a 3-D tile lost to cuBLAS 2-15x
+(``skinny_gemm_call8.md``), so it serves batch 1 only.
 
 Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
 it on the CPU.
