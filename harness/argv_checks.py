@@ -3,9 +3,7 @@ would take and then fail on later (or silently misread), each refused in one lin
 
 from __future__ import annotations
 
-import os
-
-from .conf_paths import GROUPS
+from .conf_paths import GROUPS, cannot_write
 
 _CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 _VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
@@ -46,20 +44,19 @@ def overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def option_problem(parsed: list) -> str | None:
     """An override Hydra would take and then fail on, or worse: a list for a group (Hydra merges its options),
-    an empty or unusable ``hydra.*dir`` (an empty one puts .hydra/ into the working directory), a string for
-    ``hydra.launcher`` / ``hydra.sweeper`` (a node Hydra instantiates)."""
+    an empty or unusable ``hydra.run.dir`` / ``hydra.sweep.dir`` (an empty one puts .hydra/ into the working
+    directory), a string for ``hydra.launcher`` / ``hydra.sweeper`` (a node Hydra instantiates)."""
     for o in parsed:
         key, value = o.key_or_group, o.value()
         if key in GROUPS and isinstance(value, list):
             return f"{key} takes one option; to run several, sweep them: -m {key}={','.join(map(str, value))}"
         if key in ("hydra.launcher", "hydra.sweeper"):
             return f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> (installed: basic)"
-        if not (key.startswith("hydra.") and key.endswith("dir")) or "${" in str(value):
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in str(value):
             continue
         if value in ("", None):
             return f"{key} is empty: give a directory (or leave it out: Hydra's default)"
-        try:
-            os.makedirs(str(value), exist_ok=True)  # Hydra creates it when the job starts
-        except OSError as e:
-            return f"{key}={value}: cannot create the directory: {e.strerror or e}"
+        reason = cannot_write(str(value))  # Hydra creates it when the job starts; a refused command leaves none
+        if reason:
+            return f"{key}={value}: cannot create the directory: {reason}"
     return None

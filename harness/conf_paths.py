@@ -1,8 +1,11 @@
-"""Where the Hydra configuration lives and what its groups offer."""
+"""Where the Hydra configuration lives and what its groups offer; the paths a user gives, and whether files
+can be written there."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 
 
 def _conf_dir() -> str:
@@ -24,3 +27,56 @@ GROUPS = ("control", "model", "workload")
 def group_options(group: str) -> list[str]:
     """The choices of config group ``group`` (``control``, ``model``, ``workload``): its yaml files' names."""
     return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
+
+
+def user_path(path: str) -> str:
+    """``path`` (``~`` expanded) made absolute against the directory the user ran from, whatever
+    ``hydra.job.chdir`` did to the working directory (Hydra's ``to_absolute_path``)."""
+    from hydra.utils import to_absolute_path
+
+    return to_absolute_path(os.path.expanduser(path))
+
+
+def cannot_write(directory: str) -> str | None:
+    """Why no file can be written in ``directory``, or None: tried (the directory and its missing parents
+    created, a file written), then the file system put back as it was."""
+    missing, path = [], os.path.abspath(directory)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)  # deepest first
+        path = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tpcp-write-check-"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    finally:
+        for made in missing:
+            with contextlib.suppress(OSError):
+                os.rmdir(made)
+    return None
+
+
+def _file_in_the_way(directory: str) -> str | None:
+    """``directory`` or the nearest of its parents that exists, when that is not a directory; else None."""
+    path = directory
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path if os.path.exists(path) and not os.path.isdir(path) else None
+
+
+def results_problem(results_dir: str, results_file: str) -> str | None:
+    """Why a job's rows cannot go to ``results_file`` in ``results_dir`` (relative to where the user ran), as
+    one line, or None. Leaves the file system as it was."""
+    directory = user_path(results_dir)
+    blocking = _file_in_the_way(directory)
+    if blocking == directory:
+        return f"results_dir={results_dir} is a file, not a directory"
+    if blocking is not None:
+        return f"results_dir={results_dir} cannot be created: {blocking} is a file, not a directory"
+    reason = cannot_write(directory)
+    if reason:
+        return f"cannot write results to {directory}: {reason}"
+    if os.path.isdir(os.path.join(directory, results_file)):
+        return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"
+    return None

@@ -5,10 +5,11 @@ without a checkpoint, the plane's options, the model's shape against tp, a check
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from .conf_paths import group_options
+from .conf_paths import group_options, results_problem
 from .model_checks import check_gpu_count, check_model
 from .value_checks import VALUE_CHECKS
 
@@ -127,6 +128,19 @@ def _unknown_keys(cfg: DictConfig) -> str | None:
     return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
 
 
+def _check_where(cfg: DictConfig) -> str | None:
+    """The device (CUDA there when asked for), one device for ``engine=hf``, and where the rows go (not on a
+    torchrun rank other than 0, which writes none)."""
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "device=cuda but CUDA is not available here (use device=cpu or auto)"
+    if cfg.engine == "hf" and cfg.tp != 1:
+        return "engine=hf runs on one device: use tp=1"
+    return results_problem(cfg.results_dir, cfg.results_file) if os.environ.get("RANK", "0") == "0" else None
+
+
 def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     """The first problem of one composed job (``job``: its overrides), as one line, or None."""
     given = _given(job)
@@ -137,6 +151,9 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
         problem = VALUE_CHECKS[key](key, OmegaConf.select(cfg, key))
         if problem:
             return problem
+    problem = _check_where(cfg)
+    if problem:
+        return problem
     builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)

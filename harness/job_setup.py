@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -20,6 +19,7 @@ from engine.loader import check_checkpoint
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
+from .conf_paths import results_problem, user_path
 from .model_checks import check_preset
 from .report import one_line, print_summary
 from .results_csv import Results
@@ -65,14 +65,6 @@ def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
         elif item.endswith(".safetensors"):
             h.update(f"{item}:{os.path.getsize(full)}".encode())
     return name, h.hexdigest()[:12]
-
-
-def user_path(path: str) -> str:
-    """``path`` (``~`` expanded) made absolute against the directory the user ran from, whatever
-    ``hydra.job.chdir`` did to the working directory (Hydra's ``to_absolute_path``)."""
-    from hydra.utils import to_absolute_path
-
-    return to_absolute_path(os.path.expanduser(path))
 
 
 def model_path(cfg: DictConfig) -> str:
@@ -144,31 +136,18 @@ def workload_config(cfg: DictConfig) -> dict:
     return w
 
 
-def _file_in_the_way(directory: str) -> str | None:
-    """``directory`` or the nearest of its parents that exists, when that is not a directory (a file where
-    the results directory, or one above it, should be); None otherwise."""
-    path = directory
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path if os.path.exists(path) and not os.path.isdir(path) else None
-
-
 def check_results_dir(cfg: DictConfig) -> Results:
     """Where this job's rows go; its directory is created and a file written there and removed.
 
     Raises:
         ConfigError: the directory cannot be created or written (a file in its place says so).
     """
+    problem = results_problem(cfg.results_dir, cfg.results_file)
+    if problem:
+        raise ConfigError(problem)
     directory = user_path(cfg.results_dir)
-    blocking = _file_in_the_way(directory)
-    if blocking == directory:
-        raise ConfigError(f"results_dir={cfg.results_dir} is a file, not a directory")
-    if blocking is not None:
-        raise ConfigError(f"results_dir={cfg.results_dir} cannot be created: {blocking} is a file, not a directory")
     try:
         os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tpcp-write-check-"):
-            pass
     except OSError as e:
         raise ConfigError(f"cannot write results to {directory}: {e.strerror or e}") from None
     config = OmegaConf.to_container(cfg, resolve=True)  # its workload becomes the one used, in prepare()

@@ -217,7 +217,9 @@ class WorkerGroup:
             self.check()
             now = time.monotonic()
             if now > start + timeout_s:
-                raise TimeoutError(f"workers did not reach stage {stage!r} within {timeout_s:.0f} s")
+                missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
+                raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage {stage!r} "
+                                   f"within {timeout_s:.0f} s")
             if now - said >= PROGRESS_S:
                 said = now
                 print(self._waiting(stage, now - start, timeout_s), file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -357,9 +358,10 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_unt
     monkeypatch.setattr(worker_group, "start_ignoring_sigint", start_then_stop)
     monkeypatch.setattr(worker_group, "PROGRESS_S", 0.5)
     t0 = time.monotonic()
-    with pytest.raises((TimeoutError, WorkerError)):
+    with pytest.raises((TimeoutError, WorkerError)) as failure:
         LLM(tiny_untied, tensor_parallel_size=2, control="shm", startup_timeout_s=3, **OPTS)
     assert time.monotonic() - t0 < 15
+    assert re.search(r"rank(\(s\))? 1\b", str(failure.value)), failure.value  # the error line names it too
     err = capfd.readouterr().err
     assert "for rank(s) 1 to reach start-up stage" in err and "never connected: rank(s) 1" in err
     assert not stopped[0].is_alive()

@@ -135,8 +135,7 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     assert orphaned_workers() <= before
 
 
-@pytest.mark.parametrize("overrides, message", [c for c in BAD_INPUT if not {"llm.max_model_len=8", "device=cuda",
-                                                                            "results_dir=/proc/forbidden"} & set(c[0])])
+@pytest.mark.parametrize("overrides, message", [c for c in BAD_INPUT if "llm.max_model_len=8" not in c[0]])
 def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, message):
     """What ``python -m harness`` prints (``error: <line>``, exit 2) before any job, checked in process."""
     from harness.preflight import check_command
@@ -472,6 +471,10 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
     (["-m", "dtype=float32,int3"], "dtype 'int3' is not supported on "),  # before job 0, not at job 1
     (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or >= 1, got -1"),
+    # session 13's new-user trial: each was refused only inside its job, after the sweep's earlier jobs had run
+    (["-m", "results_dir=/tmp,/proc/tpcp-forbidden"], "cannot write results to /proc/tpcp-forbidden"),
+    ([f"results_dir={ROOT}", "results_file=tests"], "results_file=tests: "),  # exit 1 once the row was due
+    (["engine=hf", "tp=2"], "engine=hf runs on one device: use tp=1"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
@@ -510,3 +513,16 @@ def test_a_model_larger_than_the_memory_is_refused_before_it_is_built():
     assert problem.startswith("model=huge has") and "more than this machine's" in problem
     assert memory_problem({**huge, "num_hidden_layers": 1, "intermediate_size": 64, "hidden_size": 64},
                           "model=small", "cpu", building=True) is None
+
+
+def test_a_refused_command_leaves_no_directory_behind(tmp_path, monkeypatch):
+    """Session 13's new-user trial: hydra.job.chdir=true made a directory named True (taken for a hydra.*dir),
+    and a refused command kept the hydra.run.dir and results_dir it had created to check them."""
+    from harness.preflight import check_command
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["hydra.job.chdir=true", "tp=9"], ["hydra.run.dir=made/here", "tp=9"],
+                 ["results_dir=new/rows", "tp=9"], ["-m", "hydra.sweep.dir=swept/here", "tp=9"]):
+        problem, _ = check_command(argv)
+        assert problem is not None and "tp=9" in problem, problem
+    assert os.listdir(tmp_path) == []
