@@ -48,6 +48,8 @@ def option_problem(parsed: list) -> str | None:
     directory), a string for ``hydra.launcher`` / ``hydra.sweeper`` (a node Hydra instantiates)."""
     for o in parsed:
         key, value = o.key_or_group, o.value()
+        if not key:
+            return f"{o.input_line!r}: an override is key=value; the key before '=' is missing"
         if key in GROUPS and isinstance(value, list):
             return f"{key} takes one option; to run several, sweep them: -m {key}={','.join(map(str, value))}"
         if key in ("hydra.launcher", "hydra.sweeper"):

@@ -240,7 +240,8 @@ def _check_job(job: list[str], compose) -> str | None:
         return check_job(cfg, job, compose)
     except Exception as e:  # an interpolation that does not resolve (${oc.env:...}), ...
         lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-        return f"{type(e).__name__}: {lines[0] if lines else ''}"
+        where = f" (in {e.full_key})" if getattr(e, "full_key", None) else ""
+        return f"{type(e).__name__}: {lines[0] if lines else ''}{where}"
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:

@@ -475,6 +475,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "results_dir=/tmp,/proc/tpcp-forbidden"], "cannot write results to /proc/tpcp-forbidden"),
     ([f"results_dir={ROOT}", "results_file=tests"], "results_file=tests: "),  # exit 1 once the row was due
     (["engine=hf", "tp=2"], "engine=hf runs on one device: use tp=1"),
+    (["=2"], "'=2': an override is key=value; the key before '=' is missing"),  # Hydra: "... Got int"
+    (["=shm"], "'=shm': an override is key=value"),  # Hydra: "Could not override ''"
+    (["tag=${nope}"], "Interpolation key 'nope' not found (in tag)"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
