@@ -19,6 +19,7 @@ import multiprocessing as mp
 import pickle
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -94,7 +95,9 @@ class WorkerGroup:
             time.sleep(POLL_S)
 
     def node_name(self, rank: int) -> str:
-        return self.lifelines.hosts.get(rank, "?") if self.lifelines else "?"
+        """The host ``rank`` said it runs on; a spawned worker's is this host even before it said so."""
+        host = self.lifelines.hosts.get(rank) if self.lifelines else None
+        return host or (socket.gethostname() if self.launch.launcher == "spawn" else "unknown: it never connected")
 
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
         """Start the workers' bodies: spawn them (spawn) or hand every waiting worker its control-plane end

@@ -376,3 +376,20 @@ def test_a_worker_ended_by_a_signal_is_named_with_it():
     group = SimpleNamespace(lifelines=SimpleNamespace(connected=lambda: {1}))
     assert WorkerGroup._exit_reason(group, 1, -9) == "process exited with code -9 (SIGKILL)"
     assert WorkerGroup._exit_reason(group, 1, 3) == "process exited with code 3"
+
+
+def test_a_worker_that_died_before_connecting_still_has_its_node_named():
+    """Session 13's new-user trial: a worker SIGKILLed during start-up was "(node ?)"; a spawned one runs
+    here, a torchrun one is said to be unknown."""
+    import socket
+    from types import SimpleNamespace
+
+    from runtime.worker_group import WorkerGroup
+
+    def group(launcher):
+        hosts = SimpleNamespace(hosts={2: "node-b"})
+        return SimpleNamespace(lifelines=hosts, launch=SimpleNamespace(launcher=launcher))
+
+    assert WorkerGroup.node_name(group("spawn"), 1) == socket.gethostname()
+    assert WorkerGroup.node_name(group("torchrun"), 1) == "unknown: it never connected"
+    assert WorkerGroup.node_name(group("torchrun"), 2) == "node-b"
