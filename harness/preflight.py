@@ -223,6 +223,27 @@ def _cpu_note(job: list[str], compose) -> list[str]:
     return [f"note: workload={w.name} does not scale on CPU (scale_on_cpu=false): nothing reads {', '.join(keys)}"]
 
 
+def _token_note(job: list[str], compose) -> list[str]:
+    """A note when ``job`` sets ``workload.max_token_id`` past the model's vocabulary: the draw stops at its
+    last id (``workloads.random_requests``)."""
+    if not any(a.lstrip("+").startswith("workload.max_token_id=") for a in job):
+        return []
+    from engine.hf_config import read_hf_config
+
+    from .conf_paths import user_path
+    from .job_checks import picked_model
+
+    cfg = compose(job)
+    model = picked_model(cfg, compose)
+    vocab = read_hf_config(user_path(model["path"]))["vocab_size"] if model.get("path") \
+        else model["preset"]["vocab_size"]
+    top = cfg.workload.max_token_id
+    if top < vocab:
+        return []
+    return [f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} ({vocab} ids): "
+            f"token ids go up to {vocab - 1}"]
+
+
 def _check_job(job: list[str], compose) -> str | None:
     """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
     from .job_checks import check_job
@@ -273,7 +294,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
             problem = _check_job(job, compose)
             if problem:
                 return problem, argv
-            notes += _hf_note(job, compose) + _cpu_note(job, compose)
+            notes += _hf_note(job, compose) + _cpu_note(job, compose) + _token_note(job, compose)
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)

@@ -501,6 +501,12 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     assert capsys.readouterr().err.count("does not read llm.max_num_seqs") == 1
     assert check_command(["workload=smoke", "++workload.cpu.num_seqs=2"])[0] is None
     assert "workload=smoke does not scale on CPU (scale_on_cpu=false): nothing reads" in capsys.readouterr().err
+    # session 13's new-user trial: the draw stopped at the vocabulary's last id, silently
+    assert check_command(["model=qwen3-tiny", "workload=smoke", "workload.max_token_id=99999999"])[0] is None
+    assert ("note: workload.max_token_id=99999999 is past the vocabulary of model=qwen3-tiny (16384 ids): token ids "
+            "go up to 16383") in capsys.readouterr().err
+    assert check_command(["model=qwen3-tiny", "workload=smoke", "workload.max_token_id=100"])[0] is None
+    assert "max_token_id" not in capsys.readouterr().err
 
 
 def test_a_model_larger_than_the_memory_is_refused_before_it_is_built():
