@@ -16,6 +16,7 @@ from torch.distributed import PrefixStore
 from .config import EngineConfig
 from .cuda_graphs import DecodeGraphs
 from .layers.all_reduce import make_all_reduce
+from .layers.decode_splits import num_splits
 from .layers.embed_head import ParallelLMHead
 from .layers.gemm import set_gemm
 from .layers.parallel import set_all_reduce
@@ -174,6 +175,8 @@ class ModelRunner:
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
+            inputs.attn.num_splits = num_splits(batch.num_seqs, self.kv_heads, inputs.attn.max_k_len, self.block_size,
+                                                self.device)
         else:
             inputs = build_step_inputs(batch, self.block_size, self.device)
         if batch.token_ids.min() < 0:

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .decode_splits import num_splits
 from .varlen import varlen_causal
 
 
@@ -43,7 +42,7 @@ class AttentionMetadata:
     max_q_len: int
     max_k_len: int
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
-    num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head); None: decode_splits' choice
+    num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head), chosen once per step (decode_splits)
     prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
     cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
@@ -67,10 +66,9 @@ class Attention(nn.Module):
         if meta.context_lens is not None:
             from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
 
-            splits = meta.num_splits or num_splits(meta.num_seqs, self.num_kv_heads, meta.max_k_len,
-                                                   self.k_cache.shape[1], q.device)
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
-                                          meta.context_lens, self.scale, num_splits=splits, qk_norm=qk_norm)
+                                          meta.context_lens, self.scale, num_splits=meta.num_splits or 1,
+                                          qk_norm=qk_norm)
         store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.prefill_spans is not None:
             if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
