@@ -64,6 +64,8 @@ if __name__ == "__main__":
     try:
         problem, sys.argv[1:] = check_command(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
+        problem = "interrupted"
+    if problem and isinstance(as_interrupt(ValueError(problem)), KeyboardInterrupt):  # or what a signal broke
         print(interrupted_line(), file=sys.stderr)
         exit_interrupted()
     if problem:
@@ -76,7 +78,10 @@ if __name__ == "__main__":
         EXIT_CODES.append(130)
     except SystemExit as e:  # a job's 130 (it stops a sweep: recorded), or Hydra's own error exit
         if e.code != 130:
-            raise
+            if not isinstance(as_interrupt(e), KeyboardInterrupt):
+                raise
+            print(interrupted_line(), file=sys.stderr)  # Hydra reported what a stop signal broke as its error
+            EXIT_CODES.append(130)
     finally:
         # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
         engine_cache = sys.modules.get("harness.engine_cache")

@@ -10,31 +10,50 @@ import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
 _HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
-_AGAIN = threading.Event()  # set by _redeliver just before it raises the interruption once more
+_OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
+POLL_S = 0.02
+
+
+def _torch_importing() -> bool:
+    """Whether a torch module is being imported: a ``KeyboardInterrupt`` raised in the Python that torch's C++
+    initialisation calls aborts the process (``terminate called after throwing ... error_already_set``)."""
+    return any(getattr(getattr(m, "__spec__", None), "_initializing", False)
+               for name, m in list(sys.modules.items()) if name == "torch" or name.startswith("torch."))
 
 
 def _interrupt(signum, frame):
-    name = signal.Signals(signum).name
-    _RECEIVED.append(name)
-    if len(_RECEIVED) == 1:
+    _RECEIVED.append(signal.Signals(signum).name)
+    first = len(_RECEIVED) == 1
+    if first:
+        _OWED.set()
+    # not a second Ctrl-C while the first one's stop runs (bounded by timeouts): it would break it
+    raise_now = _OWED.is_set() and not _torch_importing()
+    if raise_now:
+        _OWED.clear()
+    if first:  # after the clear: the thread asks again only for what is still owed
         threading.Thread(target=_redeliver, args=(signum,), name="interrupt-redelivery", daemon=True).start()
-    elif not _AGAIN.is_set():
-        return  # a second Ctrl-C while the first one's stop runs (bounded by timeouts) would break it
-    _AGAIN.clear()
-    raise KeyboardInterrupt(name)
+    if raise_now:
+        raise KeyboardInterrupt(_RECEIVED[0])
 
 
 def _redeliver(signum: int) -> None:
-    """Raise the interruption again in the main thread every ``REDELIVER_S`` until the harness has taken it
-    in hand: C code that clears Python errors can swallow it (seen while torch imported)."""
-    while not _HANDLED.wait(REDELIVER_S):
-        _AGAIN.set()
-        _thread.interrupt_main(signum)
+    """Raise the owed interruption in the main thread until the harness has taken it in hand: once torch's
+    import is over when it came during it, and again every ``REDELIVER_S``, as C code that clears Python
+    errors can swallow it (seen while torch imported)."""
+    due = time.monotonic() + REDELIVER_S
+    while not _HANDLED.wait(POLL_S):
+        if time.monotonic() >= due:
+            _OWED.set()
+            due = time.monotonic() + REDELIVER_S
+        if _OWED.is_set() and not _torch_importing():
+            _thread.interrupt_main(signum)  # asked until the handler raises: it defers while torch imports
 
 
 def interrupted_line() -> str:

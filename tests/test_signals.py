@@ -23,6 +23,7 @@ def installed():
         signal.signal(s, handler)
     signals._RECEIVED.clear()
     signals._HANDLED.clear()
+    signals._OWED.clear()
 
 
 def test_an_error_without_a_signal_stays_itself(installed):
@@ -120,12 +121,61 @@ def test_a_second_signal_while_the_first_stop_runs_is_ignored(monkeypatch):
 
     monkeypatch.setattr(signals, "_RECEIVED", [])
     monkeypatch.setattr(signals, "_HANDLED", threading.Event())
-    monkeypatch.setattr(signals, "_AGAIN", threading.Event())
+    monkeypatch.setattr(signals, "_OWED", threading.Event())
     signals._HANDLED.set()  # taken in hand: the redelivery thread ends at once
     with pytest.raises(KeyboardInterrupt):
         signals._interrupt(signal.SIGINT, None)
     assert signals._interrupt(signal.SIGINT, None) is None
     assert signals.interrupted_line() == "error: interrupted (SIGINT)"
-    signals._AGAIN.set()
+    signals._OWED.set()  # what the redelivery thread does when C code swallowed it
     with pytest.raises(KeyboardInterrupt):
         signals._interrupt(signal.SIGINT, None)
+
+
+DURING_TORCH_IMPORT = """
+import os, signal, sys, threading, time
+from harness import signals
+signals.install()
+
+def send_while_torch_imports():
+    while not signals._torch_importing():
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGINT)
+    print("sent", flush=True)
+
+threading.Thread(target=send_while_torch_imports, daemon=True).start()
+try:
+    import torch
+    import torch.autograd
+    print("imported", hasattr(torch.autograd, "grad"), flush=True)
+    time.sleep(5)
+    print("went on")
+except KeyboardInterrupt as e:
+    print("interrupted", e, "torch" in sys.modules and not signals._torch_importing())
+"""
+
+
+def test_a_signal_while_torch_imports_is_raised_after_the_import():
+    """CI, session 14: SIGINT ~1 s into the start (torch importing in the up-front checks) was raised inside
+    torch's C++ initialisation (``torch._C._autograd_init``), which aborted: ``terminate called after throwing
+    an instance of 'pybind11::error_already_set'``, return code -6."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", DURING_TORCH_IMPORT], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-3:] == ["imported True", "interrupted SIGINT True", ""], out.stdout
+
+
+def test_a_check_that_a_stop_signal_broke_is_an_interruption_not_bad_input():
+    """Stress run, session 14: SIGINT while the up-front checks composed a job came out of Hydra as a
+    ConfigCompositionException, and the run exited 2 with "error: ConfigCompositionException"."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; from harness import signals; signals._RECEIVED.append('SIGTERM'); "
+            "sys.argv = ['harness', 'tp=two']; runpy.run_module('harness', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert (out.returncode, out.stderr.strip()) == (130, "error: interrupted (SIGTERM)")
