@@ -6,18 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import (
-    EXIT,
-    HOST,
-    NETWORK,
-    SPAWN,
-    ControlContext,
-    ControlPlane,
-    ControlPlaneError,
-    ControlStats,
-    PeerGone,
-    WorkerEndpoint,
-)
+from .base import EXIT, HOST, SPAWN, ControlContext, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
 _NOT_BACKENDS = {"base", "segments", "ring_buffer"}  # helpers, not planes
 
@@ -29,11 +18,7 @@ def available() -> list[str]:
 
 
 def get_control_plane(name: str) -> type[ControlPlane]:
-    """The ControlPlane class registered as ``name``.
-
-    Raises:
-        ValueError: no backend of that name (the message lists the known ones).
-    """
+    """The ControlPlane class registered as ``name``. Raises ValueError (listing the known ones) for another."""
     if name not in available():
         raise ValueError(f"unknown control plane {name!r}; available: {', '.join(available())}")
     return importlib.import_module(f"{__name__}.{name}").CONTROL_PLANE
@@ -50,5 +35,5 @@ def planes_for(launcher: str, num_nodes: int) -> list[str]:
     return [n for n in available() if scope_fits(get_control_plane(n).scope_of({}), launcher, num_nodes)]
 
 
-__all__ = ["EXIT", "HOST", "NETWORK", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "ControlStats",
-           "PeerGone", "WorkerEndpoint", "available", "get_control_plane", "planes_for", "scope_fits"]
+__all__ = ["EXIT", "HOST", "SPAWN", "ControlContext", "ControlPlane", "ControlPlaneError", "PeerGone", "WorkerEndpoint",
+           "available", "get_control_plane", "planes_for", "scope_fits"]

@@ -1,19 +1,12 @@
 """The control-plane interface: rank 0 broadcasts (method, args) messages to ranks 1..world_size-1.
 
-A backend is a pair of classes: a :class:`ControlPlane` (driver side), built by rank 0 *before* the workers are
-spawned, and a :class:`WorkerEndpoint` per worker, created by ``ControlPlane.endpoint(rank)``, pickled into the
-spawned worker's arguments and opened there with :meth:`WorkerEndpoint.open`.
-
-Backends move opaque bytes (``_send_bytes`` / ``_recv_bytes``); framing, time stamps and statistics live
-here, once, so every backend is measured the same way. A message is ``pickle((send_ns, method, args))``
-where ``send_ns`` is ``time.monotonic_ns()`` taken by rank 0 just before serialising; CLOCK_MONOTONIC is one
-clock for every process of a host, so ``recv_ns - send_ns`` on a worker is the one-way latency. A worker on
-another host subtracts its ``clock_offset_ns`` (its clock minus rank 0's, estimated at start-up by its owner).
-
-Backends know nothing of models or of processes: liveness of the peers is a callback that the owner
-installs (``ControlPlane.liveness_check`` / ``WorkerEndpoint.liveness_check``); every blocking wait calls it
-at least every ``POLL_S`` seconds and stops with its exception. What a plane may need to know of where the
-ranks run comes in a :class:`ControlContext`; a plane's ``scope`` says where it can work.
+A backend is a :class:`ControlPlane` (rank 0's side, built before the workers start) and, per worker, a
+:class:`WorkerEndpoint` from ``ControlPlane.endpoint(rank)``, pickled to the worker and opened there.
+Backends move opaque bytes; framing, time stamps and statistics live here, so every backend is measured the
+same way. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank 0's ``time.monotonic_ns()``
+before serialising: CLOCK_MONOTONIC is one clock per host, so ``recv_ns - send_ns`` on a worker is the one-way
+latency (a worker on another host subtracts its ``clock_offset_ns``). Peer liveness is a callback the owner
+installs (``liveness_check``); every blocking wait calls it at least every ``POLL_S`` and stops with its error.
 """
 from __future__ import annotations
 
@@ -38,7 +31,7 @@ class PeerGone(ControlPlaneError):
     """The process on the other side of the control plane has exited."""
 
 
-def _no_check() -> None:
+def _no_check() -> None:  # a function, not a lambda: endpoints are pickled
     return None
 
 
@@ -53,13 +46,11 @@ class ControlContext:
     """Where the ranks run, for planes that care.
 
     Attributes:
-        store: a torch.distributed Store every rank reaches (handshakes, published names); None: the plane
-            makes its own arrangements (tests, single-host use).
+        store: a torch.distributed Store every rank reaches (handshakes); None: the plane makes its own.
         host: the address at which the workers reach rank 0's host.
         node_of: node index of every rank (rank 0's node is 0); ranks on one node share /dev/shm.
         launcher: "spawn" (rank 0 started the workers) or "torchrun".
-        startup_timeout_s: longest wait for the workers to join a plane at start-up (s); once running, the
-            plane's own ``timeout_s`` bounds each wait.
+        startup_timeout_s: longest wait for the workers to join a plane at start-up (s).
     """
 
     store: Any = None
@@ -136,16 +127,12 @@ class ControlPlane(ABC):
 
     @classmethod
     def check_options(cls, world_size: int, **options) -> None:
-        """Raises ValueError for an option value this plane refuses, building nothing (no segment, socket or
-        process): what the harness checks before a sweep's first job and the constructor checks first.
-        ``options``: every option of the plane by name (its ``conf/control`` file's, overrides applied)."""
+        """Raises ValueError for an option value this plane refuses, building nothing (the harness calls it
+        before a sweep; the constructor, first). ``options``: every option of the plane by name."""
 
     def send(self, method: str, *args: Any) -> int:
-        """Broadcast ``method(*args)`` to every worker; returns the message size in bytes.
-
-        Raises:
-            ControlPlaneError: a worker did not take the message in time, or the liveness check failed.
-        """
+        """Broadcast ``method(*args)`` to every worker; returns the message size in bytes. Raises
+        ControlPlaneError: a worker did not take the message in time, or the liveness check failed."""
         if not self.num_workers:  # tp=1: there is nobody to tell
             self.send_stats.add(0, 0)
             return 0
@@ -157,8 +144,7 @@ class ControlPlane(ABC):
 
     def ns_since_send(self) -> int | None:
         """Nanoseconds since the latest :meth:`send` began (rank 0's clock); None before the first send or
-        at tp=1. With :meth:`WorkerEndpoint.ns_since_send` it places an event on rank 0 and on a worker on
-        one time line (a step's launch lag)."""
+        at tp=1."""
         return None if self.last_send_start_ns is None else time.monotonic_ns() - self.last_send_start_ns
 
     def take_send_stats(self) -> ControlStats:
@@ -180,24 +166,20 @@ class ControlPlane(ABC):
         """Deliver ``payload`` to every worker, intact and in order."""
 
     def workers_started(self) -> None:
-        """Called once the worker processes are spawned (their endpoints pickled into them): a backend
-        may drop the driver's copies of the worker ends, or start connecting. Must not block long."""
+        """Called once the workers hold their endpoints: a backend may drop the driver's copies of the
+        worker ends, or start connecting. Must not block long."""
 
     def wait_ready(self) -> None:
-        """Block (checking liveness, at most the context's ``startup_timeout_s``) until the workers have
-        joined the plane, for planes that connect (a no-op for the others). Called after
-        ``workers_started``, before anything else may block rank 0 in a call that holds the GIL.
-
-        Raises:
-            ControlPlaneError: the workers did not join in time; or from the liveness check.
-        """
+        """Block (checking liveness, at most ``startup_timeout_s``) until the workers have joined a plane that
+        connects; called after ``workers_started``, before anything may block rank 0 holding the GIL. Raises
+        ControlPlaneError: they did not join in time."""
 
     def close(self) -> None:
         """Release what the driver owns (segments, pipes, groups). Idempotent."""
 
     def _deadline_wait(self, ready: Callable[[float], bool], what: str, timeout_s: float | None = None) -> None:
-        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise after ``timeout_s`` (default:
-        the plane's)."""
+        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise ControlPlaneError after
+        ``timeout_s`` (default: the plane's)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not ready(POLL_S):
@@ -216,18 +198,15 @@ class WorkerEndpoint(ABC):
         last_send_ns: rank 0's ``time.monotonic_ns()`` when it began sending the latest message.
     """
 
-    name = "base"
-
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.liveness_check: Callable[[], None] = _no_check
         self.recv_stats = ControlStats()
         self.clock_offset_ns = 0
-        self.last_send_ns: int | None = None  # rank 0's send stamp of the latest message (its clock)
+        self.last_send_ns: int | None = None
 
     def open(self, store=None) -> None:
-        """Attach to the transport; called once inside the worker process. ``store``: the run's
-        torch.distributed Store when the plane's context had one (for handshakes)."""
+        """Attach to the transport, once, in the worker process. ``store``: the run's Store, if any."""
 
     def take_recv_stats(self) -> ControlStats:
         """The receive samples so far; sampling starts afresh."""
@@ -235,11 +214,8 @@ class WorkerEndpoint(ABC):
         return stats
 
     def recv(self) -> tuple[str, tuple]:
-        """Block until the next message; return ``(method, args)``.
-
-        Raises:
-            PeerGone / ControlPlaneError: from the liveness check while waiting (the driver died).
-        """
+        """Block until the next message; return ``(method, args)``. Raises PeerGone / ControlPlaneError: from
+        the liveness check while waiting (the driver died)."""
         payload = self._recv_bytes()
         send_ns, method, args = pickle.loads(payload)
         self.last_send_ns = send_ns
@@ -247,8 +223,9 @@ class WorkerEndpoint(ABC):
         return method, args
 
     def ns_since_send(self) -> int | None:
-        """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock (this
-        host's offset subtracted); None when the latest message did not travel (``ideal``'s replay)."""
+        """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock; None
+        when the latest message did not travel (``ideal``'s replay). With ``ControlPlane.ns_since_send`` it
+        places an event on rank 0 and on a worker on one time line (a step's launch lag)."""
         return None if self.last_send_ns is None else time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
 
     @abstractmethod
@@ -259,7 +236,7 @@ class WorkerEndpoint(ABC):
         """Detach from the transport. Idempotent."""
 
     def _wait(self, ready: Callable[[float], bool]) -> None:
-        """Call ``ready(POLL_S)`` until it returns True, checking liveness in between; waits without bound
-        while the driver lives (an idle engine sends nothing for as long as it likes)."""
+        """Call ``ready(POLL_S)`` until it returns True, checking liveness; no bound while the driver lives
+        (an idle engine sends nothing for as long as it likes)."""
         while not ready(POLL_S):
             self.liveness_check()

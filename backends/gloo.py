@@ -1,13 +1,10 @@
-"""``gloo``: torch.distributed broadcast over a gloo process group of its own (SGLang's and TensorRT-LLM's
-design): first the size as one int64, then the bytes as a uint8 tensor. Works across hosts.
+"""``gloo``: torch.distributed broadcast over a gloo process group of its own, apart from the data plane
+(SGLang's and TensorRT-LLM's design): the size as one int64, then the bytes as uint8. Works across hosts.
 
-The group is separate from the data plane (which may be NCCL). It rendezvouses on the run's store under a
-prefix of its own when the context has one (torchrun, the engine), else on a TCPStore that rank 0 hosts on
-a free port (tests, standalone use): no fixed port either way. Workers block in the broadcast; a dead
-driver closes its sockets, which ends the wait with an error. The driver builds its side in a background
-thread from ``workers_started()``, and the first send waits for it while checking liveness, so a worker
-that dies before joining is reported instead of stalling the rendezvous. Joining is bounded by the
-context's ``startup_timeout_s``; each broadcast by ``timeout_s``.
+It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free
+port. A dead driver closes its sockets, which ends the workers' wait with an error. The driver joins in a
+background thread started by ``workers_started()`` and waits for it checking liveness, so a worker that dies
+before joining is reported instead of stalling the rendezvous (bounded by ``startup_timeout_s``).
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from datetime import timedelta
 from .base import NETWORK, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
 # torch is imported inside the methods: the harness reads this module's constructor for its config schema,
-# and a refused command should not pay torch's import (~2 s). An import of a loaded module is a dict lookup.
+# and a refused command should not pay torch's import (~2 s).
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
 PREFIX = "control/gloo"
 
@@ -99,9 +96,7 @@ class GlooControlPlane(ControlPlane):
 
 
 class GlooEndpoint(WorkerEndpoint):
-    """Worker side of :class:`GlooControlPlane`: joins the plane's gloo group (``host``:``port``, or the run's
-    store) as ``rank`` and receives each message as a length broadcast, then the bytes."""
-    name = "gloo"
+    """Worker side: joins the gloo group (on ``host``:``port``, or the run's store) as ``rank``."""
 
     def __init__(self, rank: int, host: str, port: int | None, world_size: int):
         super().__init__(rank)

@@ -1,14 +1,9 @@
 """``hybrid``: a shared-memory ring inside each node, and one network hop (zmq) per other node.
 
-Rank 0 writes each message into its own node's ring (read by the other ranks of node 0) and pushes it once
-over zmq to the local leader of every other node (that node's lowest rank). A leader takes the message,
-republishes the same bytes into its own node's ring (created by the leader on its host; its name reaches
-the node's other ranks through the run's store) and runs it itself. So the network carries one copy per
-node, not one per remote rank, and every rank but the leaders reads from local shared memory. The one-way
-latency of a follower includes the hop and the republish (the stamp is rank 0's).
-
-Which ranks share a node comes from the context's ``node_of`` (a shared-memory probe at start-up, not host
-names). On one node the plane is a plain ring. Layout, ordering and waiting: ``ring_buffer.py``.
+Rank 0 writes each message into its node's ring and pushes it over zmq to the leader (lowest rank) of every
+other node, which republishes the bytes into its own node's ring (its name goes to the node's ranks through
+the run's store). So the network carries one copy per node. A follower's one-way latency includes the hop and
+the republish. Nodes come from the context's ``node_of``; on one node this is a plain ring (``ring_buffer.py``).
 """
 
 from __future__ import annotations
@@ -28,13 +23,9 @@ KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by
 
 
 class HybridControlPlane(ControlPlane):
-    """Driver side. Args: world_size, timeout_s, context (see :class:`ControlPlane`; ``context.node_of``
-    places the ranks); ``nslots``, ``slot_bytes``, ``spin_us``, ``idle_ms``, ``sleep_us``: every node's
-    ring (``ring_buffer.py``); ``hwm``: the zmq queue of each leader.
-
-    Raises:
-        ValueError: a bad option, or several nodes without a store in the context.
-    """
+    """Driver side. Args: see :class:`ControlPlane`; ``nslots``, ``slot_bytes``, ``spin_us``, ``idle_ms``,
+    ``sleep_us``: every node's ring (``ring_buffer.py``); ``hwm``: the zmq queue of each leader. Raises
+    ValueError: a bad option, or several nodes without a store in the context."""
 
     name = "hybrid"
     scope = NETWORK
@@ -95,8 +86,6 @@ class HybridControlPlane(ControlPlane):
 class HybridEndpoint(WorkerEndpoint):
     """A rank of rank 0's node ("reader"), another node's leader ("leader": zmq in, its node's ring out)
     or a rank behind a leader ("follower")."""
-
-    name = "hybrid"
 
     def __init__(self, rank: int, role: str, ring_args: tuple, num_readers: int, index: int | None,
                  segment: str | None = None, key: str | None = None, address: tuple[str, int] | None = None,

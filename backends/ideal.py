@@ -1,18 +1,11 @@
-"""``ideal``: the zero-transport baseline. Workers get each step's message with no transport at all.
+"""``ideal``: the zero-transport baseline: every other plane's decode step minus ideal's is what it exposes.
 
-A run under ``ideal`` has two passes over the same requests. In the untimed recording pass messages travel
-over an ordinary plane (``inner``, pipe by default) and rank 0 records them. Then rank 0 ships the
-recording to every worker once (untimed), and in the timed pass it sends nothing: each worker takes the
-next recorded message from its own memory, while rank 0 checks that every step it schedules equals the
-recorded one (method and arguments, byte for byte). A step that differs fails the run with
-:class:`ScheduleMismatch` naming it: a schedule that does not reproduce has no zero-transport baseline.
-Messages outside a replay (start-up, statistics, exit) travel over the inner plane.
-
-What the timed pass measures is the engine with a control plane that costs nothing: every other plane's
-decode step minus ideal's is what that plane exposes. The owner drives the passes: ``start_recording()``,
-the recording pass, ``stop_recording()``, ``start_replay()``, the timed pass, ``finish_replay()``; the
-engine must be reset to the same state before both passes (``LLM.reset()``). Workers record one-way latency
-0 for replayed messages.
+Two passes over the same requests. In the untimed recording pass messages travel over an ordinary plane
+(``inner``) and rank 0 records them; rank 0 then ships the recording to every worker, and in the timed pass
+sends nothing: each worker takes the next recorded message from memory, while rank 0 checks that every step
+equals the recorded one byte for byte (else :class:`ScheduleMismatch`). Messages outside a replay travel
+over the inner plane. The owner drives ``start_recording()``, the recording pass, ``stop_recording()``,
+``start_replay()``, the timed pass, ``finish_replay()``, with the engine reset (``LLM.reset()``) before each.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ def _describe(message: tuple) -> str:
 
 
 class _WrapsInner:
-    """The liveness check the owner installs goes to the wrapped plane or endpoint, whose waits call it;
-    closing closes the wrapped one."""
+    """Liveness check and close go to the wrapped plane or endpoint, whose waits call the check."""
 
     @property
     def liveness_check(self):
@@ -63,11 +55,8 @@ class _WrapsInner:
 
 
 class IdealControlPlane(_WrapsInner, ControlPlane):
-    """Driver side. Args: world_size, timeout_s (see :class:`ControlPlane`); ``inner``: the plane that
-    carries the recording pass and every message outside a replay; ``inner_options``: its options.
-
-    Raises:
-        ValueError: ``inner`` is ideal itself or unknown.
+    """Driver side. Args: see :class:`ControlPlane`; ``inner``: the plane that carries every message
+    outside a replay; ``inner_options``: its options. Raises ValueError: ``inner`` is ideal itself or unknown.
     """
 
     name = "ideal"
@@ -99,8 +88,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
         self.inner.wait_ready()
 
     def start_recording(self) -> None:
-        """Record every message sent from now until :meth:`stop_recording` (they still travel); ends any
-        replay."""
+        """Record every message sent until :meth:`stop_recording` (they still travel); ends any replay."""
         self._recording, self._expected = [], None
 
     def stop_recording(self) -> int:
@@ -157,8 +145,6 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
 class IdealEndpoint(_WrapsInner, WorkerEndpoint):
     """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
     first (no transport: a replayed message has no one-way latency, and adds no receive sample)."""
-
-    name = "ideal"
 
     def __init__(self, rank: int, inner: WorkerEndpoint):
         super().__init__(rank)

@@ -1,11 +1,10 @@
 """``pipe``: one one-way multiprocessing Pipe per worker; the driver writes the message to each in turn.
 
-A pipe holds ~64 KiB, so writing a large message waits for the worker to drain it; that is part of this
-design's cost. The driver writes through a non-blocking descriptor, waiting with ``select`` in steps of
-POLL_S, so a dead worker (broken pipe) or one that stops reading (``timeout_s``) cannot block it forever.
-The framing is ``multiprocessing.Connection``'s (a 4-byte big-endian length, or -1 and an 8-byte length
-for messages over 2 GiB), so the worker reads with the ordinary ``recv_bytes``. After the workers start,
-the driver closes its copies of the read ends so that a dead reader really breaks the pipe.
+A pipe holds ~64 KiB, so a large message waits for the worker to drain it (part of this design's cost). The
+driver writes non-blocking, waiting with ``select`` in steps of POLL_S, so a dead worker (broken pipe) or one
+that stops reading (``timeout_s``) cannot block it forever. The framing is ``multiprocessing.Connection``'s,
+so the worker reads with ``recv_bytes``. Once the workers start, the driver closes its copies of the read
+ends so that a dead reader really breaks the pipe.
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpo
 
 
 def frame(n: int) -> bytes:
-    """multiprocessing.Connection's length header for an ``n``-byte message."""
+    """multiprocessing.Connection's length header for an ``n``-byte message (4-byte big-endian, or -1 and
+    8 bytes over 2 GiB)."""
     return struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!i", -1) + struct.pack("!Q", n)
 
 
@@ -63,13 +63,11 @@ class PipeControlPlane(ControlPlane):
 
     def _send_bytes(self, payload: bytes) -> None:
         header = frame(len(payload))
+        # Header and a small payload in one write: one wake-up for the reader.
+        parts = [header + payload] if len(payload) < 65536 else [header, payload]
         for rank, w in enumerate(self.writers, start=1):
-            # Header and a small payload in one write: one wake-up for the reader.
-            if len(payload) < 65536:
-                self._write_all(rank, w.fileno(), memoryview(header + payload))
-            else:
-                self._write_all(rank, w.fileno(), memoryview(header))
-                self._write_all(rank, w.fileno(), memoryview(payload))
+            for part in parts:
+                self._write_all(rank, w.fileno(), memoryview(part))
 
     def close(self) -> None:
         for c in self.writers + self.readers:
@@ -79,7 +77,6 @@ class PipeControlPlane(ControlPlane):
 
 class PipeEndpoint(WorkerEndpoint):
     """Worker side of :class:`PipeControlPlane`: reads each message from its end ``conn`` of a one-way pipe."""
-    name = "pipe"
 
     def __init__(self, rank: int, conn):
         super().__init__(rank)

@@ -1,9 +1,6 @@
-"""``queue``: one multiprocessing Queue per worker (a pipe plus a feeder thread on the sending side).
-
-The driver's ``put`` hands the bytes to the queue's feeder thread and returns at once; the worker polls
-``get`` with a short timeout so that it notices a dead driver. Queues buffer, so no acknowledgement is
-needed for safety.
-"""
+"""``queue``: one multiprocessing Queue per worker. The driver's ``put`` hands the bytes to the queue's feeder
+thread and returns at once (queues buffer: no acknowledgement needed); the worker polls ``get`` with a short
+timeout so that it notices a dead driver."""
 
 from __future__ import annotations
 
@@ -44,7 +41,6 @@ class QueueControlPlane(ControlPlane):
 
 class QueueEndpoint(WorkerEndpoint):
     """Worker side of :class:`QueueControlPlane`: takes each message from its own queue ``q``."""
-    name = "queue"
 
     def __init__(self, rank: int, q):
         super().__init__(rank)

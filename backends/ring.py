@@ -1,9 +1,6 @@
 """``ring``: a lock-free ring of slots in one shared-memory segment, rank 0 writing, every worker polling
-(vLLM's design; layout, memory ordering and waiting policy in ``ring_buffer.py``).
-
-The segment is found by name, so the workers need not be rank 0's children: the plane works for ranks of
-one host however they were started (spawned here, or by torchrun on one node).
-"""
+(vLLM's design: ``ring_buffer.py``). The segment is found by name, so it works for the ranks of one host
+however they were started."""
 
 from __future__ import annotations
 
@@ -13,15 +10,9 @@ from .segments import attach_segment, create_segment, release_segment
 
 
 class RingControlPlane(ControlPlane):
-    """Driver side: creates the segment and writes chunks.
-
-    Args:
-        world_size, timeout_s, context: see :class:`ControlPlane`.
-        nslots / slot_bytes: ring geometry (slot_bytes includes the slot header).
-        spin_us / idle_ms / sleep_us: the readers' waiting policy (``ring_buffer.py``).
-    Raises:
-        ValueError: a bad option.
-    """
+    """Driver side. Args: see :class:`ControlPlane`; ``nslots`` / ``slot_bytes``: ring geometry (slot_bytes
+    includes the slot header); ``spin_us`` / ``idle_ms`` / ``sleep_us``: the readers' waiting policy
+    (``ring_buffer.py``). Raises ValueError: a bad option."""
 
     name = "ring"
     scope = "host"
@@ -55,8 +46,6 @@ class RingControlPlane(ControlPlane):
 
 class RingEndpoint(WorkerEndpoint):
     """Reader ``index`` of the ring in segment ``segment``."""
-
-    name = "ring"
 
     def __init__(self, rank: int, segment: str, nslots: int, slot_bytes: int, num_readers: int, index: int,
                  poll_args):

@@ -1,37 +1,29 @@
 """A lock-free ring of slots in one shared-memory segment: one writer, ``num_readers`` polling readers
-(vLLM's shm_broadcast design). Used by ``ring`` (rank 0 writes, every worker reads) and ``hybrid`` (one
-ring per node).
+(vLLM's shm_broadcast design), for ``ring`` and ``hybrid``.
 
-Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian): ``seq`` u64 (the "written" marker:
-the chunk number it holds, 1, 2, 3, ... across the run), total message length u64, chunk offset u64, chunk
-length u64, crc32 of the chunk u32; then one u64 "read" marker per reader (the last ``seq`` that reader
-consumed from this slot); then the data. Chunk ``s`` lives in slot ``(s - 1) % nslots``. A message larger
-than a slot spans consecutive chunks (so any size arrives, flow-controlled by the read markers).
-
-Writer: before reusing a slot it waits until every reader's read marker there equals the chunk that was in
-it (``s - nslots``); then it writes the data, the lengths and the crc, and the ``seq`` marker last. Reader:
-polls its next slot until ``seq`` equals the chunk it expects, copies the data, checks the crc, then stores
-its read marker.
+Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian u64 unless said): ``seq`` (the
+"written" marker: the chunk number it holds, 1, 2, 3, ... across the run), total message length, chunk
+offset, chunk length, crc32 of the chunk (u32); from MARKERS_AT one "read" marker per reader (the last
+``seq`` it consumed here); then the data. Chunk ``s`` lives in slot ``(s - 1) % nslots``; a message larger
+than a slot spans consecutive chunks. The writer reuses a slot once every read marker there equals the chunk
+it held (``s - nslots``), and stores ``seq`` after the data; a reader polls until ``seq`` is the chunk it
+expects, copies the data, checks the crc, then stores its read marker.
 
 Memory ordering. On x86-64 (TSO) stores become visible in program order and loads are not reordered with
-other loads, so data-then-marker publishing is enough; CPython performs each buffer write as a call
-(memcpy / struct.pack_into), which the C compiler cannot reorder. On weakly ordered CPUs (AArch64, POWER)
-stores may become visible out of order, so a reader can see the new ``seq`` before the data: the crc over
-the copied chunk detects that and the reader copies again until it matches (identical stale bytes would be
-correct anyway; a stale chunk with an equal crc has probability 2**-32). The reader's read-marker store is
-issued only after the crc comparison, which depends on every loaded byte: a store that is control-dependent
-on prior loads is not made visible before them on these CPUs, so the writer never overwrites a slot that a
-reader is still copying. The writer's data stores likewise depend on its check of the read markers.
+other loads, so data-then-marker publishing is enough; CPython makes each buffer write a call (memcpy /
+struct.pack_into), which the C compiler cannot reorder. On weakly ordered CPUs (AArch64, POWER) a reader
+can see the new ``seq`` before the data: the crc detects that and the reader copies again (a stale chunk
+with an equal crc has probability 2**-32). The read-marker store depends on the crc comparison, hence on
+every loaded byte, and a store control-dependent on prior loads is not made visible before them on these
+CPUs, so the writer never overwrites a slot being copied; its data stores likewise depend on its check.
 
-Waiting. Readers spin for ``spin_us``, then yield the CPU (``sched_yield``) until ``idle_ms`` have passed
-without a message, then sleep ``sleep_us`` between polls, so an idle reader costs well under 5% of a core;
-every wait calls a liveness check at least every POLL_S. The writer's waits for read markers have the same
-shape and a timeout. Where runnable processes outnumber cores, yielding is worse than sleeping: the yielding
-reader takes turns with the ranks that do the work (``results/cpu/CONTROL.md``). So after LATE_YIELDS yields
-in a row that came back late (another task had the core), on a host whose runnable tasks fill every core this
-process may use (``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per poll instead, for the next
-RECHECK_S. A host with idle cores keeps yielding: there a late yield is more likely a thread of this process
-(``os.sched_yield`` lets go of the GIL), and naps would only make the reader wake later.
+Waiting. Readers spin for ``spin_us``, then ``sched_yield`` until ``idle_ms`` pass without a message, then
+sleep ``sleep_us`` between polls (an idle reader costs well under 5% of a core), calling a liveness check
+at least every POLL_S; the writer's waits have the same shape and a timeout. Where runnable processes
+outnumber cores, a yielding reader takes turns with the ranks that do the work (``results/cpu/CONTROL.md``):
+after LATE_YIELDS late yields in a row on a host whose runnable tasks fill this process's cores
+(``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per poll for RECHECK_S. On a host with idle
+cores a late yield is more likely a thread of this process (the yield lets go of the GIL): keep yielding.
 """
 
 from __future__ import annotations
@@ -40,6 +32,7 @@ import os
 import struct
 import time
 import zlib
+from functools import partial
 from multiprocessing import shared_memory
 
 from common import check_int, is_number
@@ -67,7 +60,7 @@ def check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, num_readers: int,
     readers' waiting policy (us, ms, us) that is not numbers >= 0."""
     for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
         check_int(f"{owner} option", key, value, 1)
-    if nslots < 1 or slot_bytes <= data_offset(num_readers):
+    if slot_bytes <= data_offset(num_readers):
         raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
     if nslots * slot_bytes > MAX_SEGMENT_BYTES:
         raise ValueError(f"{owner}: a ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
@@ -89,17 +82,17 @@ def host_contended() -> bool:
 
 
 class Poller:
-    """Spin, then yield, then sleep: ``wait(ready)`` returns once ``ready()`` is true, calling ``check()``
-    every POLL_S and raising ``ControlPlaneError`` after ``timeout_s`` (None: wait forever)."""
+    """Spin, then yield, then sleep: ``wait(ready)`` returns ``ready()``'s value once it is true, calling
+    ``check()`` every POLL_S and raising ``ControlPlaneError`` after ``timeout_s`` (None: wait forever)."""
 
     def __init__(self, spin_us: float, idle_ms: float, sleep_us: float):
         self.spin_s, self.idle_s, self.sleep_s = spin_us / 1e6, idle_ms / 1e3, sleep_us / 1e6
         self.contended_until = 0.0  # time.monotonic() until which yielding is replaced by short sleeps
         self.late_yields = 0  # consecutive late yields
 
-    def wait(self, ready, check, timeout_s: float | None, what: str) -> None:
-        if ready():
-            return
+    def wait(self, ready, check, timeout_s: float | None, what: str):
+        if got := ready():
+            return got
         start = time.monotonic()
         next_check = start + POLL_S
         while True:
@@ -107,12 +100,12 @@ class Poller:
             idle = now - start
             if idle > self.idle_s:  # asleep between polls: one look per wake-up
                 time.sleep(self.sleep_s)
-                if ready():
-                    return
+                if got := ready():
+                    return got
             else:
                 for _ in range(64):
-                    if ready():
-                        return
+                    if got := ready():
+                        return got
                 if idle > self.spin_s:
                     self._yield()
             if now > next_check:
@@ -151,18 +144,15 @@ class RingWriter:
         return all(SEQ.unpack_from(buf, base + MARKERS_AT + 8 * r)[0] >= previous for r in range(self.num_readers))
 
     def write(self, payload: bytes, check, timeout_s: float) -> None:
-        """Publish ``payload`` (any size), waiting for readers to free slots (``check`` every POLL_S).
-
-        Raises:
-            ControlPlaneError: a slot stayed busy for ``timeout_s``, or from ``check``.
-        """
+        """Publish ``payload`` (any size), waiting for readers to free slots (``check`` every POLL_S). Raises
+        ControlPlaneError: a slot stayed busy for ``timeout_s``, or from ``check``."""
         total, view, offset, buf = len(payload), memoryview(payload), 0, self.shm.buf
         while True:
             seq = self.next_seq
             base = ((seq - 1) % self.nslots) * self.slot_bytes
             previous = seq - self.nslots
             if previous > 0:
-                self.poller.wait(lambda base=base, previous=previous: self._slot_free(base, previous), check, timeout_s,
+                self.poller.wait(partial(self._slot_free, base, previous), check, timeout_s,
                                  "the readers to free a ring slot")
             n = min(self.capacity, total - offset)
             chunk = view[offset:offset + n]
@@ -199,17 +189,7 @@ class RingReader:
         out = None
         while True:
             base = ((self.expected - 1) % self.nslots) * self.slot_bytes
-            got = self._read_chunk(base)
-            if got is None:
-                box = [None]
-
-                def ready(box=box, base=base):  # called within this iteration (bound for the linter)
-                    box[0] = self._read_chunk(base)
-                    return box[0] is not None
-
-                self.poller.wait(ready, check, None, "a message")
-                got = box[0]
-            total, offset, data = got
+            total, offset, data = self.poller.wait(partial(self._read_chunk, base), check, None, "a message")
             SEQ.pack_into(self.shm.buf, base + MARKERS_AT + 8 * self.index, self.expected)
             self.expected += 1
             if out is None and offset == 0 and len(data) == total:

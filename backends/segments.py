@@ -1,16 +1,14 @@
 """Shared-memory segments of the control planes: created with a per-run unique name, released by their
-creator, and removed after a run whose processes all died (nobody was left to unlink them).
+creator, and removed after a run whose processes all died.
 
-Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run on the same host recognise a segment as
-stale (its creator no longer exists) without touching a live run's. The named semaphores a plane creates
-through multiprocessing (``/dev/shm/sem.mp-*``, names without a pid) are listed in a registry segment of the
-same form, ``tpcp_<pid>_sems<random>``, so that they are removed with the dead run's segments too.
+Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run recognise a segment as stale (its creator
+is gone) without touching a live run's. The named semaphores a plane creates through multiprocessing (names
+without a pid) are listed in a registry segment ``tpcp_<pid>_sems<random>``, so they go with the segments.
 
-This module is their only owner: segments and listed semaphores are kept out of multiprocessing's resource
-tracker. The tracker outlives a SIGKILLed rank 0 and, once the workers are gone too, calls what it still
-holds "leaked" on the run's stderr (two warnings) whoever removes it. Instead: the creator unlinks at
-release (or at its exit), spawned workers unlink a dead rank 0's (:func:`remove_segments_of`), and the
-next run removes those of a run killed with every process (:func:`remove_stale_segments`).
+They are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it
+holds "leaked" on stderr whoever removes it. Instead the creator unlinks at release (or exit), spawned workers
+unlink a dead rank 0's (:func:`remove_segments_of`), and the next run those of a run that died whole
+(:func:`remove_stale_segments`).
 """
 
 from __future__ import annotations
@@ -22,75 +20,67 @@ import secrets
 from multiprocessing import resource_tracker, shared_memory, synchronize, util
 
 PREFIX = "tpcp"
+SHM_DIR = "/dev/shm"
 MAX_SEGMENT_BYTES = 1 << 30  # a larger segment buys a plane nothing and could exhaust /dev/shm
 _OWNED: dict[str, util.Finalize] = {}  # segment name -> what unlinks it (and its listed semaphores), once
 
 
-def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
+def remove_stale_segments() -> list[str]:
     """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists, and the semaphores their
     registries list. Returns the names removed."""
     removed = []
-    for pid in sorted({pid for pid, _ in _segments(directory)}):
+    for pid in sorted({pid for pid, _ in _segments()}):
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            removed += remove_segments_of(pid, directory)
+            removed += remove_segments_of(pid)
         except PermissionError:  # alive, another user's
             pass
     return removed
 
 
-def remove_segments_of(pid: int, directory: str = "/dev/shm") -> list[str]:
+def remove_segments_of(pid: int) -> list[str]:
     """Unlink every ``tpcp_<pid>_*`` segment and the semaphores its registries list, for a creator ``pid``
     known to be dead (a spawned worker's rank 0 that is gone, not yet reaped). Returns the names removed."""
     removed = []
-    for creator, name in _segments(directory):
+    for creator, name in _segments():
         if creator == pid:
-            if name.split("_")[2].startswith("sems"):
-                removed += _unlink_listed(os.path.join(directory, name), directory)
-            removed += _unlink_files(directory, [name])
+            if name.split("_")[2].startswith("sems"):  # a registry: the semaphores it lists first
+                with contextlib.suppress(OSError), open(os.path.join(SHM_DIR, name), "rb") as f:
+                    sems = f.read().rstrip(b"\0").decode().split()
+                    removed += _unlink_files(["sem." + sem.lstrip("/") for sem in sems])
+            removed += _unlink_files([name])
     return removed
 
 
-def _segments(directory: str) -> list[tuple[int, str]]:
-    """(creator pid, name) of the ``tpcp_<pid>_<random>`` segments in ``directory`` ([] when unreadable)."""
+def _segments() -> list[tuple[int, str]]:
+    """(creator pid, name) of the ``tpcp_<pid>_<random>`` segments in SHM_DIR ([] when unreadable)."""
     try:
-        names = os.listdir(directory)
+        names = os.listdir(SHM_DIR)
     except OSError:
         return []
     parts = [(name, name.split("_")) for name in names]
     return [(int(p[1]), name) for name, p in parts if len(p) == 3 and p[0] == PREFIX and p[1].isdigit()]
 
 
-def _unlink_listed(registry: str, directory: str) -> list[str]:
-    """Unlink the semaphores a dead run's registry lists; returns their files' names."""
-    try:
-        with open(registry, "rb") as f:
-            names = f.read().rstrip(b"\0").decode().split()
-    except OSError:
-        return []
-    return _unlink_files(directory, ["sem." + sem.lstrip("/") for sem in names])
-
-
-def _unlink_files(directory: str, names: list[str]) -> list[str]:
-    """Unlink ``names`` in ``directory``, quietly skipping those that fail; returns those unlinked."""
+def _unlink_files(names: list[str]) -> list[str]:
+    """Unlink ``names`` in SHM_DIR, quietly skipping those that fail; returns those unlinked."""
     removed = []
     for name in names:
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, name))
+            os.unlink(os.path.join(SHM_DIR, name))
             removed.append(name)
     return removed
 
 
 def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
     """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry segment
-    ``tpcp_<pid>_sems<random>`` (names separated by newlines, zero-padded); returns it, or None where there is
-    nothing to list or no /dev/shm. The semaphores are taken from the resource tracker (and from their own
-    finalizers): ``release_segment(registry, unlink=True)``, or this process's exit, unlinks them with the registry;
-    :func:`remove_segments_of` / :func:`remove_stale_segments` read it when this process died first."""
+    (names separated by newlines, zero-padded); returns it, or None where there is nothing to list or no
+    /dev/shm. The semaphores are taken from the resource tracker and their own finalizers:
+    ``release_segment(registry, unlink=True)``, or this process's exit, unlinks them with the registry."""
     names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
     payload = "".join(n + "\n" for n in names if n).encode()
-    if not payload or not os.path.isdir("/dev/shm"):
+    if not payload or not os.path.isdir(SHM_DIR):
         return None
     registry = _untracked(f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True, size=len(payload))
     registry.buf[:len(payload)] = payload
@@ -124,11 +114,8 @@ def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
 
 
 def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:
-    """``SharedMemory(name, create, size)`` kept out of multiprocessing's resource tracker.
-
-    Raises:
-        FileNotFoundError: (``create=False``) no such segment; FileExistsError: (``create=True``) one exists.
-    """
+    """``SharedMemory(name, create, size)`` kept out of multiprocessing's resource tracker. Raises
+    FileNotFoundError: (``create=False``) no such segment; FileExistsError: (``create=True``) one exists."""
     try:
         return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
     except TypeError:  # Python < 3.13: no track argument; the tracker registered it (created or attached)
@@ -161,10 +148,6 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:
     """Open an existing segment created by another process, kept out of this process's resource tracker
-    (with it, a process exiting would have the tracker unlink the segment under its creator, or call it
-    leaked).
-
-    Raises:
-        FileNotFoundError: no such segment on this host (e.g. created on another node).
-    """
+    (which at exit would unlink it under its creator, or call it leaked). Raises FileNotFoundError: no such
+    segment on this host (e.g. created on another node)."""
     return _untracked(name, create=False)

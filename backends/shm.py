@@ -1,19 +1,13 @@
-"""``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" signal.
+"""``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" semaphore.
 
-This is nano-vllm's design (SharedMemory + Event) with its faults removed:
+nano-vllm's design (SharedMemory + Event) with its faults removed: the segment name is unique per run; every
+worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before writing again; a
+message larger than the segment goes as consecutive chunks (nano-vllm's fixed 1 MiB fails on a large
+prefill batch); and the signals are semaphores, not ``Event``, whose ``set()`` waits without a timeout for
+every process asleep in ``wait()`` to wake, so a worker stopped or killed there would block rank 0 forever
+(``release()`` never blocks, and every ``acquire`` here has a timeout and a liveness check).
 
-* the segment name is unique per run (``tpcp_<pid>_<random>``), never a fixed one;
-* every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before it
-  writes again, so an unread message is never overwritten;
-* a message larger than the segment is sent as consecutive chunks, so any size arrives (nano-vllm's
-  fixed 1 MiB buffer fails on a large prefill batch);
-* the signals are counting semaphores rather than ``multiprocessing.Event``: ``Event.set()`` waits,
-  without a timeout, for every process asleep in ``wait()`` to wake (``Condition.notify``), so a worker that
-  is stopped or killed while waiting would block rank 0 forever. ``release()`` never blocks, and every
-  ``acquire`` here has a timeout and a liveness check.
-
-Segment layout: bytes [0, 8) total message length, [8, 16) chunk offset, [16, 24) chunk length (all
-little-endian u64), chunk data from byte 64.
+Segment layout: total message length, chunk offset, chunk length (little-endian u64), data from byte 64.
 """
 
 from __future__ import annotations
@@ -32,13 +26,8 @@ DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm; larger messages are chun
 
 
 class ShmControlPlane(ControlPlane):
-    """SharedMemory + semaphore control plane (driver side).
-
-    Args:
-        world_size, timeout_s, context: see :class:`ControlPlane`.
-        segment_bytes: size of the shared segment (bytes, > 64, <= 1 GiB); messages above ``segment_bytes - 64``
-            travel in several chunks.
-    """
+    """Driver side. Args: see :class:`ControlPlane`; ``segment_bytes``: size of the shared segment (bytes,
+    > 64, <= 1 GiB); messages above ``segment_bytes - 64`` travel in several chunks."""
 
     name = "shm"
 
@@ -84,8 +73,6 @@ class ShmControlPlane(ControlPlane):
 
 class ShmEndpoint(WorkerEndpoint):
     """Worker side of :class:`ShmControlPlane`."""
-
-    name = "shm"
 
     def __init__(self, rank: int, segment_name: str, ready, ack):
         super().__init__(rank)

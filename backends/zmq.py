@@ -1,12 +1,9 @@
-"""``zmq``: one ZeroMQ PUSH socket per worker (pyzmq, the library vLLM's cross-node MessageQueue uses). Works
-across hosts.
+"""``zmq``: one ZeroMQ PUSH socket per worker (pyzmq, as vLLM's cross-node MessageQueue). Works across hosts.
 
-Rank 0 binds each socket to a port the OS picks (``tcp://*:*``, then reads the bound endpoint back: no
-port is chosen before it is held, so there is no bind race) and tells each worker its port in the worker's
+Rank 0 binds each socket to a port the OS picks (no bind race) and tells each worker its port in its
 endpoint. PUSH never drops: a message waits in the socket's queue until the worker's PULL takes it, and at
-``hwm`` queued messages the send blocks (flow control); rank 0 waits for that with ``poll`` in steps of
-POLL_S, checking liveness, for at most ``timeout_s``. One copy of each message crosses the network per
-worker.
+``hwm`` queued messages the send waits (polling in steps of POLL_S, checking liveness, at most ``timeout_s``).
+One copy of each message crosses the network per worker.
 """
 
 from __future__ import annotations
@@ -31,11 +28,8 @@ def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:
 
 
 def send_all(sock: zmq.Socket, payload: bytes, check, timeout_s: float, who: str) -> None:
-    """Queue ``payload`` on ``sock``, waiting (``check`` every POLL_S) while its queue is full.
-
-    Raises:
-        ControlPlaneError: still full after ``timeout_s``; or from ``check``.
-    """
+    """Queue ``payload`` on ``sock``, waiting (``check`` every POLL_S) while its queue is full. Raises
+    ControlPlaneError: still full after ``timeout_s``; or from ``check``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -60,12 +54,8 @@ def recv_one(sock: zmq.Socket, check) -> bytes:
 
 
 class ZmqControlPlane(ControlPlane):
-    """Driver side. Args: world_size, timeout_s, context (see :class:`ControlPlane`); ``hwm``: messages a
-    worker's queue holds before rank 0's send waits.
-
-    Raises:
-        ValueError: a bad option.
-    """
+    """Driver side. Args: see :class:`ControlPlane`; ``hwm``: messages a worker's queue holds before rank 0's
+    send waits. Raises ValueError: a bad option."""
 
     name = "zmq"
     scope = NETWORK
@@ -97,8 +87,6 @@ class ZmqControlPlane(ControlPlane):
 
 class ZmqEndpoint(WorkerEndpoint):
     """Worker side: a PULL socket connected to rank 0's ``host:port``."""
-
-    name = "zmq"
 
     def __init__(self, rank: int, host: str, port: int):
         super().__init__(rank)

@@ -1,6 +1,5 @@
-"""Value checks every layer shares (backends, runtime, engine, harness), in a package of their own below all of
-them, so that nothing imports upward: an integer that is not a bool (``True`` is an ``int`` in Python, and
-``tp=true`` must not mean 1), a finite number; and the error for bad input."""
+"""Value checks and the bad-input error every layer shares, in a package below them all (nothing imports
+upward)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ class ConfigError(ValueError):
 
 
 def is_int(v) -> bool:
-    """An integer (any ``numbers.Integral``: int, numpy ints), never a bool."""
+    """An integer (any ``numbers.Integral``: int, numpy ints), never a bool (``tp=true`` must not mean 1)."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 

@@ -19,8 +19,7 @@ class DataPlaneError(RuntimeError):
 
 def make_control_plane(name: str, options: dict, world_size: int, timeout_s: float, context: ControlContext):
     """The control plane ``name`` with ``options`` for ranks placed as ``context`` says. Raises ConfigError: a bad
-    option, or the plane cannot work there (one line naming those that can): a plane whose worker ends must
-    be inherited, under torchrun; a shared-memory plane, across nodes."""
+    option, or the plane cannot work there (``scope_fits``; one line naming those that can)."""
     try:
         cls = get_control_plane(name)
         scope = cls.scope_of(options)

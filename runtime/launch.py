@@ -1,23 +1,18 @@
-"""How the ranks of a run come to exist, and where they are.
+"""How the ranks of a run come to exist, and where they are. Two launchers, one worker lifecycle
+(``worker_group.py`` on rank 0, ``worker.py`` on the others):
 
-Two launchers, one worker lifecycle (``worker_group.py`` on rank 0, ``worker.py`` on the others):
-
-* ``spawn`` (the default, one host): rank 0 is the calling process; it hosts a TCPStore on a port the OS
-  picks and spawns ranks 1..tp-1 (``multiprocessing``, spawn context).
-* ``torchrun`` (torch.distributed.elastic; one host or several): every rank is started by torchrun's agent
-  with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set. The store comes from the ``env://``
-  rendezvous (the agent's own store on node 0, or rank 0's), and every key of a run lives under a
-  namespace of its own, so no key and no port is fixed.
-
-Division of labour under torchrun: the agent starts the processes, sets their environment, watches the
-local ones and, when one fails, stops the others of its node (``--max-restarts=0``) and exits; its store
-vanishing ends the waits of ranks still connecting. This project's lifelines (``lifeline.py``) cover what
-the agent does not: rank 0 learns within seconds that a rank on another node died (which rank, which
-node), and every rank exits within seconds of rank 0's death wherever it is blocked.
+* ``spawn`` (one host): rank 0 is the calling process; it hosts a TCPStore on a port the OS picks and spawns
+  ranks 1..tp-1 (``multiprocessing``, spawn context).
+* ``torchrun`` (one host or several): torchrun's agent starts every rank with RANK, WORLD_SIZE, LOCAL_RANK,
+  MASTER_ADDR and MASTER_PORT set; the store comes from the ``env://`` rendezvous, every key of a run under
+  a namespace of its own, so no key and no port is fixed. The agent (``--max-restarts=0``) stops its node's
+  processes when one fails; the lifelines (``lifeline.py``) cover the rest: rank 0 learns within seconds that a
+  rank on another node died, and every rank exits within seconds of rank 0's death wherever it is blocked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -77,14 +72,10 @@ def spawn_store(world_size: int, timeout_s: float) -> TCPStore:
 
 
 def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, check=lambda: None) -> list[int]:
-    """Which ranks share a node, found by shared memory rather than host names: every rank creates a small
-    segment, publishes its name, and tries to open every other rank's; ranks that can open each other's
-    share /dev/shm, i.e. a node. Every rank calls this; returns ``node_of`` (rank 0's node is 0, the others
-    numbered by their lowest rank), the same on every rank.
-
-    Raises:
-        TimeoutError: a rank did not take part within ``timeout_s``; or whatever ``check`` raises.
-    """
+    """Which ranks share a node (/dev/shm), found by shared memory rather than host names: every rank (each
+    calls this) creates a small segment, publishes its name, and tries to open every other rank's. Returns
+    ``node_of``, the same on every rank (rank 0's node is 0, the others numbered by their lowest rank).
+    Raises TimeoutError: a rank did not take part within ``timeout_s``; or whatever ``check`` raises."""
     from backends.segments import attach_segment, create_segment, release_segment
 
     mine = create_segment(64)
@@ -93,13 +84,10 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
         names = wait_get(store, [f"probe/name/{r}" for r in range(world_size)], timeout_s, check)
         seen = []
         for r, name in enumerate(names):
-            if r == rank:
-                continue
-            try:
-                release_segment(attach_segment(name.decode()), unlink=False)
-                seen.append(r)
-            except FileNotFoundError:
-                pass
+            if r != rank:
+                with contextlib.suppress(FileNotFoundError):  # another node's
+                    release_segment(attach_segment(name.decode()), unlink=False)
+                    seen.append(r)
         store.set(f"probe/seen/{rank}", json.dumps(seen))
         views = [json.loads(v) for v in wait_get(store, [f"probe/seen/{r}" for r in range(world_size)],
                                                    timeout_s, check)]
@@ -113,11 +101,7 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
 
 def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None) -> list[bytes]:
     """The values of ``keys``, waiting for them in steps of POLL_S (calling ``check`` between steps) for at
-    most ``timeout_s``.
-
-    Raises:
-        TimeoutError: a key did not appear in time; or whatever ``check`` raises.
-    """
+    most ``timeout_s``. Raises TimeoutError: a key did not appear in time; or whatever ``check`` raises."""
     deadline = time.monotonic() + timeout_s
     while not store.check(keys):
         check()

@@ -1,18 +1,14 @@
 """Lifelines: one TCP connection from every worker to rank 0, for the whole run, under both launchers.
 
-* Death, both ways, wherever the other side is blocked. Rank 0 reads every lifeline in a thread: end of
-  file means that rank's process is gone (the kernel closes its sockets however it died, on any host),
-  and ``WorkerGroup.check`` names it and its node. A worker's watch thread blocks on its end: when rank
-  0 dies it calls ``os._exit`` at once, even if the main thread sits in a store connect or a collective.
-  TCP keepalive (a probe after 2 s idle, every 1 s, 3 misses) covers a host that vanishes without closing.
+* Death, both ways, wherever the other side is blocked: end of file on rank 0's reading thread means that
+  rank's process is gone (the kernel closes its sockets however it died, on any host); a worker's watch
+  thread calls ``os._exit`` as soon as rank 0's end closes. TCP keepalive (a probe after 2 s idle, every
+  1 s, 3 misses) covers a host that vanishes without closing.
 * Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
-* Stalls: a worker's watch thread also sends a heartbeat every ``BEAT_S``. A process stopped (SIGSTOP) or
-  stuck with the GIL held sends none, while its socket stays open: ``LifelineServer.stalled`` names it, so a
-  collective that timed out on a healthy rank is blamed on the rank that stopped.
-* Clocks: for a worker on another node rank 0 estimates the offset of the worker's monotonic clock to its
-  own by ping-pong (``PINGS`` round trips; offset = worker time - midpoint of the round trip with the
-  smallest round-trip time; uncertainty = half that round trip, Cristian 1989). On rank 0's node the clock
-  is the same one and the offset is 0.
+* Stalls: a worker sends a heartbeat every ``BEAT_S``; one stopped (SIGSTOP) or stuck holding the GIL sends
+  none while its socket stays open, so a collective that timed out on a healthy rank is blamed on it.
+* Clocks: rank 0 estimates a remote worker's monotonic clock offset by ``PINGS`` round trips: worker time
+  minus the midpoint of the fastest round trip, uncertain by half of it (Cristian 1989); 0 on rank 0's node.
 """
 
 from __future__ import annotations
@@ -71,7 +67,7 @@ def _keepalive(sock: socket.socket) -> None:
 
 class LifelineServer:
     """Rank 0's end: listens on ``bind_host`` at a port the OS picks (``port``), accepts one connection per
-    worker, syncs clocks with workers on other nodes, then reads reports and notices deaths.
+    worker, syncs clocks with workers not in ``local_ranks`` (None: all), then reads reports and deaths.
 
     Attributes:
         hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)} of synced workers;
@@ -82,7 +78,7 @@ class LifelineServer:
     def __init__(self, bind_host: str, local_ranks: set[int] | None = None):
         self.listener = socket.create_server((bind_host, 0), backlog=128)
         self.port = self.listener.getsockname()[1]
-        self.local_ranks = local_ranks  # ranks known to share rank 0's clock (no sync); None: none known
+        self.local_ranks = local_ranks
         self.hosts: dict[int, str] = {}
         self.offsets: dict[int, tuple[int, int]] = {}
         self.dead: dict[int, str] = {}
@@ -163,11 +159,11 @@ class LifelineServer:
         with self._lock:
             return set(self.conns)
 
-    def stalled(self, after_s: float = STALL_S) -> dict[int, float]:
-        """{rank: seconds since its last frame} of the open lifelines silent for more than ``after_s``."""
+    def stalled(self) -> dict[int, float]:
+        """{rank: seconds since its last frame} of the open lifelines silent for more than STALL_S."""
         now = time.monotonic()
         with self._lock:
-            return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > after_s}
+            return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > STALL_S}
 
     def close(self) -> None:
         self._closed = True
@@ -182,14 +178,9 @@ class LifelineServer:
 
 
 class Lifeline:
-    """A worker's end. ``connect`` (retrying while rank 0's server comes up, at most ``timeout_s``), then
-    ``watch()`` starts the thread that ends this process when rank 0's end closes.
-
-    Attributes:
-        clock_offset_ns / clock_uncertainty_ns: this host's clock minus rank 0's (0 on rank 0's node).
-    Raises:
-        TimeoutError: rank 0 could not be reached within ``timeout_s``.
-    """
+    """A worker's end: connects (retrying while rank 0's server comes up, at most ``timeout_s``; else
+    TimeoutError); ``watch()`` then ends this process when rank 0's end closes. ``clock_offset_ns`` /
+    ``clock_uncertainty_ns``: this host's clock minus rank 0's (0 on rank 0's node)."""
 
     def __init__(self, host: str, port: int, rank: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -203,7 +194,6 @@ class Lifeline:
                 time.sleep(0.05)
         self.sock.settimeout(None)
         _keepalive(self.sock)
-        self.rank = rank
         self._send_lock = threading.Lock()
         self._closing = False
         send_frame(self.sock, ("hello", rank, socket.gethostname()))
@@ -243,21 +233,20 @@ class Lifeline:
         threading.Thread(target=run, name="lifeline-watch", daemon=True).start()
         threading.Thread(target=beat, name="lifeline-beat", daemon=True).start()
 
-    def close(self, code: int | None = None) -> None:
-        """Close this end without ending the process; with ``code``, first tell rank 0 that this is a
-        normal end (exit code ``code``), not a death."""
+    def close(self, code: int) -> None:
+        """Tell rank 0 that this is a normal end (exit code ``code``), not a death; then close this end
+        without ending the process."""
         self._closing = True
-        if code is not None:
-            with contextlib.suppress(OSError):
-                self.send("bye", code)
+        with contextlib.suppress(OSError):
+            self.send("bye", code)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
 
 def watch_parent(on_death=None) -> None:
-    """A spawned process: end it (``os._exit(1)``) as soon as the process that spawned it is gone, even
-    before its lifeline exists (while it connects to the store, for instance)."""
+    """A spawned process: end it (``os._exit(1)``) as soon as its parent is gone, even before its lifeline
+    exists."""
     import multiprocessing as mp
 
     parent = mp.parent_process()
@@ -272,8 +261,7 @@ def watch_parent(on_death=None) -> None:
 
 
 def _die(on_death) -> None:
-    """End this process at once (exit code 1), after ``on_death()`` if given, whatever its other threads
-    are blocked in."""
+    """End this process at once (exit code 1) after ``on_death()``, whatever its other threads are doing."""
     if on_death is not None:
         with contextlib.suppress(Exception):
             on_death()

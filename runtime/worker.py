@@ -1,7 +1,6 @@
 """A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the
-node probe and its control-plane end), then run a body. A body sets up what it needs and runs rank 0's
-commands in ``command_loop`` until exit: the engine's (``engine/model_worker.py``) on a model runner,
-``workload=broadcast``'s on a barrier alone."""
+node probe and its control-plane end), then run a body, which runs rank 0's commands in ``command_loop``
+(the engine's in ``engine/model_worker.py``; ``workload=broadcast``'s)."""
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from torch.distributed import TCPStore
 
 from backends import EXIT, PeerGone, WorkerEndpoint
 from backends.segments import remove_segments_of
+from common import ConfigError
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
@@ -44,14 +44,9 @@ class WorkerBoot:
 
 
 def leave_if_rerunning_main() -> None:
-    """In a process that multiprocessing's spawn is still bootstrapping (it re-runs its parent's main script
-    before the worker's own code), an engine being started means the script lacks the
-    ``if __name__ == "__main__":`` guard: exit at once with :data:`RERAN_MAIN`, quietly (multiprocessing
-    would print a 30-line RuntimeError), and rank 0 names the cause (:data:`NO_MAIN_GUARD`).
-
-    Raises:
-        SystemExit: (RERAN_MAIN) in such a process; elsewhere nothing happens.
-    """
+    """Raise SystemExit(:data:`RERAN_MAIN`) in a process that multiprocessing's spawn is still bootstrapping:
+    an engine started there means the parent's main script, re-run, lacks the ``__main__`` guard. Quietly
+    (multiprocessing would print a 30-line RuntimeError); rank 0 names the cause (:data:`NO_MAIN_GUARD`)."""
     if getattr(mp.current_process(), "_inheriting", False):
         raise SystemExit(RERAN_MAIN)
 
@@ -69,12 +64,11 @@ class Joined:
 
 
 def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
-    """Run one worker: ``boot`` (a ``WorkerBoot``: rank, timeouts; the ports too when spawned) and
-    ``endpoint`` when spawned by rank 0; with ``launch`` (torchrun) the end comes through the store. Then
-    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1
-    when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused to
-    start the run. The worker leaves when rank 0 dies, wherever it is blocked: a spawned worker watches its
-    parent from its first instruction, and every worker watches its lifeline once connected."""
+    """Join the run (``boot``; ``endpoint`` when spawned, else, with ``launch`` (torchrun), through the store),
+    then run ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the
+    body's, 1 when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0
+    refused to start the run. A spawned worker watches its parent from its first instruction, and every
+    worker its lifeline once connected, so it leaves when rank 0 dies, wherever it is blocked."""
     spawned = launch is None
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
@@ -128,9 +122,9 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
 
 
 def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
-    """Every worker body's loop: rank 0's commands until EXIT (returns 0). ``REPORT`` sends rank 0 this worker's
-    control-plane samples since the last (not its own) and ``report()``'s entries; any other ``(method, args)``
-    goes to ``handle(method, args)``, and what it raises ends the loop (``worker_entry`` reports it)."""
+    """Rank 0's commands until EXIT (returns 0). ``REPORT`` sends rank 0 this worker's control-plane samples
+    since the last (not its own) and ``report()``'s entries; any other command goes to ``handle(method, args)``,
+    and what it raises ends the loop (``worker_entry`` reports it)."""
     while True:
         method, args = endpoint.recv()
         if method == EXIT:
@@ -142,9 +136,8 @@ def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=di
 
 
 def _remove_dead_drivers_segments() -> None:
-    """(A spawned worker, before it exits because rank 0 is gone) Unlink rank 0's shared-memory segments and
-    semaphores when rank 0 is dead: they are kept out of the resource tracker (``backends/segments.py``), and a
-    SIGKILLed rank 0 cannot. Nothing when rank 0 is alive (it closed the lifeline at its normal end)."""
+    """(A spawned worker leaving because rank 0 is gone) Unlink a dead rank 0's segments and semaphores: no
+    resource tracker does (``backends/segments.py``). Nothing when rank 0 is alive (a normal end)."""
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():
         remove_segments_of(parent.pid)
@@ -156,17 +149,13 @@ def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
 
     def refused() -> None:
         if store.check(["abort"]):
-            raise _Refused(store.get("abort").decode())
+            raise ConfigError(store.get("abort").decode())
 
     try:
         return pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, refused)[0])
-    except _Refused as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return None
-
-
-class _Refused(Exception):
-    pass
 
 
 def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:

@@ -1,15 +1,5 @@
-"""Rank 0's view of ranks 1..world_size-1, however they were started (``launch.py``): the run's store, the
-lifelines (``lifeline.py``), the control plane's worker ends reaching the workers, liveness and shutdown.
-
-The same lifecycle serves both launchers and every kind of worker (the engine's model workers, the
-``workload=broadcast`` workers of the harness): a worker is ``worker.worker_entry`` running a *body*
-``body(joined, *body_args) -> exit code``; ``cluster.py`` drives it all from rank 0.
-
-* spawn: the store and the lifeline server listen on loopback at ports the OS picks; ``start`` spawns the
-  workers, handing each its control-plane end (planes whose ends hold semaphores or pipes need this).
-* torchrun: the workers already run; the store is the env:// rendezvous store (a namespace per engine);
-  rank 0 publishes its lifeline address there, waits for every worker to connect, finds the nodes by a
-  shared-memory probe, and ``start`` publishes each worker's end (pickled) under ``endpoint/<rank>``.
+"""Rank 0's view of ranks 1..world_size-1 (each ``worker.worker_entry`` running a body), however they were
+started (``launch.py``): the run's store, the lifelines, handing out the control-plane ends, liveness, shutdown.
 """
 
 from __future__ import annotations
@@ -44,19 +34,11 @@ class WorkerError(RuntimeError):
 
 
 class WorkerGroup:
-    """Rank 0's side of a run's workers.
-
-    Args:
-        world_size: ranks including rank 0.
-        timeout_s: longest wait on a running worker (s); startup_timeout_s: on a starting one (s).
-        launch: how the ranks were started (None: spawn them here).
-    Attributes:
-        store: the run's store; context: the :class:`ControlContext` a control plane is built with.
-        worker_stats: ``{rank: recv_stats}``, the last control-plane samples each worker reported.
-    Raises:
-        TimeoutError: (torchrun) the workers did not all connect within ``startup_timeout_s``.
-        WorkerError: a worker died or failed while starting.
-    """
+    """Rank 0's side of a run's ``world_size`` ranks (rank 0 included). ``timeout_s`` / ``startup_timeout_s``:
+    longest wait on a running / starting worker (s); ``launch``: how the ranks were started (None: spawn them
+    here). ``store``: the run's store; ``context``: the :class:`ControlContext` a control plane is built with;
+    ``worker_stats``: ``{rank: recv_stats}`` last reported. Raises TimeoutError: (torchrun) the workers did not
+    all connect within ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
         leave_if_rerunning_main()
@@ -100,8 +82,8 @@ class WorkerGroup:
         return host or (socket.gethostname() if self.launch.launcher == "spawn" else "unknown: it never connected")
 
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
-        """Start the workers' bodies: spawn them (spawn) or hand every waiting worker its control-plane end
-        (torchrun); then watch them from ``control``'s waits."""
+        """Start the workers' bodies: spawn them, each with its control-plane end (spawn), or publish every
+        waiting worker's end under ``endpoint/<rank>`` (torchrun); then watch them from ``control``'s waits."""
         if self.launch.launcher == "spawn":
             ctx = mp.get_context("spawn")
             for rank in self.workers:
@@ -148,14 +130,10 @@ class WorkerGroup:
     def _dead(self) -> dict[int, str]:
         """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
         done = {r for r, code in self.lifelines.finished.items() if code == 0}
-        dead = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
+        gone = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
                 if not p.is_alive() and not (r in done and p.exitcode == 0)}
-        for rank, reason in self.lifelines.dead.items():
-            dead.setdefault(rank, reason)
-        for rank, code in self.lifelines.finished.items():
-            if code != 0:
-                dead.setdefault(rank, f"it ended with exit code {code}")
-        return dead
+        ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items() if code != 0}
+        return {**ended, **self.lifelines.dead, **gone}  # the process's own exit code, then the lifeline's word
 
     def _exit_reason(self, rank: int, code: int | None) -> str:
         """Why spawned ``rank`` is gone, from its exit code: :data:`NO_MAIN_GUARD` when it left with
@@ -168,11 +146,8 @@ class WorkerGroup:
         return f"process exited with code {code}"
 
     def check(self, wait_s: float = 0.0) -> None:
-        """Raise :class:`WorkerError` if a worker reported an error or is gone.
-
-        ``wait_s``: how long to wait for a traceback from a worker that is still alive or exited on its
-        own (a worker killed by a signal sends none, so that is not waited for) (s).
-        """
+        """Raise :class:`WorkerError` if a worker reported an error, is gone or (after a failure) stalled.
+        ``wait_s``: how long to wait for a traceback from a worker alive or exited on its own (s)."""
         self._drain()
         dead = self._dead()
         if not self.errors:
@@ -207,12 +182,9 @@ class WorkerGroup:
             time.sleep(POLL_S)
 
     def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
-        """Block until every worker has announced ``stage`` in the store, checking liveness.
-
-        Raises:
-            WorkerError: a worker died or failed first.
-            TimeoutError: not all workers arrived within ``timeout_s`` (default: startup_timeout_s).
-        """
+        """Block until every worker has announced ``stage`` in the store, checking liveness. Raises
+        WorkerError: a worker died or failed first; TimeoutError: not within ``timeout_s`` (default:
+        startup_timeout_s)."""
         keys = [f"{stage}/{r}" for r in self.workers]
         timeout_s = timeout_s or self.startup_timeout_s
         start = said = time.monotonic()
@@ -277,8 +249,8 @@ def start_ignoring_sigint(p: mp.Process) -> None:
     """``p.start()`` with the child ignoring SIGINT from its first instruction (a Ctrl-C at the terminal goes to
     every process of the group; rank 0 handles it and stops the workers). An ignored disposition survives fork
     and exec, and Python keeps an inherited SIG_IGN, so the child's imports cannot die of it (a blocked mask
-    does not survive multiprocessing's spawn: issue 29). SIGINT is blocked meanwhile, so one that comes now
-    stays pending (Linux never drops a blocked signal) and reaches rank 0's own handler when unblocked."""
+    does not survive multiprocessing's spawn). SIGINT is blocked meanwhile: one that comes now stays pending
+    for rank 0's own handler."""
     main = threading.current_thread() is threading.main_thread()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
