@@ -10,8 +10,7 @@ Under torchrun every rank but 0 calls ``serve_worker(EngineConfig(...))`` with t
 from .config import ConfigError, EngineConfig
 from .sampling_params import SamplingParams
 
-# The rest on first use (PEP 562): reading a config (the harness checks every job before one runs) does not
-# import torch and the runtime.
+# The rest on first use (PEP 562): reading a config imports neither torch nor the runtime.
 _LAZY = {"LLM": ".llm_engine", "serve_worker": ".model_worker", "WorkerError": "runtime.worker_group",
          "DataPlaneError": "runtime.cluster"}
 

@@ -1,12 +1,8 @@
-"""Requests added but not yet admitted: each waits here until its arrival time, then the engine hands it to
-the scheduler at the next step boundary.
-
-Under a plan (``control=ideal``'s timed pass) each request is admitted before the same launch as in the
-recorded pass instead, so that the timed pass schedules the recorded steps, and in the same state: requests
-the recording admitted while idle wait until the engine is idle again and then for their arrival, as
-without a plan; requests it admitted while busy are admitted while busy, and the engine never holds a
-running batch back to wait for one (a request admitted before its scheduled arrival counts as arriving at
-its admission: at most the time the timed pass has gained on the recording since it was last idle)."""
+"""Requests added but not yet admitted: each waits until its arrival time, then goes to the scheduler at the
+next step boundary. Under a plan (``control=ideal``'s timed pass) each is admitted before the same launch as
+in the recorded pass, in the same state: one the recording admitted while idle waits for idle and then for
+its arrival; one admitted while busy is admitted while busy, never holding a running batch back (arriving,
+if early, at its admission: at most what the timed pass gained on the recording since it was last idle)."""
 
 from __future__ import annotations
 
@@ -16,12 +12,9 @@ from .sequence import Sequence
 
 
 class Arrivals:
-    """Pending requests in arrival order (ties: the order they were added).
-
-    ``log[n]``: (how many requests had been admitted when the engine launched step ``n``, whether the last
-    of them were admitted while it was idle), for this pass. ``plan``: a log to follow (None: admit by
-    arrival time alone).
-    """
+    """Pending requests in arrival order (ties: the order added). ``log[n]``: (requests admitted when the
+    engine launched step ``n``, whether the last of them while idle), for this pass. ``plan``: a log to follow
+    (None: admit by arrival time alone)."""
 
     def __init__(self, plan: list[tuple[int, bool]] | None = None):
         self._pending: list[tuple[float, int, Sequence]] = []
@@ -37,18 +30,16 @@ class Arrivals:
         bisect.insort(self._pending, (seq.arrival_s, seq.seq_id, seq), key=lambda item: item[:2])
 
     def _planned(self, launches: int, idle: bool) -> int | None:
-        """How many of the pending requests the plan admits now, before launch ``launches`` (0 while busy
-        where the recording admitted them idle; None: no plan, or past its end, where admission goes by
-        arrival time and the ideal plane reports the mismatch)."""
+        """How many pending requests the plan admits before launch ``launches`` (0 while busy where the
+        recording admitted them idle; None: no plan, or past its end, where the ideal plane reports it)."""
         if self.plan is None or launches >= len(self.plan):
             return None
         count, when_idle = self.plan[launches]
         return min(max(count - self.admitted, 0), len(self._pending)) if idle or not when_idle else 0
 
     def wait_until(self, now_s: float, launches: int, idle: bool) -> float | None:
-        """The perf_counter() time to sleep until before admitting (None: admit now). The engine waits only
-        while ``idle`` (nothing running, nothing in flight): for the next arrival, or under a plan for the
-        last request the plan admits before this launch."""
+        """The perf_counter() time to sleep until before admitting (None: now). Only while ``idle`` (nothing
+        running or in flight): the next arrival, or under a plan the last one it admits before this launch."""
         planned = self._planned(launches, idle)
         if planned is not None:
             t = self._pending[planned - 1][0] if planned and idle else now_s

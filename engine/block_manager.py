@@ -1,9 +1,7 @@
-"""Paged KV-cache bookkeeping on rank 0: block allocation, reference counts and prefix caching.
-
-Prefix caching: a full block is identified by a chained hash, hash(previous block's hash, its token ids),
-so equal hashes mean equal prefixes up to that block (the token ids are compared as well, against
-collisions). A freed block keeps its hash and contents until it is handed out again, so a later request
-with the same prefix can take it back without recomputing (vLLM's automatic prefix caching, simplified).
+"""Paged KV-cache bookkeeping on rank 0: block allocation, reference counts and prefix caching (vLLM's
+automatic prefix caching, simplified): a full block is identified by hash(previous block's hash, its token
+ids), so equal hashes mean equal prefixes (token ids compared too, against collisions). A freed block keeps
+its hash and contents until handed out again, so a later request with that prefix can take it back.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ def block_hash(token_ids: list[int], prefix_hash: int) -> int:
 
 
 class Block:
-    """One KV-cache block: its id, how many sequences hold it (``ref_count``) and the hash of its full
-    token content (for prefix caching; NO_HASH while it is not full)."""
+    """One KV-cache block: its id, how many sequences hold it and the hash of its full content (NO_HASH
+    while not full)."""
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_count = 0
@@ -31,11 +29,7 @@ class Block:
 
 
 class BlockManager:
-    """Hands out ``num_blocks`` KV blocks of ``block_size`` tokens to sequences.
-
-    Raises:
-        ValueError: num_blocks < 1.
-    """
+    """Hands out ``num_blocks`` KV blocks of ``block_size`` tokens to sequences. Raises ValueError: num_blocks < 1."""
 
     def __init__(self, num_blocks: int, block_size: int):
         if num_blocks < 1:
@@ -117,17 +111,15 @@ class BlockManager:
         return self.num_free_blocks >= (len(seq) % self.block_size == 1)
 
     def may_append(self, seq: Sequence) -> None:
-        """Before a decode step: give ``seq`` a new block if its last token starts one, and register
-        the last block's hash once it is full. A full block whose last token is still a placeholder
-        (async scheduling) is registered by :meth:`register_full_block` once that token is known."""
+        """Before a decode step: give ``seq`` a new block if its last token starts one, or register its full
+        last block (if that token is still a placeholder, :meth:`register_full_block` does once it is known)."""
         if len(seq) % self.block_size == 1:
             seq.block_table.append(self._take_fresh().block_id)
         elif len(seq) % self.block_size == 0 and seq.last_token >= 0:
             self.register_full_block(seq, seq.num_blocks - 1)
 
     def register_full_block(self, seq: Sequence, i: int) -> None:
-        """Register the hash of ``seq``'s full block ``i`` (its tokens known, its K/V written by a step
-        already launched), chained to block ``i - 1``'s."""
+        """Register the hash of ``seq``'s full block ``i`` (tokens known, K/V written by a launched step)."""
         prev = self.blocks[seq.block_table[i - 1]].hash if i > 0 else NO_HASH
         tokens = seq.block(i)
         self._register(self.blocks[seq.block_table[i]], tokens, block_hash(tokens, prev))

@@ -6,14 +6,12 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 
 from backends import available as available_control_planes
-from common import is_int, is_number
+from common import ConfigError, is_int, is_number
 
-from .errors import ConfigError
 from .hf_config import read_hf_config, split_problem
-from .profiling import check_profile
+from .profiling import parse_window, profile_problem
 
-# torch is imported where it is needed: reading and checking a config (the harness does it for every job
-# before any runs) does not pay torch's import.
+# torch is imported where needed: checking a config (the harness checks every job up front) does not import it.
 CPU_DTYPES = ("float32", "bfloat16")
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -43,82 +41,49 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 @dataclass
 class EngineConfig:
-    """Everything an engine run needs; each rank gets a copy.
+    """Everything an engine run needs; each rank gets a copy. Times in s."""
 
-    Attributes:
-        model: directory of a Hugging Face Qwen3 checkpoint (config.json + *.safetensors).
-        tensor_parallel_size: number of ranks (one process per device); must divide the attention heads,
-            the KV heads and the vocabulary size.
-        control: control-plane backend name (see ``backends.available()``).
-        control_options: extra keyword arguments for that backend's constructor.
-        device: "auto" (cuda when available), "cpu" or "cuda".
-        dtype: "auto" (bfloat16 on cuda, float32 on cpu), "float32", "bfloat16" or "float16" (cuda only).
-        kvcache_block_size: tokens per KV-cache block, a power of two in [16, 256].
-        num_kvcache_blocks: KV blocks per rank; -1 sizes it from memory (the minimum over ranks is used).
-        gpu_memory_utilization: fraction of GPU memory the engine may fill, weights + activations + KV.
-        cpu_kvcache_bytes: KV-cache budget per rank on CPU when ``num_kvcache_blocks`` is -1 (bytes).
-        max_num_seqs: most sequences in one batch.
-        max_num_batched_tokens: most tokens in one prefill batch (>= max_model_len).
-        max_model_len: longest sequence, prompt + output (tokens); capped by the model's position limit.
-        enforce_eager: never capture CUDA graphs (nor compile).
-        compile: on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile.
-        async_scheduling: schedule and launch step N+1 before reading step N's sampled tokens (they reach
-            step N+1 on the device), so the CPU's work overlaps the GPU's (vLLM's async scheduling).
-        all_reduce: the tensor-parallel layers' all-reduce on CUDA: "auto" (PyTorch's symmetric memory where
-            it can be set up on every rank, else NCCL), "nccl" or "symm_mem" (fail if unavailable); CPU
-            runs use gloo whatever this says (``layers/all_reduce.py``).
-        gemm: the linear layers' matmul on CUDA: "auto" (a Triton GEMV at batch 1 where Triton imports,
-            cuBLAS otherwise; ``layers/gemm.py``), "triton" (the same, fail without Triton) or "cublas"
-            (cuBLAS always); CPU runs use torch whatever this says.
-        pdl: launch the Triton decode kernels with programmatic dependent launch where the GPU has it
-            (compute capability >= 9.0): each starts while the one before finishes (``layers/pdl.py``).
-        timeout_s: longest wait on another process in a step: control-plane acks, collectives (s).
-        startup_timeout_s: longest wait for the workers to start and load their shards (s).
-        seed: seed of rank 0's sampling generator.
-        launcher: "auto" (torchrun when this process was started by it, else spawn), "spawn" (rank 0 spawns
-            the workers on this host) or "torchrun" (every rank started by torchrun; ``launch.py``).
-        cpu_threads: torch threads per rank on CPU; 0 = the host's cores / tp (one rank per core share).
-        fault_injection: allow ``LLM.inject_fault`` drills (tests, chaos runs); off in production.
-        profile: "none" (default; rank 0's step path pays two attribute tests) or "torch": a Chrome trace per rank
-            of each pass armed with ``LLM.start_profile``, and NVTX ranges on CUDA (``profiling.py``).
-        profile_steps: the window of an armed pass's steps to record: "FIRST-LAST" (both included) or "N",
-            counted from 0; None: every step.
-    """
-
-    model: str
-    tensor_parallel_size: int = 1
-    control: str = "shm"
-    control_options: dict = field(default_factory=dict)
-    device: str = "auto"
-    dtype: str = "auto"
-    kvcache_block_size: int = 256
-    num_kvcache_blocks: int = -1
-    gpu_memory_utilization: float = 0.9
-    cpu_kvcache_bytes: int = 2 << 30
-    max_num_seqs: int = 512
-    max_num_batched_tokens: int = 16384
-    max_model_len: int = 4096
-    enforce_eager: bool = False
-    compile: bool = True
+    model: str  # directory of a Hugging Face Qwen3 checkpoint (config.json + *.safetensors)
+    tensor_parallel_size: int = 1  # ranks, one per device; must divide the attention and KV heads and vocab_size
+    control: str = "shm"  # control-plane backend (backends.available())
+    control_options: dict = field(default_factory=dict)  # extra keyword arguments of its constructor
+    device: str = "auto"  # auto (cuda when available), cpu or cuda
+    dtype: str = "auto"  # auto (bfloat16 on cuda, float32 on cpu), float32, bfloat16 or float16 (cuda only)
+    kvcache_block_size: int = 256  # tokens per KV-cache block, a power of two in [16, 256]
+    num_kvcache_blocks: int = -1  # KV blocks per rank; -1: sized from memory (the minimum over ranks)
+    gpu_memory_utilization: float = 0.9  # fraction of GPU memory the engine may fill: weights, activations, KV
+    cpu_kvcache_bytes: int = 2 << 30  # KV-cache budget per rank on CPU when num_kvcache_blocks is -1
+    max_num_seqs: int = 512  # most sequences in one batch
+    max_num_batched_tokens: int = 16384  # most tokens in one prefill batch (>= max_model_len)
+    max_model_len: int = 4096  # longest sequence, prompt + output (tokens); capped by max_position_embeddings
+    enforce_eager: bool = False  # never capture CUDA graphs (nor compile)
+    compile: bool = True  # on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile
+    # Launch step N+1 before reading step N's sampled tokens (they reach it on the device), so the CPU's work
+    # overlaps the GPU's (vLLM's async scheduling).
     async_scheduling: bool = True
+    # CUDA: auto (symmetric memory where every rank can set it up, else NCCL), nccl, or symm_mem (fail if
+    # unavailable); CPU runs use gloo whatever this says (layers/all_reduce.py).
     all_reduce: str = "auto"
+    # CUDA: auto (a Triton GEMV at batch 1 where Triton imports, else cuBLAS; layers/gemm.py), triton (the same,
+    # fail without Triton) or cublas; CPU runs use torch whatever this says.
     gemm: str = "auto"
-    pdl: bool = True
-    timeout_s: float = 60.0
-    startup_timeout_s: float = 600.0
-    seed: int = 0
+    pdl: bool = True  # programmatic dependent launch of the Triton decode kernels where the GPU has it (pdl.py)
+    timeout_s: float = 60.0  # longest wait on another process in a step: control-plane acks, collectives
+    startup_timeout_s: float = 600.0  # longest wait for the workers to start and load their shards
+    seed: int = 0  # seed of rank 0's sampling generator
+    # auto (torchrun when this process was started by it, else spawn), spawn (rank 0 spawns the workers on this
+    # host) or torchrun (every rank started by torchrun; runtime/launch.py)
     launcher: str = "auto"
-    cpu_threads: int = 0
-    fault_injection: bool = False
-    profile: str = "none"
-    profile_steps: str | int | None = None
-    hf_config: dict = field(default_factory=dict, repr=False)
+    cpu_threads: int = 0  # torch threads per rank on CPU; 0: the host's cores / tp
+    fault_injection: bool = False  # allow LLM.inject_fault drills (tests, chaos runs)
+    profile: str = "none"  # or "torch": a Chrome trace per rank of each armed pass, NVTX ranges (profiling.py)
+    profile_steps: str | int | None = None  # an armed pass's steps to record: "FIRST-LAST" or "N", from 0; None: all
+    hf_config: dict = field(default_factory=dict, repr=False)  # the checkpoint's config.json (hf_config.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, os.PathLike):
             self.model = os.fspath(self.model)
-        self._check_types()
-        self._check_ranges()
+        self._check_values()
         self.model = os.path.abspath(os.path.expanduser(str(self.model)))
         self.hf_config = read_hf_config(self.model)
         self._check_parallelism()
@@ -133,14 +98,15 @@ class EngineConfig:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """Every end-of-sequence id: config.json's ``eos_token_id`` and generation_config.json's (an int
-        or a list in either; real Qwen3 checkpoints list two there), as transformers' generate stops on."""
+        """Every end-of-sequence id of config.json and generation_config.json (an int or a list in either;
+        Qwen3 lists two in the latter), as transformers' generate stops on."""
         ids = set()
         for eos in (self.hf_config.get("eos_token_id"), self.hf_config.get("generation_eos_token_id")):
             ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
         return frozenset(int(i) for i in ids)
 
-    def _check_types(self) -> None:
+    def _check_values(self) -> None:
+        """Types and the ranges that need no checkpoint (the others: ``_check_cache_and_batching``)."""
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type == "int" and not is_int(v):
@@ -162,14 +128,20 @@ class EngineConfig:
         for name in ("timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        check_profile(self.profile, self.profile_steps)
+        if problem := profile_problem(self.profile):
+            raise ConfigError(problem)
+        parse_window(self.profile_steps)
+        bs = self.kvcache_block_size
+        if not (16 <= bs <= 256 and bs & (bs - 1) == 0):
+            raise ConfigError(f"kvcache_block_size must be a power of two in [16, 256], got {bs}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
     def _check_parallelism(self) -> None:
         tp, hf = self.tensor_parallel_size, self.hf_config
-        if not is_int(tp) or tp < 1:
+        if tp < 1:
             raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
-        problem = split_problem(hf, tp, self.model)
-        if problem:
+        if problem := split_problem(hf, tp, self.model):
             raise ConfigError(problem)
         if self.control not in available_control_planes():
             raise ConfigError(f"unknown control plane {self.control!r}; "
@@ -211,19 +183,10 @@ class EngineConfig:
             local = self.launch.local_world_size if self.launcher == "torchrun" else self.tensor_parallel_size
             if local > n:
                 raise ConfigError(f"{local} ranks on this host need as many GPUs; {n} visible")
-        self._check_kernels()
-        self._check_dtype()
+        self._check_kernels_and_dtype()
 
-    def _check_dtype(self) -> None:
-        """``dtype`` resolved for ``device`` (resolved) and one the device runs."""
-        self.dtype = resolve_dtype(self.dtype, self.device)
-        allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
-        if self.dtype not in allowed:
-            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use auto, "
-                              f"{', '.join(sorted(allowed))}")
-
-    def _check_kernels(self) -> None:
-        """``all_reduce`` and ``gemm``: known values, and the CUDA-only ones only on CUDA (``device`` resolved)."""
+    def _check_kernels_and_dtype(self) -> None:
+        """``all_reduce``, ``gemm`` and ``dtype`` (resolved) for ``device`` (resolved)."""
         if self.all_reduce not in ("auto", "nccl", "symm_mem"):
             raise ConfigError(f"all_reduce must be auto, nccl or symm_mem, got {self.all_reduce!r}")
         if self.all_reduce != "auto" and self.device != "cuda":
@@ -232,18 +195,18 @@ class EngineConfig:
             raise ConfigError(f"gemm must be auto, cublas or triton, got {self.gemm!r}")
         if self.gemm != "auto" and self.device != "cuda":
             raise ConfigError(f"gemm={self.gemm} needs device=cuda (CPU runs use torch's matmul)")
+        self.dtype = resolve_dtype(self.dtype, self.device)
+        allowed = CUDA_DTYPES if self.device == "cuda" else CPU_DTYPES
+        if self.dtype not in allowed:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported on {self.device}; use auto, "
+                              f"{', '.join(sorted(allowed))}")
 
     @classmethod
     def check_settings(cls, **settings) -> None:
-        """The checks that need no checkpoint (types, ranges, the kernel choices, the dtype and what needs CUDA) of
-        ``settings`` over the defaults, so that a sweep's bad value can be refused before its first job.
-
-        Raises:
-            ConfigError: the first setting that the engine would refuse; TypeError for an unknown name.
-        """
-        names = {f.name for f in fields(cls)}
-        unknown = set(settings) - names
-        if unknown:
+        """The checks of ``settings`` over the defaults that need no checkpoint (types, ranges, kernels, dtype),
+        so that a sweep's bad value is refused before its first job. Raises ConfigError: the first setting the
+        engine would refuse; TypeError: an unknown name."""
+        if unknown := set(settings) - {f.name for f in fields(cls)}:
             raise TypeError(f"unknown EngineConfig settings: {sorted(unknown)}")
         cfg = object.__new__(cls)
         for f in fields(cls):
@@ -251,19 +214,9 @@ class EngineConfig:
             setattr(cfg, f.name, "" if default is MISSING else default)  # model: checked when the job runs
         for name, value in settings.items():
             setattr(cfg, name, value)
-        cfg._check_types()
-        cfg._check_ranges()
+        cfg._check_values()
         cfg.device = resolve_device(cfg.device)
-        cfg._check_kernels()
-        cfg._check_dtype()
-
-    def _check_ranges(self) -> None:
-        """The ranges that need no checkpoint (the others are in ``_check_cache_and_batching``)."""
-        bs = self.kvcache_block_size
-        if not (16 <= bs <= 256 and bs & (bs - 1) == 0):
-            raise ConfigError(f"kvcache_block_size must be a power of two in [16, 256], got {bs}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        cfg._check_kernels_and_dtype()
 
     def _check_cache_and_batching(self) -> None:
         self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])

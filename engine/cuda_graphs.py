@@ -1,13 +1,8 @@
-"""CUDA graphs for decode steps: one graph per batch-size bucket, replayed with the batch padded up to it.
-
-A decode step of a small model is hundreds of short kernels; launching them one by one from Python costs
-more than running them. A captured graph replays them with one launch: the whole step, from the token ids
-to the sampled tokens (the async placeholders' lookup, LM head, sampler and its all-reduce included).
-Inputs live in static buffers, filled from pinned host buffers by one asynchronous copy each, so building
-step N+1 never waits for step N on the GPU (a copy from pageable memory may). Rows past the real batch
-point at a spare "trash" KV block (context length 1), so padding never touches a real sequence's cache.
-Where a bucket is small enough for split-KV decode attention, a graph is captured for each split count it
-may use (``decode_splits``); the batch's longest context picks one.
+"""CUDA graphs for decode steps: one per batch-size bucket (and split count, ``decode_splits``), replayed with
+the batch padded up to it. A small model's decode step is hundreds of short kernels that cost more to launch
+from Python than to run; a graph replays the whole step, token ids to sampled tokens, in one launch. Inputs
+live in static buffers, filled from pinned host buffers by one async copy each (a pageable copy may wait for
+the GPU). Padding rows point at a spare "trash" KV block (context length 1), never a real sequence's cache.
 """
 
 from __future__ import annotations
@@ -25,9 +20,9 @@ from .step_inputs import StepInputs, resolve_placeholders, slot_mapping
 
 def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, block_size: int, trash_block: int,
                        greedy: bool) -> tuple[list[str], bool]:
-    """Write the decode ``batch``'s inputs into the host arrays ``h`` (``DecodeGraphs.static``'s fields),
-    padded to ``bs`` rows with length-1 contexts in the trash block. ``greedy``: the device's temperatures
-    and seed are all 0 now. Returns (the fields to copy to the device, whether they are all 0 after it)."""
+    """Write the decode ``batch``'s inputs into host arrays ``h`` (``DecodeGraphs.static``'s fields), padded to
+    ``bs`` rows of length-1 contexts in the trash block. ``greedy``: the device's temperatures and seed are 0
+    now. Returns (the fields to copy to the device, whether those are all 0 after it)."""
     n = batch.num_seqs
     tables = batch.block_tables()
     h["input_ids"][:n] = batch.token_ids
@@ -56,14 +51,8 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
 
 
 class DecodeGraphs:
-    """Captures ``model.forward`` for decode at every bucket size.
-
-    Args:
-        model: the rank's model (KV caches already allocated, with one spare block at ``trash_block``).
-        max_num_seqs: largest batch.
-        max_blocks: block-table width (ceil(max_model_len / block_size)).
-        block_size, trash_block: KV-cache block size (tokens) and the spare block's id.
-    """
+    """Captures ``model``'s decode step (KV caches allocated, a spare block at ``trash_block``) at every bucket
+    up to ``max_num_seqs``; ``max_blocks``: block-table width (ceil(max_model_len / block_size))."""
 
     def __init__(self, model, max_num_seqs: int, max_blocks: int, block_size: int, trash_block: int,
                  device: torch.device):

@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 import os
 
-from common import is_int, is_number
-
-from .errors import ConfigError
+from common import ConfigError, is_int, is_number
 
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings")
 
 
 def split_problem(hf: dict, tp: int, where: str) -> str | None:
-    """``tensor_parallel_size=tp does not divide <key>=<n> of <where>`` for the first of the attention
-    heads, the KV heads and the vocabulary (each sharded over the ranks) that ``tp`` does not divide, or
+    """Why ``tp`` cannot shard the attention heads, KV heads or vocabulary of ``hf`` (read from ``where``), or
     None."""
     for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
         if hf[key] % tp:
@@ -24,14 +21,10 @@ def split_problem(hf: dict, tp: int, where: str) -> str | None:
 
 
 def read_hf_config(path: str) -> dict:
-    """Read ``path/config.json`` of a Qwen3 checkpoint into a plain dict with ``head_dim`` and
-    ``rope_theta`` filled in (transformers 5 keeps the latter in ``rope_parameters``).
-
-    Raises:
-        ConfigError: missing directory, missing/unreadable config.json, no safetensors file, not Qwen3,
-            a required key missing or of the wrong type (sizes, rms_norm_eps, tie_word_embeddings, eos_token_id),
-            or RoPE scaling (unsupported).
-    """
+    """``path/config.json`` of a Qwen3 checkpoint as a dict, with ``head_dim`` and ``rope_theta`` filled in
+    (transformers 5 keeps the latter in ``rope_parameters``) and generation_config.json's eos ids. Raises
+    ConfigError: missing directory, config.json or safetensors file, not Qwen3, a required key missing or of
+    the wrong type, or RoPE scaling (unsupported)."""
     if os.path.isfile(path):
         raise ConfigError(f"{path} is a file, not a checkpoint directory")
     if not os.path.isdir(path):
@@ -48,11 +41,9 @@ def read_hf_config(path: str) -> dict:
         raise ConfigError(f"{cfg_path} is not a JSON object")
     if hf.get("model_type") != "qwen3":
         raise ConfigError(f"{cfg_path}: model_type {hf.get('model_type')!r} is not supported (only 'qwen3')")
-    missing = [k for k in REQUIRED_HF_KEYS if k not in hf]
-    if missing:
+    if missing := [k for k in REQUIRED_HF_KEYS if k not in hf]:
         raise ConfigError(f"{cfg_path} lacks {', '.join(missing)}")
-    bad = [k for k in REQUIRED_HF_KEYS if k != "rms_norm_eps" and (not is_int(hf[k]) or hf[k] < 1)]
-    if bad:
+    if bad := [k for k in REQUIRED_HF_KEYS if k != "rms_norm_eps" and (not is_int(hf[k]) or hf[k] < 1)]:
         raise ConfigError(f"{cfg_path}: {bad[0]} must be a positive integer, got {hf[bad[0]]!r}")
     if not any(name.endswith(".safetensors") for name in os.listdir(path)):
         raise ConfigError(f"no *.safetensors file in checkpoint directory {path}")

@@ -31,17 +31,10 @@ log = logging.getLogger("engine")
 
 
 class LLM(LLMTools):
-    """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in spawned workers.
-
-    ``LLM(model_path, tensor_parallel_size=1, control="shm", device="auto", dtype="auto", **options)``;
-    options are the other :class:`EngineConfig` fields (kvcache_block_size, num_kvcache_blocks,
-    max_num_seqs, max_num_batched_tokens, max_model_len, enforce_eager, ...).
-
-    Raises:
-        ConfigError: bad configuration or checkpoint, found before any process is spawned.
-        WorkerError: a worker failed while starting.
-    Use as a context manager, or call :meth:`shutdown` (also registered with atexit).
-    """
+    """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers. ``options``: the other
+    :class:`EngineConfig` fields. Use as a context manager, or call :meth:`shutdown` (also run at exit). Raises
+    ConfigError: bad configuration or checkpoint, found before any process is spawned; WorkerError: a worker
+    failed while starting."""
 
     def __init__(self, model: str, tensor_parallel_size: int = 1, control: str = "shm", device: str = "auto",
                  dtype: str = "auto", **options):
@@ -73,20 +66,13 @@ class LLM(LLMTools):
         except BaseException:
             self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
             raise
-        self.steps: list[StepRecord] = []
         self._in_flight: InFlightStep | None = None
-        self._last_done_s: float | None = None
         self.reset()
 
     def reset(self) -> None:
-        """Back to the state right after start-up: empty scheduler, cold prefix cache (every KV block free,
-        no hashes), sampling generator reseeded. The same requests then give the same steps, byte for byte
-        (what ``control=ideal`` replays); benchmarks reset before each timed pass so that no pass inherits
-        the previous one's cache.
-
-        Raises:
-            RuntimeError: a generate() is in progress.
-        """
+        """Back to the state right after start-up (empty scheduler, cold prefix cache, sampling generator
+        reseeded), so the same requests give the same steps, byte for byte (what ``control=ideal`` replays).
+        Raises RuntimeError: a generate() is in progress."""
         if hasattr(self, "scheduler") and self.has_unfinished_requests():
             raise RuntimeError("reset() while requests are in progress")
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
@@ -108,11 +94,8 @@ class LLM(LLMTools):
         return self.runner.num_kvcache_blocks
 
     def call(self, method: str, *args):
-        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result.
-
-        Raises:
-            WorkerError: a worker failed (its traceback is in the message).
-        """
+        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker
+        failed (its traceback in the message)."""
         if self.profiler is None:  # profile=none: this test is all profiling costs a call
             self.cluster.send(method, *args)
         else:
@@ -127,12 +110,8 @@ class LLM(LLMTools):
 
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                     arrival_s: float | None = None) -> int:
-        """Queue one request; it is admitted at the first step boundary at or after ``arrival_s``
-        (``time.perf_counter()`` clock, s; None: now). Returns its ``request_id``.
-
-        Raises:
-            ConfigError: a request that can never be served (see ``request_checks.validate_requests``).
-        """
+        """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s;
+        None: now). Returns its ``request_id``. Raises ConfigError: it can never be served (``request_checks``)."""
         validate_requests(self.config, self.num_kvcache_blocks, [prompt_token_ids], [sampling_params])
         return self._add(prompt_token_ids, sampling_params, arrival_s)
 
@@ -152,14 +131,9 @@ class LLM(LLMTools):
 
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
                  use_tqdm: bool = False, arrival_s: list[float] | None = None) -> list[dict]:
-        """Generate for every prompt: :meth:`add_request` each (all at once: now, or at ``arrival_s``,
-        perf_counter() times), then :meth:`step` until nothing is unfinished. Returns, in input order, the
-        outputs :meth:`step` returns. Step records of this call are in ``self.steps``.
-
-        Raises:
-            ConfigError: bad prompts or parameters (checked before the first step).
-            WorkerError: a worker failed mid-run.
-        """
+        """:meth:`add_request` every prompt (now, or at ``arrival_s``, perf_counter() s), then :meth:`step` until
+        nothing is unfinished. Returns :meth:`step`'s outputs in input order; the step records go to ``self.steps``.
+        Raises ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed."""
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
         validate_requests(self.config, self.num_kvcache_blocks, prompt_token_ids, sampling_params)
@@ -179,17 +153,13 @@ class LLM(LLMTools):
         return [done[i] for i in ids]
 
     def step(self) -> list[dict]:
-        """One engine iteration: admit the requests that have arrived (while nothing runs, first wait for the
-        next arrival, sending nothing), schedule and launch a step, then finish the one launched before it
-        (async scheduling) or this one. Returns the finished requests as dicts: ``request_id``, ``token_ids``
-        (generated ids), ``finish_reason`` ("stop": an EOS id; "length": max_tokens or max_model_len),
-        ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter() s of arrival, of its first
-        scheduled step, of each token) and ``num_preemptions``.
-
-        Raises:
-            RuntimeError: nothing can be scheduled while nothing is in flight (a scheduler bug).
-            DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: no tokens within ``timeout_s``.
-        """
+        """Admit the requests that have arrived (while idle, first wait for the next one), launch a step, then
+        finish the one before it (async scheduling) or this one. Returns the finished requests as dicts:
+        ``request_id``, ``token_ids`` (generated), ``finish_reason`` ("stop": an EOS id; "length": max_tokens or
+        max_model_len), ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter() s of arrival,
+        first scheduled step, each token) and ``num_preemptions``. Raises RuntimeError: nothing to schedule with
+        nothing in flight (a scheduler bug); DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: no
+        tokens within ``timeout_s``."""
         self._admit()
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
@@ -225,8 +195,8 @@ class LLM(LLMTools):
         return finished
 
     def finish_step(self) -> list[Sequence]:
-        """Finish the step in flight, if any: wait for its sampled tokens and hand them to the scheduler.
-        Returns the sequences that finished."""
+        """Finish the step in flight, if any, handing its sampled tokens to the scheduler; returns the sequences
+        that finished."""
         step, self._in_flight = self._in_flight, None
         if step is None:
             return []
@@ -264,8 +234,8 @@ class LLM(LLMTools):
                             launch_ns)
 
     def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop the workers (exit message; those still alive after ``grace_s`` seconds are terminated, then
-        killed), tear down the process group and free the control plane. Idempotent; never raises."""
+        """Stop the workers (terminated, then killed, if still alive after ``grace_s`` s), the process group and
+        the control plane. Idempotent; never raises."""
         if self._closed:
             return
         self._closed = True

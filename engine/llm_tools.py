@@ -1,6 +1,5 @@
-"""What a benchmark needs of the engine beyond ``generate()`` and the request API, mixed into :class:`LLM`:
-the ideal plane's record and replay, control-plane statistics, traces, the workers' health and settings,
-a description of what runs, and fault drills. The harness uses these and nothing inside the engine."""
+"""What benchmarks need of :class:`LLM` beyond the request API, mixed into it: the ideal plane's record and
+replay, control-plane statistics, traces, the workers' health and settings, and fault drills."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ class LLMTools:
 
     @property
     def replays(self) -> bool:
-        """Whether the control plane replays a recording (``control=ideal``, ``backends/ideal.py``): then run
-        the workload once between :meth:`start_recording` and :meth:`stop_recording`, and time it again
-        between :meth:`start_replay` and :meth:`finish_replay`."""
+        """Whether the control plane replays a recording (``control=ideal``): run the workload while recording,
+        then time it between :meth:`start_replay` and :meth:`finish_replay`."""
         return hasattr(self.control, "start_replay")
 
     def start_recording(self) -> None:
@@ -24,16 +22,13 @@ class LLMTools:
         self.control.start_recording()
 
     def stop_recording(self) -> list[tuple[int, bool]]:
-        """(``replays``) Keep the recording for :meth:`start_replay`; returns the pass's admissions (the
-        plan :meth:`replay_admissions` takes, so that a timed pass under arrivals schedules the same steps)."""
+        """(``replays``) Keep the recording; returns the pass's admissions (for :meth:`replay_admissions`)."""
         self.control.stop_recording()
         return list(self.arrivals.log)
 
     def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
-        """Admit each request of the coming pass before the same launch as the pass that wrote ``log``
-        (``self.arrivals.log``: requests admitted per launched step, and whether while idle;
-        ``engine/arrivals.py`` says how arrival times are kept); None: by arrival time alone. What
-        ``control=ideal`` holds fixed under arrivals, so that its timed pass schedules the recorded steps."""
+        """Admit each request of the coming pass before the same launch as in the pass that wrote ``log``
+        (``Arrivals.log``; None: by arrival time alone), so that an ideal replay schedules the recorded steps."""
         self.arrivals.plan = log
 
     def start_replay(self) -> None:
@@ -45,16 +40,11 @@ class LLMTools:
         self.control.finish_replay()
 
     def check_workers(self, wait_s: float = 0.0) -> None:
-        """Raise ``WorkerError`` naming the worker that died, failed or stalled (waiting up to ``wait_s``
-        for its traceback); nothing when every worker is alive and well."""
+        """Raise ``WorkerError`` naming a worker that died, failed or stalled (its traceback awaited ``wait_s``)."""
         self.cluster.check(wait_s=wait_s)
 
     def set_async_scheduling(self, on: bool) -> None:
-        """Switch async scheduling for the coming passes (an engine reused between jobs).
-
-        Raises:
-            ConfigError: ``on`` is not a bool.
-        """
+        """Switch async scheduling for the coming passes. Raises ConfigError: ``on`` is not a bool."""
         if not isinstance(on, bool):
             raise ConfigError(f"async_scheduling must be true or false, got {on!r}")
         self.config.async_scheduling = on
@@ -66,34 +56,25 @@ class LLMTools:
                 "cpu_threads": self.runner.cpu_threads, **self.cluster.group.describe()}
 
     def inject_fault(self, rank: int, message: str) -> None:
-        """A fault drill (needs ``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at
-        once; the next step then reports the worker's failure (``WorkerError`` with its traceback).
-
-        Raises:
-            RuntimeError: on rank 0 when ``rank`` is 0, or when fault injection is off.
-        """
+        """A fault drill (``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at once; the
+        next step reports it (``WorkerError``). Raises RuntimeError: ``rank`` is 0, or fault injection is off."""
         self.cluster.send(FAULT_DRILL, rank, message)
         fault_drill(self.config, 0, rank, message)
 
     def start_profile(self, prefix: str) -> None:
-        """(``profile=torch``) Profile the coming pass on every rank: its steps are counted from 0 and the
-        ``profile_steps`` window goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the
-        pass, outside a replay of ``control=ideal`` and before the statistics are reset (its message is one
-        of theirs). Nothing when ``profile`` is none."""
+        """(``profile=torch``; else nothing) Profile the coming pass on every rank: its ``profile_steps`` window
+        goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the pass, outside an ideal
+        replay and before the statistics are reset (its message is one of theirs)."""
         if self.profiler is None:
             return
         self.cluster.send(PROFILE, "arm", prefix)
         self.profiler.arm(prefix)
 
     def finish_profile(self) -> list[str]:
-        """(``profile=torch``) End the profiled pass on every rank and wait until each has written its trace
-        (a round trip that also starts the control-plane statistics afresh: collect them first). Returns the
-        trace files, rank 0's first ([] when the pass ended before the window's first step, or ``profile``
-        is none); a worker's file is on its own node.
-
-        Raises:
-            WorkerError / TimeoutError: a worker failed or did not answer.
-        """
+        """(``profile=torch``) End the profiled pass and wait until every rank has written its trace (this also
+        restarts the control-plane statistics: collect them first). Returns the trace files, rank 0's first,
+        each on its rank's node ([]: the pass ended before the window, or ``profile`` is none). Raises
+        WorkerError / TimeoutError: a worker failed or did not answer."""
         if self.profiler is None:
             return []
         prefix = self.profiler.prefix
@@ -105,7 +86,7 @@ class LLMTools:
         return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
 
     def collect_control_stats(self) -> dict:
-        """Control-plane samples since the last collection, then afresh (``Cluster.collect_stats``), with each
-        worker's ``launch_ns`` (``model_worker``). Raises WorkerError / TimeoutError: a worker failed or is silent."""
+        """Control-plane samples since the last collection (``Cluster.collect_stats``), with each worker's
+        ``launch_ns`` (``model_worker``). Raises WorkerError / TimeoutError: a worker failed or is silent."""
         return self.cluster.collect_stats()
 

@@ -1,5 +1,5 @@
-"""Loading a Hugging Face safetensors checkpoint into the tensor-parallel model, each rank reading only
-its shard (safetensors slices read just the requested rows/columns from the memory-mapped file)."""
+"""Loading a Hugging Face safetensors checkpoint into the tensor-parallel model, each rank reading only its
+shard (safetensors slices read just the requested rows/columns of the memory-mapped file)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from safetensors import safe_open
 from torch import nn
 
 from .config import ConfigError
+from .layers.linear import check_shape
 
 
 def expected_tensors(hf: dict) -> dict[str, tuple[int, ...]]:
@@ -41,13 +42,9 @@ def checkpoint_files(path: str) -> list[str]:
 
 
 def check_checkpoint(path: str, hf: dict) -> None:
-    """Read only the safetensors headers and check every expected tensor is present with its shape.
-
-    Raises:
-        ConfigError: a file is unreadable, a tensor is missing, in two files, of the wrong shape, or not one
-            the config describes (``num_hidden_layers`` below the layers saved: transformers refuses that
-            checkpoint too); one line, naming it.
-    """
+    """Check, from the safetensors headers only, that every expected tensor is there with its shape. Raises
+    ConfigError (one line, naming it): a file is unreadable, a tensor is missing, in two files, of the wrong
+    shape, or not one the config describes (``num_hidden_layers`` too low: transformers refuses it too)."""
     found: dict[str, tuple[int, ...]] = {}
     where: dict[str, str] = {}
     for file in checkpoint_files(path):
@@ -69,8 +66,7 @@ def check_checkpoint(path: str, hf: dict) -> None:
         if found[name] != shape:
             raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
                               f"expected {list(shape)}")
-    unused = sorted(n for n in found if n not in expected and not _ignorable(n, hf))
-    if unused:
+    if unused := sorted(n for n in found if n not in expected and not _ignorable(n, hf)):
         raise ConfigError(f"checkpoint {path} holds {len(unused)} tensor(s) its config.json does not describe, "
                           f"e.g. {unused[0]} (num_hidden_layers={hf['num_hidden_layers']}: is it right?)")
 
@@ -83,18 +79,13 @@ def _ignorable(name: str, hf: dict) -> bool:
 
 def default_weight_loader(param: nn.Parameter, src) -> None:
     """Copy safetensors slice ``src`` into ``param`` whole. Raises ValueError when the shapes differ."""
-    shape = tuple(src.get_shape())
-    if shape != tuple(param.shape):
-        raise ValueError(f"shape {list(shape)} in the checkpoint, expected {list(param.shape)}")
+    check_shape(src, param.shape)
     param.data.copy_(src[:])
 
 
 def load_weights(model: nn.Module, path: str) -> None:
-    """Copy this rank's shard of every checkpoint tensor into ``model``.
-
-    Raises:
-        ValueError: a tensor has the wrong shape, or a model parameter is in no checkpoint file.
-    """
+    """Copy this rank's shard of every checkpoint tensor into ``model``. Raises ValueError: a tensor has the
+    wrong shape, or a model parameter is in no checkpoint file."""
     packed = getattr(model, "packed_modules_mapping", {})
     params = dict(model.named_parameters())
     loaded: set[str] = set()
@@ -109,17 +100,11 @@ def load_weights(model: nn.Module, path: str) -> None:
                 if target not in params:
                     continue  # e.g. lm_head.weight saved beside tied embeddings
                 param = params[target]
-                loader = getattr(param, "weight_loader", None)
+                loader = getattr(param, "weight_loader", default_weight_loader)
                 try:
-                    if loader is None:
-                        default_weight_loader(param, f.get_slice(name))
-                    elif shard_id is None:
-                        loader(param, f.get_slice(name))
-                    else:
-                        loader(param, f.get_slice(name), shard_id)
+                    loader(param, f.get_slice(name), *(() if shard_id is None else (shard_id,)))
                 except ValueError as e:
                     raise ValueError(f"{file}: tensor {name}: {e}") from None
                 loaded.add(target)
-    missing = sorted(set(params) - loaded)
-    if missing:
+    if missing := sorted(set(params) - loaded):
         raise ValueError(f"checkpoint {path} has no tensor for {', '.join(missing[:5])}")

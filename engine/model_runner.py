@@ -30,32 +30,23 @@ log = logging.getLogger("engine")
 
 
 class ModelRunner:
-    """Builds rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same
-    arguments each step (SPMD) so the collectives inside the forward line up.
+    """Builds rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same arguments
+    each step (SPMD) so the collectives inside the forward line up.
 
     Args:
-        config: the engine configuration (identical on every rank).
-        rank: this process's rank; rank 0 is the driver.
-        store: the run's torch.distributed TCPStore (rendezvous for the data-plane process group).
-        sync: ``sync(stage)`` is called at "joining" (before the process group forms) and "loaded" (before
-            the first collective): workers announce the stage, rank 0 waits for every worker, watching that
-            they are alive, so a worker that dies while starting is reported instead of hanging rank 0.
-        local_rank: this rank's GPU on its node (``cuda:local_rank``; default: ``rank``).
-        num_nodes: nodes the ranks run on (symmetric memory only within one node; NCCL across).
-    Attributes:
-        num_kvcache_blocks: KV blocks per rank, the minimum over ranks.
-        all_reduce: the tensor-parallel layers' all-reduce: "symm_mem", "nccl", "gloo", or "none" at tp=1.
-        gemm: the linear layers' matmul: "triton" (a GEMV at batch 1), "cublas" or "torch" (CPU); "+pdl" when
-            the Triton decode kernels are launched with programmatic dependent launch (``layers/pdl.py``).
-        cpu_threads: torch threads of this rank on CPU (None on CUDA).
-        sampled: the last step's sampled token ids ``[B]`` int64 on the device, the same on every rank.
+        store: the run's TCPStore (rendezvous for the data-plane process group).
+        sync: called with "joining" (before the process group forms) and "loaded" (before the first
+            collective): workers announce the stage and rank 0 waits for them, watching that they are alive,
+            so a worker that dies while starting is reported instead of hanging rank 0.
+        local_rank: this rank's GPU on its node (default: ``rank``).
+        num_nodes: nodes the ranks run on (symmetric memory only within one node).
     """
 
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None],
                  local_rank: int | None = None, num_nodes: int = 1):
         self.config, self.rank = config, rank
         self.graphs = None
-        self.sampled: torch.Tensor | None = None
+        self.sampled: torch.Tensor | None = None  # the last step's sampled token ids [B] int64 on the device
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
         hf = config.hf_config
@@ -65,15 +56,15 @@ class ModelRunner:
         else:
             self.device = torch.device("cpu")
             torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // self.world_size))
-        self.cpu_threads = torch.get_num_threads() if self.device.type == "cpu" else None
+        self.cpu_threads = torch.get_num_threads() if self.device.type == "cpu" else None  # None on CUDA
         sync("joining")
         dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=PrefixStore("data", store),
                                 rank=rank, world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
         largest = max(config.max_num_batched_tokens, config.max_num_seqs) * hf["hidden_size"]
         impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
         set_all_reduce(impl)
-        self.all_reduce = impl.name if impl is not None else "none"
-        self.gemm = set_gemm(config.gemm, self.device)
+        self.all_reduce = impl.name if impl is not None else "none"  # symm_mem, nccl, gloo; none at tp=1
+        self.gemm = set_gemm(config.gemm, self.device)  # triton (a GEMV at batch 1), cublas or torch (CPU); +pdl
         if set_pdl(config.pdl, self.device):
             self.gemm += "+pdl"
         if rank == 0 and self.gemm.startswith("triton"):
@@ -88,12 +79,11 @@ class ModelRunner:
                      config.device == "cuda" and config.num_kvcache_blocks < 0 else "")
         num_blocks = torch.tensor([self._local_num_blocks()], dtype=torch.int64, device=self.device)
         dist.all_reduce(num_blocks, op=dist.ReduceOp.MIN)
-        self.num_kvcache_blocks = int(num_blocks.item())
+        self.num_kvcache_blocks = int(num_blocks.item())  # the minimum over ranks
         if self.num_kvcache_blocks < 1:
             raise RuntimeError("no memory left for the KV cache (lower max_num_batched_tokens / max_num_seqs "
                                "or raise gpu_memory_utilization)")
         self._allocate_kv_cache(self.num_kvcache_blocks)
-        self.graphs = None
         self.max_blocks = math.ceil(config.max_model_len / self.block_size)
         if config.device == "cuda" and not config.enforce_eager:
             if rank == 0:
@@ -105,7 +95,7 @@ class ModelRunner:
                                        self.num_kvcache_blocks, self.device)
 
     def _load_model(self) -> Qwen3ForCausalLM:
-        """This rank's shard of the model, built in the run's dtype on its device and loaded from the checkpoint."""
+        """This rank's shard of the model, in the run's dtype on its device, loaded from the checkpoint."""
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(self.config.torch_dtype)
         try:
@@ -134,9 +124,8 @@ class ModelRunner:
         return min(useful, self._cuda_budget_bytes() // self.block_bytes)
 
     def _cuda_budget_bytes(self) -> int:
-        """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use now,
-        minus the peak of a warm-up prefill of ``max_num_batched_tokens`` tokens, minus a reserve for the
-        decode CUDA graphs' activations (1 GiB, generous for ``max_num_seqs`` rows)."""
+        """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use, the peak of
+        a warm-up prefill of ``max_num_batched_tokens`` tokens and 1 GiB for the decode graphs' activations."""
         cfg = self.config
         torch.cuda.synchronize()
         self._allocate_kv_cache(math.ceil(cfg.max_num_batched_tokens / self.block_size) + cfg.max_num_seqs)
@@ -147,10 +136,8 @@ class ModelRunner:
         self._allocate_kv_cache(0)
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info()
-        graph_reserve = 1 << 30
-        return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - graph_reserve)
+        return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - (1 << 30))
 
-    @torch.inference_mode()
     def _warmup(self) -> None:
         cfg = self.config
         seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
@@ -169,9 +156,9 @@ class ModelRunner:
             attn.k_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
-    def _inputs(self, batch: StepBatch):
-        """The step's model inputs, its async placeholders resolved from ``self.sampled`` (every rank sampled
-        the previous step's tokens itself, so nothing travels for them)."""
+    def _last_hidden(self, batch: StepBatch) -> torch.Tensor:
+        """The model's hidden state ``[B, hidden]`` of each sequence's last token, eager, the step's async
+        placeholders resolved from ``self.sampled`` (every rank sampled them itself: nothing travels)."""
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
@@ -181,29 +168,19 @@ class ModelRunner:
             inputs = build_step_inputs(batch, self.block_size, self.device)
         if batch.token_ids.min() < 0:
             inputs.input_ids = resolve_placeholders(inputs.input_ids, self.sampled)
-        return inputs, decode_cuda
+        hidden = self.model(inputs)
+        return hidden if decode_cuda else hidden[inputs.logits_index]
 
     @torch.inference_mode()
     def run(self, step: bytes) -> torch.Tensor:
-        """One forward step over ``step`` (``StepBatch.to_bytes()`` of the scheduled sequences), sampling
-        included: returns the sampled token ids ``[num_seqs]`` int64 on the device, the same on every rank
-        (each rank samples its vocabulary shard; ``layers.sampler``), also kept in ``self.sampled``.
-
-        A negative token ``-(row + 1)`` is a placeholder (async scheduling): the token sampled at ``row``
-        of the previous step. On CUDA, decode goes through the Triton paged-attention kernel and the
-        sampler in one CUDA graph (unless ``enforce_eager``); prefill through flash attention over the
-        step's own K/V, or (cached prefix, and everything on CPU) SDPA over the gathered context.
-
-        Raises:
-            ValueError: a malformed step message.
-        """
+        """One forward step, sampling included, over ``step`` (``StepBatch.to_bytes()``): returns the sampled
+        token ids ``[num_seqs]`` int64 on the device, the same on every rank (``layers.sampler``), also kept in
+        ``self.sampled``; a CUDA graph replays decode unless eager. Raises ValueError: a malformed message."""
         batch = StepBatch.from_bytes(step)
         if not batch.is_prefill and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
             tokens = self.graphs.run(batch, self.sampled)
         else:
-            inputs, decode_cuda = self._inputs(batch)
-            hidden = self.model(inputs)
-            hidden = hidden if decode_cuda else hidden[inputs.logits_index]
+            hidden = self._last_hidden(batch)
             temps = torch.zeros(batch.num_seqs) if batch.temperatures is None else torch.tensor(batch.temperatures)
             seed = torch.tensor([batch.seed], dtype=torch.int64)
             tokens = self.model.sample(hidden, temps.to(self.device, non_blocking=True),
@@ -215,10 +192,7 @@ class ModelRunner:
     def logits(self, step: bytes) -> torch.Tensor | None:
         """The full-vocabulary logits ``[num_seqs, vocab]`` (model dtype) of each sequence's last token on
         rank 0, None elsewhere: eager, gathered from every rank's shard; for tests and inspection."""
-        batch = StepBatch.from_bytes(step)
-        inputs, decode_cuda = self._inputs(batch)
-        hidden = self.model(inputs)
-        hidden = hidden if decode_cuda else hidden[inputs.logits_index]
+        hidden = self._last_hidden(StepBatch.from_bytes(step))
         return ParallelLMHead.gather(self.model.compute_logits(hidden))
 
     def exit(self) -> None:

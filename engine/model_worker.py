@@ -13,12 +13,8 @@ FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(me
 
 
 def fault_drill(config, rank: int, target: int, message: str) -> None:
-    """A drill (tests, chaos runs): rank ``target`` raises ``RuntimeError(message)``, to see what the engine
-    does when a worker fails mid-run. Refused unless the engine was built with ``fault_injection=True``.
-
-    Raises:
-        RuntimeError: on rank ``target``; or on every rank when fault injection is off.
-    """
+    """A drill (tests, chaos runs): rank ``target`` raises ``RuntimeError(message)``, as a worker failing
+    mid-run. Raises RuntimeError on rank ``target``, or on every rank without ``config.fault_injection``."""
     if not config.fault_injection:
         raise RuntimeError("fault drill refused: the engine was built without fault_injection=True")
     if rank == target:
@@ -26,13 +22,9 @@ def fault_drill(config, rank: int, target: int, message: str) -> None:
 
 
 def serve_worker(config) -> int:
-    """Under torchrun, on every rank but 0: serve the engine that rank 0 builds with an equal
-    ``EngineConfig`` (``LLM(...)``) until it shuts down; returns the exit code (0, 1 on a failure reported
-    to rank 0, 2 when rank 0 refused the configuration).
-
-    Raises:
-        ValueError: this process was not started by torchrun, or it is rank 0.
-    """
+    """Under torchrun, on every rank but 0: serve the engine rank 0 builds with an equal ``EngineConfig`` until
+    it shuts down; returns the exit code (0; 1: a failure reported to rank 0; 2: rank 0 refused the config).
+    Raises ValueError: this process was not started by torchrun, or it is rank 0."""
     launch = config.launch
     if launch is None or launch.rank == 0:
         raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
@@ -40,12 +32,10 @@ def serve_worker(config) -> int:
 
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
-    """The engine's worker body: a model runner for the joined rank (on ``cuda:local_rank``), then rank 0's
-    commands until EXIT (``command_loop``). Its report adds ``launch_ns``: per ``run`` step, the time from
-    rank 0's send to this rank's ``run()`` returning (ns, rank 0's clock; on CUDA that is when the step's
-    kernels are queued, on CPU when the step is computed; none for steps ``ideal`` replays). With
-    ``config.profile`` other than none, the endpoint and the runner are wrapped once, here, so that the
-    loop itself is the same (``profiling.py``: the window, the trace, the NVTX ranges)."""
+    """A model runner for the joined rank (on ``cuda:local_rank``), then rank 0's commands until EXIT. Its
+    report adds ``launch_ns``: per ``run`` step, ns from rank 0's send to this rank's ``run()`` returning
+    (rank 0's clock; on CUDA the kernels are then queued, on CPU computed; none for steps ``ideal`` replays).
+    With profiling on, the endpoint and the runner are wrapped here (``profiling.py``)."""
     from .model_runner import ModelRunner
 
     rank, store, endpoint = joined.rank, joined.store, joined.endpoint
@@ -54,7 +44,7 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
     profiler = make_profiler(config, rank)
     if profiler is not None:
         endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, end_mark=True)
-    launched = array("q")  # per step: ns from rank 0's send to this rank's run() returning (rank 0's clock)
+    launched = array("q")  # launch_ns
 
     def handle(method: str, args: tuple) -> None:
         if method == FAULT_DRILL:

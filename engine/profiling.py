@@ -1,18 +1,10 @@
 """``profile=torch``: a Chrome trace per rank of a window of a pass's steps (torch.profiler), and NVTX ranges
-on CUDA that mark each step's phases on every rank (for Nsight Systems).
-
-The engine's ``profile`` setting (``EngineConfig``) is "none" (the default: nothing of this module runs; rank
-0's step path pays one attribute test where it sends and one where it waits for tokens, the workers' command
-loop nothing) or "torch". ``profile_steps`` picks the window: "FIRST-LAST" (both
-included) or "N", counted from 0 over the ``run`` steps of the pass being profiled; None = every step.
-The owner of the engine arms every rank before a pass (``LLM.start_profile``) and ends it after
-(``LLM.finish_profile``): between the two each rank counts its ``run`` steps, records the window with
-torch.profiler (CPU activity, and CUDA activity on CUDA) and writes ``<prefix>_rank<k>.json``.
-
-The NVTX ranges (CUDA only, while profiling is on, armed or not): rank 0 ``send`` (a message going out),
-``step launch`` (its ``run()``), ``step end`` (waiting for the step's tokens); workers ``recv`` (waiting for
-and reading a message), ``step launch`` (their ``run()``) and a ``step end`` mark when it returns (a worker
-waits for nothing at a step's end). Inside the window the same names label the Chrome trace.
+on CUDA for each step's phases (Nsight Systems). With "none" nothing here runs (rank 0's step path pays two
+attribute tests). ``LLM.start_profile`` arms every rank before a pass, ``LLM.finish_profile`` ends it; in
+between each rank counts its ``run`` steps from 0, records the ``profile_steps`` window and writes
+``<prefix>_rank<k>.json``. NVTX ranges, also outside the window (where they label the trace): rank 0 ``send``,
+``step launch`` (its ``run()``), ``step end`` (waiting for tokens); workers ``recv``, ``step launch`` and a
+``step end`` mark.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ import contextlib
 import os
 import sys
 
-from .errors import ConfigError
+from common import ConfigError
 
 PROFILE_MODES = ("none", "torch")
 PROFILE = "profile"  # control message: ("arm", prefix) before a pass, ("finish",) after it
@@ -35,12 +27,8 @@ def profile_problem(profile) -> str | None:
 
 
 def parse_window(profile_steps) -> tuple[int, int] | None:
-    """``profile_steps`` as (first, last) step numbers, both included, counted from 0: "20-40" -> (20, 40),
-    "5" or 5 -> (5, 5); None -> None (every step).
-
-    Raises:
-        ConfigError: anything else (one line, naming the form it takes).
-    """
+    """``profile_steps`` as (first, last) step numbers, both included, from 0: "20-40" -> (20, 40), "5" or 5 ->
+    (5, 5); None -> None (every step). Raises ConfigError: anything else."""
     if profile_steps is None:
         return None
     text = str(profile_steps).strip().lower()
@@ -55,35 +43,15 @@ def parse_window(profile_steps) -> tuple[int, int] | None:
     return window
 
 
-def check_profile(profile, profile_steps) -> None:
-    """The profiling settings as the engine takes them (``EngineConfig`` and the harness's up-front checks
-    both call this: the rules live here only).
-
-    Raises:
-        ConfigError: a mode other than none / torch, or a window that is not FIRST-LAST or N.
-    """
-    problem = profile_problem(profile)
-    if problem:
-        raise ConfigError(problem)
-    parse_window(profile_steps)
-
-
 def trace_path(prefix: str, rank: int) -> str:
     """Where rank ``rank`` writes the trace of a pass armed with ``prefix``: ``<prefix>_rank<rank>.json``."""
     return f"{prefix}_rank{rank}.json"
 
 
 class StepProfiler:
-    """One rank's profiling for ``profile=torch``.
-
-    Args:
-        window: (first, last) steps to record, both included (``parse_window``); None: every step.
-        rank: this rank (names its trace file).
-        device: "cuda" or "cpu": CUDA activity and NVTX ranges on CUDA only.
-    Attributes:
-        prefix: of the armed pass's trace files (None: not armed); path: this rank's (``trace_path``);
-        step: ``run`` steps of the armed pass so far; prof: its torch.profiler once its window has started.
-    """
+    """One rank's profiling for ``profile=torch``: ``window`` (first, last) steps to record (``parse_window``;
+    None: all), CUDA activity and NVTX ranges when ``device`` is "cuda". ``prefix`` / ``path``: the armed
+    pass's (None: not armed); ``step``: its ``run`` steps so far; ``prof``: its torch.profiler once started."""
 
     def __init__(self, window: tuple[int, int] | None, rank: int, device: str):
         self.first, self.last = window if window is not None else (0, sys.maxsize)
@@ -94,23 +62,15 @@ class StepProfiler:
         self.prof = None
         self.recording = False
 
-    def command(self, action: str, *args) -> str | None:
-        """A ``PROFILE`` message: ("arm", prefix) or ("finish",); "finish" returns the trace written, if any."""
-        if action == "arm":
-            self.arm(args[0])
-            return None
-        return self.finish()
-
     def arm(self, prefix: str) -> None:
-        """Count the coming pass's steps from 0 and record the window into ``trace_path(prefix, rank)`` (a
-        previous pass's recording, if still open, is dropped)."""
+        """Count the coming pass's steps from 0 and record the window into ``trace_path(prefix, rank)``,
+        dropping a previous pass's recording still open."""
         self._stop()
         self.prefix, self.path, self.step, self.prof = prefix, trace_path(prefix, self.rank), 0, None
 
     def before_step(self) -> None:
         """Before step ``self.step``'s ``run()``: start recording at the window's first step, mark each later
-        step (``ProfilerStep#<step>`` in the trace spans one step's launch to the next's), stop after the
-        last (the step after the window is not recorded)."""
+        one (``ProfilerStep#<step>`` spans one launch to the next), stop after the last."""
         if self.path is None:
             return
         if self.step == self.first:
@@ -120,14 +80,9 @@ class StepProfiler:
         elif self.recording:
             self._stop()
 
-    def after_step(self) -> None:
-        """After a step's ``run()`` returned: the next step's number."""
-        self.step += 1
-
     def finish(self) -> str | None:
-        """End the armed pass: stop recording and write the trace. Returns its path, or None when the pass
-        never reached the window (fewer steps than its first) or the file cannot be written (one line on
-        stderr: the run itself goes on)."""
+        """End the armed pass: stop recording and write the trace. Returns its path, or None when the pass never
+        reached the window or the file cannot be written (one line on stderr: the run goes on)."""
         self._stop()
         path, prof, self.prefix, self.path, self.prof = self.path, self.prof, None, None, None
         if path is None or prof is None:
@@ -162,16 +117,13 @@ class StepProfiler:
         """An NVTX range ``name`` (CUDA), and inside the window a label of the same name in the trace."""
         import torch
 
-        label = torch.profiler.record_function(name) if self.recording else None
+        label = torch.profiler.record_function(name) if self.recording else contextlib.nullcontext()
         if self.cuda:
             torch.cuda.nvtx.range_push(name)
-        if label is not None:
-            label.__enter__()
         try:
-            yield
+            with label:
+                yield
         finally:
-            if label is not None:
-                label.__exit__(None, None, None)
             if self.cuda:
                 torch.cuda.nvtx.range_pop()
 
@@ -189,8 +141,7 @@ class StepProfiler:
 
 
 def _record_every_step(step: int):
-    """torch.profiler's schedule: record every step from start() to stop() (a schedule of its own makes it
-    label each step ``ProfilerStep#<n>``; we start and stop it ourselves)."""
+    """torch.profiler's schedule: record every step (a schedule makes it label steps ``ProfilerStep#<n>``)."""
     import torch
 
     return torch.profiler.ProfilerAction.RECORD
@@ -204,8 +155,8 @@ def make_profiler(config, rank: int) -> StepProfiler | None:
 
 
 class ProfiledRunner:
-    """A ``ModelRunner`` whose ``run()`` steps are counted and recorded by ``profiler`` (in a ``step launch``
-    range, a ``step end`` mark after it on workers); every other attribute is the runner's."""
+    """A ``ModelRunner`` whose ``run()`` steps ``profiler`` counts and records (a ``step launch`` range, then
+    a ``step end`` mark with ``end_mark``); every other attribute is the runner's."""
 
     def __init__(self, runner, profiler: StepProfiler, end_mark: bool):
         self._runner, self._profiler, self._end_mark = runner, profiler, end_mark
@@ -220,7 +171,7 @@ class ProfiledRunner:
             tokens = self._runner.run(step)
         if self._end_mark:
             profiler.mark("step end")
-        profiler.after_step()
+        profiler.step += 1
         return tokens
 
 
@@ -240,4 +191,7 @@ class ProfiledEndpoint:
                 method, args = self._endpoint.recv()
             if method != PROFILE:
                 return method, args
-            self._profiler.command(*args)
+            if args[0] == "arm":
+                self._profiler.arm(args[1])
+            else:
+                self._profiler.finish()

@@ -9,20 +9,12 @@ from common import is_int, is_number
 
 @dataclass
 class SamplingParams:
-    """How to pick each next token of one request.
+    """How to pick each next token of one request. Raises ValueError: temperature not a finite number >= 0,
+    max_tokens not an integer >= 1, ignore_eos not a bool."""
 
-    Attributes:
-        temperature: 0 means greedy (argmax); > 0 samples from softmax(logits / temperature).
-        max_tokens: most tokens to generate (>= 1).
-        ignore_eos: keep generating past the end-of-sequence token (benchmarks use this).
-    Raises:
-        ValueError: temperature not a finite number >= 0, max_tokens not an integer >= 1, ignore_eos not
-            a bool.
-    """
-
-    temperature: float = 1.0
-    max_tokens: int = 64
-    ignore_eos: bool = False
+    temperature: float = 1.0  # 0: greedy (argmax); > 0: sample from softmax(logits / temperature)
+    max_tokens: int = 64  # most tokens to generate (>= 1)
+    ignore_eos: bool = False  # keep generating past the end-of-sequence token (benchmarks use this)
 
     def __post_init__(self) -> None:
         t = self.temperature

@@ -9,18 +9,15 @@ from .sequence import Sequence, SequenceStatus
 
 
 class Scheduler:
-    """Chooses each step's batch.
+    """Chooses each step's batch: a prefill of the waiting sequences that fit in ``max_num_batched_tokens``
+    and the free KV blocks (at most ``max_num_seqs`` running) or, when none can, a decode of every running
+    sequence. A decode out of blocks preempts the most recently started sequence: its blocks are freed and it
+    goes back to the front of the queue, to be recomputed.
 
-    A step is either a prefill batch (waiting sequences, as many as fit in ``max_num_batched_tokens`` and
-    the free KV blocks while at most ``max_num_seqs`` run) or, when nothing can be prefilled, a decode batch
-    of every running sequence. When a decode step runs out of blocks, the most recently started sequence
-    is preempted: its blocks are freed and it goes back to the front of the queue to be recomputed.
-
-    A step's life: :meth:`schedule`, the engine launches it, :meth:`on_launch` appends one placeholder token
-    per sequence, and :meth:`postprocess` writes the sampled tokens in once the step has finished. Under
-    async scheduling the next step is scheduled between the last two, so a sequence may be one placeholder
-    ahead; a sequence whose placeholder reaches its ``max_tokens`` or ``max_model_len`` leaves ``running``
-    at launch and waits in ``finishing`` (keeping its blocks) until its step finishes.
+    A step's life: :meth:`schedule`, launch, :meth:`on_launch` (one placeholder token per sequence),
+    :meth:`postprocess` (the sampled tokens written in). Async scheduling schedules the next step between
+    the last two, so a sequence may be one placeholder ahead; one whose placeholder reaches ``max_tokens`` or
+    ``max_model_len`` waits in ``finishing`` (keeping its blocks) until its step finishes.
     """
 
     def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
@@ -42,12 +39,9 @@ class Scheduler:
         return not self.waiting and not self.running and not self.finishing
 
     def schedule(self) -> tuple[list[Sequence], bool]:
-        """Returns ``(sequences, is_prefill)``; no sequences when nothing can run before a step in flight
-        finishes (or right after preempting the only running sequence: the next call prefills it).
-
-        Raises:
-            RuntimeError: a waiting sequence cannot fit in the KV cache even with nothing else running.
-        """
+        """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes
+        (or right after preempting the only running sequence: the next call prefills it). Raises RuntimeError:
+        a waiting sequence cannot fit in the KV cache even with nothing else running."""
         scheduled, num_tokens = [], 0
         while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -88,8 +82,8 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def on_launch(self, seqs: list[Sequence]) -> list[int]:
-        """The step over ``seqs`` was launched: append to each the placeholder of the token its row will
-        sample. Returns the placeholders' positions (for :meth:`postprocess`)."""
+        """The step over ``seqs`` was launched: append to each the placeholder of its row's token; returns
+        their positions (for :meth:`postprocess`)."""
         positions = []
         for row, seq in enumerate(seqs):
             positions.append(seq.append_placeholder(row))
@@ -100,10 +94,10 @@ class Scheduler:
 
     def postprocess(self, seqs: list[Sequence], positions: list[int], token_ids: list[int],
                     now_s: float) -> list[Sequence]:
-        """A launched step finished: write its sampled ``token_ids`` over the placeholders at
-        ``positions``; finish sequences at any EOS id (unless ignore_eos), at max_tokens or at max_model_len.
-        Returns the sequences that finished. A row of a sequence that already finished at EOS in an
-        earlier step (it was scheduled once more before that was known) is dropped."""
+        """A launched step finished: write its sampled ``token_ids`` over the placeholders at ``positions``;
+        finish sequences at an EOS id (unless ignore_eos), max_tokens or max_model_len, and return them. A row
+        of a sequence that finished at EOS in an earlier step (scheduled once more before that was known) is
+        dropped."""
         finished = []
         for seq, pos, token_id in zip(seqs, positions, token_ids, strict=True):
             if seq.status == SequenceStatus.FINISHED:
@@ -118,8 +112,7 @@ class Scheduler:
                 self._finish(seq)
                 finished.append(seq)
             elif not last and (pos + 1) % self.block_manager.block_size == 0 and seq.block_table:
-                # The step after feeds this token (writing its K/V) and it completes a block, which may_append
-                # could not hash while the token was a placeholder.
+                # The step after (launched) writes its K/V, completing a block may_append could not hash before.
                 self.block_manager.register_full_block(seq, pos // self.block_manager.block_size)
         return finished
 

@@ -16,17 +16,8 @@ class SequenceStatus(Enum):
 
 
 class Sequence:
-    """One request: its tokens (prompt, then generated), its block table and its timings.
-
-    Attributes:
-        token_ids: prompt followed by generated token ids. Under async scheduling a token sampled by the
-            step in flight is a placeholder ``-(row + 1)`` until that step finishes: "row ``row`` of the
-            previous step's sampled tokens", which the model runners read on the device.
-        num_cached_tokens: leading tokens whose KV is already in the cache (prefix-cache hits).
-        block_table: KV-cache block ids, one per ``block_size`` tokens.
-        arrival_s / first_scheduled_s / token_times_s: perf_counter() of arrival, of the first step that
-            scheduled it and of each generated token (rank 0 only, never sent to workers).
-    """
+    """One request as the scheduler sees it. ``token_ids``: prompt, then generated ids; a token the step in
+    flight samples is a placeholder ``-(row + 1)`` (row ``row`` of its sampled tokens, read on the device)."""
 
     _ids = count()
 
@@ -35,15 +26,15 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.token_ids = list(token_ids)
         self.num_prompt_tokens = len(token_ids)
-        self.num_cached_tokens = 0
-        self.block_table: list[int] = []
+        self.num_cached_tokens = 0  # leading tokens whose KV is already in the cache (prefix-cache hits)
+        self.block_table: list[int] = []  # KV-cache block ids, one per block_size tokens
         self.block_size = block_size
         self.temperature = params.temperature
         self.max_tokens = params.max_tokens
         self.ignore_eos = params.ignore_eos
         self.num_preemptions = 0
         self.finish_reason: str | None = None  # "stop" (an EOS id) or "length" (max_tokens, max_model_len)
-        self.arrival_s = 0.0
+        self.arrival_s = 0.0  # perf_counter() of arrival, first scheduled step, each token (rank 0 only)
         self.first_scheduled_s: float | None = None
         self.token_times_s: list[float] = []
 

@@ -1,9 +1,6 @@
-"""One step's sequences as flat int32 arrays: the control-plane message and every rank's model input.
-
-Rather than pickling a tuple of Python lists per sequence (and every rank then looping over them to build
-tensors), rank 0 flattens the step once (``from_sequences``), the wire carries one ``bytes`` object, and
-each rank reads it back as zero-copy numpy views and builds its inputs with vectorised numpy
-(``step_inputs``). What that saves is measured in results/h200/RING.md.
+"""One step's sequences as flat int32 arrays: the control-plane message and every rank's model input. Rank 0
+flattens the step once, the wire carries one ``bytes``, and each rank reads it as zero-copy numpy views and
+builds its inputs vectorised (``step_inputs``) instead of looping over pickled lists (results/h200/RING.md).
 
 Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks, seed, has_temperatures]``, then
 ``num_tokens[B]``, ``num_new[B]`` (prefill only; 1 each in decode), ``temperatures[B]`` (float32 bits; only
@@ -24,21 +21,16 @@ HEADER = 6
 
 @dataclass
 class StepBatch:
-    """Arrays, all int32: ``num_tokens`` ``[B]`` (tokens of each sequence, this step's new ones
-    included), ``num_new`` ``[B]`` (new tokens: the uncached tail in prefill, 1 in decode), ``token_ids``
-    ``[N = sum(num_new)]`` (the new tokens, sequence after sequence; ``-(r + 1)`` is row r of the previous
-    step's samples), ``num_blocks`` ``[B]`` and ``block_ids`` ``[sum(num_blocks)]`` (block tables);
-    ``seed`` (0 <= seed < 2**31) keys the step's sampling noise and ``temperatures`` ``[B]`` float32 (None:
-    every row greedy)."""
+    """One step's batch; the arrays are int32 unless noted."""
 
     is_prefill: bool
-    num_tokens: np.ndarray
-    num_new: np.ndarray
-    token_ids: np.ndarray
-    num_blocks: np.ndarray
-    block_ids: np.ndarray
-    seed: int = 0
-    temperatures: np.ndarray | None = None
+    num_tokens: np.ndarray  # [B] tokens of each sequence, this step's new ones included
+    num_new: np.ndarray  # [B] new tokens: the uncached tail in prefill, 1 in decode
+    token_ids: np.ndarray  # [N = sum(num_new)] the new tokens in sequence order; -(r + 1): row r of the last samples
+    num_blocks: np.ndarray  # [B] block-table lengths
+    block_ids: np.ndarray  # [sum(num_blocks)] the block tables, concatenated
+    seed: int = 0  # 0 <= seed < 2**31: keys the step's sampling noise
+    temperatures: np.ndarray | None = None  # [B] float32; None: every row greedy
 
     @property
     def num_seqs(self) -> int:
@@ -74,29 +66,18 @@ class StepBatch:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StepBatch:
-        """Inverse of :meth:`to_bytes` (views into ``data``, no copy).
-
-        Raises:
-            ValueError: ``data`` is not a whole message.
-        """
+        """Inverse of :meth:`to_bytes` (views into ``data``, no copy). Raises ValueError: not a whole message."""
         a = np.frombuffer(data, "<i4")
         if len(a) < HEADER:
             raise ValueError(f"step message of {len(data)} bytes is shorter than its header")
         is_prefill, B, N, nb, seed, has_temps = (int(x) for x in a[:HEADER])
         if len(a) != HEADER + B * (2 + bool(is_prefill) + bool(has_temps)) + N + nb:
             raise ValueError(f"step message of {len(data)} bytes does not match its header {a[:HEADER].tolist()}")
-        at = HEADER
-        num_tokens = a[at:at + B]
-        at += B
-        if is_prefill:
-            num_new = a[at:at + B]
-            at += B
-        else:
-            num_new = np.ones(B, np.int32)
-        temperatures = None
-        if has_temps:
-            temperatures = a[at:at + B].view("<f4")
-            at += B
+        at = HEADER + B * (1 + bool(is_prefill))
+        num_tokens = a[HEADER:HEADER + B]
+        num_new = a[HEADER + B:at] if is_prefill else np.ones(B, np.int32)
+        temperatures = a[at:at + B].view("<f4") if has_temps else None
+        at += B * bool(has_temps)
         token_ids = a[at:at + N]
         num_blocks = a[at + N:at + N + B]
         block_ids = a[at + N + B:]

@@ -69,9 +69,8 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
 
 
 def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
-    """Decode inputs for the Triton paged-attention path (CUDA): one new token per sequence,
-    ``context_lens`` ``[B]`` int32 and ``block_tables`` ``[B, widest table]`` int32 (the CUDA graphs copy it
-    into their fixed-width buffer). No mask and no query padding are needed."""
+    """Decode inputs for the Triton paged-attention path (CUDA): one new token per sequence, ``context_lens``
+    ``[B]`` int32 and ``block_tables`` ``[B, widest table]`` int32; no mask, no query padding."""
     n = batch.num_seqs
     positions = batch.num_tokens.astype(np.int64) - 1
     tables = batch.block_tables()
@@ -86,8 +85,7 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
 
 
 def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-    """input_ids ``[N]`` int64 where ``-(r + 1)`` stands for ``previous[r]`` (``[B_prev]`` int64, the
-    previous step's sampled tokens, on the same device) -> ``[N]`` int64 with the placeholders filled in,
-    on the device and without a host sync."""
+    """input_ids ``[N]`` int64 where ``-(r + 1)`` stands for ``previous[r]`` (``[B_prev]`` int64, the previous
+    step's sampled tokens) -> ``[N]`` int64 with the placeholders filled in, without a host sync."""
     rows = (-input_ids - 1).clamp_(min=0)
     return torch.where(input_ids < 0, previous[rows], input_ids)

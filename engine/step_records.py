@@ -29,8 +29,8 @@ class InFlightStep:
 
     @staticmethod
     def copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-        """Start copying a step's sampled ``tokens`` to pinned host memory (CUDA); returns (host tensor, the
-        event that marks the copy done; None on CPU, where the tokens are already there)."""
+        """Start copying ``tokens`` to pinned host memory; returns (host tensor, the event marking the copy
+        done; on CPU the tokens themselves and None)."""
         if not tokens.is_cuda:
             return tokens, None
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
@@ -40,14 +40,10 @@ class InFlightStep:
         return host, done
 
     def wait_tokens(self, timeout_s: float, check: Callable[[], None]) -> list[int]:
-        """The step's sampled tokens, once the device has produced them, polled so that a dead worker or a hung
-        collective is reported (``check`` every 50 ms) instead of waited on forever. Each poll releases the GIL
-        (``time.sleep(0)``): a tight ``query()`` loop would hold it for the whole step and starve the threads a
-        control plane may run on rank 0 (a multiprocessing Queue's feeder thread writes every message).
-
-        Raises:
-            TimeoutError: the tokens did not arrive within ``timeout_s``.
-        """
+        """The step's sampled tokens, polled so that a dead worker or hung collective is reported (``check``
+        every 50 ms). Each poll releases the GIL (``time.sleep(0)``): a tight ``query()`` loop would starve a
+        control plane's threads on rank 0 (a multiprocessing Queue's feeder thread writes every message).
+        Raises TimeoutError: the tokens did not arrive within ``timeout_s``."""
         if self.done is not None:
             deadline = time.monotonic() + timeout_s
             next_check = time.monotonic() + 0.05
@@ -64,10 +60,9 @@ class InFlightStep:
 
 @dataclass
 class StepRecord:
-    """One engine step: kind, batch size, new tokens, wall time (s: from the previous step's tokens to
-    this one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from the start
-    of that send to rank 0's ``run()`` returning (ns; None at tp=1), the reference for the workers' launch
-    lag."""
+    """One engine step: kind, batch size, new tokens, wall time (s, from the previous step's tokens to this
+    one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from that send's
+    start to rank 0's ``run()`` returning (ns; None at tp=1), the workers' launch lag's reference."""
 
     is_prefill: bool
     num_seqs: int

@@ -1,26 +1,16 @@
-"""The all-reduce of the tensor-parallel layers: torch.distributed (NCCL on CUDA, gloo on CPU), or PyTorch's
-symmetric-memory kernels on CUDA (``llm.all_reduce``).
+"""The tensor-parallel layers' all-reduce (``llm.all_reduce``): torch.distributed (NCCL on CUDA, gloo on CPU),
+or PyTorch's symmetric-memory kernels on CUDA: every rank maps its peers' copies of one buffer (set up once,
+before CUDA-graph capture) and an all-reduce is one kernel reading them over NVLink, no NCCL proxy or
+handshake: about half NCCL's latency on small messages. A row-parallel GEMM writes its partial sum straight
+into the buffer. By size (bytes), never the ``multimem`` (NVLink multicast) ops: ``<= one_shot_max`` one-shot
+(each rank reads every peer's buffer: one pass), ``<=`` the buffer two-shot (reduce-scatter + all-gather),
+larger, float16 or not a multiple of 4 bytes: NCCL.
 
-With symmetric memory every rank maps its peers' copies of one buffer (``torch.distributed._symmetric_memory``,
-allocated and rendezvoused once, before CUDA-graph capture), and an all-reduce is one kernel that reads the
-peers' buffers over NVLink: no NCCL proxy, no protocol handshake, so small messages (a decode step's
-``[batch, hidden]`` activations) cost about half of NCCL's latency. A row-parallel GEMM writes its partial
-result straight into the buffer (``torch.mm(..., out=)``), so the reduction needs no extra copy in.
-
-Algorithm by message size (bytes), PyTorch's ops only, never the ``multimem`` (NVLink multicast) ones:
-
-* ``<= one_shot_max``: ``one_shot_all_reduce_out``: every rank reads all peers' whole buffers and sums
-  (latency-optimal: one barrier, one pass);
-* ``<= buffer size``: ``two_shot_all_reduce_out``: reduce-scatter then all-gather through the buffers
-  (bandwidth-optimal: each rank reads 1/tp of every peer's buffer twice);
-* larger (long prefills), other dtypes (float16) or sizes not a multiple of 4 bytes: NCCL.
-
-The thresholds were measured on nvidia-h200-x2 (two H200s, NVLink; torch 2.11, NCCL 2.28.9) with
-``scripts/all_reduce_sizes.py`` (``results/h200x2/all_reduce_default.md``): 40 calls captured in one CUDA
-graph, bf16. At tp=2 one-shot beats NCCL at every size up to 1 MiB (6.0 us against 13.6 us at 2 KiB, 12.6
-against 21.4 at 1 MiB) and two-shot from 2 MiB on (17.4 against 34.1 us), still ahead of NCCL at 64 MiB
-(250 against 264 us). tp=4 and tp=8 were not measured (no such machine was lent): their one-shot limits
-halve per doubling of tp, as each rank then reads tp - 1 peers' whole buffers.
+Thresholds measured on nvidia-h200-x2 (torch 2.11, NCCL 2.28.9; 40 bf16 calls in one CUDA graph,
+``scripts/all_reduce_sizes.py``, ``results/h200x2/all_reduce_default.md``): at tp=2 one-shot beats NCCL up to
+1 MiB (6.0 against 13.6 us at 2 KiB, 12.6 against 21.4 at 1 MiB), two-shot from 2 MiB (17.4 against 34.1 us)
+to 64 MiB (250 against 264 us). tp=4 and 8 unmeasured: one-shot limits halved per doubling of tp (each rank
+reads tp - 1 whole buffers).
 """
 
 from __future__ import annotations
@@ -34,7 +24,7 @@ import torch.distributed as dist
 
 from .gemm import linear
 
-# Largest message (bytes) sent one-shot, by tp size; above it two-shot, up to the buffer. See the module docstring.
+# Largest message (bytes) sent one-shot, by tp size (module docstring).
 ONE_SHOT_MAX_BYTES = {2: 1 << 20, 4: 512 << 10, 8: 256 << 10}
 SYMM_MAX_BYTES = 64 << 20  # the symmetric buffer's size cap; larger messages go through NCCL
 SYMM_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's symmetric-memory kernels reduce
@@ -58,16 +48,9 @@ class TorchAllReduce:
 
 
 class SymmMemAllReduce(TorchAllReduce):
-    """Sum over the group through PyTorch's symmetric-memory one-shot / two-shot kernels (CUDA).
-
-    Args:
-        world_size: ranks in the default process group (the tensor-parallel group).
-        numel: elements of the symmetric buffer (the largest message it takes).
-        dtype: the model's dtype (bfloat16 or float32).
-        device: this rank's CUDA device.
-    Raises:
-        RuntimeError: from PyTorch when symmetric memory cannot be set up here (the caller falls back to NCCL).
-    """
+    """Sum over the default process group through PyTorch's symmetric-memory kernels (CUDA), with a buffer of
+    ``numel`` elements of ``dtype`` (bfloat16 or float32) on ``device``. Raises RuntimeError (from PyTorch):
+    symmetric memory cannot be set up here (the caller falls back to NCCL)."""
 
     def __init__(self, world_size: int, numel: int, dtype: torch.dtype, device: torch.device):
         super().__init__("symm_mem")
@@ -116,15 +99,11 @@ class SymmMemAllReduce(TorchAllReduce):
 
 def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int,
                     num_nodes: int = 1):
-    """The group's all-reduce for ``mode`` (``auto``, ``nccl`` or ``symm_mem``; config-checked), or None at
-    tp=1. ``auto`` is symm_mem on CUDA for bf16/float32 where PyTorch can set it up on every rank and every
-    rank is on one node (symmetric memory maps the peers' GPU memory: NVLink, not the network), else NCCL;
-    CPU always uses gloo. ``numel``: the largest message worth a symmetric buffer (elements; capped at
-    ``SYMM_MAX_BYTES``). Every rank takes the same decision (agreed by an all_reduce of MIN).
-
-    Raises:
-        RuntimeError: ``mode="symm_mem"`` and symmetric memory could not be set up on some rank.
-    """
+    """The group's all-reduce for ``mode`` (auto, nccl or symm_mem), or None at tp=1. ``auto``: symm_mem on
+    CUDA for bf16/float32 where every rank can set it up and all are on one node (it maps peers' GPU memory
+    over NVLink), else NCCL; CPU: gloo. ``numel``: the largest message worth a symmetric buffer (elements,
+    capped at ``SYMM_MAX_BYTES``). Every rank takes the same decision (all_reduce of MIN). Raises
+    RuntimeError: ``mode="symm_mem"`` and symmetric memory could not be set up on some rank."""
     if world_size == 1:
         return None
     if device.type != "cuda":
@@ -136,14 +115,12 @@ def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: tor
         if num_nodes > 1:
             reason = f"the ranks are on {num_nodes} nodes"
         elif _set_up_in_process:
-            # PyTorch keeps a group's symmetric-memory rendezvous store for the life of the process, keyed by the
-            # group's name; a default group re-created after destroy_process_group() gets the same name and its
-            # rendezvous would wait on the first engine's store, gone with it (seen with torch 2.11: a hang).
+            # PyTorch keeps a group's rendezvous store for the process's life, keyed by group name: a default
+            # group re-created after destroy_process_group() would wait on the first one's (torch 2.11: a hang).
             reason = "an earlier engine in this process set up symmetric memory (PyTorch cannot set it up twice)"
         elif dtype not in SYMM_DTYPES:
             reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
-    # Every rank must agree before the (collective) rendezvous: a fresh worker process may try where rank 0,
-    # with an earlier engine behind it, may not.
+    # Agree before the collective rendezvous: a fresh worker may try where rank 0 (an earlier engine) may not.
     may = torch.tensor([mode != "nccl" and not reason], dtype=torch.int32, device=device)
     dist.all_reduce(may, op=dist.ReduceOp.MIN)
     if bool(may.item()):

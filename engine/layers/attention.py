@@ -1,13 +1,12 @@
 """Attention over the paged KV cache (slot = block_id * block_size + offset), three paths:
 
-- CUDA decode: the Triton kernel in ``paged_decode`` reads each sequence's context through its block table
-  and stores the new token's K/V itself (after q/k norm and RoPE, when the model hands them over), split
-  over several programs per sequence when the batch is small (``decode_splits``).
-- CUDA prefill with no cached prefix: the new K/V are stored, then one varlen flash-attention call covers
-  the whole batch (``varlen``; float32 falls back to one SDPA call per sequence).
-- Everything else (CPU; prefix-cache hits): the new K/V are stored, every sequence's context is gathered
-  from the cache, queries are padded to ``[B, Lq_max]`` and contexts to ``[B, Lk_max]``, and SDPA runs
-  with a boolean mask allowing key j for query i when j <= position(i) and j < context length.
+- CUDA decode: ``paged_decode``'s Triton kernel, which also stores the new token's K/V (and may apply q/k
+  norm and RoPE first).
+- CUDA prefill without cached prefix: store K/V, then one varlen flash-attention call for the whole batch
+  (``varlen``; float32: one SDPA call per sequence).
+- Else (CPU; prefix-cache hits): store K/V, gather each context from the cache, pad queries to ``[B, Lq_max]``
+  and contexts to ``[B, Lk_max]``, SDPA with a mask allowing key j for query i when j <= position(i) and j <
+  context length.
 """
 
 from __future__ import annotations
@@ -24,35 +23,24 @@ from .varlen import varlen_causal
 
 @dataclass
 class AttentionMetadata:
-    """Per-step inputs shared by every attention layer.
+    """Per-step inputs shared by every attention layer."""
 
-    Attributes:
-        slot_mapping: ``[N]`` int64, cache slot of each new token.
-        block_tables: ``[B, max_blocks]`` int64 (int32 for CUDA decode), padded with 0 (masked out).
-        q_pad_index: ``[N]`` int64, where each new token sits in the padded ``[B * Lq_max]`` queries.
-        mask: ``[B, 1, Lq_max, Lk_max]`` bool, True = may attend.
-        num_seqs, max_q_len, max_k_len: B, Lq_max, Lk_max.
-    """
-
-    slot_mapping: torch.Tensor
-    block_tables: torch.Tensor
-    q_pad_index: torch.Tensor | None
-    mask: torch.Tensor | None
-    num_seqs: int
-    max_q_len: int
-    max_k_len: int
+    slot_mapping: torch.Tensor  # [N] int64, cache slot of each new token
+    block_tables: torch.Tensor  # [B, max_blocks] int64 (int32 for CUDA decode), padded with 0 (masked out)
+    q_pad_index: torch.Tensor | None  # [N] int64, where each new token sits in the padded [B * Lq_max] queries
+    mask: torch.Tensor | None  # [B, 1, Lq_max, Lk_max] bool, True = may attend
+    num_seqs: int  # B
+    max_q_len: int  # Lq_max
+    max_k_len: int  # Lk_max
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
-    num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head), chosen once per step (decode_splits)
+    num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head) (decode_splits)
     prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
     cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
 
 class Attention(nn.Module):
-    """Multi-head attention with grouped KV heads over the paged cache.
-
-    ``k_cache`` / ``v_cache`` are ``[num_blocks, block_size, num_kv_heads, head_dim]`` tensors set by the
-    model runner once the number of blocks is known.
-    """
+    """Multi-head attention with grouped KV heads over the paged cache; ``k_cache`` / ``v_cache``
+    ``[num_blocks, block_size, num_kv_heads, head_dim]`` are set by the model runner."""
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()

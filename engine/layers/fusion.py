@@ -1,11 +1,8 @@
 """The model's small elementwise functions (RMSNorm with and without the residual add, q/k RMSNorm with
-RoPE, SiLU-and-mul), fusable with torch.compile.
-
-Each is several tiny kernels in eager mode (RMSNorm alone: cast, square, mean, rsqrt, two multiplies,
-cast back), and a decode step runs ~100 of them per layer: on a GPU their launch cost, not their bytes,
-dominates. A model holds one :class:`ElementwiseOps` that all its layers call through; the model runner
-switches it to torch.compile'd versions (one Triton kernel each) on CUDA unless ``enforce_eager``. CPU runs
-keep the eager functions. Each model has its own: switching one never changes another.
+RoPE, SiLU-and-mul), fusable with torch.compile: eager, each is several tiny kernels (RMSNorm alone: cast,
+square, mean, rsqrt, two multiplies, cast back), ~100 per layer per decode step, launch-bound on a GPU.
+Each model holds its own :class:`ElementwiseOps`; the model runner switches it to torch.compile'd versions
+(one Triton kernel each) on CUDA unless ``enforce_eager``.
 """
 
 from __future__ import annotations

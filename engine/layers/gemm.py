@@ -1,10 +1,8 @@
 """Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
-GEMV (``gemv.py``), which reads the weight closer to HBM bandwidth than cuBLAS's latency-bound GEMM
-kernels do (most of all for a tensor-parallel rank's small shards). ``norm_linear`` puts the RMSNorm before
-a column-parallel layer (and SwiGLU after gate/up) into that GEMV's launch (``norm_gemv.py``), or for long
-rows runs it as a Triton kernel of its own beside the GEMV, so that no torch kernel breaks the PDL chain.
-
-Chosen once per process by the model runner (``set_gemm``), like the all-reduce: process-wide state.
+GEMV (``gemv.py``, nearer HBM bandwidth than cuBLAS on small shards). ``norm_linear`` fuses the RMSNorm before
+a column-parallel layer (and SwiGLU after gate/up) into that GEMV (``norm_gemv.py``), or for long rows runs
+the norm as a Triton kernel of its own, so that no torch kernel breaks the PDL chain.
+Chosen once per process by the model runner (``set_gemm``): process-wide state.
 """
 
 from __future__ import annotations
@@ -15,21 +13,16 @@ import torch.nn.functional as F
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 _rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
-# Rows longer than this take the norm and the GEMV apart. Measured on the H200 at batch 1 (calls 36-37 and
-# 41, results/h200/NOTES.md): fused, Qwen3-0.6B (K = 1024) went from 1.127 to 1.044 ms per token; Qwen3-8B
-# (K = 4096) from 4.68 to 5.08 ms with 4 rows x 512 columns per program, and from 4.61 to 5.40 ms with
-# call 38's tiles and PDL (each program of 2 rows re-reads the 8 KB activation row and sums its squares).
+# Longer rows take the norm and the GEMV apart. H200, batch 1 (calls 36-37, 41, results/h200/NOTES.md): fused,
+# Qwen3-0.6B (K = 1024) went 1.127 -> 1.044 ms per token, Qwen3-8B (K = 4096) 4.61 -> 5.40 ms with call 38's
+# tiles and PDL (each 2-row program re-reads the 8 KB row and sums its squares).
 NORM_GEMV_MAX_K = 2048
 
 
 def set_gemm(mode: str, device: torch.device) -> str:
-    """Install the matmul for ``mode`` ("auto", "cublas" or "triton"; config-checked) on ``device``; returns
-    what runs: "triton" (the GEMV at batch 1, cuBLAS otherwise), "cublas", or "torch" on
-    CPU. "auto" is "triton" on CUDA where Triton imports.
-
-    Raises:
-        RuntimeError: ``mode="triton"`` and Triton cannot be imported here.
-    """
+    """Install the matmul for ``mode`` (auto, cublas or triton) on ``device``; returns what runs: "triton"
+    (the GEMV at batch 1, cuBLAS otherwise; what auto gives where Triton imports), "cublas", or "torch" on CPU.
+    Raises RuntimeError: ``mode="triton"`` and Triton cannot be imported here."""
     global _gemv, _norm_gemv, _rms_norm
     _gemv = _norm_gemv = _rms_norm = None
     if device.type != "cuda" or mode == "cublas":
@@ -53,12 +46,8 @@ def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out: torch.Tensor | None = None) -> torch.Tensor:
-    """x ``[M, K]`` @ weight ``[N, K]``.T (+ bias ``[N]``) -> ``[M, N]``, into ``out`` when given (``[M, N]``,
-    unit column stride).
-
-    Raises:
-        ValueError: both ``bias`` and ``out`` given (the sum would not land in ``out``).
-    """
+    """x ``[M, K]`` @ weight ``[N, K]``.T (+ bias ``[N]``) -> ``[M, N]``, into ``out`` (unit column stride).
+    Raises ValueError: both ``bias`` and ``out`` given (the sum would not land in ``out``)."""
     if bias is not None and out is not None:
         raise ValueError("linear: bias and out together are not supported")
     if _gemv_fits(x, weight) and (out is None or out.dtype == x.dtype):
@@ -71,11 +60,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(``norm(h + residual) @ weight.T (+ bias)``, then ``swiglu`` of it when given; the new residual
-    ``h + residual``, h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight
-    ``[N, K]``. At batch 1 with the Triton GEMV on (``swiglu`` must then be SiLU-and-mul of the halves):
-    one kernel (``norm_gemv``) for K <= ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV (with
-    SwiGLU), both in the PDL chain; otherwise the norm, the matmul and ``swiglu`` one after another."""
+    """(``swiglu(norm(h + residual) @ weight.T (+ bias))``, swiglu when given; the new residual ``h + residual``,
+    or h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight ``[N, K]``. At batch 1
+    with the Triton GEMV (``swiglu`` then SiLU-and-mul of the halves): one ``norm_gemv`` for K <=
+    ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV; otherwise norm, matmul, ``swiglu`` in turn."""
     if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
             and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
         if h.shape[-1] <= NORM_GEMV_MAX_K:

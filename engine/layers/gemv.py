@@ -1,15 +1,12 @@
 """y = x W^T for one row of x (decode at batch 1): a Triton GEMV that reads W once, at full width.
 
-At batch 1 a linear layer moves the weight's bytes and does almost no arithmetic: its floor is
-``N * K * element size / HBM bandwidth``. cuBLAS's GEMM kernels are latency-bound there, the more so the
-smaller the weight. Each program takes ``block_n`` output rows and walks K in ``block_k`` slices, with
-float32 products and sums (true float32, no TF32). Measured against cuBLAS on the H200
-(``results/h200x2/gemv_call9.md``, ``gemv_call10.md``): 2.4-2.5x faster on Qwen3-0.6B's tp=2 shards, 0.86-0.98x
-cuBLAS's time on Qwen3-8B's shards and the LM heads. At batch 8 a 3-D tile lost to cuBLAS 2-15x
-(``skinny_gemm_call8.md``), so it serves batch 1 only.
+At batch 1 the floor is ``N * K * element size / HBM bandwidth``, where cuBLAS's GEMMs are latency-bound,
+the more so the smaller the weight. Each program takes ``block_n`` output rows and walks K in ``block_k``
+slices, in true float32 (no TF32). Against cuBLAS on the H200 (``results/h200x2/gemv_call9.md``,
+``gemv_call10.md``): 2.4-2.5x faster on Qwen3-0.6B's tp=2 shards, 0.86-0.98x its time on Qwen3-8B's shards
+and the LM heads; at batch 8 a 3-D tile lost 2-15x (``skinny_gemm_call8.md``), so batch 1 only.
 
-Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
-it on the CPU.
+CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -58,15 +55,11 @@ def tiles(n: int, k: int) -> tuple[int, int, int]:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
          block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    """x ``[1, K]`` (unit stride along K), weight ``[N, K]`` (unit stride along K) -> ``x @ weight.T``
-    ``[1, N]`` in x's dtype, written into ``out`` when given (``[1, N]``, unit stride along N).
-    ``block_n`` / ``block_k`` / ``num_warps``: tiles and warps per program (benchmarks; default
-    ``tiles``). Launched with PDL when ``pdl.ENABLED``.
-
-    Raises:
-        ValueError: x is not one row, the shapes, dtypes (float16, bfloat16 or float32, all one) or devices do
-            not match, a tensor lacks unit stride where needed, ``out`` overlaps x, or a tile size is not a
-            power of two.
+    """x ``[1, K]``, weight ``[N, K]`` (both unit stride along K) -> ``x @ weight.T`` ``[1, N]`` in x's dtype,
+    into ``out`` when given (``[1, N]``, unit stride). ``block_n`` / ``block_k`` / ``num_warps``: per-program
+    tiles and warps (benchmarks; default ``tiles``). PDL when ``pdl.ENABLED``. Raises ValueError: x is not one
+    row, the shapes, dtypes (float16, bfloat16 or float32, all one) or devices do not match, a tensor lacks unit
+    stride where needed, ``out`` overlaps x, or a tile size is not a power of two.
     """
     if weight.dim() != 2 or x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != weight.shape[1] \
             or x.stride(1) != 1 or weight.stride(1) != 1:

@@ -1,8 +1,6 @@
-"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3).
-
-Each parameter carries a ``weight_loader(param, src, *shard_id)`` that reads only this rank's rows or
-columns of the checkpoint tensor. ``src`` is a safetensors slice (``get_shape()``, ``src[a:b]``,
-``src[:, a:b]``), so a rank never reads the other ranks' shards from disk.
+"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3). A sharded parameter
+carries a ``weight_loader(param, src, *shard_id)`` that reads only this rank's rows or columns of ``src``, a
+safetensors slice (``get_shape()``, ``src[a:b]``, ``src[:, a:b]``): a rank never reads other ranks' shards.
 """
 
 from __future__ import annotations
@@ -53,35 +51,31 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         self.output_sizes = list(output_sizes)
         super().__init__(in_features, sum(output_sizes), bias)
 
-    def weight_loader(self, param: nn.Parameter, src, shard_id: int) -> None:
+    def weight_loader(self, param: nn.Parameter, src, shard_id: int,
+                      what: str = "MergedColumnParallelLinear part") -> None:
         full = self.output_sizes[shard_id]
         check_shape(src, (full, *param.shape[1:]))
-        start, end = shard_range(full, "MergedColumnParallelLinear part")
+        start, end = shard_range(full, what)
         offset = sum(self.output_sizes[:shard_id]) // tp_size()
         param.data[offset:offset + end - start].copy_(src[start:end])
 
 
-class QKVParallelLinear(ColumnParallelLinear):
+class QKVParallelLinear(MergedColumnParallelLinear):
     """q, k and v projections fused; each rank holds ``num_heads / tp`` query heads and
     ``num_kv_heads / tp`` key/value heads: weight ``[(Hq + 2 Hkv) / tp * head_dim, hidden]``."""
 
     def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
         self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
-        self.output_sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
-        super().__init__(hidden_size, sum(self.output_sizes), bias)
+        super().__init__(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], bias)
 
     def weight_loader(self, param: nn.Parameter, src, shard_id: str) -> None:
-        idx = "qkv".index(shard_id)
-        full = self.output_sizes[idx]
-        check_shape(src, (full, *param.shape[1:]))
-        start, end = shard_range(full, f"QKVParallelLinear {shard_id} heads")
-        offset = sum(self.output_sizes[:idx]) // tp_size()
-        param.data[offset:offset + end - start].copy_(src[start:end])
+        super().weight_loader(param, src, "qkv".index(shard_id), f"QKVParallelLinear {shard_id} heads")
 
 
 class RowParallelLinear(nn.Module):
     """y = x W^T with W's input columns split over ranks: in ``[N, in / tp]``, out ``[N, out]`` summed
-    over ranks by one all-reduce (``parallel.matmul_all_reduce``). A bias is added once, after it."""
+    over ranks by one all-reduce (``parallel.matmul_all_reduce``). A bias (whole on every rank, loaded by
+    ``loader.default_weight_loader``) is added once, after it."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__()
@@ -89,19 +83,12 @@ class RowParallelLinear(nn.Module):
         start, end = shard_range(in_features, "RowParallelLinear in_features")
         self.weight = nn.Parameter(torch.empty(out_features, end - start), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
-        self.bias = None
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
-            self.bias.weight_loader = self.bias_loader
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
 
     def weight_loader(self, param: nn.Parameter, src) -> None:
         check_shape(src, (self.out_features, self.in_features))
         start, end = shard_range(self.in_features, "RowParallelLinear in_features")
         param.data.copy_(src[:, start:end])
-
-    def bias_loader(self, param: nn.Parameter, src) -> None:
-        check_shape(src, (self.out_features,))
-        param.data.copy_(src[:])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = matmul_all_reduce(x, self.weight)

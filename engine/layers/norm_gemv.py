@@ -1,18 +1,15 @@
-"""RMSNorm (with the residual add) fused into the GEMV that follows it, for decode at batch 1.
+"""RMSNorm (with the residual add) fused into the GEMV after it, for decode at batch 1.
 
-At batch 1 a layer's norms and SwiGLU are separate kernels of a few microseconds each, mostly launch and
-tail, beside GEMVs that read megabytes. This kernel does ``y = rms_norm(h + residual) @ W^T`` in one launch:
-every program walks its ``BLOCK_N`` weight rows as ``gemv.py`` does, reading the (short) activation row
-from L2 alongside, and sums its squares in the same pass; ``1 / rms`` scales the dot products at the end:
-``W (w * x / rms) = (W (w * x)) / rms``. A first version normalised the row before the GEMV, and the weight
-loads waited for that sum: at Qwen3-8B's K = 4096 batch-1 TPOT went from 4.68 to 5.57 ms (call 36). With
-``swiglu`` it reads the gate and the up rows of a merged gate/up weight ``[2 * I, K]`` together and writes
-``silu(gate) * up`` ``[1, I]``. The residual sum is rounded to the activation dtype as the unfused add is,
-and gate and up before SiLU; the normalised row is not rounded before the products (the unfused path,
-transformers' Qwen3RMSNorm, rounds it twice), which moves bf16 results by about one rounding.
+``y = rms_norm(h + residual) @ W^T`` in one launch instead of a norm kernel of a few microseconds (mostly
+launch and tail) per layer: every program walks its weight rows as ``gemv.py`` does, reading the short
+activation row from L2 and summing its squares in the same pass, then scales by ``1 / rms`` at the end
+(``W (w * x / rms) = (W (w * x)) / rms``); normalising first made the weight loads wait for the sum (Qwen3-8B,
+K = 4096, batch-1 TPOT 4.68 -> 5.57 ms, call 36). With ``swiglu`` it reads the gate and up rows of a merged
+``[2 * I, K]`` weight and writes ``silu(gate) * up`` ``[1, I]``. Rounding: the residual sum and gate/up as
+unfused; the normalised row is not rounded before the products (transformers rounds it twice): about one
+bf16 rounding apart.
 
-Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
-it on the CPU.
+CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
     row_ok = rows < N
     w_ptrs = w_ptr + rows[:, None].to(tl.int64) * stride_wn + ks[None, :]
     mask = row_ok[:, None] & (ks < K)[None, :]
-    # The weights' and the norm's first slices before the wait (pdl.py). Loaded after it, the norm's slice
-    # waited behind the residual store below: one more round trip to memory per kernel.
+    # Weights' and norm's first slices before the wait (pdl.py); after it, the norm's waited behind the residual
+    # store below: one more memory round trip per kernel.
     w = tl.load(w_ptrs, mask=mask, other=0.0)
     up = w
     if SWIGLU:
@@ -93,14 +90,12 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
 def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None, eps: float,
               weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
               num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]``, weight ``[N, K]`` (``[2 * I, K]``
-    gate then up with ``swiglu``), all one dtype, unit stride along K -> (``rms_norm(h + residual) @
-    weight.T`` ``[1, N]``, or ``silu(gate) * up`` ``[1, I]`` with ``swiglu``; the new residual ``h +
-    residual`` ``[1, K]``, h itself when ``residual`` is None). Callers check the shapes (``gemm.py``).
-    ``norm_weight`` None: no norm (``h`` is already normalised; ``residual`` must be None), the GEMV with
-    SwiGLU alone. ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program
-    reads ``block_n`` gate and ``block_n`` up rows: the default is half the GEMV's). Launched with PDL when
-    ``pdl.ENABLED``."""
+    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` (None: h is already normalised, residual
+    None), weight ``[N, K]`` (gate then up ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K,
+    shapes checked by the caller (``gemm.py``) -> (``rms_norm(h + residual) @ weight.T`` ``[1, N]`` or
+    ``silu(gate) * up`` ``[1, I]``; the new residual ``[1, K]``, h itself when ``residual`` is None).
+    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program reads ``block_n``
+    gate and up rows each: default half the GEMV's). PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
@@ -133,11 +128,10 @@ def _add_rms_norm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, y_ptr, K, eps, H
 
 def add_rms_norm(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``fusion.add_rms_norm`` (``fusion.rms_norm`` when ``residual`` is None) of one row, in one program,
-    launched with PDL when ``pdl.ENABLED``, so that it does not break the chain of the GEMVs around it
-    (rows too long for ``norm_gemv``: each of its programs would sum the row's squares again). h, residual
-    ``[1, K]``, norm_weight ``[K]``, one dtype, contiguous -> (normalised ``[1, K]``, ``h + residual``, h
-    itself when ``residual`` is None)."""
+    """``fusion.add_rms_norm`` (``rms_norm`` when ``residual`` is None) of one row in one program, with PDL
+    so the GEMVs' chain is unbroken (for rows too long for ``norm_gemv``, whose programs would each sum the
+    squares). h, residual ``[1, K]``, norm_weight ``[K]``, one dtype, contiguous -> (normalised ``[1, K]``,
+    ``h + residual``, or h when ``residual`` is None)."""
     k = h.shape[-1]
     y = torch.empty_like(h)
     res_out = torch.empty_like(h) if residual is not None else h

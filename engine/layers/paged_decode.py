@@ -1,25 +1,19 @@
 """Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split).
 
-Each program keeps the ``Hq / Hkv`` query heads that share its KV head (grouped-query attention) in one
-tile, walks its share of the sequence's block table ``BLOCK_N`` tokens at a time and accumulates
-softmax(q k^T) v with the online-softmax recurrence of FlashAttention (Dao et al. 2022, algorithm 1), so K
-and V are read from device memory exactly once. The new token's K/V come in registers (one last step of
-the recurrence, in split 0) and are stored into the cache by that program: no separate cache-write kernels
-per layer. The query-head group is padded to 16 rows for ``tl.dot``. Memory-bound: the cost is the bytes of
-K and V of every context token (2 * Hkv * head_dim * 2 bytes per token per layer).
+A program holds the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``), walks its
+share of the block table ``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022,
+algorithm 1), so K and V are read once: memory-bound, 2 * Hkv * head_dim * 2 bytes per token per layer.
+The new token's K/V come in registers (the recurrence's last step, in split 0) and that program stores them
+into the cache: no separate cache-write kernel.
 
-Split-KV ("flash-decoding", Dao et al. 2023): when batch x KV heads gives the GPU too few programs (8 for
-one sequence of Qwen3, on 132 SMs), each context is cut into ``num_splits`` runs of tokens, one program
-each, which write their partial output and log-sum-exp; a second kernel merges them. How many:
-``decode_splits``. With many sequences one split is best (a split variant lost at every count on the
-bench's 8B shapes, results/h200x2/, call 17).
+Split-KV (flash-decoding, Dao et al. 2023): when batch x KV heads gives too few programs, each context is
+cut into ``num_splits`` runs (``decode_splits``) whose partial outputs and log-sum-exps a second kernel
+merges. With many sequences one split is best (results/h200x2/, call 17).
 
-With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm to q and the new k, then RoPE, before
-using them (and stores the rotated k): one kernel fewer per layer. Every rounding of the unfused
-``fusion.qk_norm_rotary`` is kept except that RoPE's two products and their sum round once.
+With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm and RoPE to q and the new k (one kernel
+fewer per layer), rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
 
-Imported only on CUDA machines (Triton is not a dependency of the CPU build); ``TRITON_INTERPRET=1`` runs
-it on the CPU.
+CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -147,10 +141,8 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     k_cache = k_cache_ptr + kv_head * stride_ch
     v_cache = v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
-    # Before the wait (pdl.py): the step's inputs (context lengths, block tables) were copied before the
-    # graph and the cached tokens written by earlier steps, so with PRELOAD (few programs: all of them
-    # start during the kernel before) the first tile loads while the QKV projection still runs. q and the
-    # new k, v come from it: after the wait.
+    # Before the wait (pdl.py): block tables and cached tokens predate the kernel before, so with PRELOAD (few
+    # programs, all started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
     k0, v0 = 0, 0
     if PRELOAD:
         k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
@@ -163,8 +155,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     q_heads = kv_head * GROUP + rows
     q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos_ptr + seq * stride_rope,
                sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
-    # The new token's k, v and slot before the walk, not after it: a round trip to memory fewer on the
-    # critical path of a short context.
+    # Loaded before the walk: one memory round trip fewer on a short context's critical path.
     k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
                                     + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
                                     sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
@@ -214,18 +205,13 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
                            num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None) -> torch.Tensor:
-    """One decode step of attention, the new token's K/V store included.
-
-    q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (the new token's; last dim contiguous); caches
-    ``[num_blocks, block_size, Hkv, D]``; slot_mapping ``[B]`` int64 (the new token's cache slot);
-    block_tables ``[B, max_blocks]`` int32; context_lens ``[B]`` int32 (tokens, >= 1, the new one
-    included) -> ``[B, Hq, D]``; k_new / v_new are written into the caches at their slots.
-    ``num_splits``: programs per (sequence, KV head) (``decode_splits``); ``qk_norm``: (q_weight ``[D]``,
-    k_weight ``[D]``, eps, cos ``[B, D]``, sin ``[B, D]``) to normalise and rotate q and k_new first.
-    Launched with PDL when ``pdl.ENABLED``.
-    ``block_n`` (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: launch
-    tuning (scripts/bench_decode_kernel.py; 64 / 2 / 2 measured fastest on the H200 at the 8B shapes with
-    ~1,000 programs, results/h200/session6/; 32 and 64 tie where programs are many).
+    """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
+    written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
+    ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
+    ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
+    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. PDL when ``pdl.ENABLED``. ``block_n``
+    (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: 64 / 2 / 2 measured
+    fastest on the H200 at the 8B shapes (scripts/bench_decode_kernel.py, results/h200/session6/).
     """
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]

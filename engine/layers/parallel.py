@@ -1,8 +1,5 @@
-"""The tensor-parallel rank and size of this process, from torch.distributed (1 process = rank 0 of 1), and
-the group's all-reduce.
-
-The all-reduce implementation (``all_reduce.py``) is chosen once per process by the model runner, after the
-process group exists (``set_all_reduce``): like torch.distributed's default group, it is process-wide state.
+"""This process's tensor-parallel rank and size (from torch.distributed; rank 0 of 1 without it) and the
+group's all-reduce, chosen once per process by the model runner (``set_all_reduce``): process-wide state.
 """
 
 from __future__ import annotations
@@ -59,11 +56,7 @@ def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
 
 
 def shard_range(full: int, what: str) -> tuple[int, int]:
-    """``[start, end)`` of this rank's equal share of ``full`` rows.
-
-    Raises:
-        ValueError: ``full`` is not divisible by the tensor-parallel size.
-    """
+    """``[start, end)`` of this rank's equal share of ``full`` rows. Raises ValueError: tp does not divide it."""
     size = tp_size()
     if full % size:
         raise ValueError(f"{what}: {full} is not divisible by tensor_parallel_size={size}")

@@ -1,19 +1,15 @@
-"""Programmatic dependent launch (PDL) for the Triton decode kernels: the next kernel starts while this
-one finishes.
+"""Programmatic dependent launch (PDL) for the Triton decode kernels: the next kernel starts while this one
+finishes.
 
-At batch 1 a decode step is ~180 short kernels, and each launch waits for the one before to drain: a gap
-of a few microseconds beside kernels of 3-8 us (issue 27). With PDL (CUDA, compute capability >= 9.0,
-``cudaLaunchAttributeProgrammaticStreamSerialization``) a kernel's programs are launched as soon as every
-program of the kernel before has started, and wait (``griddepcontrol.wait``) for its end before touching
-anything it writes. What no kernel of the step writes, the weights, they load before waiting: the GEMVs
-read their weights while the kernel before them still runs (the weight prefetch of CUTLASS's example 63).
+At batch 1 a decode step is ~180 kernels of 3-8 us, each launch waiting a few microseconds for the one before
+to drain (issue 27). With PDL (compute capability >= 9.0) a kernel's programs launch once every program of
+the one before has started, and wait (``griddepcontrol.wait``) for its end before touching what it writes.
+The weights, which no kernel of the step writes, are loaded before the wait (CUTLASS example 63's prefetch).
 
-Correctness rule for every kernel launched with ``launch_pdl=ENABLED``: each program calls
-``gdc_wait`` before it reads an activation or writes anything, and no program returns before it.
-``gdc_wait`` waits for the whole previous kernel, which itself waited for its own previous one, so a
-later kernel launched without PDL sees every result as in a plain stream.
-
-Chosen once per process by the model runner (``set_pdl``), like the matmul: process-wide state.
+Rule for every kernel launched with ``launch_pdl=ENABLED``: each program calls ``gdc_wait`` before it reads
+an activation or writes anything, and none returns before it. The wait covers the whole previous kernel
+(which waited for its own), so a later non-PDL kernel sees every result as in a plain stream.
+Chosen once per process by the model runner (``set_pdl``): process-wide state.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""Token sampling on every rank, each over its own vocabulary shard, then one small collective.
+"""Token sampling on every rank over its own vocabulary shard, then one small collective.
 
-Each rank scores the columns of its logits shard ``[B, V/tp]`` and keeps, per row, its best (score, global
-column): greedy rows (temperature 0) score the logit; sampled rows score ``logit / t - log(E)`` with
-``E ~ Exp(1)`` drawn per (seed, row, global column), so the draw does not depend on tp. The argmax of that
-score is a draw from softmax(logits / t): the exponential race, equivalent to Gumbel-max (Gumbel 1954;
-Maddison et al. 2014, "A* Sampling"). Each (score, column) pair is packed into one int64 whose order is
-(score, then the smaller column), so a single all_reduce(MAX) of ``[B]`` int64 picks every row's winner on
-every rank: no full-vocabulary gather, and every rank knows the sampled tokens (the next step's async
-placeholders resolve locally). Ties go to the first column, as ``torch.argmax``.
+Each rank keeps, per row of its logits shard ``[B, V/tp]``, its best (score, global column): greedy rows
+(temperature 0) score the logit, sampled rows ``logit / t - log(E)`` with ``E ~ Exp(1)`` drawn per (seed,
+row, global column), independent of tp. Its argmax is a draw from softmax(logits / t) (the exponential race,
+equivalent to Gumbel-max: Gumbel 1954; Maddison et al. 2014, "A* Sampling"). Each pair is packed into an
+int64 ordered by (score, then smaller column), so one all_reduce(MAX) of ``[B]`` int64 gives every rank every
+row's winner (ties: the first column, as ``torch.argmax``): no vocabulary gather, and the next step's async
+placeholders resolve locally.
 """
 
 from __future__ import annotations
@@ -37,10 +36,8 @@ def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures
     """logits ``[B, V/tp]`` (this rank's columns ``[vocab_start, vocab_start + V/tp)`` of a ``vocab_size``
     vocabulary, any float dtype), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (keys the
     noise; 0 <= seed < 2**31), all on the logits' device -> token ids ``[B]`` int64, the same on every rank.
-
-    Never synchronises the device. On CUDA one Triton pass over the logits (``sampling_kernel``); on CPU the
-    same draw in torch, its noise drawn for the whole vocabulary from a generator seeded with ``seed`` and
-    sliced to the shard (so it does not depend on tp either).
+    Never synchronises the device. CUDA: one Triton pass (``sampling_kernel``); CPU: torch, the noise drawn
+    for the whole vocabulary from a generator seeded with ``seed`` and sliced to the shard (tp-independent).
     """
     if logits.is_cuda:
         from .sampling_kernel import sample_shard_triton  # Triton: CUDA machines only

@@ -1,16 +1,11 @@
-"""Sampling in one pass over a rank's logits shard: a Triton kernel (CUDA machines only).
+"""``sampler``'s draw in one Triton pass over a rank's logits shard (CUDA machines only).
 
-Each program takes one row and one chunk of the vocabulary (global columns, the shard's own masked in), and
-keeps the best score and its global column: the logit itself for greedy rows (temperature 0), else ``logit /
-t - log(E)`` with ``E = -log(U)``, ``U`` uniform from Triton's Philox generator keyed by (seed, row, global
-column; one Philox call serves four columns, which keeps the kernel memory-bound rather than bound by the
-generator's integer work). The chunks are aligned to global columns, so the noise of a column is the same
-whatever the tp size. The argmax of the latter is a draw from softmax(logits / t): the exponential race /
-Gumbel-max trick (Gumbel 1954; Maddison et al. 2014, "A* Sampling"). A second, tiny step picks the best
-chunk of each row. The logits are read once, in their own dtype; the float32 softmax, noise and division
-tensors of the plain torch version (~1.7 GB of traffic per step at batch 256 and a 152k vocabulary) never
-exist. The seed is read from device memory, so the kernel can be captured in a CUDA graph and replayed with
-a new seed each step.
+Each program takes one row and one chunk of global columns (the shard's own masked in) and keeps the best
+score and its column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one
+call per four columns (which keeps the kernel memory-bound). Chunks align to global columns, so a column's
+noise does not depend on tp. A tiny second step picks each row's best chunk. The logits are read once in
+their own dtype: the torch version's float32 softmax, noise and quotient (~1.7 GB per step at batch 256 and
+a 152k vocabulary) never exist. The seed is read from device memory, so a CUDA graph replays with new seeds.
 """
 
 from __future__ import annotations

@@ -20,10 +20,9 @@ from ..step_inputs import StepInputs
 
 
 class Qwen3Attention(nn.Module):
-    """Self-attention of one layer on this rank's heads: the projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` ->
-    ``[N, hidden]`` (all-reduced by o_proj). QKV column-parallel over heads (``num_attention_heads / tp``
-    query, ``num_key_value_heads / tp`` KV heads; the layer calls it, fused with its norm), q/k RMSNorm and
-    RoPE (inside the decode kernel on CUDA), paged attention, row-parallel output projection."""
+    """Self-attention on this rank's heads: projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` (QKV column-parallel,
+    called by the layer fused with its norm) -> q/k RMSNorm and RoPE (inside the decode kernel on CUDA),
+    paged attention, row-parallel o_proj -> ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -53,9 +52,8 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    """SwiGLU MLP: gate/up column-parallel (``intermediate / tp`` each; the layer calls it, fused with its
-    norm and SiLU-and-mul), then forward: ``silu(gate) * up [N, intermediate / tp]`` -> down row-parallel
-    (all-reduced) ``[N, hidden]``."""
+    """SwiGLU MLP: gate/up column-parallel (called by the layer, fused with its norm and SiLU-and-mul), then
+    forward: ``silu(gate) * up [N, intermediate / tp]`` -> row-parallel down ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -79,7 +77,7 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
-        layer) -> this layer's (output, residual); the adds happen inside the fused norms."""
+        layer) -> this layer's (output, residual)."""
         attn, mlp = self.self_attn, self.mlp
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
         h = attn(qkv, cos_sin, inputs)
@@ -117,7 +115,7 @@ class Qwen3ForCausalLM(nn.Module):
 
     def __init__(self, hf: dict):
         super().__init__()
-        self.ops = ElementwiseOps()  # this model's elementwise functions (``layers/fusion.py``)
+        self.ops = ElementwiseOps()  # this model's elementwise functions (layers/fusion.py)
         self.model = Qwen3Model(hf, self.ops)
         self.tie_word_embeddings = bool(hf.get("tie_word_embeddings", False))
         self.lm_head = ParallelLMHead(hf["vocab_size"], hf["hidden_size"])
