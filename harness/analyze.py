@@ -8,25 +8,10 @@
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Inputs: each file read is listed above the tables with its rows (ok, failed), on stderr under --format csv.
-A CSV found in a directory that is not a results CSV (another tool's, damaged) is skipped with a line saying
-why; one named on the command line is an error. Directories are searched at their top level only.
-
-Medians over repeats with their spread; failed rows counted per configuration, never measured; ratios to one
-plane at the same configuration: ``--baseline``, else ideal where the rows have it, else shm, else the first
-plane (the header says which). Where a configuration also has ``control=ideal`` rows, a second table gives
-each plane's exposed cost (its decode step and TPOT minus ideal's, ``harness/exposed.py``). workload=serve rows
-(a request rate) get a table of their own, per rate (``harness/serve_analysis.py``). ``--plot OUT.png``
-writes the first of these it can draw to OUT.png and the others beside it, one line each: each plane's
-exposed cost (OUT_exposed.png when not first), the raw metrics (OUT_raw.png), a broadcast sweep's one-way
-latency against message size (OUT_broadcast.png), a serve sweep's latency against load (OUT_load.png).
-``--compare`` is the gate of ``harness/compare.py``.
-
-``--format``: ``text`` (default) prints tables of at most 120 columns: rows by tp and control (serve: and
-rate), every other configuration column that differs in a line above each section of rows, the main metrics
-(output tok/s, TPOT p50, decode step p50, one-way p50/p99) as "178.2±3% 0.99x" (median, half the repeats'
-range in % of it, ratio); ``markdown`` every metric and key column, "178.2 [169.8-181.6] (0.99x)", for
-files and docs; ``csv`` every number (medians, min, max, counts, ratios, exposed cost) as one CSV.
+Directories are searched at their top level only; a CSV found there that is not a results CSV is skipped
+with a line saying why, one named is an error. Failed rows are counted, never measured. Tables: the summary
+(``summary_table``), each plane's exposed cost where there are ``control=ideal`` rows (``exposed``),
+workload=serve per rate (``serve_analysis``); the gate is ``compare``.
 
 Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
 arguments.
@@ -39,6 +24,7 @@ import contextlib
 import os
 import sys
 import textwrap
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -55,40 +41,46 @@ from .serve_analysis import SERVE_METRICS, is_serve, prepare_serve, print_serve_
 from .summary_table import FULL_METRICS, csv_rows, default_baseline, print_compact, print_full, summary
 
 FORMATS = ("text", "markdown", "csv")
-def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:
-    """Print the summary table (workload=serve rows in a table of their own, ``print_serve_table`` in text)
-    and, where there are ideal rows, the exposed-cost table, in ``fmt`` (text, markdown or csv: one CSV of
-    both, a ``table`` column telling them apart); ratios to ``baseline``, else ``default_baseline()``.
-    Returns the keys."""
-    keys = group_keys(df, group)
+
+
+def _parts(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(kind, rows) of each kind of row ``df`` has: engine, broadcast (workload=broadcast), serve (``is_serve``)."""
     serve = is_serve(df)
     bcast = ~serve & (df.workload == "broadcast")
-    parts = [(rows, kind) for rows, kind in ((df[~serve & ~bcast], "summary"), (df[bcast], "summary"),
-                                             (df[serve], "serve")) if not rows.empty]
+    parts = (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]), ("serve", df[serve]))
+    return [(kind, rows) for kind, rows in parts if not rows.empty]
+
+
+def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:
+    """Print the summary table (workload=serve rows in one of their own) and, where there are ideal rows, the
+    exposed-cost table, in ``fmt`` (text, markdown or csv: one CSV of all, a ``table`` column telling them
+    apart); ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
+    keys = group_keys(df, group)
+    parts = _parts(df)
     note = busy_note(df)
     if note and fmt != "csv":
         print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
     frames = []
-    for rows, kind in parts:  # each kind keyed by the columns that differ among its own rows
-        k = keys if len(parts) == 1 else group_keys(rows, group)
+    for i, (kind, rows) in enumerate(parts):  # each kind keyed by the columns that differ among its own rows
+        serve, k = kind == "serve", keys if len(parts) == 1 else group_keys(rows, group)
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
-        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
+        if serve and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
             base = None
         ok = filled[filled.status == "ok"]
         exposed = exposed_cost(ok, k) if not ok.empty else pd.DataFrame()
-        metrics = FULL_METRICS if kind != "serve" else list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))
+        metrics = FULL_METRICS if not serve else list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))
         if fmt == "csv":
-            frames.append(csv_rows(summary(filled, k, base, metrics), k, base, kind))
+            frames.append(csv_rows(summary(filled, k, base, metrics), k, base, "serve" if serve else "summary"))
             if not exposed.empty:
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
             continue
-        if rows is not parts[0][0]:
+        if i:
             print()
         same = same_words(rows)
         if same:
             whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
-        if kind == "serve" and fmt == "text":
+        if serve and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
         elif fmt == "text" and is_broadcast_only(rows) and "payload" in k:
             print_broadcast_table(summary(filled, k, None, BROADCAST_METRICS), k)
@@ -117,8 +109,7 @@ def busy_note(df: pd.DataFrame) -> str | None:
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
-    """The end of a sweep (``interrupted``: stopped at its ``jobs``-th job): the summary of the rows it wrote,
-    and each plane's exposed cost where the sweep ran ``control=ideal`` too; the text tables of ``report``."""
+    """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
     print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} jobs, {len(rows)} ok rows ==")
     if not rows:
         return
@@ -128,29 +119,24 @@ def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) 
 
 
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
-    """Write the figures of the ok rows, one printed line each. To ``out`` the first of: the headline, each
-    plane's exposed cost (``plot_exposed``; rows with control=ideal beside a plane's, workload=serve's
-    aside), the raw metrics' bars (``plots.plot``), the broadcast curves (``plot_broadcast``), the
-    latency-vs-load curves (``plots.plot_load``); each other one beside it as OUT_raw, OUT_broadcast,
-    OUT_load, OUT_serve_exposed (serve rows' exposed cost per rate). Raises InputError when there is no ok row or
-    a file cannot be written."""
-    from .plot_broadcast import is_broadcast, plot_broadcast
+    """Write the figures of the ok rows, one printed line each: to ``out`` the first of, and beside it
+    (``side_path``) the others of: each plane's exposed cost (OUT_exposed), the raw metrics (OUT_raw), the
+    broadcast curves (OUT_broadcast), latency against load and serve rows' exposed cost per rate (OUT_load,
+    OUT_serve_exposed). Raises InputError when there is no ok row or a file cannot be written."""
+    from .plot_broadcast import plot_broadcast
     from .plot_common import side_path
     from .plot_exposed import plot_exposed
     from .plots import plot, plot_load
 
     if ok.empty:
         raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
-    serve = is_serve(ok)
-    bcast = is_broadcast(ok) & ~serve
-    parts = [(name, rows) for name, rows in (("engine", ok[~serve & ~bcast]), ("broadcast", ok[bcast]),
-                                             ("serve", ok[serve])) if not rows.empty]
+    parts = _parts(ok)
     figures = []  # (what it is, file name suffix beside out, draw(rows, keys, path), rows, keys)
     for name, rows in parts:
         k = keys if len(parts) == 1 else group_keys(rows, group)
         rows = fill_keys(rows, k)
         table = exposed_cost(rows, k) if name != "broadcast" else pd.DataFrame()
-        exposed = [] if table.empty else [(lambda r, k_, p, t=table: plot_exposed(r, k_, p, t), rows, k)]
+        exposed = [] if table.empty else [(partial(plot_exposed, table=table), rows, k)]
         if name == "engine":
             figures += [("exposed-cost figure (each plane's decode step and TPOT p50 minus control=ideal's)",
                          "exposed", *f) for f in exposed]
@@ -247,8 +233,7 @@ def check_plot_path(path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (see the module docstring). Exit code 0; 1 when the gate finds a regression; 2 on bad
-    input (one line)."""
+    """The command line; returns the exit code (the module docstring's)."""
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -259,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         given = [o for o, v in (("--threshold", args.threshold != "10%"), ("--allow-missing", args.allow_missing),
                                 ("--metrics", args.metrics)) if v]
         if given:
-            verb = "applies" if len(given) == 1 else "apply"
-            raise InputError(f"{', '.join(given)} {verb} only to --compare OLD NEW")
+            raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
         if args.plot:
             check_plot_path(args.plot)
         df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))

@@ -1,6 +1,4 @@
-"""The text tables of ``workload=broadcast`` rows: a row per (tp, payload) in order of size, a column per
-plane holding its one-way latency p50 (then p99) in us, so the planes are read across one line (before: a
-3-row table per payload)."""
+"""The text tables of ``workload=broadcast`` rows: a row per (tp, payload) by size, a column per plane."""
 
 from __future__ import annotations
 
@@ -25,9 +23,8 @@ def size(n: float) -> str:
 
 
 def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
-    """``summary()``'s table of broadcast rows (``METRICS``) as two tables, one-way p50 then p99 (us), each in
-    at most 120 columns: rows by tp and payload (in order of size), a column per plane (the last planes left
-    out where they would not fit), a section per value of the other keys."""
+    """``summary()``'s table of broadcast rows (``METRICS``) as two tables, one-way p50 then p99 (us), each in at
+    most 120 columns (the last planes left out where they would not fit), a section per value of the other keys."""
     planes = plane_order(table.control)
     parts = sections(table, [k for k in keys if k not in ("control", "tp", "payload")])
 

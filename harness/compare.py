@@ -1,15 +1,10 @@
 """``python -m harness.analyze --compare OLD NEW``: the regression gate.
 
-Configurations are matched on every configuration column. For each metric in both files, the change of the
-median over repeats is a regression when it is worse by more than the threshold AND the repeats' ranges do
-not overlap (old [min, max] against new [min, max]): a difference that lies inside the spread of the repeats
-is never called. Every configuration of OLD that NEW lacks or has only failed rows for (and every one failed
-in OLD), and every metric OLD has a value of where NEW has none (a column deleted, damaged cells), is
-listed; any of those fails the gate unless ``allow_missing``. A configuration only NEW has is
-listed too (it has nothing to be compared with; it never fails the gate), and a gate under which no
-configuration has ok rows on both sides fails: it compared nothing. Fewer than 3 repeats on a side: a
-warning (the range of 1 or 2 repeats says little about the spread). The configuration columns that hold one
-value throughout are printed once ("every configuration: ..."), each line names the others, control and tp.
+Configurations are matched on every configuration column. A metric's median over repeats regresses when it is
+worse by more than the threshold AND the repeats' ranges (old [min, max], new [min, max]) do not overlap.
+Configurations of OLD that NEW lacks or has only failed rows for (or failed in OLD), and metrics OLD has a
+value of where NEW has none, are listed and fail the gate unless ``allow_missing``; those only NEW has are
+listed, never failing. Comparing nothing fails. Fewer than 3 repeats on a side: a warning.
 """
 
 from __future__ import annotations
@@ -31,8 +26,7 @@ def _label(keys: list[str], idx, shown: set[str] | None = None) -> str:
 
 
 def _varying(keys: list[str], configurations: set[tuple]) -> set[str]:
-    """The keys whose value differs between ``configurations``, and control and tp: the rest is printed once
-    (``_label`` of every configuration would repeat it)."""
+    """The keys whose value differs between ``configurations``, and control and tp; prints the others once."""
     shown = {k for i, k in enumerate(keys) if len({c[i] for c in configurations}) > 1} | {"control", "tp"}
     constant = next(iter(configurations), None)
     if constant is not None and set(keys) - shown:
@@ -51,9 +45,8 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
         if pd.isna(a) or pd.isna(b) or a == 0:
             continue
         change = (b - a) / abs(a)
-        higher = m in HIGHER_IS_BETTER
-        bad = change < -threshold if higher else change > threshold
-        good = change > threshold if higher else change < -threshold
+        better = change if m in HIGHER_IS_BETTER else -change
+        bad, good = better < -threshold, better > threshold
         apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
         if (bad or good) and apart:
             worse += bad
@@ -65,10 +58,9 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
 
 def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
             metrics: list[str] | None = None) -> int:
-    """Print every change beyond the gate and every missing or failed configuration; returns the exit code:
-    1 on a regression, on nothing compared, or a missing/failed configuration unless ``allow_missing``;
-    else 0. ``old`` / ``new``: all rows (ok and failed) with key cells filled; ``metrics``: only these
-    (default: all known in both)."""
+    """Print every change beyond the gate and every missing or failed configuration; returns the exit code (1:
+    the gate fails, else 0). ``old`` / ``new``: all rows, key cells filled; ``metrics``: only these (default:
+    all known that OLD has)."""
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
     asked, metrics = metrics, [m for m in (metrics or known) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]

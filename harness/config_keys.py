@@ -1,5 +1,4 @@
-"""The configuration columns ``harness.analyze`` keys rows by: which of them tell a table's configurations apart
-(``group_keys``), which ``--compare`` matches two files on (``comparable_keys``), empty cells as a key."""
+"""The configuration columns ``harness.analyze`` keys rows by, and which of them it groups or matches on."""
 
 from __future__ import annotations
 

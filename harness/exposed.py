@@ -1,16 +1,10 @@
-"""What a control plane costs: its decode step and TPOT beside ``control=ideal``'s (the same engine with no
-transport), per configuration of the same sweep.
+"""What a control plane costs: its decode step and TPOT beside ``control=ideal``'s (the same engine, no transport).
 
-exposed = median over repeats of the plane's metric - median of ideal's, in us and in % of ideal's. The
-spread is the range of differences the repeats allow, [plane min - ideal max, plane max - ideal min]; a
-difference whose range contains 0 is "within noise" (the repeats cannot tell the plane from no transport).
-One-way latency alone is not the cost: async scheduling hides most of it, and what is exposed can also be
-more than it (a plane that holds rank 0's CPU or GIL delays everything after the send).
-
-Beside it, ``send_late_us``: the plane's median over repeats of its send p50 plus the late mean of its
-workers' launches (``ctrl_launch_late_us_mean``, CUDA): rank 0's time in the send and waiting for a late worker.
-It tracked every plane's exposed TPOT at async off (``results/h200x2/CONTROL.md``, session 5): an exposed
-cost well above it lies somewhere else.
+exposed = median over repeats of the plane's metric - median of ideal's (us, and % of ideal's); the spread,
+[plane min - ideal max, plane max - ideal min], holding 0 is "within noise". One-way latency is not the cost:
+async scheduling hides most of it, and a plane holding rank 0's CPU or GIL can cost more than it.
+``send_late_us`` (median over repeats of send p50 + ``ctrl_launch_late_us_mean``) tracked every plane's
+exposed TPOT at async off (``results/h200x2/CONTROL.md``, session 5): an exposed cost well above it lies elsewhere.
 """
 
 from __future__ import annotations
@@ -43,11 +37,9 @@ def send_late_us(plane: pd.DataFrame) -> float:
 
 
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """One row per (configuration, plane other than ideal, metric) where the configuration has ideal rows:
-    the grouping ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms`` (medians), ``exposed_us``,
-    ``exposed_pct`` (of ideal's), ``low_us`` / ``high_us`` (the spread), ``repeats`` (plane, ideal),
-    ``verdict`` and ``send_late_us`` (:func:`send_late_us`). Empty when there is no ideal row. ``df``: ok
-    rows only, key cells filled."""
+    """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
+    ``keys`` but control, ``metric``, medians ``ideal_ms`` and ``plane_ms``, ``exposed_us``, ``exposed_pct``,
+    the spread ``low_us`` / ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
     others = [k for k in keys if k != "control"]
     out = []
     if "ideal" not in set(df.control):
@@ -76,10 +68,9 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with each row's ``control.options.*`` settings moved from ``overrides`` into its ``control``
-    label (``ring control.options.spin_us=0``): a plane's options name a variant of the plane, not another
-    configuration, so ideal's rows (``control.options.inner=hybrid`` under torchrun) pair with every plane's.
-    ``ideal`` keeps its plain name: its options only say how its recording travelled."""
+    """``df`` with each row's ``control.options.*`` moved from ``overrides`` into its ``control`` label (``ring
+    control.options.spin_us=0``): a variant of the plane, not another configuration, so ideal's rows pair with
+    every plane's. ``ideal`` keeps its name: its options only say how its recording travelled."""
     if "overrides" not in df.columns:
         return df
     items = [str(t).split() if isinstance(t, str) and t != "-" else [] for t in df.overrides]
@@ -99,8 +90,8 @@ OPTIONAL = ["spread", "send+late"]  # the text table's columns left out, the las
 
 
 def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
-    """The exposed-cost table (nothing when it is empty): ``text`` at most 120 columns, by tp (and rate) with a
-    section per value of the other keys; ``markdown`` every column as ``exposed_cost()`` gives it."""
+    """The exposed-cost table, if any: ``text`` at most 120 columns, by tp (and rate), a section per value of
+    the other keys; ``markdown`` every column of ``exposed_cost()``."""
     if table.empty:
         return
     if fmt == "markdown":
@@ -126,7 +117,7 @@ def _signed(value: float) -> str:
 
 
 def _text_row(r: pd.Series, row_keys: list[str], optional: list[str]) -> dict:
-    """One row of the text table: its short columns, and those of ``optional`` (OPTIONAL) asked for."""
+    """One row of the text table, with the columns of OPTIONAL in ``optional``."""
     row = {"rate" if k == "request_rate" else k: key_cell(r[k]) for k in row_keys}
     row.update({"control": r.control.replace("control.options.", ""), "metric": r.metric.split()[-2],
                 "ideal ms": num4(r.ideal_ms), "exposed us": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})

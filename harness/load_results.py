@@ -26,13 +26,9 @@ class InputError(ValueError):
 
 
 def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
-    """(file, named) for each CSV file named (named=True) and every ``*.csv`` in a directory named (its
-    ``runs.csv`` and the files rows were diverted to: ``*.schema<N>-*.csv`` for another header,
-    ``*.unwritten-*.csv`` for an unwritable file). A directory is not searched below its top level.
-
-    Raises:
-        InputError: a path that does not exist, or a directory without CSV files.
-    """
+    """(file, named) for each CSV file named (named=True) and every ``*.csv`` at the top of a directory named
+    (diverted rows' ``*.schema<N>-*.csv`` and ``*.unwritten-*.csv`` too). Raises InputError: a path that does
+    not exist, or a directory without CSV files."""
     files = []
     for path in paths:
         if os.path.isdir(path):
@@ -97,15 +93,12 @@ def _read_one(path: str) -> pd.DataFrame:
 
 
 def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
-    """Every row of the CSVs (directories searched, ``find_csvs``), ok and failed; missing newer columns are
-    empty, damaged numeric cells empty (counted in a warning), ``overrides`` in one spelling
-    (``schema.normalize_overrides``). A CSV found in a directory that is not a results CSV (another tool's,
-    or unreadable) is skipped; once every file is read, one line per file read (its rows, ok and failed) and
-    per file skipped (why) goes to ``listing`` ("stdout", "stderr"; None: nowhere), so that an error is one line.
+    """Every row of the CSVs (``find_csvs``), ok and failed, in the current schema (``_normalize``). A CSV found
+    in a directory that is not a results CSV is skipped; once all are read, a line per file read (its rows, ok
+    and failed) or skipped (why) goes to ``listing`` ("stdout", "stderr"; None: nowhere): an error is one line.
 
     Raises:
-        InputError: a missing, empty or unreadable file named, one without the required columns, or no
-        results CSV at all.
+        InputError: a file named missing, empty, unreadable or without the required columns; no results CSV.
     """
     frames, lines = [], []
     for path, named in find_csvs(paths):
@@ -127,18 +120,15 @@ def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
 
 
 def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
-    """One file's rows in the current schema: renamed and missing columns, numbers, one ``overrides``."""
+    """One file's rows in the current schema: renamed columns, those an older schema lacked empty, numeric
+    cells numbers (damaged ones empty, counted in a warning), ``overrides`` in one spelling."""
     df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
-    for col in COLUMNS:  # rows of an older schema: the columns it lacked are empty
-        if col not in df.columns:
-            df[col] = np.nan
-    for col in NUMERIC:
-        numbers = pd.to_numeric(df[col], errors="coerce").replace([np.inf, -np.inf], np.nan)
-        bad = int((numbers.isna() & df[col].notna()).sum())
+    df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
+    numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
+    for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():
         if bad:
-            print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}",
-                  file=sys.stderr)
-        df[col] = numbers
+            print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}", file=sys.stderr)
+    df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)
     return df

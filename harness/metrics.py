@@ -1,6 +1,5 @@
-"""Serving metrics from per-request token timestamps, named as the field names them (vLLM's
-benchmark_serving): TTFT, TPOT = (E2EL - TTFT) / (output_len - 1), ITL (every gap between consecutive
-tokens), E2EL; output / total token throughput and request throughput."""
+"""A run's metric columns. Serving metrics follow vLLM's benchmark_serving: TTFT, TPOT = (E2EL - TTFT) /
+(output_len - 1), ITL (every gap between consecutive tokens), E2EL; output / total tok/s and req/s."""
 
 from __future__ import annotations
 
@@ -13,28 +12,22 @@ def summarize(values_ms, name: str) -> dict[str, float | None]:
     """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, numpy's
     default, as vLLM's); None when there are no values."""
     v = np.asarray(values_ms, dtype=np.float64)
-    out: dict[str, float | None] = {f"{name}_mean": float(v.mean()) if v.size else None}
-    for p in PERCENTILES:
-        out[f"{name}_p{p}"] = float(np.percentile(v, p)) if v.size else None
-    out[f"{name}_std"] = float(v.std()) if v.size else None
-    return out
+    out = {f"{name}_mean": float(v.mean()) if v.size else None}
+    out.update({f"{name}_p{p}": float(np.percentile(v, p)) if v.size else None for p in PERCENTILES})
+    return {**out, f"{name}_std": float(v.std()) if v.size else None}
 
 
 def _throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) -> dict:
-    """The throughput columns of ``requests`` over ``duration`` s: token counts, tok/s, req/s."""
+    """The throughput columns of ``requests`` over ``duration`` s."""
     return {"num_requests": requests, "input_tokens": in_tokens, "output_tokens": out_tokens, "duration_s": duration,
             "output_tok_s": out_tokens / duration, "total_tok_s": (out_tokens + in_tokens) / duration,
             "req_s": requests / duration}
 
 
 def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
-    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call.
-
-    Args:
-        outputs: ``LLM.generate`` results (``token_ids``, ``arrival_s``, ``token_times_s``).
-        prompt_lens: prompt length of each request (tokens).
-        start_s / end_s: perf_counter() around the call (s).
-    """
+    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call: its
+    ``outputs`` (``token_ids``, ``arrival_s``, ``token_times_s``), each request's prompt length (tokens) and
+    ``perf_counter()`` around the call (s)."""
     out_tokens = sum(len(o["token_ids"]) for o in outputs)
     ttft, tpot, itl, e2el = [], [], [], []
     for o in outputs:
@@ -54,12 +47,9 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
 
 
 def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> dict:
-    """The columns of one ``workload=serve`` run from its per-request records (``serve.request_record``),
-    by vLLM's ``bench serve`` formulas: throughput over the run's duration (first arrival to last token);
-    TTFT, TPOT ((E2EL - TTFT) / (output_len - 1), requests of more than one token), ITL, E2EL and the
-    queueing delay (sent to first scheduled) in ms; ``achieved_rate_req_s`` = (n - 1) / (last send - first
-    send), the rate the requests actually went in at; ``goodput_req_s`` = requests meeting every SLO that is
-    set (a request of one token meets the TPOT one) per second of the run, None when no SLO is set."""
+    """The columns of one ``workload=serve`` run from its ``serve.request_record`` records, by vLLM's ``bench
+    serve`` formulas (docs/REFERENCE.md): ``achieved_rate_req_s`` = (n - 1) / (last send - first send);
+    ``goodput_req_s`` = requests meeting every SLO set (one token meets TPOT's) per second, None without one."""
     duration = last_s - start_s
     sent = sorted(r["sent_s"] for r in records)
     in_tokens, out_tokens = sum(r["input_len"] for r in records), sum(r["output_len"] for r in records)
@@ -78,25 +68,20 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
 
 
 def energy_per_token(energy_j: float | None, output_tokens: int | None) -> dict:
-    """``j_per_output_token``: the GPUs' energy over the timed run (J, ``gpu_energy_j``) per generated token;
-    None where the energy was not measured (CPU, no NVML counter) or no token was generated."""
+    """``j_per_output_token``: ``gpu_energy_j`` (J) per generated token; None without either."""
     return {"j_per_output_token": energy_j / output_tokens if energy_j is not None and output_tokens else None}
 
 
 def step_metrics(steps) -> dict:
     """Decode step time p50/p99 (ms) and step counts from ``LLM.steps`` (StepRecord list)."""
     decode = [s.duration_s * 1e3 for s in steps if not s.is_prefill]
-    return {
-        "prefill_steps": sum(1 for s in steps if s.is_prefill), "decode_steps": len(decode),
-        "decode_step_ms_p50": float(np.percentile(decode, 50)) if decode else None,
-        "decode_step_ms_p99": float(np.percentile(decode, 99)) if decode else None,
-    }
+    return {"prefill_steps": len(steps) - len(decode), "decode_steps": len(decode),
+            **{f"decode_step_ms_p{p}": float(np.percentile(decode, p)) if decode else None for p in (50, 99)}}
 
 
 def message_metrics(send: dict, recv: dict) -> dict:
-    """The control plane's message columns from rank 0's send samples and every worker's receive samples
-    (``{"nbytes": [...], "ns": [...]}``; ``LLM.collect_control_stats``): calls, size (bytes), one-way latency
-    pooled over workers and rank 0's send cost (serialise + write), p50 / p99 (us)."""
+    """The message columns (docs/REFERENCE.md) from rank 0's send and every worker's receive samples
+    (``{"nbytes": [...], "ns": [...]}``, ``LLM.collect_control_stats``)."""
     nbytes, send_ns = send.get("nbytes", []), send.get("ns", [])
     row = {"ctrl_calls": len(nbytes),
            "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
@@ -120,11 +105,9 @@ def slowest_worker(recv: dict, key: str, num_steps: int) -> np.ndarray | None:
 
 
 def control_metrics(stats: dict, steps) -> dict:
-    """Control-plane columns of an engine run from ``LLM.collect_control_stats()``: ``message_metrics``,
-    ``launch_lag`` and ``ctrl_oneway_over_step_pct`` = sum over decode steps of the step message's slowest
-    one-way latency over the sum of decode step times (%; not what the plane costs: that is its step time minus
-    ``control=ideal``'s). Step i is message i: the stats are reset right before the timed run, whose only
-    messages are its steps."""
+    """Control-plane columns from ``LLM.collect_control_stats()``: ``message_metrics``, ``launch_lag`` and
+    ``ctrl_oneway_over_step_pct`` = the decode steps' slowest one-way latency over their time (%; not the plane's
+    cost). Step i is message i: the stats are reset right before the timed run, whose only messages are its steps."""
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
     row = message_metrics(send, recv)
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
@@ -141,14 +124,11 @@ def control_metrics(stats: dict, steps) -> dict:
 
 
 def launch_lag(recv: dict, steps) -> dict:
-    """``ctrl_launch_lag_us_mean`` / ``_p50`` / ``_p99`` (us): over decode steps, how much later than rank 0 the
-    slowest worker returned from the step's ``run()`` (both from rank 0's send, on rank 0's clock; on CUDA, how
-    long rank 0's GPU can wait for it at the step's first collective); negative where a worker was ready first.
-    ``ctrl_launch_late_us_mean``: the mean of max(lag, 0), what rank 0 can wait for (early steps must not
-    cancel late ones). None at tp=1, under ``control=ideal`` (no message to measure from) or when samples are
-    missing."""
-    row = {"ctrl_launch_lag_us_mean": None, "ctrl_launch_lag_us_p50": None, "ctrl_launch_lag_us_p99": None,
-           "ctrl_launch_late_us_mean": None}
+    """The ``ctrl_launch_lag_us_*`` columns (us, docs/REFERENCE.md): over decode steps, how much later than rank 0
+    the slowest worker returned from the step's ``run()``; ``ctrl_launch_late_us_mean`` the mean of max(lag, 0),
+    so early steps do not cancel late ones. None at tp=1, under ``control=ideal`` or when samples are missing."""
+    row = dict.fromkeys(["ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_lag_us_p99",
+                         "ctrl_launch_late_us_mean"])
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     latest = slowest_worker(recv, "launch_ns", len(steps))
     if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):

@@ -1,9 +1,6 @@
 """GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py), and the
-energy the GPUs used over the run from NVML's total-energy counter (read at start and stop).
-
-Each CUDA device is matched to its NVML handle by PCI address, never by index (NVML numbers GPUs in its own
-order). Where none matches, or NVML is missing, the sampler reads nothing (the ``nvml`` column says why).
-"""
+GPUs' energy over the run from NVML's total-energy counter. CUDA devices are matched to NVML handles by PCI
+address, never by index (NVML numbers GPUs in its own order); where none matches, nothing is read."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ def pci_address(cuda_index: int) -> tuple[int, int, int]:
 
 
 def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[list, str]:
-    """NVML handles of the CUDA devices ``cuda_indices``, matched by PCI address; returns (handles, how):
-    ``how`` is "pci" when all matched, else a sentence naming the first device without a handle (and the
-    handles are then empty: never another GPU's numbers)."""
+    """(NVML handles of the CUDA devices ``cuda_indices`` by PCI address, "pci"); ([], why) when one has none:
+    never another GPU's numbers."""
     by_address = {}
     for i in range(nvml.nvmlDeviceGetCount()):
         h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -47,10 +43,8 @@ def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[l
 
 
 class NvmlSampler:
-    """Samples CUDA devices ``indices`` (CUDA's numbering) every ``interval_s`` seconds between ``start()``
-    and ``stop()``; ``nvml``: the NVML module (nvidia-ml-py by default; tests pass a stub). ``summary()``: the
-    ``gpu_*`` and ``nvml`` columns (docs/REFERENCE.md): SM busy %, memory MiB (max), power W and energy J
-    (summed over GPUs)."""
+    """Samples CUDA devices ``indices`` every ``interval_s`` seconds between ``start()`` and ``stop()`` through
+    ``nvml`` (default nvidia-ml-py); ``summary()``: the ``gpu_*`` and ``nvml`` columns (docs/REFERENCE.md)."""
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
         self.indices, self.interval_s = list(indices), interval_s
@@ -102,9 +96,8 @@ class NvmlSampler:
                 return
 
     def read_energy_mj(self) -> list[int] | None:
-        """Each GPU's total-energy counter (mJ since the driver loaded), or None (after noting why in
-        ``energy_problem``) where one of them has none (NVML_ERROR_NOT_SUPPORTED before Volta, some
-        virtualised GPUs) or cannot be read."""
+        """Each GPU's total-energy counter (mJ since the driver loaded); None, why in ``energy_problem``, where
+        one cannot be read (not supported before Volta and on some virtualised GPUs)."""
         try:
             return [int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles]
         except Exception as e:  # pynvml.NVMLError_NotSupported and friends
@@ -112,8 +105,7 @@ class NvmlSampler:
             return None
 
     def _energy_over_run(self, end_mj: list[int] | None) -> float | None:
-        """Energy (J) from the counters at start() to ``end_mj``, summed over GPUs; None where either read
-        failed or a counter went backwards (a driver reload: ``energy_problem`` says so)."""
+        """Energy (J) from start() to ``end_mj`` over all GPUs; None if a read failed or a counter went back."""
         if self.energy_mj is None or end_mj is None:
             return None
         if any(e < s for s, e in zip(self.energy_mj, end_mj)):

@@ -1,7 +1,6 @@
-"""The broadcast figure (workload=broadcast rows: the control plane alone, one row per control, tp, payload
-and repeat): one-way latency p50 and p99 against the message size (payload_bytes, log), a line per plane
-(colour) and tp (line style), a marker per payload kind (decode, prefill, raw), medians over repeats with
-min-max bars; a row of the two panels per other configuration (device, nodes, a setting...)."""
+"""The broadcast figure of workload=broadcast rows: one-way latency p50 and p99 against the message size (log),
+a line per plane (colour) and tp (style), a marker per payload kind, medians over repeats with min-max bars;
+a row of the two panels per other configuration."""
 
 from __future__ import annotations
 
@@ -19,11 +18,6 @@ KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word
 PAYLOAD_LIST = re.compile(r"workload\.(decode_batches|prefill_batches|raw_bytes)=")
 
 
-def is_broadcast(df: pd.DataFrame) -> pd.Series:
-    """Which rows are workload=broadcast runs."""
-    return df.workload == "broadcast"
-
-
 def kind(payload: str) -> str:
     """decode-8 -> decode, raw-256B -> raw, prefill-1x1024 -> prefill."""
     return str(payload).split("-")[0]
@@ -38,8 +32,8 @@ def size(value: float, _=None) -> str:
 
 
 def size_axis(ax, xs: list) -> None:
-    """A log x-axis of sizes from a third of the smallest to three times the largest of ``xs``, ticks at
-    1, 10, 100 (1, 2, 5 under two decades), labelled 100 B, 1 kB; none between."""
+    """A log x-axis of sizes from a third of the smallest to three times the largest of ``xs``, ticks at 1, 10,
+    100 (1, 2, 5 under two decades), labelled 100 B, 1 kB."""
     from matplotlib import ticker
 
     xs = np.asarray([x for x in xs if x > 0], dtype=float)
@@ -53,8 +47,7 @@ def size_axis(ax, xs: list) -> None:
 
 
 def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per payload of ``rows`` (one plane, one tp), by size: its bytes, kind, and ``metric``'s median, min,
-    max over repeats."""
+    """Per payload of ``rows`` (one plane and tp), by size: bytes, kind, ``metric``'s median, min, max."""
     rows = rows.dropna(subset=[metric, "payload_bytes"])
     g = rows.groupby("payload")
     out = pd.concat([g.payload_bytes.median().rename("x"), g[metric].agg(["median", "min", "max"])], axis=1)
@@ -91,8 +84,7 @@ def legend(planes: list, tps: list, colours: dict, kinds: list) -> list:
 
 
 def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the broadcast figure of the ok workload=broadcast rows ``df`` (key cells filled) grouped by
-    ``keys`` to ``out``; returns the Figure."""
+    """Write the broadcast figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
     if "overrides" in df:
         df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-"

@@ -1,5 +1,5 @@
-"""What the analysis figures share: a plane's colour and place, how a configuration is written (a setting of
-1.0 as 1, the keys every panel shares said once above the panels), the header and legend at the top."""
+"""What the analysis figures share: a plane's colour and place, how a configuration is written (1.0 as 1, the
+keys every panel shares said once), the header and legends at the top, the layout of rows of panels."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ SAME = ("model", "device", "dtype", "workload", "tp", "payload")
 
 
 def plane_colours(planes) -> dict[str, str]:
-    """The same colour for a plane in every panel and every figure (tab10, in PLANE_ORDER); a plane with
-    options (``ring control.options.spin_us=0``) has its plane's colour."""
+    """A plane's colour in every figure (tab10, in PLANE_ORDER); a plane with options has its plane's colour."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10"]
@@ -70,14 +69,6 @@ def short_plane(name: str) -> str:
     return str(name).replace("control.options.", "")
 
 
-def hashes_named(keys: list[str], cfgs: list) -> bool:
-    """Whether model_hash says nothing that model does not: one hash per model and one model per hash."""
-    if not {"model", "model_hash"} <= set(keys):
-        return False
-    pairs = {(c[keys.index("model")], c[keys.index("model_hash")]) for c in cfgs}
-    return len(pairs) == len({m for m, _ in pairs}) == len({h for _, h in pairs})
-
-
 def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[tuple[tuple, pd.DataFrame]]:
     """(configuration: a tuple of ``keys``' values, its rows) per configuration of ``df`` (an empty cell is a
     value); one ((), df) without keys."""
@@ -89,10 +80,13 @@ def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[
 
 def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
     """(the words every configuration of ``cfgs`` (tuples of ``keys``' values) shares, each one's own words;
-    model_hash left out where model names it). With a single configuration nothing is shared."""
+    model_hash left out where there is one per model and one model per hash). With one configuration nothing
+    is shared."""
     cfgs = [cfg if isinstance(cfg, tuple) else (cfg,) for cfg in cfgs]
-    if hashes_named(keys, cfgs):
-        cfgs = [tuple("-" if k == "model_hash" else v for k, v in zip(keys, cfg)) for cfg in cfgs]
+    if {"model", "model_hash"} <= set(keys):
+        pairs = {(c[keys.index("model")], c[keys.index("model_hash")]) for c in cfgs}
+        if len(pairs) == len({m for m, _ in pairs}) == len({h for _, h in pairs}):
+            cfgs = [tuple("-" if k == "model_hash" else v for k, v in zip(keys, cfg)) for cfg in cfgs]
     words = [setting_words(keys, cfg) for cfg in cfgs]
     if len(words) < 2:
         return "", [" ".join(w) for w in words]
@@ -101,21 +95,8 @@ def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
 
 
 def same_words(df: pd.DataFrame) -> list[str]:
-    """``key=value`` of each of model, device and dtype that holds one value in every row of ``df``."""
+    """``key=value`` of each SAME column that holds one value in every row of ``df``."""
     return [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
-
-
-def spread_note(repeats: pd.Series) -> str:
-    """The figures' note on what a point and its bars are, by the repeats per point (``repeats``: counts)."""
-    return "median over repeats, bars min-max" if repeats.max() > 1 else "one repeat per point: no spread to draw"
-
-
-def header_text(df: pd.DataFrame, shared: str, note: str = "") -> str:
-    """The figure's header: model, device and dtype where one value holds and the words every panel shares,
-    then ``note`` on a line of its own."""
-    same = same_words(df)
-    words = same + [w for w in shared.split() if w not in same]
-    return "\n".join(part for part in (" ".join(words), note) if part)
 
 
 def legend_columns(width: float, handles: list) -> int:
@@ -126,9 +107,11 @@ def legend_columns(width: float, handles: list) -> int:
     return max(1, min(len(handles), int((width - 0.3) / max(items))))
 
 
-def header_inches(width: float, header: str, legends: list[list]) -> tuple[str, float]:
-    """(``header`` wrapped to a figure ``width`` inches wide, the inches it and the ``legends`` (lists of
-    handles, each its own block of rows) take at the top)."""
+def header_inches(width: float, df: pd.DataFrame, shared: str, note: str, legends: list[list]) -> tuple[str, float]:
+    """(the header: ``same_words`` of ``df``, the ``shared`` words, ``note`` on a line of its own, wrapped to
+    ``width`` inches; the inches it and the ``legends`` (lists of handles) take)."""
+    same = same_words(df)
+    header = "\n".join(part for part in (" ".join(same + [w for w in shared.split() if w not in same]), note) if part)
     text = "\n".join(textwrap.fill(line, width=int(width * 15)) for line in header.splitlines())
     lines = text.count("\n") + 1 if text else 0
     rows = sum(math.ceil(len(h) / legend_columns(width, h)) for h in legends if h)
@@ -136,8 +119,7 @@ def header_inches(width: float, header: str, legends: list[list]) -> tuple[str, 
 
 
 def save_figure(fig, text: str, legends: list[list], out: str):
-    """``text`` at the top left of ``fig``, under it each legend of ``legends`` (lists of labelled artists);
-    then write ``fig`` to ``out`` and close it. Returns the figure."""
+    """Put ``text`` and the ``legends`` (lists of handles) atop ``fig``, write it to ``out``, close and return it."""
     import matplotlib.pyplot as plt
 
     width, height = fig.get_size_inches()
@@ -155,8 +137,8 @@ def save_figure(fig, text: str, legends: list[list], out: str):
 
 
 def label_text(label: str, reps, width: float) -> str:
-    """A row's configuration ``label`` and its repeats (``reps``: counts per line or bar), wrapped to a figure
-    ``width`` inches wide (~13 bold 8-pt characters an inch)."""
+    """A row's ``label`` and its repeats (``reps``: counts per line or bar), wrapped to ``width`` inches (~13
+    bold 8-pt characters an inch)."""
     return textwrap.fill(f"{label}  ({repeats_text(reps)})" if label else repeats_text(reps), width=int(width * 13))
 
 
@@ -166,8 +148,7 @@ def label_space(text: str) -> float:
 
 
 def row_label(ax, text: str) -> None:
-    """Write a row's label ``text`` (:func:`label_text`) above its first panel ``ax``, over the panel's title,
-    growing upwards: 0.35 inch and 0.15 a line above the panel."""
+    """Write a row's label ``text`` (``label_text``) above its first panel ``ax`` and its title, growing upwards."""
     note = ax.annotate(text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 19), textcoords="offset points",
                        fontsize=8, va="bottom", fontweight="bold", annotation_clip=False)
     note.set_in_layout(False)  # a long label must not squeeze the panels
@@ -175,9 +156,8 @@ def row_label(ax, text: str) -> None:
 
 def stack(ncols: int, rows: list[tuple[int, float, float]], top: float, col_w: float = 3.6,
           panel_h: float = 2.2):
-    """A figure of ``ncols`` columns ``col_w`` inches wide and ``rows`` of panels, each (panels, inches above
-    them: labels and titles, inches below: tick labels), under ``top`` inches of header; returns (figure,
-    the axes of each row). Only the panels asked for exist: none is left empty."""
+    """A figure of ``ncols`` columns ``col_w`` inches wide, ``top`` inches of header, then ``rows`` of panels,
+    each (panels, inches above, inches below); returns (figure, each row's axes). No empty panel exists."""
     import matplotlib
 
     matplotlib.use("Agg")  # the figures are files
@@ -229,18 +209,18 @@ def log_if_spread(ax, axis: str, values, ratio: float) -> None:
 
 def plot_curves(df: pd.DataFrame, rest: list[str], x_key: str, panels: list, legend, draw, out: str,
                 col_w: float, panel_h: float = 2.2, blank_label: str = ""):
-    """Write to ``out`` a figure of a row of ``panels`` ((metric, title) pairs) per configuration of the ``rest``
-    keys, each panel drawn by ``draw(ax, rows, metric, colours, tps)`` (a line per plane and tp through the x
-    points ``x_key``), under ``legend(planes, tps, colours)``'s handles; ``blank_label`` labels a row without
-    words when no word is shared either. Returns the figure (closed)."""
+    """Write to ``out`` a row of ``panels`` ((metric, title)) per configuration of the ``rest`` keys, each drawn by
+    ``draw(ax, rows, metric, colours, tps)`` (x: ``x_key``), under ``legend(planes, tps, colours)``; returns the
+    figure. ``blank_label``: a row's label where it has no word and none is shared."""
     groups = config_groups(df, rest)
     shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
     planes, tps = plane_order(df.control), sorted(df.tp.unique())
     colours = plane_colours(planes)
     handles = legend(planes, tps, colours)
     width = col_w * len(panels)
-    note = spread_note(df.groupby(rest + ["control", "tp", x_key], dropna=False).size())
-    header, top = header_inches(width, header_text(df, shared, note), [handles])
+    per_point = df.groupby(rest + ["control", "tp", x_key], dropna=False).size()
+    note = "median over repeats, bars min-max" if per_point.max() > 1 else "one repeat per point: no spread to draw"
+    header, top = header_inches(width, df, shared, note, [handles])
     texts = [label_text(label or ("" if shared else blank_label), rows.groupby(["control", "tp", x_key]).size(),
                         width) for label, (_, rows) in zip(labels, groups)]
     fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top, col_w, panel_h)

@@ -1,8 +1,6 @@
-"""The headline figure: what each control plane costs, ``exposed.exposed_cost`` drawn. A panel per
-configuration that ran ``control=ideal`` (workload, model, tp, setting...: every key but control); in it,
-per plane, its decode step p50 (circle) and TPOT p50 (square) minus ideal's in us, the spread the repeats
-allow as the error bar, the % of ideal's written beside; hollow where the spread contains 0 (within noise),
-half-filled with one repeat (no spread), a line at 0 (ideal)."""
+"""The headline figure, ``exposed.exposed_cost`` drawn: a panel per configuration that ran ``control=ideal``;
+per plane its exposed decode step p50 (circle) and TPOT p50 (square) in us, the spread as error bar, the % of
+ideal's above; hollow within noise, half-filled with one repeat, a line at 0 (ideal)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ from .plot_common import (
     config_groups,
     config_labels,
     header_inches,
-    header_text,
     plane_colours,
     plane_order,
     repeats_text,
@@ -29,13 +26,8 @@ METRICS = {"decode step p50": ("o", -0.18), "TPOT p50": ("s", 0.18)}
 COLUMNS = 3  # panels a row
 
 
-def fill(verdict: str) -> str:
-    """A point's fill style for its verdict: hollow within noise, half with one repeat, else full."""
-    return "none" if verdict == "within noise" else ("left" if verdict.startswith("one repeat") else "full")
-
-
 def panel_title(label: str, rows: pd.DataFrame) -> str:
-    """A panel's title: its configuration (wrapped), then ideal's step and TPOT and the repeats."""
+    """A panel's title: its configuration, then ideal's step and TPOT and the repeats."""
     ideal = rows.groupby("metric").ideal_ms.first()
     parts = [f"{name} {ideal[m]:.3g} ms" for m, name in (("decode step p50", "step"), ("TPOT p50", "TPOT"))
              if m in ideal]
@@ -51,8 +43,9 @@ def draw_panel(ax, rows: pd.DataFrame, colours: dict) -> None:
         top = mine.high_us.max()  # every % of a plane above all of its bars, so none sits on a neighbour's
         for _, r in mine.iterrows():
             marker, dx = METRICS.get(r.metric, ("D", 0))
+            fill = "none" if r.verdict == "within noise" else ("left" if r.verdict.startswith("one repeat") else "full")
             ax.errorbar(i + dx, r.exposed_us, yerr=[[r.exposed_us - r.low_us], [r.high_us - r.exposed_us]],
-                        marker=marker, color=colours[plane], fillstyle=fill(r.verdict), markerfacecoloralt="white",
+                        marker=marker, color=colours[plane], fillstyle=fill, markerfacecoloralt="white",
                         markersize=6, elinewidth=1.1, capsize=2.5, linestyle="none")
             pct = f"{r.exposed_pct:+.1f}%".replace("-0.0%", "+0.0%")
             ax.annotate(pct, (i + dx, max(top, 0)), xytext=(0, 4), textcoords="offset points",
@@ -85,8 +78,7 @@ def legends(planes: list, colours: dict) -> list[list]:
 
 def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFrame | None = None):
     """Write the exposed-cost figure of the ok rows ``df`` (key cells filled) grouped by ``keys`` to ``out``
-    (``table``: their ``exposed_cost``, when already computed); returns the Figure, None when no
-    configuration has control=ideal rows beside a plane's (nothing written)."""
+    (``table``: their ``exposed_cost``, if computed); returns the Figure, None (nothing written) without one."""
     table = exposed_cost(df, keys) if table is None else table
     if table.empty:
         return None
@@ -101,7 +93,7 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     width = col_w * ncols
     note = ("each plane's median minus control=ideal's, error bar [plane min - ideal max, plane max - ideal "
             "min] over repeats, % of ideal's")
-    header, top = header_inches(width, header_text(df, shared, note), handles)
+    header, top = header_inches(width, df, shared, note, handles)
     titles = [panel_title(label, rows) for label, (_, rows) in zip(labels, groups)]
     rows = [titles[i:i + ncols] for i in range(0, len(titles), ncols)]
     fig, axes = stack(ncols, [(len(r), 0.2 + 0.14 * max(t.count("\n") + 1 for t in r), 0.45) for r in rows], top,
@@ -110,4 +102,3 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
         draw_panel(ax, rows, colours)
         ax.set_title(title, fontsize=7.5)
     return save_figure(fig, header, handles, out)
-

@@ -1,5 +1,5 @@
-"""The latency-vs-load figure of workload=serve rows: TTFT and TPOT p50/p99 and goodput (else the completed
-rate) against the achieved request rate, a line per plane and tp, a row of panels per other configuration."""
+"""The latency-vs-load figure of workload=serve rows: TTFT and TPOT p50/p99 (ms) and goodput (else the completed
+rate, req/s) against the achieved rate, a line per plane and tp."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import pandas as pd
 
 from .plot_common import TP_STYLES, log_if_spread, plot_curves, tp_handles
 
-# the latency-vs-load figure of workload=serve rows: (column, title); the last panel is goodput where an SLO was
-# set, else the completed rate
+# (column, title); then goodput where an SLO was set, else the completed rate
 LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"), ("tpot_ms_p50", "TPOT p50 (ms)"),
                ("tpot_ms_p99", "TPOT p99 (ms)")]
 
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per request rate (sorted, inf last) of ``rows`` (one plane, one tp): x, the achieved sending rate
-    (req/s; at rate inf, where all are sent at once, or without one, the completed rate ``req_s``),
-    ``completed`` (x is req_s), and x's and ``metric``'s median, min and max over the repeats."""
+    """Per request rate (inf last) of ``rows`` (one plane and tp): ``completed`` (x is req_s: at rate inf, all
+    sent at once, or without an achieved rate) and the median, min and max over repeats of x, the achieved
+    rate (req/s), and of ``metric``."""
     rate = pd.to_numeric(rows.request_rate, errors="coerce")
     rows = rows.assign(completed=np.isinf(rate) | rows.achieved_rate_req_s.isna())
     rows = rows.assign(x=rows.achieved_rate_req_s.where(~rows.completed, rows.req_s), y=rows[metric])
@@ -29,9 +28,8 @@ def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
-    """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates,
-    rate inf as a hollow diamond at the completed rate; medians with min-max bars over the repeats. Ideal's
-    TTFT is faint: it follows its recording's admissions and is no floor (docs/SERVE.md)."""
+    """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates, rate
+    inf a hollow diamond; ideal's TTFT faint: it follows its recording's admissions, no floor (docs/SERVE.md)."""
     xs, ys = [], []
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
@@ -60,10 +58,8 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
 
 
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the latency-vs-load figure of the ok workload=serve rows ``df`` (key cells filled) to ``out``: a
-    row of panels per configuration (every key but control, tp, request_rate), TTFT and TPOT p50/p99 (ms)
-    and goodput (else the completed rate, req/s) against the achieved rate, a line per plane and tp;
-    returns the Figure."""
+    """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) to ``out``, a row per value of the
+    ``keys`` but control, tp and request_rate; returns it."""
     last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
     return plot_curves(df, rest, "request_rate", LOAD_PANELS + [last], load_legend, draw_load_panel, out, col_w=3.3,
@@ -71,7 +67,7 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
 
 
 def load_legend(planes: list, tps: list, colours: dict) -> list:
-    """The latency-vs-load figure's legend: the planes, the tps' line styles, rate inf, y = x."""
+    """The planes, the tps' line styles, rate inf, y = x."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"

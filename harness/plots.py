@@ -1,10 +1,6 @@
-"""The raw-metric figure: a row of panels per configuration (workload, setting, tp, model...: every grouping
-key but the control plane), one panel per metric that row has, the control planes on the x-axis in one fixed
-colour each, p50 bars (median over repeats) with p99 whiskers. Configurations run with one plane each are
-pooled per workload into shared rows (a bar per configuration, labelled with what sets it apart).
-
-The other figures: ``plot_exposed`` (the headline: each plane's exposed cost), ``plot_broadcast`` (one-way
-latency against message size) and ``plot_load`` (workload=serve: latency against load)."""
+"""The raw-metric figure: a row of panels per configuration (every grouping key but control), a panel per metric
+the row has, a bar per plane: p50 (median over repeats) with a p99 whisker. Configurations of one plane each
+are pooled per workload into shared rows (a bar per configuration, labelled with what sets it apart)."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ from .plot_common import (
     config_groups,
     config_labels,
     header_inches,
-    header_text,
     label_space,
     label_text,
     plane_colours,
@@ -37,9 +32,8 @@ POOL = 5  # bars in a row of configurations pooled from one plane each
 
 
 def bar_rows(df: pd.DataFrame, rest: list[str]) -> tuple[str, list[tuple[str, list, list]]]:
-    """(the words every row shares, the figure's rows as (label, bars, key)), a bar as (tick, plane, its
-    rows). A configuration with two planes or more is a row, its planes the bars; configurations of one
-    plane each are pooled per workload, POOL bars a row, numbered, the ``key`` (lines) saying what each is."""
+    """(the words every row shares, the rows as (label, bars, key)), a bar as (tick, plane, its rows). A
+    configuration with two planes or more is a row; those of one plane are pooled per workload (``pooled_row``)."""
     groups = config_groups(df, rest)
     shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
     rows, single = [], {}
@@ -56,7 +50,7 @@ def bar_rows(df: pd.DataFrame, rest: list[str]) -> tuple[str, list[tuple[str, li
 
 
 def pooled_row(rest: list[str], chunk: list, shared: str) -> tuple[str, list, list]:
-    """A row of configurations of one plane each (``chunk``: (configuration, rows)): bars numbered 1, 2...,
+    """A row of up to POOL configurations of one plane each (``chunk``: (configuration, rows)): bars numbered,
     the key lines ``N: plane settings``; a lone one is labelled in full, its bar by its plane."""
     common, own = config_labels(rest, [cfg for cfg, _ in chunk])
     if len(chunk) == 1:
@@ -81,9 +75,8 @@ def draw_bars(ax, bars: list, p50: str, p99: str | None, colours: dict) -> None:
         if not np.isnan(t):
             ax.plot([xi, xi], [m, t], color="black", linewidth=1)
             ax.plot([xi - 0.15, xi + 0.15], [t, t], color="black", linewidth=1)
-    numbered = bars[0][0].isdigit()
     names = [textwrap.fill(short_plane(name), 13) for name, _, _ in bars]
-    ax.set_xticks(x, names, rotation=0 if numbered or any(" " in n for n in names) else 45, fontsize=7)
+    ax.set_xticks(x, names, rotation=0 if bars[0][0].isdigit() or any(" " in n for n in names) else 45, fontsize=7)
     pad = max(3 - len(bars), 0) / 2  # a lone bar is no wider than one of three
     ax.set_xlim(-0.6 - pad, len(bars) - 0.4 + pad)
     ax.grid(axis="y", alpha=0.3)
@@ -100,26 +93,21 @@ def tick_inches(bars: list) -> float:
     return 0.3 + 0.12 * max(n.count("\n") + 1 for n in names)
 
 
-def row_panels(bars: list) -> list:
-    """The PANELS this row of bars has data for."""
-    return [p for p in PANELS if any(rows[p[0]].notna().any() for _, _, rows in bars)]
-
-
 def plot(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the raw-metric figure of the ok rows ``df`` (key cells filled) grouped by ``keys`` to ``out``;
-    returns the Figure."""
+    """Write the raw-metric figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     from matplotlib.patches import Rectangle
 
     rest = [k for k in keys if k != "control"]
     shared, rows = bar_rows(df, rest)
-    rows = [(label, bars, key, row_panels(bars)) for label, bars, key in rows]
-    rows = [r for r in rows if r[3]]
+    rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
+            for label, bars, key in rows]
+    rows = [r for r in rows if r[3]]  # a row without any metric of PANELS
     planes = plane_order(df.control)
     colours = plane_colours(planes)
     width = 3.6 * max([len(r[3]) for r in rows] + [1])
     handles = [Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]
     note = "bars: median of the repeats' p50 (tok/s: of their value); whiskers: median of their p99 (not a spread)"
-    header, top = header_inches(width, header_text(df, shared, note), [handles])
+    header, top = header_inches(width, df, shared, note, [handles])
     texts = [label_text(label, [len(b[2]) for b in bars], width) for label, bars, _, _ in rows]
     keys_text = ["\n".join(textwrap.fill(line, int(width * 16), subsequent_indent="     ") for line in key)
                  for _, _, key, _ in rows]

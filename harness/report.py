@@ -21,7 +21,7 @@ def _fmt(row: dict, key: str, spec: str = ".1f") -> str:
 
 def header(row: dict) -> str:
     """``[ok] shm, tp=2, qwen3-tiny on cpu, workload=serve, repeat 0 (all_reduce=gloo)``: the settings the row
-    has (None ones are left out: a broadcast row has no model)."""
+    has (a broadcast row has no model)."""
     what = [row.get("engine") if row.get("engine") != "tp" else None, row.get("control"),
             f"tp={row['tp']}" if row.get("tp") is not None else None,
             f"{row['model']} on {row['device']}" if row.get("model") else row.get("device"),
@@ -58,8 +58,7 @@ def control_lines(row: dict) -> list[str]:
 
 
 def gpu_lines(row: dict) -> list[str]:
-    """The GPU lines: utilisation (%), memory (MiB), power (W) and, where NVML's counter has it, the run's
-    energy (J, and J per output token); else why nothing was measured (the ``nvml`` column)."""
+    """The GPU lines: utilisation, memory, power and, where measured, the run's energy; else why not."""
     f = partial(_fmt, row)
     lines = []
     if row.get("gpu_util_pct_mean") is not None:
@@ -73,9 +72,7 @@ def gpu_lines(row: dict) -> list[str]:
 
 
 def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = ()) -> None:
-    """Print one engine run's row in sentences (throughput; the load for a serve run; latency in ms; the
-    control plane in us; GPU, or why not) and where it went (and its per-step timings, ``step_log``; ``files``:
-    a line each for the run's other files)."""
+    """Print one engine run's row in sentences, where it went (``path``), its ``step_log`` and other ``files``."""
     f = partial(_fmt, row)
     print("\n" + header(row))
     if row["status"] != "ok":
@@ -107,10 +104,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
 
 
 def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
-    """``profile=torch``'s lines for :func:`print_summary`'s ``files``: a line per trace file (rank 0's first;
-    one that is not on this host is said to be elsewhere: a worker on another node writes its own there, and
-    one that could not be written said why on its stderr), or why there is none (``profile_steps`` starts
-    after the timed run's ``steps`` steps)."""
+    """``profile=torch``'s lines for ``print_summary``'s ``files``: a line per trace file (rank 0's first; one
+    not on this host is another node's, or was not written), or why there is none."""
     if not traces:
         return [f"traces      none: profile_steps={profile_steps} starts after the timed run's {steps} steps "
                 f"(numbered from 0)"]
@@ -120,8 +115,7 @@ def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
 
 
 def print_floor(row: dict, work: Workload, llm) -> None:
-    """The measured throughput and TPOT next to the physical floor (harness/floor.py): bytes read per GPU at
-    4.3 TB/s, plus 3 us per all-reduce."""
+    """The measured throughput and TPOT next to the physical floor (``floor.decode_floor``)."""
     elt = torch.empty(0, dtype=llm.config.torch_dtype).element_size()
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config, elt, row["tp"])
     ar = f" + {f['all_reduces_per_step']} all-reduces x 3 us per step" if f["all_reduces_per_step"] else ""
@@ -132,12 +126,8 @@ def print_floor(row: dict, work: Workload, llm) -> None:
 
 
 def print_broadcast(row: dict, path: str, messages: int | None = None) -> None:
-    """Print one broadcast row: the plane, payload, bytes, one-way and send latency p50/p99 (us), and the
-    messages timed, saying why when fewer than the workload's ``messages``."""
-    def us(key):
-        return "-" if row.get(key) is None else f"{row[key]:.1f}"
-
-    n = row["ctrl_calls"]
+    """Print one broadcast row: plane, payload, one-way and send p50/p99 (us), messages (why fewer than asked)."""
+    us, n = partial(_fmt, row), row["ctrl_calls"]
     why = ", fewer: max_bytes_per_payload caps them" if messages is not None and n < messages else ""
     print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
           f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
@@ -154,6 +144,5 @@ def one_line(e: BaseException) -> str:
 
 
 def show_progress(progress: bool) -> bool:
-    """Whether to draw tqdm bars: asked for (``progress=true``, the default) and stderr is a terminal. Into a
-    log file or a pipe a bar is not redrawn in place: every refresh would add a line of its own."""
+    """Whether to draw tqdm bars: asked for and stderr is a terminal (into a file every refresh is a line)."""
     return bool(progress) and sys.stderr.isatty()

@@ -1,12 +1,7 @@
-"""Appending one row per run to a CSV: header written once, atomic appends under a file lock.
-
-Concurrent runs (a multirun sweep, two jobs on one host) each add exactly one whole line: the line is
-built in memory and written with one ``write`` while holding ``<file>.lock``. An existing file whose header
-differs from this schema is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it, and
-``Results`` says so in one loud line. A row that cannot be written at all (read-only mount, no lock file)
-goes to a fallback file; the run's numbers are never lost. A write that fails part way (a full disk) leaves
-no trace: the results file is cut back to its size before the write, a fallback file that could not be
-written whole is removed.
+"""Appending one row per run to a CSV: header written once, each row one whole line written while holding
+``<file>.lock`` (concurrent runs never interleave). A file with another schema's header is never touched:
+the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it. A row that cannot be written (read-only mount, no
+lock, full disk) goes to a fallback file, never lost; a failed write leaves no partial line.
 """
 
 from __future__ import annotations
@@ -46,12 +41,8 @@ def _acquire(lock_path: str) -> FileLock:
 
 
 def append_row(path: str, columns: list[str], row: dict, schema_version: int) -> str:
-    """Append ``row`` (keys from ``columns``; missing keys are empty cells) to ``path``.
-
-    Returns the path actually written (another one when ``path`` has a different header).
-    Raises:
-        KeyError: ``row`` has a key not in ``columns`` (a programming error: the schema must list it).
-    """
+    """Append ``row`` (keys from ``columns``; missing keys are empty cells) to ``path``; returns the path written
+    (another when ``path`` has another header). Raises KeyError on a key not in ``columns`` (the schema's)."""
     unknown = set(row) - set(columns)
     if unknown:
         raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
@@ -77,52 +68,35 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
     return path
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """``data`` written whole to ``fd`` (``os.write`` may take part of it) and synced to the disk.
-    Raises OSError (ENOSPC: a full disk, EFBIG, EIO...)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.fsync(fd)
-
-
 def _write_whole(path: str, data: bytes, append: bool) -> None:
-    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as the whole content of a
-    new file ``path``; or leave no trace: on any failure the file is cut back to its size before the write
-    (removed if this created it, or if a new file was asked for), so a full disk never leaves a partial line.
-    Raises the write's OSError."""
+    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as a new file ``path``, synced
+    to the disk; or leave no trace: on any failure the file is cut back to its size before the write (removed
+    if new), so a full disk never leaves a partial line. Raises the write's OSError (ENOSPC, EFBIG, EIO...)."""
     existed = append and os.path.exists(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o666)
     try:
-        _write_or_undo(fd, path, data, os.fstat(fd).st_size if existed else None)
+        size = os.fstat(fd).st_size if existed else None
+        try:
+            view = memoryview(data)
+            while view:  # os.write may take part of it
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if size is not None:
+                    os.ftruncate(fd, size)
+                else:
+                    os.unlink(path)
+            raise
     finally:
         os.close(fd)
 
 
-def _write_or_undo(fd: int, path: str, data: bytes, size: int | None) -> None:
-    """:func:`_write_all`; on failure cut the file back to ``size`` bytes (None: remove it) and re-raise."""
-    try:
-        _write_all(fd, data)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            if size is not None:
-                os.ftruncate(fd, size)
-            else:
-                os.unlink(path)
-        raise
-
-
 class Results:
-    """Where a job's rows go. ``add(row)`` stamps the row (``time_utc``: when it is written; ``run_id``) and
-    appends it to ``path``; if that fails it writes the row to ``<stem>.unwritten-<run_id>.csv`` beside
-    ``path``, else in the working directory, else prints the CSV line, saying where in one line on stderr
-    and keeping the problem in ``problem`` (the job then exits with code 1).
-
-    Args:
-        path: the results CSV; columns / schema_version: see :func:`append_row`.
-        on_row: called with each stamped row once it is written (the per-run JSON); returns None when it
-            could not keep it, which counts as a problem. config: the job's configuration it writes.
-    """
+    """Where a job's rows go. ``add(row)`` stamps the row (``time_utc``, ``run_id``) and appends it to ``path``;
+    failing that, to ``<stem>.unwritten-<run_id>.csv`` beside ``path``, else in the working directory, else
+    prints it, saying where on stderr and keeping the problem in ``problem`` (the job then exits 1).
+    ``on_row(row)`` writes the per-run JSON, None when it could not (a problem too), of ``config`` (the job's)."""
 
     def __init__(self, path: str, columns: list[str], schema_version: int, on_row=None, config: dict | None = None):
         self.path, self.columns, self.schema_version = path, columns, schema_version

@@ -1,5 +1,4 @@
-"""The results CSV's columns, in order. Units are in the names (_ms, _us, _s, _tok_s, _pct, _mib, _w, _j);
-docs/REFERENCE.md documents each one. Bump SCHEMA_VERSION when columns change."""
+"""The results CSV's columns, in order, documented in docs/REFERENCE.md. Bump SCHEMA_VERSION when they change."""
 
 SCHEMA_VERSION = 11  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
 #                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
@@ -10,8 +9,7 @@ SCHEMA_VERSION = 11  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_ut
 #                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency; 11: gpu_energy_j,
 #                       j_per_output_token, driver_version, transformers_version, triton_version
 
-# The schema version that added each configuration column added after schema 1 (``--compare`` leaves such a
-# key out where one file's schema predates it, see ``harness.analyze.comparable_keys``).
+# the schema that added each configuration column after schema 1 (``config_keys.comparable_keys`` reads it)
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
             "run_id": 6, "tag": 6, "model_hash": 6, "cpu_threads": 6, "gemm": 8, "request_rate": 10,
             "burstiness": 10, "max_concurrency": 10, "slo": 10}
@@ -41,10 +39,9 @@ COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 
 
 def normalize_overrides(text) -> str | None:
-    """The ``overrides`` cell in one spelling per configuration: each ``key=value`` without Hydra's ``+`` /
-    ``++`` (which only say how the key got into the configuration), ``True``/``False`` as ``true``/``false``
-    (a sweep's values print capitalised), items sorted; None for no overrides. Applied when a row is
-    written and when rows are read, so that rows of older files group with new ones."""
+    """The ``overrides`` cell in one spelling per configuration (when a row is written and read, so old rows group
+    with new): items sorted, without Hydra's ``+`` / ``++``, ``True``/``False`` (a sweep's spelling) lower-case;
+    None for no overrides."""
     if not isinstance(text, str) or not text.strip():
         return None
     items = []

@@ -1,5 +1,4 @@
-"""workload=serve rows in ``harness.analyze``: which rows they are, their columns made numeric, and their
-table (one row per configuration and request rate, at most 120 characters wide); the figure is ``plots.plot_load``."""
+"""workload=serve rows in ``harness.analyze``: which rows they are, their columns made numeric, their table."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .text_tables import header_lines, key_cells, markdown, number, section_lines, sections, widest_fitting
+from .text_tables import header_lines, key_cells, markdown, number, section_lines, sections, spread_cell, widest_fitting
 
 # workload=serve rows' table: (column, header); good/s where an SLO was set, else done/s (completed)
 SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"), ("req_s", "done/s"),
@@ -16,8 +15,7 @@ SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"),
                  ("tpot_ms_p99", "tpot99"), ("queue_ms_p99", "queue")]
 SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
                  "ttft_ms_p50", "queue_ms_p99"]
-# an override of a serve setting is in its own column: dropped from ``overrides`` (rate 16 by default or typed
-# is one configuration, and a rate sweep is not also an overrides sweep)
+# a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
 SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
 
 
@@ -42,20 +40,9 @@ def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
 ROW_KEYS = ["tp", "control", "request_rate", "max_concurrency", "burstiness"]  # the load: columns, not sections
 
 
-def serve_cell(r: pd.Series, m: str) -> str:
-    """median ±half the repeats' range in % of it: 9 characters at most, but for spreads of 100% and more."""
-    med, low, high = r[f"{m}_median"], r[f"{m}_min"], r[f"{m}_max"]
-    cell = "" if pd.isna(med) else number(med)
-    if cell and r[f"{m}_count"] > 1 and med:
-        cell += f"±{50 * (high - low) / abs(med):.0f}%"
-    return cell
-
-
 def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
-    """Print ``summary()``'s table of workload=serve rows in at most 120 columns: rows by tp, control, rate
-    (request_rate) and the other load settings that differ, a section per value of the other keys; per metric
-    of SERVE_METRICS its ``serve_cell`` (the last metrics left out where they would not fit); good/s where an
-    SLO was set, else done/s."""
+    """Print ``summary()``'s table of workload=serve rows in at most 120 columns: rows by the ROW_KEYS, a section
+    per value of the other keys, the SERVE_METRICS' ``spread_cell`` (the last left out where they would not fit)."""
     shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
     goodput = any(m == "goodput_req_s" for m, _ in shown)
     if goodput:
@@ -66,7 +53,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     def render(cols):
         return section_lines([(label, markdown([{**{"rate" if k == "request_rate" else k: v
                                                     for k, v in key_cells(r, row_keys).items()},
-                                                 **{h: serve_cell(r, m) for m, h in cols}}
+                                                 **{h: spread_cell(r, m, number) for m, h in cols}}
                                                 for _, r in rows.iterrows()])) for label, rows in parts])
 
     lines, left_out = widest_fitting(render, shown)

@@ -1,17 +1,11 @@
-"""Per-step timings of a timed run (``step_log=true``): one CSV per run, ``<results_dir>/steps/<run_id>.csv``,
-for what the row's percentiles and means cannot show (which steps were late, and where the lateness came
-from). ``python -m harness.step_log FILE...`` sums a file up.
+"""Per-step timings of a timed run (``step_log=true``), ``<results_dir>/steps/<run_id>.csv``: which steps were
+late and why, which the row's percentiles cannot show. ``python -m harness.step_log FILE...`` sums a file up.
 
-Columns, one line per engine step (times in us; ``rK_*`` per worker rank K; empty where not measured:
-replayed ``ideal`` steps have no message, tp=1 has no worker):
-
-- ``step``, ``prefill`` (0/1), ``num_seqs``, ``num_tokens``, ``duration_us`` (from the previous step's tokens
-  to this one's), ``message_bytes``, ``send_us`` (rank 0 serialising and writing the step's message);
-- ``r0_launch_us``: rank 0's ``run()`` returned, from the start of its send;
-- ``rK_oneway_us``: worker K received the message, from the start of the send (one-way latency);
-- ``rK_launch_us``: worker K's ``run()`` returned, from the start of the send.
-
-How a worker's launch lag splits into these: docs/METHOD.md.
+Columns, a line per engine step (us; empty where not measured: replayed ``ideal`` steps have no message,
+tp=1 no worker): ``step``, ``prefill`` (0/1), ``num_seqs``, ``num_tokens``, ``duration_us`` (previous step's
+tokens to this one's), ``message_bytes``, ``send_us`` (rank 0 serialising and writing the message); from the
+start of the send: ``r0_launch_us`` (rank 0's ``run()`` returned), per worker rank K ``rK_oneway_us`` (it
+received the message) and ``rK_launch_us`` (its ``run()`` returned). How launch lag splits: docs/METHOD.md.
 """
 
 from __future__ import annotations
@@ -25,17 +19,12 @@ import numpy as np
 
 
 def step_log_path(results_dir: str, run_id: str) -> str:
-    """Where run ``run_id``'s step log goes: ``<results_dir>/steps/<run_id>.csv``."""
     return os.path.join(results_dir, "steps", f"{run_id}.csv")
 
 
 def write_step_log(path: str, steps, stats: dict) -> None:
-    """Write the step log ``path`` from the run's ``StepRecord`` list and its control-plane samples
-    (``LLM.collect_control_stats()``: step i is message i), creating its directory.
-
-    Raises:
-        OSError: the file cannot be written.
-    """
+    """Write the step log ``path`` (and its directory) from the run's ``StepRecord`` list and its control-plane
+    samples (``LLM.collect_control_stats()``: step i is message i). Raises OSError."""
     recv = stats.get("recv") or {}
     ranks = sorted(recv)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -81,9 +70,7 @@ def summarize(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.step_log FILE...``: :func:`summarize` each step log; a file that is missing, a
-    directory or not a readable step log gets one ``error:`` line and the others are still summarised;
-    exit 2 when any failed."""
+    """``python -m harness.step_log FILE...``: ``summarize`` each; exit 2 if any is not a readable step log."""
     p = argparse.ArgumentParser(prog="python -m harness.step_log", description=summarize.__doc__)
     p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
     args = p.parse_args(argv)

@@ -1,6 +1,5 @@
-"""``harness.analyze``'s summary table: per configuration the median over ok repeats of each metric, its spread,
-and its ratio to a baseline plane at the same other keys; its ``text``, ``markdown`` and ``csv`` forms are
-those of ``harness.analyze``'s ``--format`` (the text one shows the COMPACT metrics)."""
+"""``harness.analyze``'s summary table: per configuration each metric's median over ok repeats, its spread and
+its ratio to a baseline plane at the same other keys, in each ``--format`` (text: the COMPACT metrics)."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from .text_tables import (
     ratio,
     section_lines,
     sections,
+    spread_cell,
     widest_fitting,
 )
 
@@ -38,9 +38,8 @@ def default_baseline(df: pd.DataFrame) -> str | None:
 
 
 def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: list[str] = KEY_METRICS) -> pd.DataFrame:
-    """Per configuration: median, min and max over the ok repeats of each of ``metrics``, the counts of ok and
-    failed rows, and the median's ratio to the baseline control's at the same other keys. ``df``: key cells
-    filled (``analyze.fill_keys``)."""
+    """Per configuration (``df``: key cells filled): median, min, max and count over the ok repeats of each of
+    ``metrics``, ok and failed rows, the median's ratio to the baseline control's at the same other keys."""
     ok = df[df.status == "ok"]
     metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
@@ -50,9 +49,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     out = counts.join(out, how="left").reset_index()
     if "payload" in keys and "payload_bytes" in df.columns:  # payloads by size, not as text (decode-64 < -256)
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
-        out["_bytes"] = out.payload.map(size)
-        out = out.sort_values([k if k != "payload" else "_bytes" for k in keys], kind="stable")
-        out = out.drop(columns="_bytes").reset_index(drop=True)
+        out = out.sort_values(keys, kind="stable", key=lambda c: c.map(size) if c.name == "payload" else c)
+        out = out.reset_index(drop=True)
     if baseline and "control" in keys and out.control.nunique() > 1:  # one plane alone: nothing to compare
         others = [k for k in keys if k != "control"]
         base = out[out.control == baseline]
@@ -96,13 +94,10 @@ def full_cell(r: pd.Series, m: str, baseline: str | None) -> str:
 
 
 def compact_cell(r: pd.Series, m: str, baseline: str | None) -> str:
-    """median ±half the range in % of it, * when of fewer rows than n, ratio: "178.2±3% 0.99x"."""
-    med = r[m + "_median"]
-    if pd.isna(med):
+    """``spread_cell``, * when of fewer rows than n, ratio: "178.2±3% 0.99x"."""
+    cell = spread_cell(r, m)
+    if not cell:
         return ""
-    cell = num4(med)
-    if r[m + "_count"] > 1 and med:
-        cell += f"±{50 * (r[m + '_max'] - r[m + '_min']) / abs(med):.0f}%"
     if r[m + "_count"] < r["repeats"]:
         cell += "*"
     value = r.get(f"{m}_vs_{baseline}", np.nan)
@@ -146,11 +141,9 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
 
 
 def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: str) -> pd.DataFrame:
-    """``summary()``'s table for ``--format csv``: a ``table`` column (``kind``), ``n`` and ``failed``, empty key
-    cells empty, and the ``baseline`` the ``*_vs_*`` ratios are to."""
+    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``; no "-" key."""
     out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
-    for k in keys:
-        out[k] = out[k].replace("-", "")
+    out[keys] = out[keys].replace("-", "")
     out.insert(0, "table", kind)
     out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")
     return out

@@ -1,6 +1,5 @@
-"""Run metadata for the results row: git commit, library versions (torch, CUDA, NCCL, transformers, Triton),
-the GPU driver's, host, and for CPU runs what pytest-benchmark records as machine info (CPU model, cores,
-torch threads, load average)."""
+"""Run metadata for the results row: git commit, library and driver versions, host, and the machine info
+pytest-benchmark records (CPU model, cores; on CPU runs the load average)."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def package_version(*names: str) -> str | None:
 
 
 def driver_version(nvml=None) -> str | None:
-    """The NVIDIA driver's version as NVML reports it (``nvmlSystemGetDriverVersion``), or None where NVML is
-    missing or unusable (no driver, a CPU machine); ``nvml``: the NVML module (nvidia-ml-py by default)."""
+    """The NVIDIA driver's version from ``nvml`` (default nvidia-ml-py); None where NVML is missing or unusable."""
     if nvml is None:
         try:
             import pynvml as nvml
@@ -75,8 +73,8 @@ def driver_version(nvml=None) -> str | None:
 
 
 def metadata(device: str = "cpu") -> dict:
-    """Provenance columns of a row: versions (None where a library is not installed; the driver's only on a
-    CUDA run), commit, host; on CPU also the machine's load (the numbers depend on it)."""
+    """Provenance columns of a row: versions (None where not installed; the driver's on CUDA runs), commit,
+    host; on CPU also the machine's load (the numbers depend on it)."""
     nccl = None
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):

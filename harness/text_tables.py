@@ -1,7 +1,5 @@
-"""Tables for a terminal, shared by ``harness.analyze``'s summary, exposed-cost and serve tables: markdown at most
-WIDTH characters a line (counted in UTF-8 bytes, as ``awk length`` does), the configuration columns that are
-not the table's own rows (model, workload, overrides...) moved into a line above each section of rows, and
-numbers in few characters."""
+"""``harness.analyze``'s terminal tables: markdown at most WIDTH UTF-8 bytes a line (as ``awk length`` counts),
+the configuration columns that are not the table's rows in a line above each section of rows, short numbers."""
 
 from __future__ import annotations
 
@@ -46,26 +44,29 @@ def ratio(value: float) -> str:
     return f"{value:.2f}x" if value < 9.995 else (f"{value:.3g}x" if value < 999.5 else f"{value:.0f}x")
 
 
+def spread_cell(r: pd.Series, m: str, fmt=num4) -> str:
+    """``fmt`` of ``m``'s median ±half the repeats' range in % of it: "178.2±3%"; "" without one."""
+    med = r[f"{m}_median"]
+    if pd.isna(med):
+        return ""
+    spread = f"±{50 * (r[f'{m}_max'] - r[f'{m}_min']) / abs(med):.0f}%" if r[f"{m}_count"] > 1 and med else ""
+    return fmt(med) + spread
+
+
 def markdown(rows: list[dict]) -> list[str]:
-    """The rows as a markdown table's lines: cells as given (no number parsing: signs stay), columns of numbers
-    right-aligned."""
+    """The rows as a markdown table's lines, cells as given (signs stay), columns of numbers right-aligned."""
     df = pd.DataFrame(rows).fillna("").astype(str)
     align = ["right" if (df[c] != "").any() and df[c][df[c] != ""].str.match(_RIGHT).all() else "left"
              for c in df.columns]
     return df.to_markdown(index=False, disable_numparse=True, colalign=align).splitlines()
 
 
-def fits(lines: list[str], width: int = WIDTH) -> bool:
-    """Whether every line is at most ``width`` bytes (UTF-8: "±" counts 2, as awk's length counts it)."""
-    return all(len(line.encode()) <= width for line in lines)
-
-
 def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], list]:
-    """``render(columns[:n])`` (a list of lines) for the largest n >= ``keep`` whose lines fit; returns them
-    and the columns left out (at ``keep`` the lines are returned even if they do not fit)."""
+    """``render(columns[:n])`` (a list of lines) for the largest n >= ``keep`` whose lines fit in WIDTH bytes
+    ("±" counts 2); returns them and the columns left out (at ``keep`` the lines are returned even if too wide)."""
     for n in range(len(columns), keep - 1, -1):
         lines = render(columns[:n])
-        if n <= keep or fits(lines):
+        if n <= keep or all(len(line.encode()) <= WIDTH for line in lines):
             return lines, columns[n:]
     return render(columns), []
 
@@ -87,8 +88,7 @@ def section_label(values: dict, common: set[str] = frozenset()) -> str:
 
 
 def sections(table: pd.DataFrame, section_keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """The table's rows split by the values of ``section_keys`` (in the order they first appear), each with its
-    ``section_label`` ("" with no section key)."""
+    """(``section_label``, rows) per value of ``section_keys`` in order of appearance; ("", table) without."""
     if not section_keys or table.empty:
         return [("", table)]
     common = common_overrides(table["overrides"]) if "overrides" in section_keys else set()
