@@ -20,9 +20,8 @@ try:
     import hydra
     from omegaconf import DictConfig
 
-    from . import conf_schema  # noqa: F401 (registers the llm schema Hydra composes)
-    from .conf_paths import CONF_DIR
-    from .preflight import check_command
+    from . import preflight
+    from .conf_paths import CONF_DIR, task_overrides
 except KeyboardInterrupt:
     print(interrupted_line(), file=sys.stderr)
     exit_interrupted()
@@ -31,18 +30,9 @@ EXIT_CODES: list[int] = []
 FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
 
 
-def _job_overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:  # not under Hydra
-        return []
-
-
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    """One Hydra job (a sweep calls it once per job): run it and record its exit code (130: Ctrl-C)."""
+    """One Hydra job: run it and record its exit code (130: Ctrl-C)."""
     try:
         from .app import run_job
 
@@ -54,7 +44,7 @@ def main(cfg: DictConfig) -> None:
         code = 130
     EXIT_CODES.append(code)
     if code:
-        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {code}): {' '.join(_job_overrides())}")
+        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {code}): {' '.join(task_overrides())}")
     if code == 130:
         sys.exit(130)
 
@@ -62,7 +52,7 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
     try:
-        problem, sys.argv[1:] = check_command(sys.argv[1:])
+        problem, sys.argv[1:] = preflight.check_command(sys.argv[1:])
     except KeyboardInterrupt:  # while the checks import Hydra and torch
         problem = "interrupted"
     if problem and isinstance(as_interrupt(ValueError(problem)), KeyboardInterrupt):  # or what a signal broke
@@ -98,8 +88,6 @@ if __name__ == "__main__":
                 for line in FAILED_JOBS:
                     print(f"  not ok: {line}")
                 if 130 in EXIT_CODES:
-                    from . import preflight
-
                     stopped = EXIT_CODES.index(130)
                     after = preflight.JOB_COUNT - stopped - 1
                     print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"

@@ -15,8 +15,10 @@ from engine import LLM, ConfigError, SamplingParams, WorkerError
 from runtime.launch import Launch
 
 from . import metrics
+from .broadcast_job import run_broadcast_job
 from .engine_cache import engine_key, get_engine
 from .engine_cache import release as release_engine
+from .hf_job import run_hf_job
 from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
@@ -25,11 +27,16 @@ from .run_files import requests_path, trace_prefix
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
+from .torchrun_worker import run_worker_rank
 from .workloads import Workload
 
 
-def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list, float, float]:
-    """The workload once, from a reset engine: (outputs, step records, start s, end s)."""
+def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
+                  log: RequestLog | None = None) -> tuple[dict, list]:
+    """One pass from a reset engine: (request metric columns, step records); ``plan``, ``log``: ``serve_pass``'s."""
+    if work.arrivals is not None:
+        records, steps, start, last, overhead_us = serve_pass(llm, work, progress, plan, log)
+        return {**metrics.serve_metrics(records, work, start, last), "serve_loop_us_per_step": overhead_us}, steps
     llm.reset()
     outputs, steps = [], []
     bar = tqdm(total=work.iterations, desc=f"{work.name} iterations", unit="it", dynamic_ncols=True,
@@ -40,17 +47,7 @@ def run_pass(llm: LLM, work: Workload, progress: bool) -> tuple[list[dict], list
         steps += llm.steps
         bar.update()
     bar.close()
-    return outputs, steps, start, time.perf_counter()
-
-
-def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
-                  log: RequestLog | None = None) -> tuple[dict, list]:
-    """One pass over the workload from a reset engine: (its request metric columns, its step records).
-    ``plan`` / ``log``: a serve workload's admissions to replay and per-request file (``harness/serve.py``)."""
-    if work.arrivals is not None:
-        records, steps, start, last, overhead_us = serve_pass(llm, work, progress, plan, log)
-        return {**metrics.serve_metrics(records, work, start, last), "serve_loop_us_per_step": overhead_us}, steps
-    outputs, steps, start, end = run_pass(llm, work, progress)
+    end = time.perf_counter()
     row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
     return {**row, "preemptions": sum(o["num_preemptions"] for o in outputs)}, steps
 
@@ -58,15 +55,13 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
               requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
     """One timed pass from a reset engine: (metric columns, trace files written). Under ``control=ideal`` an
-    untimed recording pass comes first and the timed pass replays it (``backends/ideal.py``,
-    ``LLM.replay_admissions``). ``step_log``: the per-step timings' file (``harness/step_log.py``);
-    ``requests``: the per-request JSONL; ``trace``: the timed pass's trace prefix (``LLM.start_profile``)."""
+    untimed recording pass comes first, and the timed pass replays it (``backends/ideal.py``). ``step_log``,
+    ``requests``, ``trace``: the per-step CSV, per-request JSONL and trace prefix to write, or None."""
     replay, plan = llm.replays, None
     if replay:
         llm.start_recording()
         measured_pass(llm, work, progress=False)
-        admissions = llm.stop_recording()
-        plan = admissions if work.arrivals is not None else None
+        plan = llm.stop_recording()  # admissions: only a serve pass replays them
     if trace:
         llm.start_profile(trace)
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
@@ -96,7 +91,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
 
 
 def dead_worker(llm: LLM) -> WorkerError | None:
-    """The failure of a worker that died or failed (``WorkerGroup.check``, waiting up to 1 s), else None."""
+    """The failure of a worker that died or failed (waiting up to 1 s), else None."""
     try:
         llm.check_workers(wait_s=1.0)
     except WorkerError as e:
@@ -105,31 +100,24 @@ def dead_worker(llm: LLM) -> WorkerError | None:
 
 
 def run_job(cfg: DictConfig) -> int:
-    """Run the configured job; returns the process exit code (0 ok, 1 run failed, 2 bad input). Under
-    torchrun, ranks other than 0 check the same configuration, then serve rank 0 (``torchrun_worker``)."""
+    """Run the configured job; returns the exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
     launch = Launch.from_env()
     if cfg.workload.get("kind") != "broadcast":
         resolve_model(cfg, resolve_device(cfg.device))
     if launch is not None and launch.rank != 0:
-        from .torchrun_worker import run_worker_rank
-
         return run_worker_rank(cfg, launch)
     if cfg.get("profile", "none") != "none" and (cfg.workload.get("kind") == "broadcast" or cfg.engine == "hf"):
         print(f"note: profile={cfg.profile} traces this project's engine (engine=tp) only: this job writes no trace",
               file=sys.stderr)
     if cfg.workload.get("kind") == "broadcast":
-        from .broadcast_job import run_broadcast_job
-
         return run_broadcast_job(cfg, launch)
     if cfg.engine == "hf":
-        from .hf_job import run_hf_job
-
         return run_hf_job(cfg)
     return run_engine_job(cfg)
 
 
 def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
-    """One timed run (``timed_run``) of a job: its row appended to ``results`` and printed with its files."""
+    """One timed run of a job: its row appended to ``results`` and printed with its files."""
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
     run_id = uuid.uuid4().hex[:12]
     directory = os.path.dirname(results.path)
@@ -151,8 +139,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
 
 
 def run_engine_job(cfg: DictConfig) -> int:
-    """The engine on the configured workload, ``repeat`` timed runs after one untimed warm-up. Exit code 2
-    (bad input, before anything is spawned: no row), 1 (a failed row, or a row not written), 130 (Ctrl-C)."""
+    """``repeat`` timed runs after an untimed warm-up; exit code 0, 1 (a failed or unwritten row), 2, 130."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
     llm, results, path, repeat, ok, reuse = None, None, None, 0, False, False

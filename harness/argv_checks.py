@@ -1,5 +1,5 @@
-"""The command line before Hydra composes it: Hydra's own flags with their values, and overrides that Hydra
-would take and then fail on later (or silently misread), each refused in one line."""
+"""The command line before Hydra composes it: Hydra's own flags, and overrides Hydra would take and then fail
+on (or misread), each refused in one line."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--re
 
 
 def overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(a problem with the command's flags, or None; its overrides). Hydra's own flags pass (``--cfg job``
-    with its value); another is refused here in one line (Hydra's argparse prints eight)."""
+    """(a problem with the command's flags, or None; its overrides): only Hydra's own flags pass."""
     modes = [a for a in argv if a.split("=", 1)[0] in _MODES]
     if len({_MODES[m.split("=", 1)[0]] for m in modes}) > 1:
         return f"{' and '.join(modes)}: Hydra takes one of --run, --multirun (-m), --cfg and --info", []
@@ -44,8 +43,8 @@ def overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def option_problem(parsed: list) -> str | None:
     """An override Hydra would take and then fail on, or worse: a list for a group (Hydra merges its options),
-    an empty or unusable ``hydra.run.dir`` / ``hydra.sweep.dir`` (an empty one puts .hydra/ into the working
-    directory), a string for ``hydra.launcher`` / ``hydra.sweeper`` (a node Hydra instantiates)."""
+    an empty (.hydra/ lands in the working directory) or unwritable ``hydra.run.dir`` / ``hydra.sweep.dir``,
+    a string for ``hydra.launcher`` / ``hydra.sweeper`` (nodes Hydra instantiates)."""
     for o in parsed:
         key, value = o.key_or_group, o.value()
         if not key:

@@ -1,8 +1,6 @@
-"""``workload=broadcast``: the control plane alone, no model.
-
-rank 0 and ``tp - 1`` workers; per payload a warm-up, then N messages, each paced as in the engine: a gloo
-barrier (its collectives), then ``gap_us`` on rank 0 (its sampling and scheduling). Payloads are the engine's
-step messages (``StepBatch`` bytes of decode and prefill batches) and raw byte strings.
+"""``workload=broadcast``: the control plane alone, no model. Per payload (the engine's decode and prefill
+step messages, raw byte strings) a warm-up, then N messages, each paced as in the engine: a gloo barrier (its
+collectives), then ``gap_us`` on rank 0 (its sampling and scheduling).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from datetime import timedelta
 import numpy as np
 import torch.distributed as dist
 from torch.distributed import PrefixStore
+from tqdm.auto import tqdm
 
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
@@ -25,8 +24,8 @@ from .metrics import message_metrics
 
 
 def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
-    """``("run", step_bytes)`` exactly as the engine sends it for ``num_seqs`` sequences of ``num_tokens``
-    tokens each (all of them new in prefill, only the last in decode)."""
+    """``("run", step_bytes)`` as the engine sends it for ``num_seqs`` sequences of ``num_tokens`` tokens each
+    (all new in prefill, only the last in decode)."""
     rng = np.random.default_rng(seed)
     seqs, next_block = [], 0
     for _ in range(num_seqs):
@@ -47,9 +46,8 @@ def payloads(w: dict) -> list[tuple[str, tuple]]:
 
 
 class BroadcastGroup(Cluster):
-    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned here, or started by
-    torchrun: ``launch``) and a gloo barrier group, on the engine's runtime (``runtime/cluster.py``). Raises
-    ConfigError: the plane cannot reach the ranks where they run, or a bad plane option."""
+    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned, or torchrun's: ``launch``)
+    and a gloo barrier group. Raises ConfigError: a bad plane option, or one that cannot reach the ranks."""
 
     def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
                  launch=None):
@@ -66,12 +64,8 @@ class BroadcastGroup(Cluster):
             raise
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:
-        """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause.
-
-        Raises:
-            WorkerError: a worker died or failed (named, when that explains a failed barrier).
-            DataPlaneError: the barrier failed (timed out) and no worker reported why.
-        """
+        """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause. Raises
+        WorkerError (a worker died or failed), else DataPlaneError when a barrier failed (timed out)."""
         for _ in range(count):
             self.send(*message)
             try:
@@ -83,10 +77,7 @@ class BroadcastGroup(Cluster):
 
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
-    """Yields one result dict per payload of workload ``w`` on ``group``: ``payload``, ``payload_bytes`` and
-    the latency columns."""
-    from tqdm.auto import tqdm
-
+    """Yields per payload of workload ``w``: ``payload``, ``payload_bytes`` and the latency columns."""
     for name, message in tqdm(payloads(w), desc=f"broadcast {group.control.name} tp={group.tp}",
                               disable=not progress):
         group.run(message, w["warmup"], w["gap_us"] / 1e6)

@@ -1,6 +1,5 @@
-"""The worker body of ``workload=broadcast`` (``runtime/worker.py`` runs it): per message (the endpoint records
-its one-way latency), meet rank 0 in a gloo barrier; ``command_loop`` answers rank 0's requests for the
-samples."""
+"""The worker body of ``workload=broadcast``: per message (its one-way latency recorded by the endpoint),
+meet rank 0 in a gloo barrier."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ JOINING = "barrier-joining"  # store stage: this worker is about to join the glo
 
 
 def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
-    """``joined``: an ``runtime.worker.Joined``; returns the exit code."""
+    """``joined``: a ``runtime.worker.Joined``; returns the exit code."""
     joined.store.set(f"{JOINING}/{joined.rank}", "1")
     dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))

@@ -3,6 +3,7 @@ saved as config.json + model.safetensors in a cache directory, then loaded like 
 
 from __future__ import annotations
 
+import argparse
 import glob
 import hashlib
 import json
@@ -11,6 +12,9 @@ import shutil
 import tempfile
 
 from filelock import FileLock
+from omegaconf import OmegaConf
+
+from .conf_paths import CONF_DIR
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tp-controlplane-bench", "models")
 
@@ -21,10 +25,9 @@ def cache_dir() -> str:
 
 
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
-    """Return the directory of preset ``name`` (Qwen3Config keyword arguments ``config``, weights drawn
-    with ``seed``), creating it on first use under a file lock, written under a temporary name and renamed.
-    The directory name carries a hash of (config, seed, where the weights were drawn). A bfloat16 preset is
-    drawn on the GPU where there is one (Qwen3-8B: seconds, not a minute), so its weights differ from a CPU draw.
+    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with
+    ``seed``), built on first use under a file lock; its name carries a hash of (config, seed, where drawn). A
+    bfloat16 preset is drawn on the GPU where there is one (Qwen3-8B: seconds, not a minute): other weights.
     """
     import torch
 
@@ -44,7 +47,6 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
         hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
         if on_gpu:
-            torch.cuda.manual_seed(seed)
             previous = torch.get_default_dtype()
             torch.set_default_dtype(torch.bfloat16)
             try:
@@ -73,23 +75,13 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.checkpoint MODEL [--seed N]``: draw preset ``conf/model/MODEL.yaml`` into the cache
-    (what a run would do on first use) and print its directory; the device scripts call it before timing."""
-    import argparse
-
-    import yaml
-
-    from .conf_paths import CONF_DIR
-
+    """``python -m harness.checkpoint MODEL [--seed N]``: draw preset ``conf/model/MODEL.yaml``, print its path."""
     ap = argparse.ArgumentParser(prog="python -m harness.checkpoint")
     ap.add_argument("model", help="a preset: the name of a file in conf/model/")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     path = os.path.join(CONF_DIR, "model", f"{args.model}.yaml")
-    preset = None
-    if os.path.isfile(path):
-        with open(path) as f:
-            preset = yaml.safe_load(f).get("preset")
+    preset = OmegaConf.to_container(OmegaConf.load(path)).get("preset") if os.path.isfile(path) else None
     if not preset:
         ap.error(f"{args.model!r} is not a preset in conf/model/")
     print(materialize(args.model, preset, seed=args.seed))

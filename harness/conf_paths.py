@@ -9,8 +9,7 @@ import tempfile
 
 
 def _conf_dir() -> str:
-    """``conf/`` of this source tree (a checkout, an editable install), else the installed copy, the package
-    ``tpcp_conf``."""
+    """``conf/`` of this source tree, else the installed package ``tpcp_conf``."""
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
     if os.path.isfile(os.path.join(here, "config.yaml")):
         return here
@@ -25,21 +24,30 @@ GROUPS = ("control", "model", "workload")
 
 
 def group_options(group: str) -> list[str]:
-    """The choices of config group ``group`` (``control``, ``model``, ``workload``): its yaml files' names."""
+    """The options of config group ``group``: its yaml files' names."""
     return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
+
+
+def task_overrides() -> list[str]:
+    """This job's command-line overrides (``key=value``), [] when not running under Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:  # not under Hydra (called from Python)
+        return []
 
 
 def user_path(path: str) -> str:
     """``path`` (``~`` expanded) made absolute against the directory the user ran from, whatever
-    ``hydra.job.chdir`` did to the working directory (Hydra's ``to_absolute_path``)."""
+    ``hydra.job.chdir`` did (Hydra's ``to_absolute_path``)."""
     from hydra.utils import to_absolute_path
 
     return to_absolute_path(os.path.expanduser(path))
 
 
 def cannot_write(directory: str) -> str | None:
-    """Why no file can be written in ``directory``, or None: tried (the directory and its missing parents
-    created, a file written), then the file system put back as it was."""
+    """Why no file can be written in ``directory``, or None: tried, then the file system put back as it was."""
     missing, path = [], os.path.abspath(directory)
     while not os.path.exists(path) and os.path.dirname(path) != path:
         missing.append(path)  # deepest first
@@ -57,23 +65,14 @@ def cannot_write(directory: str) -> str | None:
     return None
 
 
-def _file_in_the_way(directory: str) -> str | None:
-    """``directory`` or the nearest of its parents that exists, when that is not a directory; else None."""
-    path = directory
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path if os.path.exists(path) and not os.path.isdir(path) else None
-
-
 def results_problem(results_dir: str, results_file: str) -> str | None:
-    """Why a job's rows cannot go to ``results_file`` in ``results_dir`` (relative to where the user ran), as
-    one line, or None. Leaves the file system as it was."""
-    directory = user_path(results_dir)
-    blocking = _file_in_the_way(directory)
-    if blocking == directory:
-        return f"results_dir={results_dir} is a file, not a directory"
-    if blocking is not None:
-        return f"results_dir={results_dir} cannot be created: {blocking} is a file, not a directory"
+    """Why rows cannot go to ``results_file`` in ``results_dir`` (one line), or None; leaves no trace on disk."""
+    directory = blocking = user_path(results_dir)
+    while not os.path.exists(blocking) and os.path.dirname(blocking) != blocking:
+        blocking = os.path.dirname(blocking)  # the nearest that exists: a file there blocks
+    if os.path.exists(blocking) and not os.path.isdir(blocking):
+        return (f"results_dir={results_dir} is a file, not a directory" if blocking == directory
+                else f"results_dir={results_dir} cannot be created: {blocking} is a file, not a directory")
     reason = cannot_write(directory)
     if reason:
         return f"cannot write results to {directory}: {reason}"

@@ -1,6 +1,6 @@
-"""The configuration's schema, the one place its defaults and types are written: ``HarnessConfig``, each
-workload kind's keys, each plane's options (``plane_schema``) and the ``llm`` node (from
-``engine.EngineConfig``). Registered in Hydra's ConfigStore, so Hydra refuses an unknown key or a mistyped value."""
+"""The configuration's schema, the one place its defaults and types are written (the ``llm`` node from
+``engine.EngineConfig``, each plane's options from its constructor), registered in Hydra's ConfigStore: Hydra
+refuses an unknown key or a mistyped value."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from backends import available, get_control_plane
 from engine.config import EngineConfig
 
 # set from the harness's own keys, or Python-API only (launcher, fault_injection, cpu_kvcache_bytes): not llm.*
@@ -135,11 +136,11 @@ class BroadcastWorkload:
 
 
 WORKLOADS = {"fixed": FixedWorkload, "random": RandomWorkload, "serve": ServeWorkload, "broadcast": BroadcastWorkload}
+
+
 def plane_schema(name: str) -> type:
     """``control=<name>``'s node: its ``name`` and ``options``, the plane's constructor keyword arguments with
     their defaults and types (``backends/<name>.py``: the Python API's defaults are the command line's)."""
-    from backends import get_control_plane
-
     cls = get_control_plane(name)
     skip = {"self", "world_size", "timeout_s", "context", "inner_options"}  # the engine's, or Python-API only
     params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in skip]
@@ -153,8 +154,6 @@ def register() -> None:
     """Put the schemas into Hydra's ConfigStore (idempotent); before Hydra composes conf/config.yaml."""
     ConfigStore.instance().store(name="harness_schema", node=HarnessConfig)
     ConfigStore.instance().store(name="llm_schema", node=LlmConfig)
-    from backends import available
-
     for plane in available():
         ConfigStore.instance().store(group="control_schema", name=plane, node=plane_schema(plane))
     for kind, node in WORKLOADS.items():

@@ -1,9 +1,6 @@
-"""One engine kept between the jobs of a sweep (Hydra runs a sweep's jobs one after another in one process).
-
-A job reuses the previous job's engine when every setting that shapes it is equal (all but
-``llm.async_scheduling``), saving the 10-60 s of a start; every timed pass starts from ``LLM.reset()``, so
-a reused engine measures what a fresh one would. Hydra varies the last override fastest: name control, tp
-and model first.
+"""One engine kept between a sweep's jobs (one process runs them in turn): a job reuses it when every setting
+but ``llm.async_scheduling`` is equal, saving 10-60 s; each timed pass starts from ``LLM.reset()``, so it
+measures what a fresh one would. Hydra varies the last override fastest: name control, tp and model first.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ def engine_key(**settings) -> str:
 
 
 def get_engine(key: str, make: Callable[[], LLM], reuse: bool) -> tuple[LLM, bool]:
-    """The kept engine when ``reuse`` and its key equals ``key``, else a new one from ``make()`` (the kept
-    one shut down first). Returns (engine, reused)."""
+    """(the kept engine when ``reuse`` and its key is ``key``, else ``make()`` after releasing it; reused)."""
     global _kept
     if reuse and _kept is not None and _kept[0] == key and not _kept[1]._closed:
         return _kept[1], True

@@ -1,6 +1,5 @@
-"""What Hydra cannot know about one composed job, checked for every job of a command before the first
-runs (``preflight.check_command``): value ranges, the workload as its kind reads it, the engine's settings
-without a checkpoint, the plane's options, the model's shape against tp, a checkpoint's config."""
+"""What Hydra cannot know about one composed job, checked for every job before the first runs: value ranges,
+the workload, the engine's settings without a checkpoint, the plane's options, the model against tp."""
 
 from __future__ import annotations
 
@@ -9,9 +8,15 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
+from backends import get_control_plane
+from engine import ConfigError, EngineConfig
+from engine.config import resolve_device
+
 from .conf_paths import group_options, results_problem
+from .conf_schema import LLM_DEFAULTS, HarnessConfig
 from .model_checks import check_gpu_count, check_model
 from .value_checks import VALUE_CHECKS
+from .workloads import check_workload
 
 
 def _given(job: list[str]) -> list[str]:
@@ -20,47 +25,44 @@ def _given(job: list[str]) -> list[str]:
 
 
 def cli_message(message: str, llm_keys) -> str:
-    """An engine ``ConfigError`` that names a setting by its keyword (``gemm=cublas needs ...``) renamed as
-    the command line spells it (``llm.gemm=cublas needs ...``) when it is one of ``llm_keys``."""
+    """An engine ``ConfigError`` naming a setting (``gemm=cublas needs ...``) as the command line spells it
+    (``llm.gemm=...``) when it is one of ``llm_keys``."""
     name = message.split(" ", 1)[0].split("=", 1)[0]
     return f"llm.{message}" if name in llm_keys else message
-
-
-def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
-    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench) checked
-    as the first workload that has the key would check it."""
-    from .workloads import check_workload
-
-    own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
-    try:
-        check_workload(OmegaConf.to_container(cfg.workload))
-        for key in (k.split(".", 1)[1] for k in _given(job) if k.startswith("workload.")):
-            if OmegaConf.select(own, key, default=_NONE) is not _NONE:
-                continue
-            for option in group_options("workload"):
-                donor = compose([f"workload={option}"]).workload
-                if OmegaConf.select(donor, key, default=_NONE) is not _NONE:
-                    donor = OmegaConf.to_container(donor)  # untyped: the kind's check words the problem
-                    *path, last = key.split(".")
-                    node = donor
-                    for part in path:
-                        node = node[part]
-                    node[last] = OmegaConf.select(cfg.workload, key)
-                    check_workload(donor)
-                    break
-    except ValueError as e:
-        return str(e)
-    return None
 
 
 _NONE = object()
 
 
-def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
-    """The job's dtype and CPU threads, then each ``llm.*`` setting it gives, as the engine checks them
-    without a checkpoint."""
-    from engine import ConfigError, EngineConfig
+def has_key(node, key: str) -> bool:
+    """Whether config ``node`` has the dotted ``key`` (whatever its value)."""
+    return OmegaConf.select(node, key, default=_NONE) is not _NONE
 
+
+def options_having(group: str, key: str, compose) -> list[str]:
+    """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
+    return [o for o in group_options(group) if has_key(compose([f"{group}={o}"])[group], key)]
+
+
+def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench) as the
+    first workload option that has the key checks it."""
+    own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
+    try:
+        check_workload(OmegaConf.to_container(cfg.workload))
+        for key in (k.split(".", 1)[1] for k in _given(job) if k.startswith("workload.")):
+            having = [] if has_key(own, key) else options_having("workload", key, compose)
+            if having:  # untyped: the kind's check words the problem
+                donor = OmegaConf.create(OmegaConf.to_container(compose([f"workload={having[0]}"]).workload))
+                OmegaConf.update(donor, key, OmegaConf.select(cfg.workload, key), merge=False)
+                check_workload(OmegaConf.to_container(donor))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
+    """The job's dtype, CPU threads and given ``llm.*`` settings, as the engine checks them without a checkpoint."""
     try:
         EngineConfig.check_settings(device=cfg.device, dtype=cfg.dtype, cpu_threads=cfg.get("cpu_threads") or 0)
     except ConfigError as e:
@@ -77,10 +79,7 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
 
 
 def _check_control(cfg: DictConfig, compose) -> str | None:
-    """The plane's options through its own check (``check_options``), at the job's tp; an option the plane
-    does not take (added with ``+``/``++``) refused by name."""
-    from backends import get_control_plane
-
+    """The plane's options through its own check at the job's tp; one it does not take (``++``) by name."""
     plane = cfg.control.name
     known = sorted(compose([f"control={plane}"]).control.options)
     extra = sorted(set(cfg.control.options) - set(known))
@@ -97,13 +96,10 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
 
 
 def picked_model(cfg: DictConfig, compose) -> dict:
-    """The job's ``model`` node, ``model=auto`` replaced by the preset it picks for the device (qwen3-0.6b on
-    CUDA, qwen3-tiny on CPU; ``job_setup.resolve_model``), the command's ``model.preset.*`` on top."""
+    """The job's ``model`` node, ``model=auto`` resolved as ``job_setup.resolve_model`` resolves it."""
     model = OmegaConf.to_container(cfg.model)
     if model["name"] != "auto" or model.get("path"):
         return model
-    from engine.config import resolve_device
-
     device = resolve_device(cfg.device)
     chosen = OmegaConf.to_container(compose([f"model={'qwen3-0.6b' if device == 'cuda' else 'qwen3-tiny'}"]).model)
     chosen["preset"].update(model.get("preset") or {})
@@ -121,16 +117,13 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
 
 def _unknown_keys(cfg: DictConfig) -> str | None:
     """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
-    from .conf_schema import LLM_DEFAULTS, HarnessConfig
-
     known = {f.name for f in dataclasses.fields(HarnessConfig)}
     extra = [k for k in cfg if k not in known] + [f"llm.{k}" for k in cfg.llm if k not in LLM_DEFAULTS]
     return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
 
 
 def _check_where(cfg: DictConfig) -> str | None:
-    """The device (CUDA there when asked for), one device for ``engine=hf``, and where the rows go (not on a
-    torchrun rank other than 0, which writes none)."""
+    """CUDA when asked for, tp=1 for ``engine=hf``, and where the rows go (on rank 0, which writes them)."""
     if cfg.device == "cuda":
         import torch
 
@@ -142,21 +135,13 @@ def _check_where(cfg: DictConfig) -> str | None:
 
 
 def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
-    """The first problem of one composed job (``job``: its overrides), as one line, or None."""
+    """The first problem of one composed job (``job``: its overrides) as one line, or None."""
     given = _given(job)
-    problem = _strict_bools(cfg, job) or _unknown_keys(cfg)
-    if problem:
-        return problem
-    for key in (k for k in given if k in VALUE_CHECKS):
-        problem = VALUE_CHECKS[key](key, OmegaConf.select(cfg, key))
-        if problem:
-            return problem
-    problem = _check_where(cfg)
-    if problem:
-        return problem
+    values = (VALUE_CHECKS[k](k, OmegaConf.select(cfg, k)) for k in given if k in VALUE_CHECKS)
     builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
-    return (_check_workload(cfg, job, compose) or (_check_llm(cfg, given) if builds_engine else None)
+    return (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None) or _check_where(cfg)
+            or _check_workload(cfg, job, compose) or (_check_llm(cfg, given) if builds_engine else None)
             or check_model(picked_model(cfg, compose), tp, cfg.device, preset_given)
             or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg, compose))

@@ -1,6 +1,5 @@
-"""What every harness job does before and after its runs: resolve the device, the checkpoint (a preset
-materialised on first use) and the workload, check everything that can be checked before a process starts,
-the configuration columns of a row, and the failed row of a run that did not finish."""
+"""What every job does around its runs: resolve the device, checkpoint (a preset materialised on first use) and
+workload, the checks that need them, a row's configuration columns, the failed row of a run that did not finish."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import hashlib
 import os
 import sys
 
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
@@ -19,7 +17,7 @@ from engine.loader import check_checkpoint
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
-from .conf_paths import results_problem, user_path
+from .conf_paths import CONF_DIR, results_problem, task_overrides, user_path
 from .model_checks import check_preset
 from .report import one_line, print_summary
 from .results_csv import Results
@@ -33,28 +31,26 @@ _AUTO_PICK: str | None = None  # the line saying what model=auto picked, until p
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
-    """``model=auto`` (the default) becomes a preset for the device, in place: ``qwen3-0.6b`` on CUDA,
-    ``qwen3-tiny`` on CPU, printed by ``prepare``. A ``model.path`` given with ``model=auto`` is kept."""
+    """``model=auto`` becomes, in place, ``qwen3-0.6b`` on CUDA or ``qwen3-tiny`` on CPU (a given ``model.path``
+    and ``model.preset.*`` kept); ``prepare`` prints the pick."""
     if cfg.model.name != "auto":
         return
-    from .conf_paths import CONF_DIR
-
     name = "qwen3-0.6b" if device == "cuda" else "qwen3-tiny"
     chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
-    path, given = cfg.model.get("path"), cfg.model.get("preset")  # model.preset.* of the command: onto the pick
+    path, given = cfg.model.get("path"), cfg.model.get("preset")
     with open_dict(cfg):
         cfg.model = chosen
         cfg.model.path = path
         if given:
             cfg.model.preset = OmegaConf.merge(chosen.preset, given)
-    global _AUTO_PICK  # printed by prepare() once the job's checks pass: a refused job prints one line
+    global _AUTO_PICK  # printed once the job's checks pass: a refused job prints one line
     _AUTO_PICK = (f"model=auto: the checkpoint {path} (its config.json and weights)" if path
                   else f"model=auto: {name} on {device}")
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model`` column, ``model_hash`` column): the preset's or the checkpoint directory's name, and a short
-    hash of its config.json, safetensors index and weight files' names and sizes."""
+    """(``model``, ``model_hash`` columns): the preset's or checkpoint directory's name, and a hash of its
+    config.json, safetensors index and weight files' names and sizes."""
     name = os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
     h = hashlib.sha256()
     for item in sorted(os.listdir(path)):
@@ -68,13 +64,8 @@ def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
 
 
 def model_path(cfg: DictConfig) -> str:
-    """``model.path`` when set, else the preset materialised with transformers (cached).
-
-    Raises:
-        ConfigError: a preset that transformers or the engine would refuse (``model_checks.check_preset``),
-            a cache directory that cannot be written, or a ``model.path`` checkpoint whose config.json or
-            safetensors headers the engine refuses (``engine.loader.check_checkpoint``, for every engine).
-    """
+    """``model.path`` when set, else the preset materialised (cached). Raises ConfigError: a bad preset, an
+    unwritable cache, or a ``model.path`` checkpoint the engine refuses (``engine.loader.check_checkpoint``)."""
     if cfg.model.get("path"):
         path = user_path(cfg.model.path)
         check_checkpoint(path, read_hf_config(path))
@@ -90,7 +81,7 @@ def model_path(cfg: DictConfig) -> str:
 
 
 def control_options(cfg: DictConfig) -> dict:
-    """The plane's ``control.options`` as a plain dict (empty when it has none)."""
+    """The plane's ``control.options`` as a plain dict."""
     options = cfg.control.get("options")
     return OmegaConf.to_container(options) if options is not None else {}
 
@@ -101,19 +92,9 @@ NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", 
                     "step_log", "save_requests"}
 
 
-def task_overrides() -> list[str]:
-    """This job's command-line overrides (``key=value``), [] when not running under Hydra."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except Exception:  # not running under Hydra (e.g. called from Python)
-        return []
-
-
 def base_row(cfg: DictConfig, device: str) -> dict:
-    """The configuration columns of a row; ``overrides`` keeps the job's other command-line settings
-    (``workload.num_seqs=8 llm.async_scheduling=false``...) so rows of a sweep over them stay apart."""
+    """The configuration columns of a row; ``overrides``: the job's other command-line settings, so rows of a
+    sweep over them stay apart."""
     unread = {f"workload.{k}" for k in unread_keys(OmegaConf.to_container(cfg.workload))}
     other = [o for o in task_overrides()
              if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES | unread and not o.startswith("hydra.")]
@@ -137,49 +118,33 @@ def workload_config(cfg: DictConfig) -> dict:
 
 
 def check_results_dir(cfg: DictConfig) -> Results:
-    """Where this job's rows go; its directory is created and a file written there and removed.
-
-    Raises:
-        ConfigError: the directory cannot be created or written (a file in its place says so).
-    """
+    """Where this job's rows go (its directory created). Raises ConfigError: ``results_problem``'s."""
     problem = results_problem(cfg.results_dir, cfg.results_file)
     if problem:
         raise ConfigError(problem)
     directory = user_path(cfg.results_dir)
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"cannot write results to {directory}: {e.strerror or e}") from None
+    os.makedirs(directory, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)  # its workload becomes the one used, in prepare()
     return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION,
                    on_row=lambda row: write_run_json(directory, row, config), config=config)
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
-    """Everything that can be checked before a process is spawned: results directory (unless ``results`` is
-    false), checkpoint, workload and ``llm.max_model_len``. Returns (the results, or None; model path; workload).
-
-    Raises:
-        ConfigError: any of these is wrong.
-    """
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
+    """(results, None unless ``results``; model path; workload), checked before a process is spawned: the
+    sequences must fit ``llm.max_model_len`` and the model's positions. Raises ConfigError (ValueError: workload)."""
     results = check_results_dir(cfg) if results else None
-    max_model_len = cfg.llm.max_model_len
-    if not is_int(max_model_len) or max_model_len < 1:
-        raise ConfigError(f"llm.max_model_len must be an integer >= 1, got {max_model_len!r}")
     path = model_path(cfg)
     hf = read_hf_config(path)
     work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
     if results is not None:  # the run files say what ran: the CPU scale-down applied, the command's keys kept
         results.config["workload"] = effective_workload(workload_config(cfg), device)
     longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
-    limit = min(max_model_len, hf["max_position_embeddings"])
+    limit = min(cfg.llm.max_model_len, hf["max_position_embeddings"])
     if longest > limit:
         raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
                           f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
                           f"max_position_embeddings={hf['max_position_embeddings']})")
-    if results is not None:  # the rank that reports (under torchrun the others stay quiet)
+    if results is not None:  # the rank that reports
         global _AUTO_PICK
         if _AUTO_PICK:
             print(_AUTO_PICK)
@@ -189,8 +154,8 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
 
 
 def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
-    """On CPU, when this host's ranks times their torch threads (``cpu_threads``, else cores / tp) exceed the
-    cores this process may run on, print that ``warning:`` line to stderr and return it; else None."""
+    """On CPU, when this host's ranks x torch threads (``cpu_threads``, else cores / tp) exceed the cores this
+    process may run on: that ``warning:`` line, printed to stderr and returned; else None."""
     threads = cfg.get("cpu_threads") or max(1, (os.cpu_count() or 1) // cfg.tp)
     if device != "cpu" or cfg.get("engine", "tp") != "tp" or not is_int(threads):
         return None
@@ -216,8 +181,7 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
 
 
 def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool]:
-    """The engine's keyword arguments (``engine.EngineConfig``) for this job, without ``async_scheduling``,
-    which comes second (the engine reads it at every step, so a kept engine can change it)."""
+    """(``EngineConfig`` keyword arguments, ``async_scheduling``: apart, as a kept engine can change it)."""
     options = OmegaConf.to_container(cfg.llm)
     async_scheduling = options.pop("async_scheduling")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,

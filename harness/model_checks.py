@@ -1,11 +1,13 @@
-"""Checks of a job's model, before any job runs: a preset's values (``model.preset.*``) as transformers would
-take them, and that the job's ``tp`` divides the model's heads and vocabulary."""
+"""Checks of a job's model before any job runs: a preset's values as transformers would take them, the split
+over ``tp``, the GPUs and the memory it needs."""
 
 from __future__ import annotations
 
 import os
 
 from common import is_int, is_number
+from engine import ConfigError
+from engine.hf_config import read_hf_config, split_problem
 
 PRESET_DTYPES = ("float32", "bfloat16")  # what ``checkpoint.materialize`` draws weights in
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -13,9 +15,8 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
 
 
 def check_preset(preset: dict) -> str | None:
-    """The first problem of ``preset`` (``transformers.Qwen3Config`` keyword arguments) as one line naming
-    ``model.preset.<key>``, or None: a bad size, eps, rope_theta or dtype, heads that do not divide, a key
-    Qwen3Config does not have (the engine would ignore it), or a value transformers' validation refuses."""
+    """The first problem of ``preset`` (``Qwen3Config`` keyword arguments) as one line naming
+    ``model.preset.<key>``, or None; a key Qwen3Config lacks is refused (the engine would ignore it)."""
     for key in SIZE_KEYS + (("head_dim",) if "head_dim" in preset else ()):
         v = preset.get(key)
         if not is_int(v) or v < 1:
@@ -45,8 +46,8 @@ def check_preset(preset: dict) -> str | None:
 
 
 def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
-    """The engine's message for a ``tp`` above the visible GPUs on a CUDA device (``auto`` where CUDA is
-    available), or None; under torchrun the engine checks each host's own ranks."""
+    """The engine's message for a ``tp`` above the visible GPUs on CUDA, or None; under torchrun the engine
+    checks each host's own ranks."""
     if not tps or "LOCAL_WORLD_SIZE" in os.environ or not {"cuda", "auto"} & set(devices):
         return None
     import torch
@@ -58,12 +59,8 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
 
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
-    """The first problem of one job's model, or None. ``model``: the composed node (``model=auto`` resolved);
-    a ``path``'s config.json is checked (``read_hf_config``), a preset only when the command changed it
-    (``preset_given``); ``tp``: the job's, when it builds an engine, else None."""
-    from engine import ConfigError
-    from engine.hf_config import read_hf_config, split_problem  # the engine's own checks (import torch)
-
+    """The first problem of one job's model (``model=auto`` resolved), or None. A preset is checked only when
+    the command changed it (``preset_given``); ``tp``: None when the job builds no engine."""
     if model.get("path"):
         path = os.path.abspath(os.path.expanduser(str(model["path"])))
         try:
@@ -82,7 +79,7 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
 
 
 def parameter_count(shape: dict) -> int:
-    """Qwen3's parameters from its config: embeddings (twice when untied), attention, MLP (norms left out)."""
+    """Qwen3's parameters from its config: embeddings (twice when untied), attention, MLP (not norms)."""
     h, layers, inter, vocab = (shape[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
                                                   "vocab_size"))
     d = shape.get("head_dim") or h // shape["num_attention_heads"]
@@ -92,8 +89,8 @@ def parameter_count(shape: dict) -> int:
 
 
 def memory_problem(shape: dict, label: str, device: str, building: bool) -> str | None:
-    """A model whose float32 weights do not fit this machine's memory, where it would hold them: a CPU run,
-    or a preset built without CUDA (``checkpoint.materialize``); else the OOM killer ends the run silently."""
+    """A model whose float32 weights do not fit this machine's memory where it holds them (a CPU run, a preset
+    built without CUDA), or None: the OOM killer would end the run silently."""
     params = parameter_count(shape)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if 4 * params <= have or device == "cuda" and not building:  # device=cuda: CUDA is there (checked apart)

@@ -1,8 +1,5 @@
-"""Every job of a command composed by Hydra itself, and checked, before the first one runs.
-
-Each job (as Hydra's basic sweeper splits a sweep) is composed up front with Hydra's compose API; Hydra's
-error becomes one line, and ``job_checks.check_job`` checks what Hydra cannot know.
-"""
+"""Every job of a command (as Hydra's basic sweeper splits a sweep) composed with Hydra's compose API and
+checked before the first one runs: Hydra's error becomes one line, ``job_checks`` checks what Hydra cannot know."""
 
 from __future__ import annotations
 
@@ -11,46 +8,43 @@ import difflib
 import re
 import sys
 
-from omegaconf import OmegaConf
+import hydra
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-from . import conf_schema  # noqa: F401 (registers the llm schema before Hydra composes)
+from backends import get_control_plane
+from engine import ConfigError, EngineConfig
+from engine.hf_config import read_hf_config
+
 from .argv_checks import option_problem, overrides_of
-from .conf_paths import CONF_DIR, GROUPS, group_options
-
-
-class GrammarError(ValueError):
-    """An override Hydra's grammar does not parse; the message is Hydra's first line."""
+from .conf_paths import CONF_DIR, GROUPS, group_options, user_path
+from .conf_schema import LLM_DEFAULTS  # the import registers the schema before Hydra composes
+from .job_checks import check_job, cli_message, has_key, options_having, picked_model
+from .value_checks import VALUE_CHECKS
 
 
 def parse(arg: str):
-    """``arg`` as Hydra parses it (a ``hydra.core.override_parser.types.Override``).
-
-    Raises:
-        GrammarError: Hydra's grammar does not parse it (Hydra itself would print four lines and exit 1).
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
+    """``arg`` as Hydra parses it (an ``Override``). Raises ValueError (Hydra's first line): it does not parse."""
     try:
         return OverridesParser.create().parse_overrides([arg])[0]
     except HydraException as e:
         lines = [ln for ln in str(e).strip().splitlines() if not ln.startswith(("Error parsing", "See https"))]
         first = re.sub(r" expecting \{.*\}", "", lines[0]) if lines else type(e).__name__  # not the token list
-        raise GrammarError(f"cannot parse {arg!r}: {first} (the grammar: https://hydra.cc/docs/1.2/advanced/"
-                           f"override_grammar/basic)") from None
+        raise ValueError(f"cannot parse {arg!r}: {first} (the grammar: https://hydra.cc/docs/1.2/advanced/"
+                         f"override_grammar/basic)") from None
 
 
 @contextlib.contextmanager
 def hydra_compose():
     """Hydra's compose API over ``conf/``: yields ``compose(overrides) -> DictConfig``."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            yield lambda overrides: compose("config", overrides=list(overrides))
+        with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            yield lambda overrides: hydra.compose("config", overrides=list(overrides))
     finally:
         GlobalHydra.instance().clear()
 
@@ -59,28 +53,24 @@ def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     """The overrides of each job of the command, as Hydra's basic sweeper splits a sweep."""
     if not multirun:
         return [overrides]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
     parsed = [parse(a) for a in overrides]
     bare = {f"~{o.key_or_group}=null": f"~{o.key_or_group}" for o in parsed if o.is_delete() and o.value() is None}
     return [[bare.get(a, a) for a in job] for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
 def for_hydra(argv: list[str], compose) -> list[str]:
-    """``argv`` as Hydra must get it: a plain ``<group>.<key>=v`` whose key the default composition lacks
-    gets ``++`` (a sweep over a group composes its default option first, and ``model=auto`` has no preset),
-    else Hydra stops with "Key ... is not in struct". Each job was checked without it first."""
+    """``argv`` with ``++`` on a ``<group>.<key>=v`` whose key the group's default lacks: Hydra composes a sweep's
+    default option first (``model=auto`` has no preset) and would stop with "Key ... is not in struct"."""
     keys = [a.split("=", 1)[0] for a in argv if "=" in a and a.split(".", 1)[0] in GROUPS and a[0] not in "+~-"]
     if not any("." in k for k in keys):
         return argv
     chosen = [a for a in argv if a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()]
     base = compose(chosen)
-    missing = {k for k in keys if "." in k and OmegaConf.select(base, k, default=_MISSING) is _MISSING}
+    missing = {k for k in keys if "." in k and not has_key(base, k)}
     return [f"++{a}" if a.split("=", 1)[0] in missing else a for a in argv]
 
 
-_MISSING = object()
-JOB_COUNT = 0  # the jobs of the command check_command last passed (a sweep's summary says which did not run)
+JOB_COUNT = 0  # the jobs of the command check_command last passed, for a sweep's summary
 
 
 def _choice(job: list[str], group: str, compose) -> str:
@@ -89,29 +79,18 @@ def _choice(job: list[str], group: str, compose) -> str:
     return given[-1] if given else compose([])[group].name
 
 
-def _having(group: str, key: str, compose) -> list[str]:
-    """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
-    return [o for o in group_options(group)
-            if OmegaConf.select(compose([f"{group}={o}"])[group], key, default=_MISSING) is not _MISSING]
-
-
 def _suggest(key: str, cfg) -> str:
     """`` (did you mean 'x'?)`` for the key of ``cfg`` nearest to a mistyped ``key``, else ""."""
-    def keys(node, prefix=""):
-        for k, v in node.items():
-            yield prefix + str(k)
-            if isinstance(v, dict):
-                yield from keys(v, f"{prefix}{k}.")
     parent, _, last = key.rpartition(".")
-    known = [k.rpartition(".")[2] for k in keys(OmegaConf.to_container(cfg, resolve=False))
-             if k.rpartition(".")[0] == parent]
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    known = [str(k) for k in node] if isinstance(node, DictConfig) else []
     close = difflib.get_close_matches(last, known, n=1, cutoff=0.75)
     return f" (did you mean {(parent + '.' if parent else '') + close[0]!r}?)" if close else ""
 
 
 def hydra_message(e: Exception, job: list[str], compose) -> str:
-    """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key
-    that ``+`` adds but exists, a key that ``~`` deletes but does not exist, else Hydra's first line."""
+    """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key that
+    ``+`` adds but exists, a value of the wrong type (in its own check's words), else Hydra's first line."""
     text = str(e).strip()
     m = re.search(r"Could not find '(\w+)/([^']*)'", text)
     if m:
@@ -121,7 +100,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
         key = m[1]
         head, _, rest = key.partition(".")
         if head == "workload":
-            having = _having("workload", rest, compose)
+            having = options_having("workload", rest, compose)
             if having:
                 return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
                         f"e.g. workload={having[0]}, or add it with ++{key}=...)")
@@ -129,7 +108,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
             plane = _choice(job, "control", compose)
             options = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
             return f"control={plane} has no option {key.split('.', 2)[2]!r} (its options: {options})"
-        chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])  # the job's options, for the hint
+        chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])
         return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys: harness/conf_schema.py, conf/)"
     m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
     if m:
@@ -145,27 +124,17 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
             plane = _choice(job, "control", compose)
             options = {**compose([f"control={plane}"]).control.options, key.split(".", 2)[2]: m[2]}
             try:
-                from backends import get_control_plane
-
                 get_control_plane(plane).check_options(2, **options)
             except ValueError as problem:
                 return str(problem)
         return _type_message(key, m[2], e.__cause__)
-    m = re.match(r"Could not delete from config. '([^']+)' does not exist", text)
-    if m:
-        return f"~{m[1]}: no such key to delete (not in config.yaml or in every selected option of its group)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[0] if lines else type(e).__name__
 
 
 def _type_message(key: str, raw: str, error: Exception) -> str:
-    """A value the schema's type refuses, in the words of the key's own check where it has one (the
-    engine's for ``llm.*``, ``value_checks``' for the harness's), else by the type."""
-    from engine import ConfigError, EngineConfig
-
-    from .job_checks import cli_message
-    from .value_checks import VALUE_CHECKS
-
+    """A value the schema's type refuses, in the words of the key's own check where it has one (the engine's,
+    ``value_checks``), else by the type."""
     if key.startswith("llm."):
         try:
             EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
@@ -184,10 +153,8 @@ def _type_message(key: str, raw: str, error: Exception) -> str:
 
 
 def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``argv`` without its ``~llm.KEY`` deletions, a note for each): the schema keeps every ``llm`` key, so
-    a deleted one falls back to EngineConfig's default, which is the schema's."""
-    from .conf_schema import LLM_DEFAULTS
-
+    """(``argv`` without its ``~llm.KEY`` deletions, a note for each): the schema keeps every key, so the
+    engine's default applies."""
     keys = [a[len("~llm."):].split("=", 1)[0] for a in argv if a.startswith("~llm.")]
     notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
              for k in keys if k in LLM_DEFAULTS]
@@ -195,19 +162,18 @@ def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _deletion_problem(job: list[str], compose) -> str | None:
-    """A ``~KEY`` of ``job``: the schema keeps every key (only ``~llm.KEY`` has a meaning: the default)."""
+    """A ``~KEY`` of ``job``: the schema keeps every key (``~llm.KEY`` was taken out before)."""
     for arg in (a for a in job if a.startswith("~")):
         key = arg[1:].split("=", 1)[0]
         cfg = compose([a for a in job if not a.startswith("~")])
-        if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+        if not has_key(cfg, key):
             return f"~{key}: no such key to delete (not in the configuration of this job)"
         return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
     return None
 
 
 def _hf_note(job: list[str], compose) -> list[str]:
-    """A note when ``job`` runs transformers' generate (engine=hf) and sets ``llm.*``, which only this
-    project's engine reads."""
+    """A note when ``job`` sets ``llm.*`` under engine=hf, which does not read them."""
     llm = [a.lstrip("+").split("=", 1)[0] for a in job if a.lstrip("+").startswith("llm.")]
     if not llm or compose([a for a in job if a.split("=", 1)[0] in (*GROUPS, "engine")]).engine != "hf":
         return []
@@ -224,15 +190,9 @@ def _cpu_note(job: list[str], compose) -> list[str]:
 
 
 def _token_note(job: list[str], compose) -> list[str]:
-    """A note when ``job`` sets ``workload.max_token_id`` past the model's vocabulary: the draw stops at its
-    last id (``workloads.random_requests``)."""
+    """A note when ``job`` sets ``workload.max_token_id`` past the model's vocabulary (draws stop at its last id)."""
     if not any(a.lstrip("+").startswith("workload.max_token_id=") for a in job):
         return []
-    from engine.hf_config import read_hf_config
-
-    from .conf_paths import user_path
-    from .job_checks import picked_model
-
     cfg = compose(job)
     model = picked_model(cfg, compose)
     vocab = read_hf_config(user_path(model["path"]))["vocab_size"] if model.get("path") \
@@ -246,10 +206,8 @@ def _token_note(job: list[str], compose) -> list[str]:
 
 def _check_job(job: list[str], compose) -> str | None:
     """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
-    from .job_checks import check_job
-
     job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
-           for a in job]  # model=auto has no preset: job_setup puts these onto the one it picks
+           for a in job]  # model=auto has no preset: job_setup puts these onto its pick
     try:
         problem = _deletion_problem(job, compose)
         if problem:
@@ -266,7 +224,7 @@ def _check_job(job: list[str], compose) -> str | None:
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(a one-line message for the first problem of the command, or None; ``argv`` as Hydra must get it)."""
+    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it)."""
     problem, overrides = overrides_of(argv)
     if problem:
         return problem, argv
@@ -274,7 +232,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     overrides = [a for a in overrides if a in argv]
     try:
         parsed = [parse(a) for a in overrides]
-    except GrammarError as e:
+    except ValueError as e:
         return str(e), argv
     problem = option_problem(parsed)
     if problem:

@@ -1,8 +1,6 @@
-"""Per-run files beside the results CSV: ``runs/<run_id>.json`` for every row (the job's configuration, every
-column, and the names ``vllm bench serve --save-result`` gives the same numbers) and, with
-``save_requests=true``, ``requests/<run_id>.jsonl`` (one line per request, ``harness/serve.py``); with
-``profile=torch``, ``traces/<run_id>_rank<k>.json`` (a Chrome trace per rank, ``engine/profiling.py``).
-docs/METRICS.md maps the names to vLLM's and AIPerf's."""
+"""Per-run files beside the results CSV: ``runs/<run_id>.json`` (the job's configuration, every column, and
+vLLM's ``--save-result`` names for them; docs/METRICS.md), ``requests/<run_id>.jsonl`` (``save_requests``),
+``traces/<run_id>_rank<k>.json`` (``profile=torch``)."""
 
 from __future__ import annotations
 
@@ -23,22 +21,21 @@ for _m in ("ttft", "tpot", "itl", "e2el"):
 
 
 def _plain(v):
-    """A JSON value: None for NaN and infinities other than a request rate's (json's Infinity is not JSON)."""
+    """A JSON value: None for NaN, infinities as strings (json's Infinity is not JSON)."""
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else str(v)
     return v
 
 
 def run_json(row: dict, config: dict | None) -> dict:
-    """The run's JSON object: ``config`` (the job's resolved configuration), ``row`` (every column),
-    ``vllm`` (the aliases, where the row has a value)."""
+    """The run's JSON: ``config`` (resolved), ``row`` (every column), ``vllm`` (the aliases with a value)."""
     return {"config": config, "row": {k: _plain(v) for k, v in row.items()},
             "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
 
 
 def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
-    """Write ``<directory>/runs/<run_id>.json`` (whole: to a temporary name, then renamed). Returns the
-    path, or None after one line on stderr when it cannot be written (the CSV row is the record)."""
+    """Write ``<directory>/runs/<run_id>.json`` (via a temporary name). Returns its path, or None after one line
+    on stderr when it cannot be written (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -52,13 +49,12 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> str | None
 
 
 def trace_prefix(directory: str, run_id: str) -> str:
-    """The prefix of a ``profile=torch`` run's traces (its directory created): each rank k writes
-    ``<directory>/traces/<run_id>_rank<k>.json`` (``engine.profiling.trace_path``)."""
+    """The prefix of a run's traces, ``<directory>/traces/<run_id>`` (its directory created)."""
     os.makedirs(os.path.join(directory, "traces"), exist_ok=True)
     return os.path.join(directory, "traces", run_id)
 
 
 def requests_path(directory: str, run_id: str) -> str:
-    """Where ``save_requests=true`` puts a run's per-request JSONL (its directory created)."""
+    """``<directory>/requests/<run_id>.jsonl`` (its directory created)."""
     os.makedirs(os.path.join(directory, "requests"), exist_ok=True)
     return os.path.join(directory, "requests", f"{run_id}.jsonl")

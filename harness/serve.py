@@ -1,7 +1,6 @@
-"""``workload=serve``: requests that arrive over time, driven through the engine's request API
-(``add_request`` / ``step``), as a client of ``vllm bench serve`` would send them; per-request results.
-With ``max_concurrency`` a request waits on the client side (vLLM's semaphore) and its latencies start
-when it is sent (docs/SERVE.md).
+"""``workload=serve``: requests arriving over time through the engine's ``add_request`` / ``step``, as
+``vllm bench serve`` sends them. With ``max_concurrency`` a request waits on the client side (vLLM's
+semaphore) and its latencies start when it is sent (docs/SERVE.md).
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from .workloads import Workload
 
 
 def serve_columns(work: Workload) -> dict:
-    """The configuration columns of a serve run (empty for other workloads): request_rate (req/s, inf),
-    burstiness, max_concurrency (empty: unbounded), slo (``ttft_ms=200 tpot_ms=50``: the bounds set, ms)."""
+    """A serve run's configuration columns ({} for other workloads); slo: the bounds set (``ttft_ms=200 ...``)."""
     if work.arrivals is None:
         return {}
     slo = " ".join(f"{k}={v:g}" for k, v in sorted(work.slo.items()) if v is not None) or None
@@ -28,11 +26,8 @@ def serve_columns(work: Workload) -> dict:
 
 
 def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> None:
-    """Under ``control=ideal`` at tp > 1 the workers wait out an idle gap inside the next collective.
-
-    Raises:
-        ConfigError: the trace has a gap between arrivals of ``timeout_s`` (s) or more.
-    """
+    """Raises ConfigError: under ``control=ideal`` at tp > 1 (whose workers wait out an idle gap inside a
+    collective), a gap between arrivals of ``timeout_s`` (s) or more."""
     gaps = np.diff(work.arrivals) if work.arrivals is not None and len(work.arrivals) > 1 else np.zeros(1)
     if control == "ideal" and tp > 1 and gaps.max() >= timeout_s:
         raise ConfigError(f"control=ideal: the trace has a {gaps.max():.0f} s gap between arrivals, and ideal's "
@@ -41,8 +36,8 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
-    """One line of the per-request JSONL (its fields: docs/SERVE.md; times in s from the run's start, latencies
-    in ms from the engine's arrival time, which ``control=ideal``'s replay may put before the sending)."""
+    """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms from
+    the engine's arrival time (``control=ideal``'s replay may put it before the sending)."""
     times, sent = out["token_times_s"], out["arrival_s"]
     ttft = (times[0] - sent) * 1e3 if times else None
     e2el = (times[-1] - sent) * 1e3 if times else None
@@ -55,8 +50,8 @@ def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s
 
 
 class RequestLog:
-    """The per-request JSONL of a run (``save_requests``): one whole line per request as it finishes,
-    flushed, so the requests that finished are kept when the run fails. ``path`` None: keeps nothing."""
+    """The per-request JSONL (``save_requests``): a line per request as it finishes, flushed, so a failed run
+    keeps them. ``path`` None: keeps nothing."""
 
     def __init__(self, path: str | None):
         self.file = open(path, "w") if path else None  # noqa: SIM115 (open for the run, closed by close())
@@ -73,14 +68,12 @@ class RequestLog:
 
 def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
                log: RequestLog | None = None) -> tuple[list[dict], list, float, float, float]:
-    """The workload's requests sent at their arrival times to a reset engine, stepped until all finish.
+    """The requests sent at their arrival times to a reset engine, stepped until all finish. ``plan``:
+    admissions to replay (``control=ideal``); ``log``: where each finished request's record goes.
 
-    Args:
-        plan: admissions to replay (``LLM.replay_admissions``; ``control=ideal``'s timed pass).
-        log: where each finished request's record goes.
     Returns:
-        (per-request records in trace order, step records, start s, last token s, the loop's own cost in
-        us per step: the harness's sending and bookkeeping plus the engine's admission, not its waits).
+        (records in trace order, step records, start s, last token s, the loop's own cost in us per step:
+        sending and bookkeeping plus the engine's admission, not its waits).
     """
     llm.reset()
     llm.replay_admissions(plan)
@@ -107,7 +100,7 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         for out in finished:
             i = index.pop(out["request_id"])
             outs[i], last = out, max(last, out["token_times_s"][-1])
-            if log:  # a failed run keeps the requests that finished; without a file, records wait for the end
+            if log:  # else the records wait for the end
                 records[i] = request_record(i, out, work, start, sent_at[i])
                 log.write(records[i])
         outstanding -= len(finished)

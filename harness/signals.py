@@ -1,7 +1,6 @@
-"""Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, and are reported as an interruption even when
-a C extension swallowed the ``KeyboardInterrupt`` or turned it into another error (seen: a ``ValueError``
-while a shard loaded): the handler records each signal, and :func:`as_interrupt` turns any failure that
-follows one into the interruption it is.
+"""Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, reported as an interruption even when a C
+extension swallowed the ``KeyboardInterrupt`` or turned it into another error: the handler records each
+signal, and :func:`as_interrupt` turns any failure that follows one into the interruption.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ def _interrupt(signum, frame):
 
 def _redeliver(signum: int) -> None:
     """Raise the owed interruption in the main thread until the harness has taken it in hand: once torch's
-    import is over when it came during it, and again every ``REDELIVER_S``, as C code that clears Python
-    errors can swallow it (seen while torch imported)."""
+    import is over, and again every ``REDELIVER_S``, as C code that clears Python errors can swallow it."""
     due = time.monotonic() + REDELIVER_S
     while not _HANDLED.wait(POLL_S):
         if time.monotonic() >= due:
@@ -62,16 +60,15 @@ def interrupted_line() -> str:
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only), re-arming a SIGINT that a
-    shell's background job inherited as ignored."""
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; also re-arms a SIGINT that a
+    shell's background job inherited as ignored)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 
 
 def as_interrupt(e: BaseException) -> BaseException:
-    """``e``, or a ``KeyboardInterrupt`` naming the first signal received when one arrived before ``e``
-    was handled: a failure after a stop signal is that signal's doing, whatever type it surfaced as. Not a
-    worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
+    """``e``, or a ``KeyboardInterrupt`` naming the first signal when one arrived before ``e`` was handled. Not
+    a worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
     if _RECEIVED:
         _HANDLED.set()
     if isinstance(e, KeyboardInterrupt) or not _RECEIVED:
@@ -82,16 +79,15 @@ def as_interrupt(e: BaseException) -> BaseException:
 
 
 def from_torchrun_agent() -> bool:
-    """Whether the first stop signal was a SIGTERM under torchrun, whose agent sends one to every rank of
-    its node as soon as one rank dies: then a dead worker, if there is one, is the cause to report."""
+    """Whether the first stop signal was a SIGTERM under torchrun, whose agent sends one to every rank of its
+    node when one rank dies: then a dead worker is the cause to report."""
     return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def exit_interrupted() -> None:
-    """Exit with code 130 after running the atexit handlers, never returning: after a ``KeyboardInterrupt``
-    escaped torch's import, CPython would end ``sys.exit(130)`` with SIGINT (return code -2) instead."""
+    """Exit with code 130 after the atexit handlers: after a ``KeyboardInterrupt`` escaped torch's import,
+    CPython would end ``sys.exit(130)`` with SIGINT (return code -2) instead."""
     import atexit
-    import sys
 
     _HANDLED.set()
     atexit._run_exitfuncs()

@@ -1,5 +1,5 @@
-"""Ranks other than 0 under torchrun: check the configuration exactly as rank 0 does (bad input: one line,
-exit 2, before any collective), then serve the run rank 0 starts (``runtime/worker.py``)."""
+"""Ranks other than 0 under torchrun: check the configuration as rank 0 does (bad input: one line, exit 2,
+before any collective), then serve rank 0's run (``runtime/worker.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from engine import ConfigError, EngineConfig, serve_worker
 from runtime.launch import Launch
 from runtime.worker import serve
 
+from .broadcast_job import check_broadcast
+from .broadcast_worker import broadcast_worker
 from .job_setup import engine_settings, prepare, resolve_device
 
 
@@ -19,9 +21,6 @@ def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
     2 on bad input (here, or refused by rank 0)."""
     try:
         if cfg.workload.get("kind") == "broadcast":
-            from .broadcast_job import check_broadcast
-            from .broadcast_worker import broadcast_worker
-
             check_broadcast(cfg, launch)
             return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s)
         if cfg.engine != "tp":

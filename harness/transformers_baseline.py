@@ -1,8 +1,6 @@
-"""``engine=hf``: the same workload through transformers' own ``generate``, for a side-by-side row.
-
-Requests go in left-padded batches of ``hf_batch_size`` (input order); a batch runs to its largest
-``max_tokens`` (ignore_eos), and only each request's own ``max_tokens`` count as output (the rest is waste).
-``generate`` reports no per-token times: TTFT, TPOT and ITL stay empty, E2EL is the batch's completion time.
+"""``engine=hf``: the workload through transformers' ``generate``. Requests go in left-padded batches of
+``hf_batch_size``; a batch runs to its largest ``max_tokens`` (ignore_eos), and only each request's own count
+as output (the rest is waste). No per-token times: TTFT, TPOT and ITL stay empty, E2EL is the batch's end.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ import time
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from engine.config import torch_dtype
 
@@ -20,9 +19,7 @@ from .workloads import Workload
 
 def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, seed: int,
            progress: bool) -> tuple[dict, int]:
-    """Returns the metric columns of one timed pass (after a short untimed warm-up) and the number of
-    tokens actually generated (>= output_tokens; the rest is padding waste)."""
-    from tqdm.auto import tqdm
+    """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included)."""
     from transformers import Qwen3ForCausalLM
 
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()

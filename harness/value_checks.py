@@ -1,7 +1,10 @@
-"""Value checks of top-level command-line settings that their types (``conf_schema.HarnessConfig``) do not
-express, each ``check(key, value) -> message | None``: ranges, choices, a file name, the profile window."""
+"""Checks of top-level settings that their types (``conf_schema.HarnessConfig``) do not express, each
+``check(key, value) -> message | None``."""
 
 from __future__ import annotations
+
+from engine import ConfigError
+from engine.profiling import parse_window, profile_problem  # the engine's rules, written once
 
 
 def _int_at_least(minimum: int):
@@ -32,8 +35,7 @@ def _positive_number(key: str, v) -> str | None:
 
 
 def _file_name(key: str, v) -> str | None:
-    """A plain file name: the rows go inside ``results_dir`` (checked writable before the run), never
-    elsewhere through a path."""
+    """A plain file name: the rows go inside ``results_dir``, never elsewhere through a path."""
     if v in (None, ""):
         return f"{key} is empty: give a file name (default: runs.csv)"
     if "/" in str(v) or str(v) in (".", ".."):
@@ -41,18 +43,7 @@ def _file_name(key: str, v) -> str | None:
     return None
 
 
-def _profile(key: str, v) -> str | None:
-    """The engine's own check (``engine.profiling``), so the rule is written once (imported here: torch)."""
-    from engine.profiling import profile_problem
-
-    return profile_problem(v)
-
-
 def _profile_steps(key: str, v) -> str | None:
-    """The engine's own check (``engine.profiling.parse_window``), so the rule is written once."""
-    from engine import ConfigError
-    from engine.profiling import parse_window
-
     try:
         parse_window(v)
     except ConfigError as e:
@@ -64,5 +55,5 @@ VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
-                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number, "profile": _profile,
-                "profile_steps": _profile_steps}
+                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number,
+                "profile": lambda key, v: profile_problem(v), "profile_steps": _profile_steps}

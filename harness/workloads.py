@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,13 +13,10 @@ from common import is_int, is_number
 from engine import SamplingParams
 
 
-@dataclass
+@dataclasses.dataclass
 class Workload:
-    """prompts: token-id lists; params: one SamplingParams per prompt; warmup: run an untimed warm-up;
-    iterations: how many times the timed run submits the whole batch (one generate call each). A ``serve``
-    workload also has ``arrivals`` (each request's scheduled arrival, s from the run's start), its
-    ``request_rate`` (req/s), ``burstiness``, ``max_concurrency`` (None: unbounded) and ``slo``
-    (``{"ttft_ms": bound or None, ...}``)."""
+    """iterations: generate calls of the whole batch in the timed run. ``serve`` only: ``arrivals`` (s from the
+    run's start), ``request_rate`` (req/s), ``max_concurrency`` (None: unbounded), ``slo`` ({key: ms or None})."""
 
     name: str
     prompts: list[list[int]]
@@ -38,14 +35,11 @@ class Workload:
 
 
 def random_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """nano-vllm's bench.py recipe: ``num_seqs`` prompts of uniform random token ids in
-    ``[0, max_token_id]`` with lengths uniform in ``[min_input_len, max_input_len]``, each with
-    ``max_tokens`` uniform in ``[min_output_len, max_output_len]`` and ignore_eos (every request produces
-    exactly max_tokens tokens, so throughput does not depend on the model's weights)."""
+    """nano-vllm's bench.py recipe: ``num_seqs`` prompts of random token ids in ``[0, max_token_id]``, lengths
+    and ``max_tokens`` uniform in their [min, max]; ignore_eos, so throughput does not depend on the weights."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
-    # Draw order as in nano-vllm's bench.py (all prompts, then all output lengths), so seed 0 gives its
-    # exact requests: 133,966 output tokens at the full size.
+    # bench.py's draw order (prompts, then output lengths): seed 0 gives its exact requests (133,966 tokens out)
     prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
                for _ in range(w["num_seqs"])]
     params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
@@ -55,8 +49,8 @@ def random_requests(w: dict, seed: int, vocab_size: int) -> Workload:
 
 
 def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """``num_seqs`` prompts of exactly ``input_len`` random token ids, each generating exactly
-    ``output_len`` tokens (greedy, ignore_eos), submitted ``iterations`` times: the latency-bound case."""
+    """``num_seqs`` prompts of ``input_len`` random token ids, ``output_len`` greedy tokens each (ignore_eos),
+    submitted ``iterations`` times: the latency-bound case."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
     prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(w["num_seqs"])]
@@ -65,12 +59,10 @@ def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
 
 
 def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
-    """Scheduled arrivals (s from the run's start) of ``num`` requests: the first at 0, then gaps drawn as
-    vLLM's ``bench serve`` draws them, from Gamma(shape=burstiness, scale=1 / (request_rate * burstiness))
-    (coefficient of variation 1 / sqrt(burstiness); 1.0: a Poisson process), then scaled so that their mean
-    is exactly 1 / request_rate. vLLM does not scale: a trace of n arrivals then runs at its own rate, off
-    the asked one by 1 / sqrt(n) (7% at n = 200) by chance. All at 0 for ``request_rate=inf``. Drawn from
-    ``seed`` alone, so every plane of a sweep serves the same trace."""
+    """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone (every plane of a sweep serves
+    the same trace): 0, then gaps drawn as vLLM's ``bench serve`` draws them, Gamma(shape=burstiness,
+    scale=1 / (request_rate * burstiness)), scaled to a mean of exactly 1 / request_rate (vLLM does not: n
+    arrivals are then off by ~1 / sqrt(n)). All at 0 for ``request_rate=inf``."""
     if math.isinf(request_rate):
         return [0.0] * num
     gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num - 1)
@@ -80,8 +72,7 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 
 def serve_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """``num_prompts`` requests drawn as :func:`random_requests` draws bench's (the same ones for the same
-    seed and count), arriving at :func:`arrival_offsets`."""
+    """``num_prompts`` requests drawn as :func:`random_requests` draws them, arriving at :func:`arrival_offsets`."""
     work = random_requests({**w, "num_seqs": w["num_prompts"]}, seed, vocab_size)
     rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
     slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
@@ -94,8 +85,7 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 
 def check_serve(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key: a bad request_rate, burstiness, max_concurrency, SLO
-    key or SLO bound."""
+    """Raises ValueError naming the ``workload.`` key of a bad serve setting."""
     rate, burstiness = w.get("request_rate"), w.get("burstiness", 1.0)
     if not (is_number(rate) or rate == math.inf) or isinstance(rate, bool) or not rate > 0:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
@@ -126,27 +116,17 @@ INT_KEYS = {
 }
 
 
-# Per workload kind: every key it reads (a key outside it changes nothing the run does).
-_COMMON = {"name", "kind", "warmup", "scale_on_cpu", "cpu"}
-READ_KEYS = {
-    "random": _COMMON | set(INT_KEYS["random"]) | {"temperature", "ignore_eos"},
-    "fixed": _COMMON | set(INT_KEYS["fixed"]),  # greedy and ignore_eos always
-    "serve": _COMMON | set(INT_KEYS["serve"]) | {"temperature", "ignore_eos", "request_rate", "burstiness",
-                                                 "max_concurrency", "slo"},
-    "broadcast": _COMMON | set(INT_KEYS["broadcast"]) | {"decode_batches", "prefill_batches", "raw_bytes"},
-}
-
-
 def unread_keys(w: dict) -> list[str]:
-    """The keys of workload config ``w`` its kind does not read (``++workload.iterations=1`` on a random
-    workload, say), sorted; [] for an unknown kind (``check_workload`` refuses that)."""
-    return sorted(set(w) - READ_KEYS[w["kind"]]) if w.get("kind") in READ_KEYS else []
+    """The keys of workload config ``w`` that its kind does not read (not in its schema), sorted."""
+    from .conf_schema import WORKLOADS
+
+    schema = WORKLOADS.get(w.get("kind"))
+    return sorted(set(w) - {f.name for f in dataclasses.fields(schema)} - {"cpu"}) if schema else []
 
 
 def check_workload(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key to fix: an unknown kind, a count or length below its
-    least value, a min above its max, a negative temperature, a bad broadcast payload list or none at all;
-    the same with its ``cpu`` block applied (named ``workload.cpu.KEY``)."""
+    """Raises ValueError naming the ``workload.`` key to fix, also with its ``cpu`` block applied (then named
+    ``workload.cpu.KEY``)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -174,7 +154,7 @@ def check_workload(w: dict) -> None:
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
                              "all empty")
     cpu = w.get("cpu") or {}
-    if cpu:  # the workload as a CPU run takes it; a bad value is named where it was set
+    if cpu:
         try:
             check_workload({**w, **cpu, "cpu": None})
         except ValueError as e:
@@ -183,8 +163,7 @@ def check_workload(w: dict) -> None:
 
 
 def effective_workload(w: dict, device: str) -> dict:
-    """Workload config ``w`` as a run on ``device`` uses it: on CPU its ``cpu`` block applied when
-    ``scale_on_cpu`` (a copy)."""
+    """A copy of workload config ``w``, its ``cpu`` block applied on CPU when ``scale_on_cpu``."""
     w = dict(w)
     if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu"):
         w.update(w["cpu"])
@@ -192,11 +171,7 @@ def effective_workload(w: dict, device: str) -> dict:
 
 
 def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload:
-    """The workload described by config ``w``; on CPU its ``cpu`` overrides apply when ``scale_on_cpu``.
-
-    Raises:
-        ValueError: a bad workload configuration (see :func:`check_workload`).
-    """
+    """The workload of config ``w`` on ``device``. Raises ValueError: a bad one, or one that runs no requests."""
     w = effective_workload(w, device)
     check_workload(w)
     draw = {"random": random_requests, "fixed": fixed_requests, "serve": serve_requests}.get(w.get("kind"))
