@@ -11,12 +11,13 @@ from omegaconf import DictConfig, OmegaConf
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 from engine.config import resolve_device
+from engine.hf_config import read_hf_config
 
 from .conf_paths import group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, HarnessConfig
 from .model_checks import check_gpu_count, check_model
 from .value_checks import VALUE_CHECKS
-from .workloads import check_workload
+from .workloads import build_workload, check_workload, given_workload
 
 
 def _given(job: list[str]) -> list[str]:
@@ -106,6 +107,24 @@ def picked_model(cfg: DictConfig, compose) -> dict:
     return chosen
 
 
+def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
+    """A workload sequence (prompt + max_tokens, as drawn on the job's device) longer than ``llm.max_model_len``
+    or the model's ``max_position_embeddings``: the engine could never run it."""
+    if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
+        return None
+    path = model.get("path")
+    shape = read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
+    w = given_workload(OmegaConf.to_container(cfg.workload), job)
+    work = build_workload(w, resolve_device(cfg.device), cfg.seed, shape["vocab_size"])
+    longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params, strict=True))
+    limit = min(cfg.llm.max_model_len, shape["max_position_embeddings"])
+    if longest <= limit:
+        return None
+    return (f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); the limit is "
+            f"{limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's max_position_embeddings="
+            f"{shape['max_position_embeddings']})")
+
+
 def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
     """A switch set to anything but true or false: OmegaConf would read ``yes``, ``on`` or ``2`` as true."""
     for arg in job:
@@ -144,4 +163,5 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     return (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None) or _check_where(cfg)
             or _check_workload(cfg, job, compose) or (_check_llm(cfg, given) if builds_engine else None)
             or check_model(picked_model(cfg, compose), tp, cfg.device, preset_given)
-            or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg, compose))
+            or check_gpu_count([cfg.device], [tp] if tp else []) or _check_control(cfg, compose)
+            or _check_lengths(cfg, job, picked_model(cfg, compose)))

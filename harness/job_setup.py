@@ -25,7 +25,7 @@ from .run_files import write_run_json
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .signals import as_interrupt
 from .sysinfo import hydra_dir, metadata
-from .workloads import Workload, build_workload, effective_workload, unread_keys
+from .workloads import Workload, build_workload, effective_workload, given_workload, unread_keys
 
 _AUTO_PICK: str | None = None  # the line saying what model=auto picked, until prepare() prints it
 
@@ -109,12 +109,7 @@ def base_row(cfg: DictConfig, device: str) -> dict:
 
 def workload_config(cfg: DictConfig) -> dict:
     """The workload as a dict; keys the user set on the command line win over its ``cpu`` scale-down."""
-    w = OmegaConf.to_container(cfg.workload)
-    for item in task_overrides():
-        key = item.lstrip("+~").split("=", 1)[0]
-        if key.startswith("workload.") and isinstance(w.get("cpu"), dict):
-            w["cpu"].pop(key.split(".", 1)[1], None)
-    return w
+    return given_workload(OmegaConf.to_container(cfg.workload), task_overrides())
 
 
 def check_results_dir(cfg: DictConfig) -> Results:
@@ -130,20 +125,14 @@ def check_results_dir(cfg: DictConfig) -> Results:
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
-    """(results, None unless ``results``; model path; workload), checked before a process is spawned: the
-    sequences must fit ``llm.max_model_len`` and the model's positions. Raises ConfigError (ValueError: workload)."""
+    """(results, None unless ``results``; model path; workload); the command's checks have passed (the sequences
+    fit ``llm.max_model_len``: ``job_checks``). Raises ConfigError (ValueError: workload)."""
     results = check_results_dir(cfg) if results else None
     path = model_path(cfg)
     hf = read_hf_config(path)
     work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
     if results is not None:  # the run files say what ran: the CPU scale-down applied, the command's keys kept
         results.config["workload"] = effective_workload(workload_config(cfg), device)
-    longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params))
-    limit = min(cfg.llm.max_model_len, hf["max_position_embeddings"])
-    if longest > limit:
-        raise ConfigError(f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); "
-                          f"the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
-                          f"max_position_embeddings={hf['max_position_embeddings']})")
     if results is not None:  # the rank that reports
         global _AUTO_PICK
         if _AUTO_PICK:

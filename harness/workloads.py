@@ -162,6 +162,17 @@ def check_workload(w: dict) -> None:
                                     str(e))) from None
 
 
+def given_workload(w: dict, overrides: list[str]) -> dict:
+    """Workload config ``w`` with the keys the command sets (``overrides``) dropped from its ``cpu`` scale-down:
+    what the user sets wins."""
+    w = {**w, "cpu": dict(w["cpu"])} if isinstance(w.get("cpu"), dict) else dict(w)
+    for item in overrides:
+        key = item.lstrip("+~").split("=", 1)[0]
+        if key.startswith("workload.") and "cpu" in w:
+            w["cpu"].pop(key.split(".", 1)[1], None)
+    return w
+
+
 def effective_workload(w: dict, device: str) -> dict:
     """A copy of workload config ``w``, its ``cpu`` block applied on CPU when ``scale_on_cpu``."""
     w = dict(w)

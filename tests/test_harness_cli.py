@@ -114,8 +114,7 @@ BAD_INPUT = [
     (["tp=[1"], "cannot parse 'tp=[1': no viable alternative at input '[1'"),
     (["-m", "workload.request_rate=2,,4"], "cannot parse 'workload.request_rate=2,,4': extraneous input ','"),
 ]
-# refused once the job runs (what the up-front checks cannot see: the GPU, the results directory, the
-# model's limits against the workload), and a few of each kind, end to end through ``python -m harness``
+# a few of each kind, end to end through ``python -m harness``
 END_TO_END = {"llm.max_model_len=8", "device=cuda", "results_dir=/proc/forbidden", "control=nope", "tp=3", "foo=1",
               "tp=[1", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt"}
 
@@ -135,7 +134,7 @@ def test_bad_input_is_one_line_and_nonzero(overrides, message, tmp_path, model_c
     assert orphaned_workers() <= before
 
 
-@pytest.mark.parametrize("overrides, message", [c for c in BAD_INPUT if "llm.max_model_len=8" not in c[0]])
+@pytest.mark.parametrize("overrides, message", BAD_INPUT)
 def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, message):
     """What ``python -m harness`` prints (``error: <line>``, exit 2) before any job, checked in process."""
     from harness.preflight import check_command
@@ -478,6 +477,10 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["=2"], "'=2': an override is key=value; the key before '=' is missing"),  # Hydra: "... Got int"
     (["=shm"], "'=shm': an override is key=value"),  # Hydra: "Could not override ''"
     (["tag=${nope}"], "Interpolation key 'nope' not found (in tag)"),
+    # session 14: refused only inside its job (7.9 s, an outputs/ directory left), after a sweep's earlier jobs
+    (["-m", "llm.max_model_len=4096,16"], "the limit is 16 (llm.max_model_len=16, the model's max_position_emb"),
+    # the command's max_input_len wins over bench's CPU scale-down (128), as in the job
+    (["device=cpu", "workload.max_input_len=1024", "llm.max_model_len=1000"], "workload bench has sequences of up"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
