@@ -115,32 +115,11 @@ def test_long_rows_norm_then_gemv_match_the_unfused_path(dtype, with_residual):
     assert same is got and (act.float() - ref.float()).norm() / ref.float().norm() < TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("splits", [2, 3, 4])
-@pytest.mark.parametrize("n, k", [(1024, 2048), (4096, 4096), (1024, 1024), (96, 5120)])
-def test_merge_gemv_equals_the_merge_kernel_then_the_gemv(dtype, splits, n, k):
-    """o_proj merging the splits as it loads them gives bit for bit the merge kernel then the GEMV: Qwen3-0.6B's
-    o_proj at tp=1 and 2, 8B's, and a row of 40 heads (past one 4,096-column slice); empty splits included."""
-    from engine.layers.decode_splits import SplitKV
-    from engine.layers.gemv import gemv, merge_gemv
-    from engine.layers.paged_decode import merge_splits
-
-    torch.manual_seed(splits + n)
-    D = 128
-    part = torch.randn(1, k // D, splits, D, device="cuda")
-    lse = 3 * torch.randn(1, k // D, splits, device="cuda")
-    if splits > 2:
-        part[:, :, -1], lse[:, :, -1] = 0.0, float("-inf")  # the last split had no tokens
-    w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype)
-    want = gemv(merge_splits(part, lse, dtype).view(1, k), w)
-    assert torch.equal(merge_gemv(SplitKV(part, lse, dtype), w), want)
-
-
 @pytest.mark.parametrize("enforce_eager", [True, False])
 @pytest.mark.parametrize("lengths", [[600], [600, 40], [20]])
 def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce_eager, lengths):
     """Batch 1 takes the fused norm+GEMV kernels and, as its context grows, the split decode at each split
-    count (and their CUDA graphs; up to 4 splits merged by o_proj's GEMV); the tokens equal transformers'."""
+    count (and their CUDA graphs); the tokens equal transformers'."""
     prompts = prompts_of_lengths(lengths, seed=3)
     want = hf_greedy(tiny_untied, prompts, 16)
     with LLM(tiny_untied, device="cuda", dtype="float32", kvcache_block_size=16, max_model_len=1024,
@@ -151,14 +130,12 @@ def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9, reason="PDL: sm90+")
-@pytest.mark.parametrize("merge_in_gemv", [False, True])
-def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches(merge_in_gemv):
+def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
     """A batch-1 layer stack (norm+GEMV, decode attention, GEMV, norm+gate/up+SwiGLU, GEMV; 8 layers, each
-    reading the one before; the splits merged by their own kernel or by o_proj's GEMV) launched with PDL in a
-    CUDA graph gives bit for bit the plain launches' result: no kernel reads an activation before the kernel
-    that writes it has finished."""
+    reading the one before) launched with PDL in a CUDA graph gives bit for bit the plain launches' result:
+    no kernel reads an activation before the kernel that writes it has finished."""
     from engine.layers import pdl
-    from engine.layers.gemv import gemv, merge_gemv
+    from engine.layers.gemv import gemv
     from engine.layers.norm_gemv import norm_gemv
     from engine.layers.paged_decode import paged_decode_attention
 
@@ -175,9 +152,8 @@ def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches(merge_in_gemv):
         for qkv_w, o_w, gu_w, down_w, n1, n2 in layers:
             qkv, res = norm_gemv(h, res, n1, 1e-6, qkv_w, block_k=1024)
             qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
-            attn = paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4,
-                                          merge=not merge_in_gemv)
-            h = merge_gemv(attn, o_w) if merge_in_gemv else gemv(attn.view(1, -1), o_w, block_k=1024)
+            attn = paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4)
+            h = gemv(attn.view(1, -1), o_w, block_k=1024)
             act, res = norm_gemv(h, res, n2, 1e-6, gu_w, swiglu=True, block_k=1024)
             h = gemv(act, down_w, block_k=2048)
         return h + res

@@ -1,8 +1,7 @@
 """Attention over the paged KV cache (slot = block_id * block_size + offset), three paths:
 
 - CUDA decode: ``paged_decode``'s Triton kernel, which also stores the new token's K/V (and may apply q/k
-  norm and RoPE first). At batch 1 with few splits it returns them unmerged (``SplitKV``), for o_proj's
-  GEMV to merge (``gemm.merges_splits``).
+  norm and RoPE first).
 - CUDA prefill without cached prefix: store K/V, then one varlen flash-attention call for the whole batch
   (``varlen``; float32: one SDPA call per sequence).
 - Else (CPU; prefix-cache hits): store K/V, gather each context from the cache, pad queries to ``[B, Lq_max]``
@@ -19,8 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .decode_splits import SplitKV
-from .gemm import merges_splits
 from .varlen import varlen_causal
 
 
@@ -51,17 +48,15 @@ class Attention(nn.Module):
         self.k_cache = self.v_cache = torch.empty(0)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-                qk_norm: tuple | None = None) -> torch.Tensor | SplitKV:
-        """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]`` (CUDA decode: or the unmerged ``SplitKV``).
-        ``qk_norm`` (CUDA decode only): the (q_weight, k_weight, eps, cos, sin) that the decode kernel applies to
-        q and k first."""
+                qk_norm: tuple | None = None) -> torch.Tensor:
+        """q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` -> ``[N, Hq, D]``. ``qk_norm`` (CUDA decode only): the
+        (q_weight, k_weight, eps, cos, sin) that the decode kernel applies to q and k first."""
         if meta.context_lens is not None:
             from .paged_decode import paged_decode_attention  # Triton: CUDA machines only
 
-            splits = meta.num_splits or 1
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
-                                          meta.context_lens, self.scale, num_splits=splits, qk_norm=qk_norm,
-                                          merge=not merges_splits(q.shape[0], splits))
+                                          meta.context_lens, self.scale, num_splits=meta.num_splits or 1,
+                                          qk_norm=qk_norm)
         store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         if meta.prefill_spans is not None:
             if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:

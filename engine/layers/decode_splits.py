@@ -10,13 +10,10 @@ batch-1 decode graph at 96 tokens takes 0.753 ms unsplit, 0.699 ms with 2 splits
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 64
-GEMV_MERGE_MAX_SPLITS = 4  # up to this many splits, the batch-1 o_proj GEMV merges them as it loads (merge_gemv)
 TILE_TOKENS = 64  # tokens per iteration of the decode kernel (paged_decode_attention's block_n), or the block size
 
 _SMS: dict = {}  # device -> its SM count
@@ -50,20 +47,3 @@ def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int,
     tiles = -(-(max_context - 1) // tile)
     counts = split_counts(batch, num_kv_heads, device)
     return next((c for c in counts if c >= tiles), counts[-1])
-
-
-@dataclass
-class SplitKV:
-    """A split decode's unmerged output, for the next GEMV to merge as it loads its input (``merge_gemv``).
-    part ``[B, Hq, S, D]`` and lse ``[B, Hq, S]`` float32 (an empty split: 0 and -inf); ``dtype``: what the
-    merged ``[B, Hq * D]`` row would be (the GEMV rounds to it, as a merged store would)."""
-
-    part: torch.Tensor
-    lse: torch.Tensor
-    dtype: torch.dtype
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """The merged row's shape ``(B, Hq * D)``."""
-        B, Hq, _, D = self.part.shape
-        return B, Hq * D

@@ -1,8 +1,7 @@
 """Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
 GEMV (``gemv.py``, nearer HBM bandwidth than cuBLAS on small shards). ``norm_linear`` fuses the RMSNorm before
 a column-parallel layer (and SwiGLU after gate/up) into that GEMV (``norm_gemv.py``), or for long rows runs
-the norm as a Triton kernel of its own, so that no torch kernel breaks the PDL chain. A split decode's
-unmerged output (``SplitKV``) is merged by the GEMV that reads it (``gemv.merge_gemv``), or else merged first.
+the norm as a Triton kernel of its own, so that no torch kernel breaks the PDL chain.
 Chosen once per process by the model runner (``set_gemm``): process-wide state.
 """
 
@@ -11,12 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .decode_splits import GEMV_MERGE_MAX_SPLITS, SplitKV
-
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 _rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
-_merge_gemv = None  # gemv.merge_gemv, on with _gemv
 # Longer rows take the norm and the GEMV apart. H200, batch 1 (calls 36-37, 41, results/h200/NOTES.md): fused,
 # Qwen3-0.6B (K = 1024) went 1.127 -> 1.044 ms per token, Qwen3-8B (K = 4096) 4.61 -> 5.40 ms with call 38's
 # tiles and PDL (each 2-row program re-reads the 8 KB row and sums its squares).
@@ -27,25 +23,19 @@ def set_gemm(mode: str, device: torch.device) -> str:
     """Install the matmul for ``mode`` (auto, cublas or triton) on ``device``; returns what runs: "triton"
     (the GEMV at batch 1, cuBLAS otherwise; what auto gives where Triton imports), "cublas", or "torch" on CPU.
     Raises RuntimeError: ``mode="triton"`` and Triton cannot be imported here."""
-    global _gemv, _norm_gemv, _rms_norm, _merge_gemv
-    _gemv = _norm_gemv = _rms_norm = _merge_gemv = None
+    global _gemv, _norm_gemv, _rms_norm
+    _gemv = _norm_gemv = _rms_norm = None
     if device.type != "cuda" or mode == "cublas":
         return "torch" if device.type != "cuda" else "cublas"
     try:
-        from .gemv import gemv, merge_gemv
+        from .gemv import gemv
         from .norm_gemv import add_rms_norm, norm_gemv
     except ImportError as e:
         if mode == "triton":
             raise RuntimeError(f"llm.gemm=triton: Triton is not importable here ({e})") from e
         return "cublas"
-    _gemv, _norm_gemv, _rms_norm, _merge_gemv = gemv, norm_gemv, add_rms_norm, merge_gemv
+    _gemv, _norm_gemv, _rms_norm = gemv, norm_gemv, add_rms_norm
     return "triton"
-
-
-def merges_splits(batch: int, num_splits: int) -> bool:
-    """Whether the GEMV after a split decode of this batch merges the splits itself (batch 1, at most
-    ``GEMV_MERGE_MAX_SPLITS``), so attention may hand it the unmerged ``SplitKV``."""
-    return _merge_gemv is not None and batch == 1 and 1 < num_splits <= GEMV_MERGE_MAX_SPLITS
 
 
 def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -54,21 +44,12 @@ def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.stride(1) == 1 and weight.dtype == x.dtype)
 
 
-def linear(x: torch.Tensor | SplitKV, weight: torch.Tensor, bias: torch.Tensor | None = None,
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            out: torch.Tensor | None = None) -> torch.Tensor:
-    """x ``[M, K]`` (or a ``SplitKV`` whose merged row is that) @ weight ``[N, K]``.T (+ bias ``[N]``) ->
-    ``[M, N]``, into ``out`` (unit column stride). Raises ValueError: both ``bias`` and ``out`` given (the sum
-    would not land in ``out``)."""
+    """x ``[M, K]`` @ weight ``[N, K]``.T (+ bias ``[N]``) -> ``[M, N]``, into ``out`` (unit column stride).
+    Raises ValueError: both ``bias`` and ``out`` given (the sum would not land in ``out``)."""
     if bias is not None and out is not None:
         raise ValueError("linear: bias and out together are not supported")
-    if isinstance(x, SplitKV):
-        if _merge_gemv is not None and x.shape[0] == 1 and weight.dtype == x.dtype and weight.stride(1) == 1 \
-                and (out is None or out.dtype == x.dtype):
-            y = _merge_gemv(x, weight, out=out)
-            return y if bias is None else y + bias
-        from .paged_decode import merge_splits  # Triton: CUDA machines only
-
-        x = merge_splits(x.part, x.lse, x.dtype).flatten(1)
     if _gemv_fits(x, weight) and (out is None or out.dtype == x.dtype):
         y = _gemv(x, weight, out=out)
         return y if bias is None else y + bias

@@ -4,8 +4,7 @@ At batch 1 the floor is ``N * K * element size / HBM bandwidth``, where cuBLAS's
 the more so the smaller the weight. Each program takes ``block_n`` output rows and walks K in ``block_k``
 slices, in true float32 (no TF32). Against cuBLAS on the H200 (``results/h200x2/gemv_call9.md``,
 ``gemv_call10.md``): 2.4-2.5x faster on Qwen3-0.6B's tp=2 shards, 0.86-0.98x its time on Qwen3-8B's shards
-and the LM heads; at batch 8 a 3-D tile lost 2-15x (``skinny_gemm_call8.md``), so batch 1 only. Its row
-may be a split decode's unmerged output (``merge_gemv``).
+and the LM heads; at batch 8 a 3-D tile lost 2-15x (``skinny_gemm_call8.md``), so batch 1 only.
 
 CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
@@ -17,7 +16,6 @@ import triton
 import triton.language as tl
 
 from . import pdl
-from .decode_splits import SplitKV
 
 # Tiles measured in a CUDA graph on the H200 with PDL (call 38, results/h200/session11/call38_gemv.txt; block_n 2,
 # 4, 8 x block_k 512-4096 x 2, 4, 8 warps, every layer of Qwen3-0.6B and 8B at tp=1): the best loads the whole
@@ -29,29 +27,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # loaded as float32; fl
 
 
 @triton.jit
-def _merged(part_ptr, lse_ptr, k0, K, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
-            BLOCK_K: tl.constexpr, dtype):
-    """Elements [k0, k0 + BLOCK_K) of a split decode's merged row (heads k0 // D onwards; 0 at k >= K), float32
-    holding ``dtype`` values: each head's splits weighted by ``exp(lse - max lse)`` as ``paged_decode``'s merge
-    kernel does, then rounded as its store is."""
-    HEADS: tl.constexpr = BLOCK_K // HEAD_DIM
-    heads = k0 // HEAD_DIM + tl.arange(0, HEADS)
-    head_ok = heads < K // HEAD_DIM
-    splits = tl.arange(0, SPLITS_PAD)
-    at = heads[None, :] * NUM_SPLITS + splits[:, None]  # [SPLITS_PAD, HEADS]
-    ok = (splits < NUM_SPLITS)[:, None] & head_ok[None, :]
-    lse = tl.load(lse_ptr + at, mask=ok, other=float("-inf"))
-    dims = tl.arange(0, HEAD_DIM)
-    part = tl.load(part_ptr + at[:, :, None] * HEAD_DIM + dims[None, None, :], mask=ok[:, :, None], other=0.0)
-    # split 0 always holds the new token: the max is finite (a head past K: nan, masked below)
-    w = tl.exp(lse - tl.max(lse, axis=0)[None, :])
-    x = tl.sum(w[:, :, None] * part, axis=0) / tl.sum(w, axis=0)[:, None]  # [HEADS, D]
-    return tl.reshape(tl.where(head_ok[:, None], x.to(dtype).to(tl.float32), 0.0), (BLOCK_K,))
-
-
-@triton.jit
-def _gemv_kernel(x_ptr, lse_ptr, w_ptr, y_ptr, N, K, stride_wn, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                 SPLITS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -62,10 +39,7 @@ def _gemv_kernel(x_ptr, lse_ptr, w_ptr, y_ptr, N, K, stride_wn, HEAD_DIM: tl.con
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if NUM_SPLITS > 0:  # x_ptr: the splits' partial outputs
-            x = _merged(x_ptr, lse_ptr, k0, K, HEAD_DIM, NUM_SPLITS, SPLITS_PAD, BLOCK_K, y_ptr.dtype.element_ty)
-        else:
-            x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w_ptrs += BLOCK_K
         w = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
@@ -107,27 +81,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
     if any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in (block_n, block_k)):
         raise ValueError(f"gemv: block_n={block_n!r}, block_k={block_k!r}: each must be a power of two")
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, x, weight, out, n, k, weight.stride(0), HEAD_DIM=1, NUM_SPLITS=0,
-                                             SPLITS_PAD=1, BLOCK_N=block_n, BLOCK_K=block_k, PDL=pdl.ENABLED,
-                                             launch_pdl=pdl.ENABLED, num_warps=num_warps)
-    return out
-
-
-def merge_gemv(x: SplitKV, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x: one sequence's unmerged split decode (part ``[1, Hq, S, D]``, lse ``[1, Hq, S]``, contiguous), weight
-    ``[N, Hq * D]`` in ``x.dtype`` (unit stride along K) -> ``merged(x) @ weight.T`` ``[1, N]``, into ``out``
-    when given (``[1, N]``, unit stride); shapes checked by the caller (``gemm.py``). Bit for bit the merge
-    kernel then ``gemv``: o_proj merges as it loads, one dependent kernel fewer per layer at batch 1. Every
-    program merges the whole row (S x 4 bytes per element, from L1/L2), so few splits only
-    (``decode_splits.GEMV_MERGE_MAX_SPLITS``); more warps where S x block_k would crowd the registers."""
-    n, k = weight.shape
-    _, _, splits, head_dim = x.part.shape
-    out = torch.empty(1, n, dtype=x.dtype, device=weight.device) if out is None else out
-    block_n, block_k, num_warps = tiles(n, k)
-    splits_pad = triton.next_power_of_2(splits)
-    num_warps = max(num_warps, min(8, splits_pad * block_k // 2048))  # <= 64 merged values per thread
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x.part, x.lse, weight, out, n, k, weight.stride(0), HEAD_DIM=head_dim,
-                                             NUM_SPLITS=splits, SPLITS_PAD=splits_pad, BLOCK_N=block_n,
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
                                              BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
                                              num_warps=num_warps)
     return out

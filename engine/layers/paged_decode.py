@@ -204,14 +204,12 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_S
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
-                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None,
-                           merge: bool = True) -> torch.Tensor | decode_splits.SplitKV:
+                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first; ``merge=False`` with splits: the unmerged
-    ``SplitKV`` instead, for ``merge_gemv``. PDL when ``pdl.ENABLED``. ``block_n``
+    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. PDL when ``pdl.ENABLED``. ``block_n``
     (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: 64 / 2 / 2 measured
     fastest on the H200 at the 8B shapes (scripts/bench_decode_kernel.py, results/h200/session6/).
     """
@@ -233,18 +231,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
         PRELOAD=B * Hkv * num_splits <= decode_splits.PROGRAMS_PER_SM * decode_splits.sm_count(q.device),
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
-    if num_splits == 1:
-        return out
-    return merge_splits(part, lse, q.dtype, out) if merge else decode_splits.SplitKV(part, lse, q.dtype)
-
-
-def merge_splits(part: torch.Tensor, lse: torch.Tensor, dtype: torch.dtype,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    """Split-KV's partial outputs part ``[B, Hq, S, D]`` and log-sum-exps lse ``[B, Hq, S]`` (float32) ->
-    the attention output ``[B, Hq, D]`` in ``dtype``, into ``out`` when given."""
-    B, Hq, S, D = part.shape
-    out = torch.empty(B, Hq, D, dtype=dtype, device=part.device) if out is None else out
-    _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=S,
-                                  SPLITS_PAD=triton.next_power_of_2(S), HEAD_DIM=D, PDL=pdl.ENABLED,
-                                  launch_pdl=pdl.ENABLED, num_warps=4)
+    if num_splits > 1:
+        _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
+                                      SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, PDL=pdl.ENABLED,
+                                      launch_pdl=pdl.ENABLED, num_warps=4)
     return out

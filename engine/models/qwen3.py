@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from ..layers.attention import Attention
-from ..layers.decode_splits import SplitKV
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from ..layers.fusion import ElementwiseOps
 from ..layers.gemm import norm_linear
@@ -49,7 +48,7 @@ class Qwen3Attention(nn.Module):
             out = self.attn(q, k, v, inputs.attn, qk_norm)
         else:
             out = self.attn(*self.ops.qk_norm_rotary(q, k, *qk_norm), v, inputs.attn)
-        return self.o_proj(out if isinstance(out, SplitKV) else out.flatten(1))  # SplitKV: o_proj merges it
+        return self.o_proj(out.flatten(1))
 
 
 class Qwen3MLP(nn.Module):
