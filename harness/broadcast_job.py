@@ -16,10 +16,8 @@ from .signals import as_interrupt
 
 
 def check_broadcast(cfg: DictConfig, launch: Launch | None) -> dict:
-    """The broadcast workload as a dict, checked on every rank (its keys and control=ideal: up front). Raises
-    ConfigError: not engine=tp, tp < 2, or tp other than torchrun's world size."""
-    if cfg.engine != "tp" or cfg.tp < 2:
-        raise ConfigError("workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2")
+    """The broadcast workload as a dict, checked on every rank (its keys, tp >= 2 and control=ideal: up front).
+    Raises ConfigError: tp other than torchrun's world size."""
     if launch is not None and cfg.tp != launch.world_size:
         raise ConfigError(f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: they must be equal")
     return OmegaConf.to_container(cfg.workload)

@@ -86,6 +86,8 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
     extra = sorted(set(cfg.control.options) - set(known))
     if extra:
         return f"control={plane} has no option {extra[0]!r} (its options: {', '.join(known) or 'none'})"
+    if cfg.workload.get("kind") == "broadcast" and (cfg.engine != "tp" or cfg.tp < 2):
+        return "workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2"
     if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
         return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
                 "that send; ideal is the baseline of every other workload)")

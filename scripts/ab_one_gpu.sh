@@ -7,18 +7,19 @@
 #   MODELS=qwen3-0.6b WORKLOADS=latency,latency-b8,latency-4k,bench REPEAT=3 bash scripts/ab_one_gpu.sh
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 1
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
-[ -d .base ] || { echo "no .base tree (see the header)"; exit 2; }
+[ -d .base ] || { echo "error: ab_one_gpu.sh compares with a .base tree and there is none (see its header)" >&2; exit 2; }
 for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 run() {  # tree tag model: one multirun, its log in $OUT/ab_<tag>_<model>.log
   (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit 2>/dev/null || echo "$TPCP_GIT_COMMIT") \
-    timeout -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
+    timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
     repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$OUT" results_file="$CSV" "${@:4}" \
     > "$OUT/ab_$2_$3.log" 2>&1)
   echo "$2 $3: exit $? at $SECONDS s"
 }
 for model in ${MODELS//,/ }; do
-  timeout -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
+  timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
   run .base base $model "$@"
   run . new $model "$@"
   if [ -n "${VARIANT:-}" ]; then read -r vtag vargs <<< "$VARIANT"; run . "$vtag" $model "$@" $vargs; fi

@@ -18,6 +18,7 @@
 #   TAG=my_change SKIP_SYNC=1 HF=0 TESTS="tests/test_gpu.py tests/test_correctness.py -k cuda" bash scripts/bench_one_gpu.sh
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 1
 TAG=${TAG:-dev}; CSV=${CSV:-bench.csv}; HF=${HF:-auto}
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem,power.draw --format=csv; } \
   2>&1 | tee "$OUT/gpu.txt"
@@ -27,7 +28,7 @@ bench() {
   python3 -m harness workload=bench model=qwen3-0.6b tp=1 device=cuda progress=false results_dir="$OUT" \
     results_file="$CSV" "$@" 2>&1 | grep -v "it/s]" | tee -a "$OUT/bench.log" | tail -8
 }
-[ "${SKIP_TESTS:-0}" = 1 ] || timeout 300 python3 -m pytest -q -x ${TESTS:-tests/test_gpu.py} 2>&1 | tail -15 \
+[ "${SKIP_TESTS:-0}" = 1 ] || timeout --foreground 300 python3 -m pytest -q -x ${TESTS:-tests/test_gpu.py} 2>&1 | tail -15 \
   | tee "$OUT/pytest_gpu.txt"
 bench tag="$TAG" "$@"
 # 0 when the bench wrote no ok row of this tag (a failed run); a broken script shows its traceback
@@ -37,11 +38,11 @@ echo "engine row: $tok output tok/s"
 if [ "$HF" = 1 ] || { [ "$HF" = auto ] && [ "$tok" -ge "${HF_AT:-20000}" ]; }; then
   bench tag="$TAG" engine=hf "$@"
 elif [ "$HF" = auto ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then  # short of the target: where does the time go?
-  timeout 200 python3 scripts/profile_steps.py > "$OUT/profile.txt" 2>&1; head -40 "$OUT/profile.txt"
+  timeout --foreground 200 python3 scripts/profile_steps.py > "$OUT/profile.txt" 2>&1; head -40 "$OUT/profile.txt"
 fi
 [ "${SKIP_SYNC:-0}" = 1 ] || bench tag="${TAG}_sync" llm.async_scheduling=false "$@"
 if [ "${KERNEL_SWEEP:-0}" = 1 ]; then
-  timeout 300 python3 scripts/bench_decode_kernel.py > "$OUT/decode_kernel_sweep.txt" 2>&1
+  timeout --foreground 300 python3 scripts/bench_decode_kernel.py > "$OUT/decode_kernel_sweep.txt" 2>&1
   grep " TB/s (" "$OUT/decode_kernel_sweep.txt" | sort -k2,2n -k11,11nr | awk '{c[$2]++} c[$2]<=4'
 fi
 rm -f "$OUT"/*.lock

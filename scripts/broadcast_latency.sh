@@ -21,12 +21,12 @@ case ${PAYLOADS:-all} in
   all) payload_args=(); controls=shm,queue,pipe,gloo; repeat=1; messages=1000; limit=590 ;;
   step) payload_args=('workload.decode_batches=[256]' 'workload.prefill_batches=[]' 'workload.raw_bytes=[256]')
         controls=ring,shm,pipe,queue,gloo; repeat=3; messages=500; limit=330 ;;
-  *) echo "PAYLOADS must be all or step, got ${PAYLOADS}"; exit 2 ;;
+  *) echo "error: PAYLOADS must be all or step, got ${PAYLOADS}" >&2; exit 2 ;;
 esac
 CSV=${CSV:-broadcast.csv}
 { nproc; python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
 python3 scripts/step_encoding_cost.py 2>&1 | tee "$OUT/step_encoding_cost.txt"
-timeout ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=${CONTROLS:-$controls} tp=${TPS:-2,4,8} \
+timeout --foreground ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=${CONTROLS:-$controls} tp=${TPS:-2,4,8} \
   repeat=${REPEAT:-$repeat} workload.messages=${MESSAGES:-$messages} workload.warmup=50 \
   workload.max_bytes_per_payload=268435456 progress=false results_dir="$OUT" results_file="$CSV" \
   ${payload_args[@]+"${payload_args[@]}"} "$@" > "$OUT/broadcast.log" 2>&1

@@ -8,6 +8,9 @@ import sys
 
 import pandas as pd
 
+if len(sys.argv) < 2:
+    print("usage: python3 scripts/broadcast_table.py RESULTS.csv [more.csv ...]", file=sys.stderr)
+    sys.exit(2)
 df = pd.concat(pd.read_csv(f) for f in sys.argv[1:])
 df = df[(df.workload == "broadcast") & (df.status == "ok")]
 for col in ("ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_send_us_p50"):

@@ -16,18 +16,19 @@
 # measured NCCL for every plane but the first.) Logs: $OUT/logs/.
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 2
 mkdir -p "$OUT/logs"
 CSV=${CSV:-control.csv}
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b} CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid} TPS=${TPS:-2} \
   WORKLOADS=${WORKLOADS:-latency,latency-b8} ASYNC=${ASYNC:-true,false} CSV=$CSV bash scripts/multi_gpu_sweep.sh "$@"
 if [ "${BROADCAST:-1}" = 1 ]; then
-  timeout -k 10 ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
+  timeout --foreground -k 10 ${BROADCAST_S:-120} python3 -m harness -m workload=broadcast control=shm,queue,pipe,gloo,ring,zmq,hybrid tp=2 \
     "workload.decode_batches=[1,8]" "workload.prefill_batches=[]" "workload.raw_bytes=[256]" repeat=3 progress=false \
     results_dir="$OUT" results_file=broadcast.csv > "$OUT/logs/broadcast.log" 2>&1
   echo "broadcast: exit $? after $SECONDS s"
 fi
 if [ "${SIM_NODES:-0}" = 1 ]; then
-  LOGDIR="$OUT/logs" NODES=2 NPROC=1 PORT=29650 timeout -k 10 ${SIM_S:-60} bash scripts/sim_nodes.sh -m harness \
+  LOGDIR="$OUT/logs" NODES=2 NPROC=1 PORT=29650 timeout --foreground -k 10 ${SIM_S:-60} bash scripts/sim_nodes.sh -m harness \
     control=hybrid tp=2 model=qwen3-0.6b workload=latency ++workload.iterations=5 repeat=2 device=cuda \
     progress=false results_dir="$OUT" results_file=sim_nodes.csv > /dev/null 2>&1
   echo "sim nodes: exit $? at $SECONDS s"

@@ -5,15 +5,16 @@
 #   MODELS=qwen3-8b TPS=1,2 WORKLOADS=bench REPEAT=3 bash scripts/decode_tile_ab.sh [extra harness overrides]
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 1
 R=$PWD; OLD=/tmp/tile_old; CSV=${CSV:-tile_ab.csv}; TPS=${TPS:-1}
 rm -rf $OLD && mkdir $OLD && cp -r engine harness backends conf scripts pyproject.toml $OLD/
 sed -i 's/block_n: int = 64/block_n: int = 32/' $OLD/engine/layers/paged_decode.py
 grep -q "block_n: int = 32" $OLD/engine/layers/paged_decode.py || { echo "the old launch was not set"; exit 1; }
 for model in ${MODELS:-qwen3-0.6b}; do
-  timeout -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
+  timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
   for w in ${WORKLOADS:-bench}; do for tp in ${TPS//,/ }; do for arm in new old; do
     d=$R; [ $arm = old ] && d=$OLD
-    (cd $d && PYTHONPATH=/tmp/site:$d timeout -k 10 ${JOB_S:-200} python3 -m harness workload=$w model=$model tp=$tp \
+    (cd $d && PYTHONPATH=/tmp/site:$d timeout --foreground -k 10 ${JOB_S:-200} python3 -m harness workload=$w model=$model tp=$tp \
       device=cuda control=shm repeat=${REPEAT:-3} progress=false results_dir="$OUT" results_file=$CSV tag=tile_$arm "$@") \
       > "$OUT/tile_${model}_${w}_tp${tp}_$arm.log" 2>&1
     echo "$model $w tp=$tp $arm: exit $? at $SECONDS s"

@@ -11,6 +11,7 @@
 # in seconds: BENCH_S (200, the bench), JOB_S (120, each harness process), TOTAL_S (560: no job starts later).
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 2
 mkdir -p "$OUT/logs"
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; TPS=${TPS:-1,2}; GEMMS=${GEMMS:-auto,cublas}
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee "$OUT/logs/versions.txt"
@@ -18,7 +19,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
    CUDA_VISIBLE_DEVICES=1 python3 -m harness.checkpoint $m
  done > "$OUT/logs/presets.log" 2>&1) &
 presets=$!
-CUDA_VISIBLE_DEVICES=0 timeout ${BENCH_S:-200} python3 scripts/bench_gemv.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \
+CUDA_VISIBLE_DEVICES=0 timeout --foreground ${BENCH_S:-200} python3 scripts/bench_gemv.py $([ "${SWEEP:-1}" = 1 ] && echo --sweep) \
   --out "$OUT/gemv.md" > "$OUT/logs/gemv.log" 2>&1
 echo "gemv bench: exit $? at $SECONDS s"
 wait $presets
@@ -28,7 +29,7 @@ for model in ${MODELS//,/ }; do
     for g in ${GEMMS//,/ }; do
       [ $SECONDS -gt ${TOTAL_S:-560} ] && { echo "$model tp=$tp gemm=$g: not run (time)"; continue; }
       log="$OUT/logs/ab_${model}_tp${tp}_$g.log"
-      timeout ${JOB_S:-120} python3 -m harness -m model=$model tp=$tp llm.gemm=$g workload=${WORKLOADS:-latency,latency-b8} \
+      timeout --foreground ${JOB_S:-120} python3 -m harness -m model=$model tp=$tp llm.gemm=$g workload=${WORKLOADS:-latency,latency-b8} \
         llm.max_num_seqs=8 ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false \
         results_dir="$OUT" results_file=${CSV:-gemm_ab.csv} > "$log" 2>&1
       echo "$model tp=$tp gemm=$g: exit $? at $SECONDS s, $(grep -c '^\[ok\]' "$log") ok rows"

@@ -15,13 +15,14 @@
 # Rows go to $OUT/${CSV:-runs.csv}, each process's log to $OUT/logs/.
 set -uo pipefail
 source scripts/device_env.sh
+require_gpus 2
 mkdir -p "$OUT/logs"
 N=$(python3 -c "import torch; print(torch.cuda.device_count())")
 TPS=${TPS:-$(python3 -c "print(','.join(str(t) for t in (1, 2, 4, 8) if t <= $N))")}
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid}
 for model in ${MODELS//,/ }; do
   [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model: not run (time)"; continue; }
-  timeout -k 10 ${PRESET_S:-300} python3 -m harness.checkpoint $model >> "$OUT/logs/presets.log" 2>&1 \
+  timeout --foreground -k 10 ${PRESET_S:-300} python3 -m harness.checkpoint $model >> "$OUT/logs/presets.log" 2>&1 \
     || { echo "$model: preset failed (see logs/presets.log), not run"; continue; }
   echo "$model preset: ready at $SECONDS s"
   for tp in ${TPS//,/ }; do
@@ -31,7 +32,7 @@ for model in ${MODELS//,/ }; do
     for c in $planes; do
       [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model tp=$tp $c: not run (time)"; continue; }
       log="$OUT/logs/sweep_${model}_tp${tp}_$c.log"
-      timeout -k 10 ${JOB_S:-300} python3 -m harness -m control=$c tp=$tp model=$model \
+      timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m control=$c tp=$tp model=$model \
         workload=${WORKLOADS:-latency,latency-b8,bench} llm.async_scheduling=${ASYNC:-true} \
         ++workload.iterations=${ITER:-5} repeat=${REPEAT:-3} device=cuda progress=false results_dir="$OUT" \
         results_file=${CSV:-runs.csv} "$@" > "$log" 2>&1

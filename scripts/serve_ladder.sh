@@ -11,15 +11,16 @@ set -uo pipefail
 source scripts/device_env.sh
 CSV=${CSV:-serve.csv}; DEVICE=${DEVICE:-cuda}; REPEAT=${REPEAT:-3}; TAG=${TAG:-serve}
 TPS=${TPS:-1}; CONTROLS=${CONTROLS:-shm}; MODELS=${MODELS:-qwen3-0.6b}
+[ "$DEVICE" = cuda ] && require_gpus 1
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 harness() {  # a harness run, its log appended to $OUT/<model>.log, the summary lines shown
   local log=$1; shift  # (a multirun always: one engine for the jobs of a call)
-  timeout -k 10 ${JOB_S:-560} python3 -m harness -m device=$DEVICE progress=false results_dir="$OUT" results_file="$CSV" \
+  timeout --foreground -k 10 ${JOB_S:-560} python3 -m harness -m device=$DEVICE progress=false results_dir="$OUT" results_file="$CSV" \
     repeat=$REPEAT tag=$TAG "$@" >> "$OUT/$log.log" 2>&1
   echo "exit $? at $SECONDS s: $*"
 }
 for model in ${MODELS//,/ }; do
-  timeout -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
+  timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
   if [ "${OFFLINE:-0}" = 1 ]; then
     harness $model model=$model tp=1 control=shm workload=bench,serve ++workload.num_prompts=256 \
       ++workload.request_rate=inf "$@"

@@ -481,6 +481,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "llm.max_model_len=4096,16"], "the limit is 16 (llm.max_model_len=16, the model's max_position_emb"),
     # the command's max_input_len wins over bench's CPU scale-down (128), as in the job
     (["device=cpu", "workload.max_input_len=1024", "llm.max_model_len=1000"], "workload bench has sequences of up"),
+    # session 15's new-user trial: refused inside its job (4 s, an outputs/ directory left)
+    (["workload=broadcast", "tp=1"], "workload=broadcast measures the control plane between ranks: needs engine=tp"),
+    (["-m", "workload=broadcast", "tp=2,1"], "needs engine=tp and tp >= 2"),  # before job 0
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
