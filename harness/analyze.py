@@ -235,6 +235,11 @@ def check_plot_path(path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit code (the module docstring's)."""
     p = parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i in range(len(argv) - 1):  # "--threshold -5%": argparse would take -5% for an option, not the value
+        if argv[i] == "--threshold" and argv[i + 1].startswith("-"):
+            argv[i:i + 2] = [f"--threshold={argv[i + 1]}"]
+            break
     args = p.parse_args(argv)
     try:
         if args.compare:

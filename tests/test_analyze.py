@@ -225,6 +225,7 @@ def test_missing_file_is_a_clear_error(capsys):
 @pytest.mark.parametrize("args, message", [
     (["--threshold", "abc"], "--threshold must be"),
     (["--threshold", "nan"], "finite"),
+    (["--threshold", "-5%"], "--threshold must be a finite number >= 0, got '-5%'"),  # argparse: "expected one"
     (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
     (["--plot", "/tmp/x.txt"], ".png"),
 ])
