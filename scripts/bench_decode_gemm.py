@@ -13,8 +13,8 @@ import argparse
 import itertools
 
 import torch
-from gemm_batch_sweep import HBM_TBS, SHAPES
-from gpu_only import graph_ms, require_cuda
+from gemm_batch_sweep import HBM_TBS, SHAPES, time_calls
+from gpu_only import require_cuda
 
 TILES = list(itertools.product((64, 128), (64, 128, 256), (64, 128), (3, 4), (4, 8)))  # M, N, K blocks, stages, warps
 
@@ -59,29 +59,17 @@ def triton_mm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, tile: tuple) 
     return out
 
 
-def time_us(mm, x, ws, outs) -> float:
-    """us per call of ``mm(x, w, out)`` over the weight copies ``ws``, one call each in a CUDA graph."""
-    for w, y in zip(ws, outs):  # warm-up and compilation outside the capture
-        mm(x, w, y)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w, y in zip(ws, outs):
-            mm(x, w, y)
-    graph_ms(graph, 3)
-    return min(graph_ms(graph, 20) for _ in range(5)) * 1e3 / len(ws)
-
-
 def compare(m: int, n: int, k: int) -> tuple[float, float, tuple, float]:
     """(cuBLAS us, the best tile's us, that tile, its relative error against torch.mm) at one shape."""
     copies = max(2, -(-256 * 2**20 // (n * k * 2)))  # >= 256 MB of weights: none stays in L2
     ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _ in range(copies)]
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    cublas = time_us(lambda a, b, c: torch.mm(a, b.t(), out=c), x, ws, outs)
+    cublas = time_calls(lambda a, b, c: torch.mm(a, b.t(), out=c), x, ws, outs)
     best = (float("inf"), None)
     for tile in TILES:
         try:
-            best = min(best, (time_us(lambda a, b, c, t=tile: triton_mm(a, b, c, t), x, ws, outs), tile))
+            best = min(best, (time_calls(lambda a, b, c, t=tile: triton_mm(a, b, c, t), x, ws, outs), tile))
         except Exception as e:  # a tile that does not fit (shared memory, registers) is skipped
             print(f"  tile {tile}: {type(e).__name__}")
     want = torch.mm(x, ws[0].t()).float()

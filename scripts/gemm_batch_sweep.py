@@ -21,19 +21,25 @@ SHAPES = {
 HBM_TBS = 4.3
 
 
-def time_mm(m: int, n: int, k: int, copies: int) -> float:
-    """us per ``x [m, k] @ w.T`` for one of ``copies`` weights ``[n, k]``, in a CUDA graph of one call per copy."""
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
-    for w, y in zip(ws, outs):  # warm-up outside the capture (cuBLAS picks and caches its kernel)
-        torch.mm(x, w.t(), out=y)
+def time_calls(mm, x, ws, outs) -> float:
+    """us per call of ``mm(x, w, out)`` over the weight copies ``ws`` (outputs ``outs``), one call each in a
+    CUDA graph; best of 5 rounds of 20 replays."""
+    for w, y in zip(ws, outs):  # warm-up outside the capture (cuBLAS picks its kernel, Triton compiles)
+        mm(x, w, y)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for w, y in zip(ws, outs):
-            torch.mm(x, w.t(), out=y)
+            mm(x, w, y)
     graph_ms(graph, 3)
-    return min(graph_ms(graph, 20) for _ in range(5)) * 1e3 / copies
+    return min(graph_ms(graph, 20) for _ in range(5)) * 1e3 / len(ws)
+
+
+def time_mm(m: int, n: int, k: int, copies: int) -> float:
+    """us per cuBLAS ``x [m, k] @ w.T`` for one of ``copies`` weights ``[n, k]``."""
+    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    return time_calls(lambda a, b, c: torch.mm(a, b.t(), out=c), x, ws, outs)
 
 
 def main():
