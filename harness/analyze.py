@@ -10,8 +10,8 @@
 
 Directories are searched at their top level only; a CSV found there that is not a results CSV is skipped
 with a line saying why, one named is an error. Failed rows are counted, never measured. Tables: the summary
-(``summary_table``), each plane's exposed cost where there are ``control=ideal`` rows (``exposed``),
-workload=serve per rate (``serve_analysis``); the gate is ``compare``.
+(``summary_table``; workload=serve and broadcast rows in tables of their own), each plane's exposed cost where
+there are ``control=ideal`` rows (``exposed``); the gate is ``compare``.
 
 Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
 arguments.
@@ -29,26 +29,36 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from .broadcast_table import METRICS as BROADCAST_METRICS
-from .broadcast_table import is_broadcast_only, print_broadcast_table
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys  # noqa: F401 (the module's API)
 from .exposed import exposed_cost, print_exposed
-from .load_results import NUMERIC, InputError, load
+from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
 from .plot_common import same_words
 from .schema import COLUMNS
-from .serve_analysis import SERVE_METRICS, is_serve, prepare_serve, print_serve_table
-from .summary_table import FULL_METRICS, csv_rows, default_baseline, print_compact, print_full, summary
+from .summary_table import (
+    BROADCAST_METRICS,
+    FULL_METRICS,
+    SERVE_METRICS,
+    csv_rows,
+    default_baseline,
+    print_broadcast_table,
+    print_compact,
+    print_full,
+    print_serve_table,
+    summary,
+)
 
 FORMATS = ("text", "markdown", "csv")
 
 
-def _parts(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(kind, rows) of each kind of row ``df`` has: engine, broadcast (workload=broadcast), serve (``is_serve``)."""
+def _parts(df: pd.DataFrame, keys: list[str], group: list[str] | None) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """(kind, rows, their keys) of each kind of row ``df`` has: engine, broadcast (workload=broadcast), serve
+    (``is_serve``); each kind keyed by the columns that differ among its own rows (``keys`` when it is alone)."""
     serve = is_serve(df)
     bcast = ~serve & (df.workload == "broadcast")
-    parts = (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]), ("serve", df[serve]))
-    return [(kind, rows) for kind, rows in parts if not rows.empty]
+    parts = [(kind, rows) for kind, rows in (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]),
+                                             ("serve", df[serve])) if not rows.empty]
+    return [(kind, rows, keys if len(parts) == 1 else group_keys(rows, group)) for kind, rows in parts]
 
 
 def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:
@@ -56,18 +66,16 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     exposed-cost table, in ``fmt`` (text, markdown or csv: one CSV of all, a ``table`` column telling them
     apart); ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
     keys = group_keys(df, group)
-    parts = _parts(df)
+    parts = _parts(df, keys, group)
     note = busy_note(df)
     if note and fmt != "csv":
         print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
     frames = []
-    for i, (kind, rows) in enumerate(parts):  # each kind keyed by the columns that differ among its own rows
-        serve, k = kind == "serve", keys if len(parts) == 1 else group_keys(rows, group)
-        base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
+    for i, (kind, rows, k) in enumerate(parts):
+        serve, base, filled = kind == "serve", baseline or default_baseline(rows), fill_keys(rows, k)
         if serve and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
             base = None
-        ok = filled[filled.status == "ok"]
-        exposed = exposed_cost(ok, k) if not ok.empty else pd.DataFrame()
+        exposed = exposed_cost(filled[filled.status == "ok"], k)
         metrics = FULL_METRICS if not serve else list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))
         if fmt == "csv":
             frames.append(csv_rows(summary(filled, k, base, metrics), k, base, "serve" if serve else "summary"))
@@ -82,7 +90,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print(f"{whose}: " + ", ".join(same))
         if serve and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
-        elif fmt == "text" and is_broadcast_only(rows) and "payload" in k:
+        elif fmt == "text" and kind == "broadcast" and "payload" in k:
             print_broadcast_table(summary(filled, k, None, BROADCAST_METRICS), k)
         else:
             (print_compact if fmt == "text" else print_full)(summary(filled, k, base, metrics), k, base)
@@ -118,11 +126,17 @@ def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) 
     report(prepare_serve(df), None, None)
 
 
+# per kind of rows its figures: (what it is, file name suffix beside OUT); an exposed-cost one where ideal ran
+FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p50 minus control=ideal's)", "exposed"),
+                      ("raw-metric figure (p50 bars, p99 whiskers)", "raw")],
+           "broadcast": [("broadcast figure (one-way latency p50 and p99 against message size)", "broadcast")],
+           "serve": [("workload=serve rows: latency-vs-load plot", "load"),
+                     ("workload=serve rows: exposed-cost figure per request rate", "serve_exposed")]}
+
+
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
-    """Write the figures of the ok rows, one printed line each: to ``out`` the first of, and beside it
-    (``side_path``) the others of: each plane's exposed cost (OUT_exposed), the raw metrics (OUT_raw), the
-    broadcast curves (OUT_broadcast), latency against load and serve rows' exposed cost per rate (OUT_load,
-    OUT_serve_exposed). Raises InputError when there is no ok row or a file cannot be written."""
+    """Write the FIGURES of the ok rows, one printed line each: the first to ``out``, the others beside it
+    (``side_path``). Raises InputError when there is no ok row or a file cannot be written."""
     from .plot_broadcast import plot_broadcast
     from .plot_common import side_path
     from .plot_exposed import plot_exposed
@@ -130,24 +144,12 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
 
     if ok.empty:
         raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
-    parts = _parts(ok)
-    figures = []  # (what it is, file name suffix beside out, draw(rows, keys, path), rows, keys)
-    for name, rows in parts:
-        k = keys if len(parts) == 1 else group_keys(rows, group)
+    parts, draws, figures = _parts(ok, keys, group), {"raw": plot, "broadcast": plot_broadcast, "load": plot_load}, []
+    for kind, rows, k in parts:
         rows = fill_keys(rows, k)
-        table = exposed_cost(rows, k) if name != "broadcast" else pd.DataFrame()
-        exposed = [] if table.empty else [(partial(plot_exposed, table=table), rows, k)]
-        if name == "engine":
-            figures += [("exposed-cost figure (each plane's decode step and TPOT p50 minus control=ideal's)",
-                         "exposed", *f) for f in exposed]
-            figures.append(("raw-metric figure (p50 bars, p99 whiskers)", "raw", plot, rows, k))
-        elif name == "broadcast":
-            figures.append(("broadcast figure (one-way latency p50 and p99 against message size)", "broadcast",
-                            plot_broadcast, rows, k))
-        else:
-            figures.append(("workload=serve rows: latency-vs-load plot", "load", plot_load, rows, k))
-            figures += [("workload=serve rows: exposed-cost figure per request rate", "serve_exposed", *f)
-                        for f in exposed]
+        table = exposed_cost(rows, k)
+        figures += [(what, suffix, draws.get(suffix, partial(plot_exposed, table=table)), rows, k)
+                    for what, suffix in FIGURES[kind] if suffix in draws or not table.empty]
     for i, (what, suffix, draw, rows, k) in enumerate(figures):
         path = out if i == 0 else side_path(out, suffix)
         try:

@@ -13,16 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import config_groups
-from .text_tables import (
-    common_overrides,
-    header_lines,
-    key_cell,
-    markdown,
-    num4,
-    section_lines,
-    sections,
-    widest_fitting,
-)
+from .text_tables import common_overrides, fitting_sections, header_lines, key_cell, num4, sections
 
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
@@ -99,14 +90,22 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
     others = list(table.columns[:list(table.columns).index("control")])
     row_keys = [k for k in others if k in ("tp", "request_rate")]
     parts = sections(table, [k for k in others if k not in row_keys])
-    optional = OPTIONAL if table.send_late_us.notna().any() else OPTIONAL[:1]
     common = common_overrides(table.overrides) if "overrides" in others and len(parts) > 1 else set()
-    def render(cols):  # send+late only in the sections that have it
-        return section_lines([(label, markdown([_text_row(r, row_keys, [c for c in cols if c != "send+late" or
-                                                                        rows.send_late_us.notna().any()])
-                                                for _, r in rows.iterrows()])) for label, rows in parts])
 
-    lines, left_out = widest_fitting(render, optional, keep=0)
+    def row(r: pd.Series, rows: pd.DataFrame, shown: list[str]) -> dict:  # shown: those of OPTIONAL that fit
+        one = r.verdict.startswith("one repeat")
+        out = {"rate" if k == "request_rate" else k: key_cell(r[k]) for k in row_keys}
+        out.update({"control": r.control.replace("control.options.", ""), "metric": r.metric.split()[-2],
+                    "ideal ms": num4(r.ideal_ms), "exposed us": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})
+        if "spread" in shown:  # none from one repeat
+            out["spread"] = "" if one else f"[{_signed(r.low_us)}, {_signed(r.high_us)}]"
+        out["verdict"] = "one repeat" if one else r.verdict
+        if "send+late" in shown and rows.send_late_us.notna().any():  # only in the sections that have it
+            out["send+late"] = "" if r.send_late_us != r.send_late_us else f"{r.send_late_us:.0f}"
+        return out
+
+    optional = OPTIONAL if table.send_late_us.notna().any() else OPTIONAL[:1]
+    lines, left_out = fitting_sections(parts, row, optional, keep=0)
     note = f" (left out to fit: {', '.join(left_out)}; all: --format markdown)" if left_out else ""
     print("\n" + "\n".join(header_lines(LEGEND + note, common) + lines))
 
@@ -114,19 +113,6 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
 def _signed(value: float) -> str:
     """+31.2, -0.4, +2565: one decimal below 100."""
     return f"{value:+.1f}" if abs(value) < 99.95 else f"{value:+.0f}"
-
-
-def _text_row(r: pd.Series, row_keys: list[str], optional: list[str]) -> dict:
-    """One row of the text table, with the columns of OPTIONAL in ``optional``."""
-    row = {"rate" if k == "request_rate" else k: key_cell(r[k]) for k in row_keys}
-    row.update({"control": r.control.replace("control.options.", ""), "metric": r.metric.split()[-2],
-                "ideal ms": num4(r.ideal_ms), "exposed us": _signed(r.exposed_us), "%": _signed(r.exposed_pct)})
-    if "spread" in optional:  # none from one repeat
-        row["spread"] = "" if r.verdict.startswith("one repeat") else f"[{_signed(r.low_us)}, {_signed(r.high_us)}]"
-    row["verdict"] = "one repeat" if r.verdict.startswith("one repeat") else r.verdict
-    if "send+late" in optional:
-        row["send+late"] = "" if r.send_late_us != r.send_late_us else f"{r.send_late_us:.0f}"
-    return row
 
 
 def _print_full(table: pd.DataFrame) -> None:

@@ -1,5 +1,5 @@
 """Reading results CSVs for analysis: files or directories, every schema version, damaged lines refused with
-a message rather than counted, failed rows kept (so that they can be counted)."""
+a message rather than counted, failed rows kept (so that they can be counted); workload=serve rows' columns."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import csv
 import glob
 import io
 import os
+import re
 import sys
 
 import numpy as np
@@ -19,6 +20,10 @@ NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms
            "decode_step_ms_p50", "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "tpot_ms_p50",
            "ctrl_bytes_mean", "ctrl_calls", "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50",
            "ctrl_launch_late_us_mean", "repeat"]
+SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
+                 "ttft_ms_p50", "queue_ms_p99"]
+# a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
+SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
 
 
 class InputError(ValueError):
@@ -131,4 +136,22 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)
+    return df
+
+
+def is_serve(df: pd.DataFrame) -> pd.Series:
+    """Which rows are workload=serve runs (a request rate, or the workload so named)."""
+    return df.request_rate.notna() | (df.workload == "serve")
+
+
+def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the serve columns numeric (request_rate keeps ``inf``; infinite metrics become empty,
+    damaged cells too), max_concurrency an integer, and the serve settings out of serve rows' ``overrides``."""
+    df = df.copy()
+    for col in SERVE_NUMERIC:
+        values = pd.to_numeric(df[col], errors="coerce")
+        df[col] = values if col == "request_rate" else values.replace([np.inf, -np.inf], np.nan)
+    df["max_concurrency"] = df.max_concurrency.round().astype("Int64")
+    df["overrides"] = [(" ".join(i for i in t.split() if not SERVE_OVERRIDE.match(i)) or None)
+                       if serve and isinstance(t, str) else t for t, serve in zip(df.overrides, is_serve(df))]
     return df

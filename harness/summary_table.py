@@ -1,17 +1,22 @@
 """``harness.analyze``'s summary table: per configuration each metric's median over ok repeats, its spread and
-its ratio to a baseline plane at the same other keys, in each ``--format`` (text: the COMPACT metrics)."""
+its ratio to a baseline plane at the same other keys, in each ``--format`` (text: the COMPACT metrics; the rows
+of workload=serve and workload=broadcast have text tables of their own)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from .plot_common import plane_order
 from .text_tables import (
     common_overrides,
+    fitting_sections,
     header_lines,
     key_cells,
+    left_out_note,
     markdown,
     num4,
+    number,
     ratio,
     section_lines,
     sections,
@@ -25,7 +30,13 @@ KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p
 FULL_METRICS = KEY_METRICS + ["total_tok_s", "decode_step_ms_p99", "ctrl_bytes_mean", "ctrl_calls"]
 COMPACT = [("output_tok_s", "tok/s"), ("tpot_ms_p50", "TPOT p50 ms"), ("decode_step_ms_p50", "step p50 ms"),
            ("ctrl_oneway_us_p50", "1-way p50 us"), ("ctrl_oneway_us_p99", "1-way p99 us")]
-ROW_KEYS = ["tp", "control"]
+# workload=serve rows' table: (column, header); good/s where an SLO was set, else done/s (completed)
+SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"), ("req_s", "done/s"),
+                 ("ttft_ms_p50", "ttft50"), ("ttft_ms_p99", "ttft99"), ("tpot_ms_p50", "tpot50"),
+                 ("tpot_ms_p99", "tpot99"), ("queue_ms_p99", "queue")]
+BROADCAST_METRICS = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "payload_bytes"]
+ROW_KEYS = ["tp", "control"]  # a table's rows; the other keys make its sections
+SERVE_ROW_KEYS = ROW_KEYS + ["request_rate", "max_concurrency", "burstiness"]  # the load: columns, not sections
 # can be negative or near 0: a ratio to the baseline would mean nothing
 SIGNED = {"ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"}
 
@@ -51,18 +62,15 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
         out = out.sort_values(keys, kind="stable", key=lambda c: c.map(size) if c.name == "payload" else c)
         out = out.reset_index(drop=True)
-    if baseline and "control" in keys and out.control.nunique() > 1:  # one plane alone: nothing to compare
+    # one plane alone: nothing to compare
+    if baseline and "control" in keys and out.control.nunique() > 1 and (out.control == baseline).any():
         others = [k for k in keys if k != "control"]
-        base = out[out.control == baseline]
-        for m in [m for m in metrics if m not in SIGNED] if len(base) else []:
-            col = f"{m}_median"
-            if others:
-                ref = out[others].merge(base[others + [col]], on=others, how="left")[col].to_numpy(dtype=float)
-            else:
-                ref = float(base[col].iloc[0])
-            with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline (ideal's one-way): no ratio
-                value = out[col].to_numpy(dtype=float) / ref
-            out[f"{m}_vs_{baseline}"] = np.where(np.isfinite(value), value, np.nan)
+        cols = [f"{m}_median" for m in metrics if m not in SIGNED]
+        base = out.loc[out.control == baseline, others + cols]
+        ref = out[others].merge(base, on=others, how="left") if others else base.iloc[[0] * len(out)]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline (ideal's one-way): no ratio
+            value = out[cols].to_numpy(dtype=float) / ref[cols].to_numpy(dtype=float)
+        out[[f"{c[:-7]}_vs_{baseline}" for c in cols]] = np.where(np.isfinite(value), value, np.nan)
     return out
 
 
@@ -114,6 +122,15 @@ def print_full(table: pd.DataFrame, keys: list[str], baseline: str | None) -> No
     print(pd.DataFrame(rows).to_markdown(index=False))
 
 
+def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: str) -> pd.DataFrame:
+    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``; no "-" key."""
+    out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
+    out[keys] = out[keys].replace("-", "")
+    out.insert(0, "table", kind)
+    out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")
+    return out
+
+
 def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) -> None:
     """``summary()``'s table in at most 120 columns: tp, control, n and the COMPACT metrics (the last left out
     where they would not fit), a section per value of the other keys."""
@@ -122,28 +139,75 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
     parts = sections(table, [k for k in keys if k not in ROW_KEYS])
     metrics = [(m, h) for m, h in COMPACT if f"{m}_median" in table.columns]
 
-    def render(cols):  # in each section the metrics its rows have
-        return section_lines([(label, markdown([{**key_cells(r, row_keys),
-                                                 **{h: compact_cell(r, m, baseline if shown else None)
-                                                    for m, h in cols if rows[f"{m}_median"].notna().any()}}
-                                                for _, r in rows.iterrows()]))
-                              for label, rows in parts])
+    def row(r, rows, cols):  # in each section the metrics its rows have
+        return {**key_cells(r, row_keys), **{h: compact_cell(r, m, baseline if shown else None)
+                                             for m, h in cols if rows[f"{m}_median"].notna().any()}}
 
-    lines, left_out = widest_fitting(render, metrics)
+    lines, left_out = fitting_sections(parts, row, metrics)
     common = common_overrides(table.overrides) if "overrides" in keys and len(parts) > 1 else set()
     text = "median over ok repeats ±half their range in % of it" + (
         f"; ratios to control={baseline} at the same configuration" if shown else "")
-    if left_out:
-        text += f"; left out to fit: {', '.join(h for _, h in left_out)} (all: --format markdown)"
-    print("\n".join(header_lines(text, common) + lines))
+    print("\n".join(header_lines(text + left_out_note([h for _, h in left_out]), common) + lines))
     if any(((table[f"{m}_count"] < table.repeats) & table[f"{m}_median"].notna()).any() for m, _ in metrics):
         print("* the median of fewer rows than n: the other ok rows lack the metric")
 
 
-def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: str) -> pd.DataFrame:
-    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``; no "-" key."""
-    out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
-    out[keys] = out[keys].replace("-", "")
-    out.insert(0, "table", kind)
-    out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")
-    return out
+def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
+    """Print ``summary()``'s table of workload=serve rows in at most 120 columns: rows by the SERVE_ROW_KEYS, a
+    section per value of the other keys, the SERVE_METRICS' ``spread_cell`` (the last left out where they
+    would not fit)."""
+    shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
+    goodput = any(m == "goodput_req_s" for m, _ in shown)
+    if goodput:
+        shown = [(m, h) for m, h in shown if m != "req_s"]
+    row_keys = [k for k in keys if k in SERVE_ROW_KEYS]
+
+    def row(r, rows, cols):
+        return {**{"rate" if k == "request_rate" else k: v for k, v in key_cells(r, row_keys).items()},
+                **{h: spread_cell(r, m, number) for m, h in cols}}
+
+    lines, left_out = fitting_sections(sections(table, [k for k in keys if k not in SERVE_ROW_KEYS]), row, shown)
+    legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
+              "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
+              + ("good/s = goodput_req_s" if goodput else "done/s = req_s (completed)")
+              + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")
+    if "control" in table.columns and (table["control"] == "ideal").any():
+        lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
+                     "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "
+                     "(docs/SERVE.md)")
+    print("\n".join(header_lines(legend + left_out_note([h for _, h in left_out])) + lines))
+
+
+def size(n: float) -> str:
+    """Bytes as 89 B, 16.4 kB, 1.05 MB."""
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
+    """``summary()``'s table of broadcast rows (``BROADCAST_METRICS``) as two tables, one-way p50 then p99 (us),
+    each a row per (tp, payload) by size in at most 120 columns (the last planes left out where they would not
+    fit), a section per value of the other keys."""
+    parts = sections(table, [k for k in keys if k not in ("control", "tp", "payload")])
+
+    def render(metric: str, planes: list) -> list[str]:
+        out = []
+        for label, rows in parts:
+            lines = []
+            for (tp, payload), by in rows.groupby(["tp", "payload"], sort=False):
+                at = by.set_index("control")[f"{metric}_median"]
+                nbytes = by.payload_bytes_median.dropna()
+                lines.append({"tp": tp, "payload": payload, "size": size(nbytes.iloc[0]) if len(nbytes) else "",
+                              **{p: number(at[p]) if p in at.index and pd.notna(at[p]) else "" for p in planes}})
+            out.append((label, markdown(lines)))
+        return section_lines(out)
+
+    repeats = sorted(set(table.repeats))
+    n = repeats[0] if len(repeats) == 1 else f"{repeats[0]}-{repeats[-1]}"
+    for metric, name in (("ctrl_oneway_us_p50", "p50"), ("ctrl_oneway_us_p99", "p99")):
+        lines, left_out = widest_fitting(lambda shown, m=metric: render(m, shown), plane_order(table.control))
+        text = (f"workload=broadcast: one-way latency {name} (us) per plane, median over ok repeats (n={n}); "
+                "size = payload_bytes")
+        print("\n".join(header_lines(text + left_out_note(left_out)) + lines))

@@ -71,6 +71,22 @@ def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], lis
     return render(columns), []
 
 
+def fitting_sections(parts: list[tuple[str, pd.DataFrame]], row, columns: list, keep: int = 1):
+    """``section_lines`` of ``parts`` ((label, rows) per section), each a ``markdown`` table of ``row(r, rows,
+    shown)`` per row ``r`` of its ``rows``, ``shown`` as many of ``columns`` as fit: ``widest_fitting``'s lines
+    and the columns left out."""
+    def render(shown):
+        return section_lines([(label, markdown([row(r, rows, shown) for _, r in rows.iterrows()]))
+                              for label, rows in parts])
+
+    return widest_fitting(render, columns, keep)
+
+
+def left_out_note(names: list[str]) -> str:
+    """What a table's explanation says of the ``names`` of its columns left out to fit; "" without one."""
+    return f"; left out to fit: {', '.join(names)} (all: --format markdown)" if names else ""
+
+
 def common_overrides(values) -> set[str]:
     """The ``overrides`` items every row has (shown once above the table, not in each section's line)."""
     items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in values]

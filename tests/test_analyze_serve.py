@@ -11,8 +11,8 @@ import pytest
 
 from harness.analyze import fill_keys, group_keys, main
 from harness.exposed import exposed_cost
+from harness.load_results import prepare_serve
 from harness.schema import COLUMNS, SCHEMA_VERSION
-from harness.serve_analysis import prepare_serve
 
 RATES = (4.0, 16.0, float("inf"))
 
