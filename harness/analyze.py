@@ -137,10 +137,10 @@ FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
     """Write the FIGURES of the ok rows, one printed line each: the first to ``out``, the others beside it
     (``side_path``). Raises InputError when there is no ok row or a file cannot be written."""
-    from .plot_broadcast import plot_broadcast
     from .plot_common import side_path
+    from .plot_curves import plot_broadcast, plot_load
     from .plot_exposed import plot_exposed
-    from .plots import plot, plot_load
+    from .plots import plot
 
     if ok.empty:
         raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")

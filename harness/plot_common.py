@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
-TP_STYLES = ["-", "--", ":", "-."]
 # named in the header (and above the tables) when one value holds
 SAME = ("model", "device", "dtype", "workload", "tp", "payload")
 
@@ -179,54 +178,3 @@ def side_path(out: str, suffix: str) -> str:
     """Where a second figure goes beside ``out``: out.png -> out_SUFFIX.png."""
     root, ext = os.path.splitext(out)
     return f"{root}_{suffix}{ext}"
-
-
-def tp_handles(tps: list) -> list:
-    """A legend entry per tp of ``tps`` (sorted) with its line style; none for a single tp."""
-    from matplotlib.lines import Line2D
-
-    if len(tps) < 2:
-        return []
-    return [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-            for i, tp in enumerate(tps)]
-
-
-def log_if_spread(ax, axis: str, values, ratio: float) -> None:
-    """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
-    from matplotlib import ticker
-
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values) & (values > 0)]
-    if len(values) < 2 or values.max() / values.min() < ratio:
-        return
-    getattr(ax, f"set_{axis}scale")("log")
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    subs = (1, 2, 5) if values.max() / values.min() > 30 else (1, 2, 3, 5, 7)  # a few labels, never crowded
-    target.set_major_locator(ticker.LogLocator(base=10, subs=subs))
-    target.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}".replace("e+0", "e").replace("e+", "e")))
-    target.set_minor_formatter(ticker.NullFormatter())
-
-
-def plot_curves(df: pd.DataFrame, rest: list[str], x_key: str, panels: list, legend, draw, out: str,
-                col_w: float, panel_h: float = 2.2, blank_label: str = ""):
-    """Write to ``out`` a row of ``panels`` ((metric, title)) per configuration of the ``rest`` keys, each drawn by
-    ``draw(ax, rows, metric, colours, tps)`` (x: ``x_key``), under ``legend(planes, tps, colours)``; returns the
-    figure. ``blank_label``: a row's label where it has no word and none is shared."""
-    groups = config_groups(df, rest)
-    shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
-    planes, tps = plane_order(df.control), sorted(df.tp.unique())
-    colours = plane_colours(planes)
-    handles = legend(planes, tps, colours)
-    width = col_w * len(panels)
-    per_point = df.groupby(rest + ["control", "tp", x_key], dropna=False).size()
-    note = "median over repeats, bars min-max" if per_point.max() > 1 else "one repeat per point: no spread to draw"
-    header, top = header_inches(width, df, shared, note, [handles])
-    texts = [label_text(label or ("" if shared else blank_label), rows.groupby(["control", "tp", x_key]).size(),
-                        width) for label, (_, rows) in zip(labels, groups)]
-    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top, col_w, panel_h)
-    for row, (_, rows), text in zip(axes, groups, texts):
-        for ax, (metric, title) in zip(row, panels):
-            draw(ax, rows, metric, colours, tps)
-            ax.set_title(title, fontsize=8)
-        row_label(row[0], text)
-    return save_figure(fig, header, [handles], out)

@@ -22,7 +22,6 @@ from .plot_common import (
     short_plane,
     stack,
 )
-from .plot_load import plot_load  # noqa: F401  (harness.plots.plot_load, as before)
 
 # (p50 column, p99 column or None, title)
 PANELS = [("output_tok_s", None, "output tok/s"), ("tpot_ms_p50", "tpot_ms_p99", "TPOT (ms)"),
@@ -75,22 +74,23 @@ def draw_bars(ax, bars: list, p50: str, p99: str | None, colours: dict) -> None:
         if not np.isnan(t):
             ax.plot([xi, xi], [m, t], color="black", linewidth=1)
             ax.plot([xi - 0.15, xi + 0.15], [t, t], color="black", linewidth=1)
-    names = [textwrap.fill(short_plane(name), 13) for name, _, _ in bars]
-    ax.set_xticks(x, names, rotation=0 if bars[0][0].isdigit() or any(" " in n for n in names) else 45, fontsize=7)
+    names, rotation, _ = ticks(bars)
+    ax.set_xticks(x, names, rotation=rotation, fontsize=7)
     pad = max(3 - len(bars), 0) / 2  # a lone bar is no wider than one of three
     ax.set_xlim(-0.6 - pad, len(bars) - 0.4 + pad)
     ax.grid(axis="y", alpha=0.3)
     ax.tick_params(axis="y", labelsize=7)
 
 
-def tick_inches(bars: list) -> float:
-    """Inches under a row's panels for its tick labels (planes at 45 degrees, or wrapped names)."""
+def ticks(bars: list) -> tuple[list[str], int, float]:
+    """(the bars' tick labels, wrapped names; their rotation: 45 degrees for plane names alone; the inches they
+    take under the panels)."""
     names = [textwrap.fill(short_plane(name), 13) for name, _, _ in bars]
     if bars[0][0].isdigit():
-        return 0.3
+        return names, 0, 0.3
     if not any(" " in n for n in names):
-        return 0.55
-    return 0.3 + 0.12 * max(n.count("\n") + 1 for n in names)
+        return names, 45, 0.55
+    return names, 0, 0.3 + 0.12 * max(n.count("\n") + 1 for n in names)
 
 
 def plot(df: pd.DataFrame, keys: list[str], out: str):
@@ -111,11 +111,11 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     texts = [label_text(label, [len(b[2]) for b in bars], width) for label, bars, _, _ in rows]
     keys_text = ["\n".join(textwrap.fill(line, int(width * 16), subsequent_indent="     ") for line in key)
                  for _, _, key, _ in rows]
-    ticks = [tick_inches(bars) for _, bars, _, _ in rows]
-    below = [t + (0.1 + 0.13 * (k.count("\n") + 1) if k else 0) for t, k in zip(ticks, keys_text)]
+    under = [ticks(bars)[2] for _, bars, _, _ in rows]
+    below = [t + (0.1 + 0.13 * (k.count("\n") + 1) if k else 0) for t, k in zip(under, keys_text)]
     fig, axes = stack(round(width / 3.6), [(len(r[3]), label_space(t), b) for r, t, b in zip(rows, texts, below)],
                       top)
-    for row_axes, (_label, bars, _, panels), text, key, tick in zip(axes, rows, texts, keys_text, ticks):
+    for row_axes, (_label, bars, _, panels), text, key, tick in zip(axes, rows, texts, keys_text, under):
         for ax, (p50, p99, title) in zip(row_axes, panels):
             draw_bars(ax, bars, p50, p99, colours)
             ax.set_title(title + (" p50, whisker p99" if p99 else ""), fontsize=8)

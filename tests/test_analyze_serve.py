@@ -137,7 +137,7 @@ def test_the_latency_vs_load_figure_is_written(goodput, tmp_path, capsys):
 def test_the_figure_draws_a_panel_for_each_metric_and_the_inf_rate(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from harness.plots import plot_load
+    from harness.plot_curves import plot_load
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
