@@ -19,10 +19,9 @@ LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "tpot_ms_p50", "itl_ms_p99", "e
 MIN_REPEATS = 3
 
 
-def _label(keys: list[str], idx, shown: set[str] | None = None) -> str:
-    """``key=value, ...`` of a configuration: its non-empty cells (of the ``shown`` keys, if given)."""
-    return ", ".join(f"{k}={v}" for k, v in zip(keys, idx if isinstance(idx, tuple) else (idx,))
-                     if v != "-" and (shown is None or k in shown))
+def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
+    """``key=value, ...`` of a configuration: its non-empty cells of the ``shown`` keys."""
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, cfg) if v != "-" and k in shown)
 
 
 def _varying(keys: list[str], configurations: set[tuple]) -> set[str]:
@@ -96,13 +95,9 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
                 for cfg in common)
     print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
           f"repeats' ranges; {len(problems)} missing or failed")
-    if not common:
-        print("the gate fails: no configuration has ok rows in both files, so nothing was compared")
-    elif worse:
-        print(f"the gate fails: {worse} regression(s)")
-    elif problems and not allow_missing:
-        print(f"the gate fails: {len(problems)} configuration(s) missing or failed on a side, listed above "
-              f"(--allow-missing lists them without failing)")
-    else:
-        print("the gate passes")
-    return 1 if worse or not common or (problems and not allow_missing) else 0
+    fails = ("no configuration has ok rows in both files, so nothing was compared" if not common
+             else f"{worse} regression(s)" if worse
+             else f"{len(problems)} configuration(s) missing or failed on a side, listed above (--allow-missing "
+                  "lists them without failing)" if problems and not allow_missing else None)
+    print(f"the gate fails: {fails}" if fails else "the gate passes")
+    return 1 if fails else 0
