@@ -16,14 +16,14 @@ from runtime.launch import Launch
 
 from . import metrics
 from .broadcast_job import run_broadcast_job
-from .engine_cache import engine_key, get_engine
+from .engine_cache import get_engine
 from .engine_cache import release as release_engine
 from .hf_job import run_hf_job
 from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
-from .run_files import requests_path, trace_prefix
+from .run_files import run_path
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
@@ -90,26 +90,18 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     return row, traces
 
 
-def dead_worker(llm: LLM) -> WorkerError | None:
-    """The failure of a worker that died or failed (waiting up to 1 s), else None."""
-    try:
-        llm.check_workers(wait_s=1.0)
-    except WorkerError as e:
-        return e
-    return None
-
-
 def run_job(cfg: DictConfig) -> int:
     """Run the configured job; returns the exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
     launch = Launch.from_env()
-    if cfg.workload.get("kind") != "broadcast":
+    broadcast = cfg.workload.kind == "broadcast"
+    if not broadcast:
         resolve_model(cfg, resolve_device(cfg.device))
     if launch is not None and launch.rank != 0:
         return run_worker_rank(cfg, launch)
-    if cfg.get("profile", "none") != "none" and (cfg.workload.get("kind") == "broadcast" or cfg.engine == "hf"):
+    if cfg.profile != "none" and (broadcast or cfg.engine == "hf"):
         print(f"note: profile={cfg.profile} traces this project's engine (engine=tp) only: this job writes no trace",
               file=sys.stderr)
-    if cfg.workload.get("kind") == "broadcast":
+    if broadcast:
         return run_broadcast_job(cfg, launch)
     if cfg.engine == "hf":
         return run_hf_job(cfg)
@@ -122,8 +114,9 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     run_id = uuid.uuid4().hex[:12]
     directory = os.path.dirname(results.path)
     steps = step_log_path(directory, run_id) if cfg.step_log else None
-    requests = requests_path(directory, run_id) if cfg.save_requests and work.arrivals is not None else None
-    trace = trace_prefix(directory, run_id) if cfg.get("profile", "none") != "none" else None
+    saves = cfg.save_requests and work.arrivals is not None
+    requests = run_path(directory, "requests", f"{run_id}.jsonl") if saves else None
+    trace = run_path(directory, "traces", run_id) if cfg.profile != "none" else None
     metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
     row = {**row0, "run_id": run_id, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
     written = results.add(row)
@@ -151,7 +144,7 @@ def run_engine_job(cfg: DictConfig) -> int:
         settings, async_scheduling = engine_settings(cfg, path, device)
         launch = Launch.from_env()
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
-        llm, reused = get_engine(engine_key(**settings), lambda: LLM(**settings), reuse)
+        llm, reused = get_engine(settings, reuse)
         llm.set_async_scheduling(async_scheduling)
         if reused:
             print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
@@ -167,7 +160,10 @@ def run_engine_job(cfg: DictConfig) -> int:
     except BaseException as e:
         e = as_interrupt(e)
         if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?
-            e = dead_worker(llm) or e
+            try:
+                llm.check_workers(wait_s=1.0)  # up to 1 s
+            except WorkerError as dead:
+                e = dead
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
             message = cli_message(str(e), cfg.llm.keys())
             if path and not cfg.model.get("path") and path in message:  # the cache's copy, not the user's

@@ -6,25 +6,21 @@ measures what a fresh one would. Hydra varies the last override fastest: name co
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from engine import LLM
 
 _kept: tuple[str, LLM] | None = None
 
 
-def engine_key(**settings) -> str:
-    """A key of everything that shapes an engine (``async_scheduling`` left out by the caller)."""
-    return json.dumps(settings, sort_keys=True, default=str)
-
-
-def get_engine(key: str, make: Callable[[], LLM], reuse: bool) -> tuple[LLM, bool]:
-    """(the kept engine when ``reuse`` and its key is ``key``, else ``make()`` after releasing it; reused)."""
+def get_engine(settings: dict, reuse: bool) -> tuple[LLM, bool]:
+    """(the kept engine when ``reuse`` and it was made of the same ``settings``, everything that shapes an engine
+    (``async_scheduling`` left out by the caller), else ``LLM(**settings)`` after releasing it; reused)."""
     global _kept
+    key = json.dumps(settings, sort_keys=True, default=str)
     if reuse and _kept is not None and _kept[0] == key and not _kept[1]._closed:
         return _kept[1], True
     release()
-    llm = make()
+    llm = LLM(**settings)
     _kept = (key, llm)
     return llm, False
 

@@ -27,8 +27,7 @@ def run_hf_job(cfg: DictConfig) -> int:
         if work.arrivals is not None:
             raise ConfigError(f"engine=hf runs offline batches through generate(): workload={work.name} needs "
                               f"engine=tp")
-        model, model_hash = model_label(cfg, path)
-        row0.update(model=model, model_hash=model_hash)
+        row0["model"], row0["model_hash"] = model_label(cfg, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

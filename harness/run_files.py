@@ -48,13 +48,8 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> str | None
         return None
 
 
-def trace_prefix(directory: str, run_id: str) -> str:
-    """The prefix of a run's traces, ``<directory>/traces/<run_id>`` (its directory created)."""
-    os.makedirs(os.path.join(directory, "traces"), exist_ok=True)
-    return os.path.join(directory, "traces", run_id)
-
-
-def requests_path(directory: str, run_id: str) -> str:
-    """``<directory>/requests/<run_id>.jsonl`` (its directory created)."""
-    os.makedirs(os.path.join(directory, "requests"), exist_ok=True)
-    return os.path.join(directory, "requests", f"{run_id}.jsonl")
+def run_path(directory: str, folder: str, name: str) -> str:
+    """``<directory>/<folder>/<name>`` (its folder created): ``requests/<run_id>.jsonl``, or ``traces/<run_id>``,
+    the prefix of a run's traces."""
+    os.makedirs(os.path.join(directory, folder), exist_ok=True)
+    return os.path.join(directory, folder, name)
