@@ -13,7 +13,7 @@ from engine import ConfigError, EngineConfig
 from engine.config import resolve_device
 from engine.hf_config import read_hf_config
 
-from .conf_paths import group_options, results_problem
+from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, HarnessConfig
 from .model_checks import check_gpu_count, check_model
 from .value_checks import VALUE_CHECKS
@@ -45,6 +45,12 @@ def options_having(group: str, key: str, compose) -> list[str]:
     return [o for o in group_options(group) if has_key(compose([f"{group}={o}"])[group], key)]
 
 
+def no_option(plane: str, option: str, compose) -> str:
+    """The line refusing ``control.options.<option>``, which plane ``plane`` does not take, naming those it takes."""
+    known = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
+    return f"control={plane} has no option {option!r} (its options: {known})"
+
+
 def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
     """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench) as the
     first workload option that has the key checks it."""
@@ -65,15 +71,12 @@ def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
 def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     """The job's dtype, CPU threads and given ``llm.*`` settings, as the engine checks them without a checkpoint."""
     try:
-        EngineConfig.check_settings(device=cfg.device, dtype=cfg.dtype, cpu_threads=cfg.get("cpu_threads") or 0)
+        EngineConfig.check_settings(device=cfg.device, dtype=cfg.dtype, cpu_threads=cfg.cpu_threads or 0)
     except ConfigError as e:
         return str(e)
-    for key in (k for k in given if k.startswith("llm.")):
-        name = key.split(".", 1)[1]
+    for name in (k.split(".", 1)[1] for k in given if k.startswith("llm.")):  # each one of LLM_DEFAULTS by now
         try:
-            EngineConfig.check_settings(**{name: OmegaConf.select(cfg, key), "device": cfg.device})
-        except TypeError:
-            continue  # not an engine setting the check knows (Hydra has checked that the key exists)
+            EngineConfig.check_settings(**{name: cfg.llm[name], "device": cfg.device})
         except ConfigError as e:
             return cli_message(str(e), {name})
     return None
@@ -81,11 +84,9 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
 
 def _check_control(cfg: DictConfig, compose) -> str | None:
     """The plane's options through its own check at the job's tp; one it does not take (``++``) by name."""
-    plane = cfg.control.name
-    known = sorted(compose([f"control={plane}"]).control.options)
-    extra = sorted(set(cfg.control.options) - set(known))
+    extra = sorted(set(cfg.control.options) - set(compose([f"control={cfg.control.name}"]).control.options))
     if extra:
-        return f"control={plane} has no option {extra[0]!r} (its options: {', '.join(known) or 'none'})"
+        return no_option(cfg.control.name, extra[0], compose)
     if cfg.workload.get("kind") == "broadcast" and (cfg.engine != "tp" or cfg.tp < 2):
         return "workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2"
     if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
@@ -98,15 +99,23 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
     return None
 
 
-def picked_model(cfg: DictConfig, compose) -> dict:
-    """The job's ``model`` node, ``model=auto`` resolved as ``job_setup.resolve_model`` resolves it."""
-    model = OmegaConf.to_container(cfg.model)
-    if model["name"] != "auto" or model.get("path"):
+def picked_model(model: DictConfig, device: str) -> DictConfig:
+    """A job's ``model`` node, ``model=auto`` resolved on ``device``: ``qwen3-0.6b`` on CUDA, ``qwen3-tiny`` on CPU,
+    a given ``model.path`` and ``model.preset.*`` kept (``job_setup.resolve_model`` puts it into the job)."""
+    if model.name != "auto":
         return model
-    device = resolve_device(cfg.device)
-    chosen = OmegaConf.to_container(compose([f"model={'qwen3-0.6b' if device == 'cuda' else 'qwen3-tiny'}"]).model)
-    chosen["preset"].update(model.get("preset") or {})
+    name = "qwen3-0.6b" if resolve_device(device) == "cuda" else "qwen3-tiny"
+    chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
+    chosen.path = model.get("path")
+    if model.get("preset"):
+        chosen.preset = OmegaConf.merge(chosen.preset, model.preset)
     return chosen
+
+
+def model_shape(model: dict) -> dict:
+    """The shape of ``model`` (``picked_model``'s, as a dict): its checkpoint's config.json, else its preset."""
+    path = model.get("path")
+    return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
 
 
 def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
@@ -114,8 +123,7 @@ def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
     or the model's ``max_position_embeddings``: the engine could never run it."""
     if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
         return None
-    path = model.get("path")
-    shape = read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
+    shape = model_shape(model)
     w = given_workload(OmegaConf.to_container(cfg.workload), job)
     work = build_workload(w, resolve_device(cfg.device), cfg.seed, shape["vocab_size"])
     longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params, strict=True))
@@ -167,6 +175,6 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
                or (_check_llm(cfg, given) if builds_engine else None))
     if problem:
         return problem
-    model = picked_model(cfg, compose)
+    model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
             or _check_control(cfg, compose) or _check_lengths(cfg, job, model))

@@ -17,7 +17,8 @@ from engine.loader import check_checkpoint
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
-from .conf_paths import CONF_DIR, results_problem, task_overrides, user_path
+from .conf_paths import results_problem, task_overrides, user_path
+from .job_checks import picked_model
 from .model_checks import check_preset
 from .report import one_line, print_summary
 from .results_csv import Results
@@ -31,21 +32,15 @@ _AUTO_PICK: str | None = None  # the line saying what model=auto picked, until p
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
-    """``model=auto`` becomes, in place, ``qwen3-0.6b`` on CUDA or ``qwen3-tiny`` on CPU (a given ``model.path``
-    and ``model.preset.*`` kept); ``prepare`` prints the pick."""
+    """``model=auto`` becomes, in place, the model ``job_checks.picked_model`` picks; ``prepare`` prints the pick."""
     if cfg.model.name != "auto":
         return
-    name = "qwen3-0.6b" if device == "cuda" else "qwen3-tiny"
-    chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
-    path, given = cfg.model.get("path"), cfg.model.get("preset")
+    path = cfg.model.get("path")
     with open_dict(cfg):
-        cfg.model = chosen
-        cfg.model.path = path
-        if given:
-            cfg.model.preset = OmegaConf.merge(chosen.preset, given)
+        cfg.model = picked_model(cfg.model, device)
     global _AUTO_PICK  # printed once the job's checks pass: a refused job prints one line
     _AUTO_PICK = (f"model=auto: the checkpoint {path} (its config.json and weights)" if path
-                  else f"model=auto: {name} on {device}")
+                  else f"model=auto: {cfg.model.name} on {device}")
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
@@ -82,8 +77,7 @@ def model_path(cfg: DictConfig) -> str:
 
 def control_options(cfg: DictConfig) -> dict:
     """The plane's ``control.options`` as a plain dict."""
-    options = cfg.control.get("options")
-    return OmegaConf.to_container(options) if options is not None else {}
+    return OmegaConf.to_container(cfg.control.options)
 
 
 # Command-line keys that have a column of their own, or that do not change what is measured.
@@ -107,11 +101,6 @@ def base_row(cfg: DictConfig, device: str) -> dict:
             **metadata(device)}
 
 
-def workload_config(cfg: DictConfig) -> dict:
-    """The workload as a dict; keys the user set on the command line win over its ``cpu`` scale-down."""
-    return given_workload(OmegaConf.to_container(cfg.workload), task_overrides())
-
-
 def check_results_dir(cfg: DictConfig) -> Results:
     """Where this job's rows go (its directory created). Raises ConfigError: ``results_problem``'s."""
     problem = results_problem(cfg.results_dir, cfg.results_file)
@@ -129,11 +118,10 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
     fit ``llm.max_model_len``: ``job_checks``). Raises ConfigError (ValueError: workload)."""
     results = check_results_dir(cfg) if results else None
     path = model_path(cfg)
-    hf = read_hf_config(path)
-    work = build_workload(workload_config(cfg), device, cfg.seed, hf["vocab_size"])
-    if results is not None:  # the run files say what ran: the CPU scale-down applied, the command's keys kept
-        results.config["workload"] = effective_workload(workload_config(cfg), device)
+    w = given_workload(OmegaConf.to_container(cfg.workload), task_overrides())  # the command's keys win over cpu
+    work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
     if results is not None:  # the rank that reports
+        results.config["workload"] = effective_workload(w, device)  # what ran: the CPU scale-down applied
         global _AUTO_PICK
         if _AUTO_PICK:
             print(_AUTO_PICK)
@@ -175,6 +163,5 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
     async_scheduling = options.pop("async_scheduling")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
                     dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed,
-                    cpu_threads=cfg.get("cpu_threads") or 0, profile=cfg.get("profile", "none"),
-                    profile_steps=cfg.get("profile_steps"), **options)
+                    cpu_threads=cfg.cpu_threads or 0, profile=cfg.profile, profile_steps=cfg.profile_steps, **options)
     return settings, async_scheduling

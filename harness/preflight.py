@@ -18,12 +18,11 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
-from engine.hf_config import read_hf_config
 
 from .argv_checks import option_problem, overrides_of
-from .conf_paths import CONF_DIR, GROUPS, group_options, user_path
+from .conf_paths import CONF_DIR, GROUPS, group_options
 from .conf_schema import LLM_DEFAULTS  # the import registers the schema before Hydra composes
-from .job_checks import check_job, cli_message, has_key, options_having, picked_model
+from .job_checks import check_job, cli_message, has_key, model_shape, no_option, options_having, picked_model
 from .value_checks import VALUE_CHECKS
 
 
@@ -62,11 +61,10 @@ def for_hydra(argv: list[str], compose) -> list[str]:
     """``argv`` with ``++`` on a ``<group>.<key>=v`` whose key the group's default lacks: Hydra composes a sweep's
     default option first (``model=auto`` has no preset) and would stop with "Key ... is not in struct"."""
     keys = [a.split("=", 1)[0] for a in argv if "=" in a and a.split(".", 1)[0] in GROUPS and a[0] not in "+~-"]
-    if not any("." in k for k in keys):
+    if not keys:  # each one dotted: <group>.<key>
         return argv
-    chosen = [a for a in argv if a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()]
-    base = compose(chosen)
-    missing = {k for k in keys if "." in k and not has_key(base, k)}
+    base = compose([a for a in argv if a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()])
+    missing = {k for k in keys if not has_key(base, k)}
     return [f"++{a}" if a.split("=", 1)[0] in missing else a for a in argv]
 
 
@@ -105,9 +103,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
                 return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
                         f"e.g. workload={having[0]}, or add it with ++{key}=...)")
         if key.startswith("control.options."):
-            plane = _choice(job, "control", compose)
-            options = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
-            return f"control={plane} has no option {key.split('.', 2)[2]!r} (its options: {options})"
+            return no_option(_choice(job, "control", compose), key.split(".", 2)[2], compose)
         chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])
         return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys: harness/conf_schema.py, conf/)"
     m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
@@ -163,51 +159,42 @@ def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def _deletion_problem(job: list[str], compose) -> str | None:
     """A ``~KEY`` of ``job``: the schema keeps every key (``~llm.KEY`` was taken out before)."""
-    for arg in (a for a in job if a.startswith("~")):
-        key = arg[1:].split("=", 1)[0]
-        cfg = compose([a for a in job if not a.startswith("~")])
-        if not has_key(cfg, key):
-            return f"~{key}: no such key to delete (not in the configuration of this job)"
-        return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
-    return None
+    key = next((a[1:].split("=", 1)[0] for a in job if a.startswith("~")), None)
+    if key is None:
+        return None
+    if not has_key(compose([a for a in job if not a.startswith("~")]), key):
+        return f"~{key}: no such key to delete (not in the configuration of this job)"
+    return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
 
 
-def _hf_note(job: list[str], compose) -> list[str]:
-    """A note when ``job`` sets ``llm.*`` under engine=hf, which does not read them."""
-    llm = [a.lstrip("+").split("=", 1)[0] for a in job if a.lstrip("+").startswith("llm.")]
-    if not llm or compose([a for a in job if a.split("=", 1)[0] in (*GROUPS, "engine")]).engine != "hf":
-        return []
-    return [f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}"]
-
-
-def _cpu_note(job: list[str], compose) -> list[str]:
-    """A note when ``job`` sets ``workload.cpu.*`` on a workload that does not scale on CPU."""
-    keys = [a.lstrip("+").split("=", 1)[0] for a in job if a.lstrip("+").startswith("workload.cpu.")]
-    w = compose(job).workload if keys else None
-    if not keys or w.get("scale_on_cpu"):
-        return []
-    return [f"note: workload={w.name} does not scale on CPU (scale_on_cpu=false): nothing reads {', '.join(keys)}"]
-
-
-def _token_note(job: list[str], compose) -> list[str]:
-    """A note when ``job`` sets ``workload.max_token_id`` past the model's vocabulary (draws stop at its last id)."""
-    if not any(a.lstrip("+").startswith("workload.max_token_id=") for a in job):
+def _notes(job: list[str], compose) -> list[str]:
+    """Notes on what ``job`` sets that nothing reads, or past what the model has: ``llm.*`` under engine=hf,
+    ``workload.cpu.*`` on a workload that does not scale on CPU, ``workload.max_token_id`` past the model's
+    vocabulary (draws stop at its last id)."""
+    keys = [a.lstrip("+").split("=", 1)[0] for a in job]
+    llm = [k for k in keys if k.startswith("llm.")]
+    cpu = [k for k in keys if k.startswith("workload.cpu.")]
+    if not (llm or cpu or "workload.max_token_id" in keys):
         return []
     cfg = compose(job)
-    model = picked_model(cfg, compose)
-    vocab = read_hf_config(user_path(model["path"]))["vocab_size"] if model.get("path") \
-        else model["preset"]["vocab_size"]
-    top = cfg.workload.max_token_id
-    if top < vocab:
-        return []
-    return [f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} ({vocab} ids): "
-            f"token ids go up to {vocab - 1}"]
+    notes = []
+    if llm and cfg.engine == "hf":
+        notes.append(f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}")
+    if cpu and not cfg.workload.get("scale_on_cpu"):
+        notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
+                     f"{', '.join(cpu)}")
+    if "workload.max_token_id" in keys:
+        model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
+        top = cfg.workload.max_token_id
+        vocab = model_shape(model)["vocab_size"]
+        if top >= vocab:
+            notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
+                         f"({vocab} ids): token ids go up to {vocab - 1}")
+    return notes
 
 
 def _check_job(job: list[str], compose) -> str | None:
     """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
-    job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
-           for a in job]  # model=auto has no preset: job_setup puts these onto its pick
     try:
         problem = _deletion_problem(job, compose)
         if problem:
@@ -249,10 +236,12 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         global JOB_COUNT
         JOB_COUNT = len(jobs)
         for job in jobs:
+            job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
+                   for a in job]  # model=auto has no preset: job_setup puts these onto its pick
             problem = _check_job(job, compose)
             if problem:
                 return problem, argv
-            notes += _hf_note(job, compose) + _cpu_note(job, compose) + _token_note(job, compose)
+            notes += _notes(job, compose)
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)
