@@ -150,14 +150,10 @@ def plane_schema(name: str) -> type:
         "options", options, dataclasses.field(default_factory=options))])
 
 
-def register() -> None:
-    """Put the schemas into Hydra's ConfigStore (idempotent); before Hydra composes conf/config.yaml."""
-    ConfigStore.instance().store(name="harness_schema", node=HarnessConfig)
-    ConfigStore.instance().store(name="llm_schema", node=LlmConfig)
-    for plane in available():
-        ConfigStore.instance().store(group="control_schema", name=plane, node=plane_schema(plane))
-    for kind, node in WORKLOADS.items():
-        ConfigStore.instance().store(group="workload_schema", name=kind, node=node)
-
-
-register()
+# Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml
+ConfigStore.instance().store(name="harness_schema", node=HarnessConfig)
+ConfigStore.instance().store(name="llm_schema", node=LlmConfig)
+for _plane in available():
+    ConfigStore.instance().store(group="control_schema", name=_plane, node=plane_schema(_plane))
+for _kind, _node in WORKLOADS.items():
+    ConfigStore.instance().store(group="workload_schema", name=_kind, node=_node)

@@ -73,12 +73,11 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 def serve_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     """``num_prompts`` requests drawn as :func:`random_requests` draws them, arriving at :func:`arrival_offsets`."""
-    work = random_requests({**w, "num_seqs": w["num_prompts"]}, seed, vocab_size)
     rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
     slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
-    return Workload(w["name"], work.prompts, work.params, work.warmup,
-                    arrivals=arrival_offsets(w["num_prompts"], rate, burstiness, seed), request_rate=rate,
-                    burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
+    return dataclasses.replace(random_requests({**w, "num_seqs": w["num_prompts"]}, seed, vocab_size),
+                               arrivals=arrival_offsets(w["num_prompts"], rate, burstiness, seed), request_rate=rate,
+                               burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
 
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -87,7 +86,7 @@ SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 def check_serve(w: dict) -> None:
     """Raises ValueError naming the ``workload.`` key of a bad serve setting."""
     rate, burstiness = w.get("request_rate"), w.get("burstiness", 1.0)
-    if not (is_number(rate) or rate == math.inf) or isinstance(rate, bool) or not rate > 0:
+    if not (is_number(rate) or rate == math.inf) or not rate > 0:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
     if not is_number(burstiness) or not burstiness > 0:
         raise ValueError(f"workload.burstiness must be a finite number > 0 (1.0: Poisson), got {burstiness!r}")
@@ -105,12 +104,11 @@ def check_serve(w: dict) -> None:
 
 
 # Per workload kind: the integer keys and their least allowed value.
+_DRAWN = {"min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1, "max_token_id": 0}
 INT_KEYS = {
-    "random": {"num_seqs": 1, "min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1,
-               "max_token_id": 0},
+    "random": {"num_seqs": 1, **_DRAWN},
     "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
-    "serve": {"num_prompts": 1, "min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1,
-              "max_token_id": 0},
+    "serve": {"num_prompts": 1, **_DRAWN},
     "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1, "max_bytes_per_payload": 1,
                   "kvcache_block_size": 1, "gap_us": 0},
 }
