@@ -27,20 +27,17 @@ def _plain(v):
     return v
 
 
-def run_json(row: dict, config: dict | None) -> dict:
-    """The run's JSON: ``config`` (resolved), ``row`` (every column), ``vllm`` (the aliases with a value)."""
-    return {"config": config, "row": {k: _plain(v) for k, v in row.items()},
-            "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
-
-
 def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
-    """Write ``<directory>/runs/<run_id>.json`` (via a temporary name). Returns its path, or None after one line
-    on stderr when it cannot be written (the CSV row is the record)."""
+    """Write ``<directory>/runs/<run_id>.json`` (via a temporary name): ``config`` (resolved), ``row`` (every
+    column), ``vllm`` (the aliases with a value). Returns its path, or None after one line on stderr when it
+    cannot be written (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
+    data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
+            "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w") as f:
-            json.dump(run_json(row, config), f, indent=1, default=str)
+            json.dump(data, f, indent=1, default=str)
         os.replace(path + ".tmp", path)
         return path
     except OSError as e:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from common import is_int, is_number
 from engine import ConfigError
 from engine.profiling import parse_window, profile_problem  # the engine's rules, written once
 
 
 def _int_at_least(minimum: int):
     def check(key: str, v) -> str | None:
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        if not is_int(v) or v < minimum:
             return f"{key} must be an integer >= {minimum}, got {'' if v is None else str(v)!r}"
         return None
     return check
@@ -29,7 +30,7 @@ def _not_empty(hint: str):
 
 
 def _positive_number(key: str, v) -> str | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+    if not is_number(v) or not v > 0:
         return f"{key} must be a number > 0, got {'' if v is None else str(v)!r}"
     return None
 
