@@ -158,6 +158,9 @@ def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, messag
     # a pair set together was checked against the other's default (session-6 break test)
     ["workload=smoke", "workload.min_input_len=50", "workload.max_input_len=100"],
     ["workload=smoke", "workload.max_output_len=2", "workload.min_output_len=1"],
+    # model=auto's preset with a workload note to compose: a ConfigCompositionException traceback (session 16)
+    ["model.preset.vocab_size=5000", "workload=smoke", "workload.max_token_id=100"],
+    ["model.preset.vocab_size=5000", "++workload.cpu.num_seqs=2", "workload=smoke"],
 ])
 def test_good_overrides_are_not_refused(argv):
     """Found by a break test of the up-front checks: commands that run were refused."""
