@@ -65,6 +65,9 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         path = os.path.abspath(os.path.expanduser(str(model["path"])))
         try:
             shape, label = read_hf_config(path), path
+            from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
+
+            check_checkpoint(path, shape)  # its safetensors headers, before the job creates results_dir
         except ConfigError as e:
             return str(e)
     else:
