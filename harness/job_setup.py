@@ -43,6 +43,13 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
                   else f"model=auto: {cfg.model.name} on {device}")
 
 
+def model_record(cfg: DictConfig, path: str) -> dict:
+    """The run file's ``model``: the row's name and the checkpoint directory that ran (absolute), with the
+    preset it was drawn from when no ``model.path`` was given."""
+    record = {"name": model_label(cfg, path)[0], "path": path}
+    return record if cfg.model.get("path") else {**record, "preset": OmegaConf.to_container(cfg.model.preset)}
+
+
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
     """(``model``, ``model_hash`` columns): the preset's or checkpoint directory's name, and a hash of its
     config.json, safetensors index and weight files' names and sizes."""
@@ -122,6 +129,7 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
     work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
     if results is not None:  # the rank that reports
         results.config["workload"] = effective_workload(w, device)  # what ran: the CPU scale-down applied
+        results.config["model"] = model_record(cfg, path)
         global _AUTO_PICK
         if _AUTO_PICK:
             print(_AUTO_PICK)

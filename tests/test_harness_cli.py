@@ -428,14 +428,20 @@ def test_a_sweep_asking_more_gpus_than_visible_is_refused_before_its_first_job(m
     assert check_gpu_count(["cuda"], [2]) is None
 
 
-def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache):
-    """With hydra.job.chdir=true a relative results_dir landed inside Hydra's output directory (issue 29)."""
+def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache, tiny_untied):
+    """With hydra.job.chdir=true a relative results_dir landed inside Hydra's output directory (issue 29). The
+    run file recorded the relative model.path and the unused preset of model=auto (session 16's trial)."""
+    os.symlink(tiny_untied, tmp_path / "ckpt")
     env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
     res = subprocess.run([sys.executable, "-m", "harness", "workload=smoke", "results_dir=rel", "progress=false",
-                          "hydra.job.chdir=true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          "model.path=ckpt", "hydra.job.chdir=true"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     csv = tmp_path / "rel" / "runs.csv"
     assert csv.is_file() and f"row appended to {csv}" in res.stdout
+    run_id = pd.read_csv(csv).run_id.iloc[0]
+    run = json.loads((tmp_path / "rel" / "runs" / f"{run_id}.json").read_text())
+    assert run["config"]["model"] == {"name": "ckpt", "path": str(tmp_path / "ckpt")}
 
 
 def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_path, model_cache):

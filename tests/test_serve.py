@@ -72,6 +72,7 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
         assert row.duration_s > max(r["arrival_s"] for r in records)
         run = json.loads((tmp_path / "runs" / f"{row.run_id}.json").read_text())
         assert run["config"]["workload"]["kind"] == "serve" and run["row"]["run_id"] == row.run_id
+        assert run["config"]["model"]["preset"] and os.path.isdir(run["config"]["model"]["path"])  # what ran
         assert run["vllm"]["median_ttft_ms"] == pytest.approx(row.ttft_ms_p50)
         assert run["vllm"]["request_goodput"] == pytest.approx(row.goodput_req_s)
         assert run["vllm"]["output_throughput"] == pytest.approx(row.output_tok_s)
