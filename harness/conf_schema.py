@@ -40,7 +40,7 @@ class HarnessConfig:
     progress: bool = True  # tqdm progress bars, drawn only when stderr is a terminal (not into a log or pipe)
     hf_batch_size: int = 256  # engine=hf: requests per transformers generate() call
     tag: str | None = None  # a label of your own for this job's rows (e.g. the version of the code measured)
-    cpu_threads: int | None = None  # CPU runs: torch threads per rank (None: cores / tp)
+    cpu_threads: int | None = None  # CPU runs: torch threads per rank (None or 0: cores / tp)
     reuse_engine: bool = True  # a sweep's next job reuses the engine when only the workload or async differ
     save_requests: bool = False  # workload=serve: one JSON line per request to <results_dir>/requests/
     step_log: bool = False  # each timed run's per-step timings to <results_dir>/steps/<run_id>.csv
