@@ -1,7 +1,8 @@
 """``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps).
 
 A sweep runs every job even when some fail (each failure is a row and a message); the process exits with
-the worst job's code: 0 ok, 1 a run failed, 2 bad input, 130 interrupted (which also stops the sweep).
+the worst job's code: 0 ok, 1 a run failed, 2 bad input, 128 + the signal's number when interrupted (130
+Ctrl-C, 143 SIGTERM; it also stops the sweep).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .signals import as_interrupt, exit_interrupted, interrupted_line
 from .signals import install as install_signal_handlers
 
 if __name__ == "__main__":
-    install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below with exit 130
+    install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
 try:
     import hydra
     from omegaconf import DictConfig

@@ -118,7 +118,7 @@ def test_signal_to_rank0_stops_everything(sig, tmp_path, model_cache):
     assert segments_of(proc.pid)
     proc.send_signal(sig)
     finish(proc, 10)
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + sig  # as a shell reports it: 143 for SIGTERM (session 16's trial: was 130)
     wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
     assert not segments_of(proc.pid)
     df = pd.read_csv(tmp_path / "runs.csv")

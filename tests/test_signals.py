@@ -178,4 +178,4 @@ def test_a_check_that_a_stop_signal_broke_is_an_interruption_not_bad_input():
             "sys.argv = ['harness', 'tp=two']; runpy.run_module('harness', run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert (out.returncode, out.stderr.strip()) == (130, "error: interrupted (SIGTERM)")
+    assert (out.returncode, out.stderr.strip()) == (143, "error: interrupted (SIGTERM)")  # 128 + 15
