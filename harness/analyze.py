@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
-from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys  # noqa: F401 (the module's API)
+from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys, pooled_keys  # noqa: F401 (the module's API)
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
 from .plot_common import same_words
@@ -88,6 +88,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
         if same:
             whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
+        if pooled := pooled_keys(rows, group):
+            print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
         if serve and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
         elif fmt == "text" and kind == "broadcast" and "payload" in k:

@@ -26,6 +26,12 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
                                 and df[k].nunique(dropna=False) > 1]
 
 
+def pooled_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
+    """The configuration columns that differ among ``df``'s rows but are not in ``group`` (which a table grouped
+    by ``group`` then mixes in each line); none without ``group``."""
+    return [k for k in CONFIG_KEYS if group and k not in group and k in df and df[k].nunique(dropna=False) > 1]
+
+
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``). A key
     one file cannot fill (its schema predates the column, ``schema.ADDED_IN``) is left out only where the

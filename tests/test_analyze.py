@@ -386,3 +386,12 @@ def test_a_long_configuration_label_is_wrapped_inside_the_figure(sweep, tmp_path
     labels = [t for ax in fig.axes for t in ax.texts if "setting_19" in t.get_text()]
     assert labels and all(t.get_window_extent().x1 <= width for t in labels)
     assert labels[0].get_text().count("\n") >= 2
+
+
+def test_a_group_that_pools_different_configurations_says_so(sweep, capsys):
+    """Session 16's trial: ``--group tp`` pooled ideal, shm and ring over three workloads into one line, with no
+    word of it."""
+    assert main([sweep, "--group", "tp"]) == 0
+    assert "note: --group tp pools rows that differ in control, all_reduce" in capsys.readouterr().out
+    assert main([sweep, "--group", "tp", "control", "all_reduce"]) == 0
+    assert "pools rows" not in capsys.readouterr().out
