@@ -8,16 +8,15 @@ the republish. Nodes come from the context's ``node_of``; on one node this is a 
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import zmq
 
 from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
-from .ring_buffer import RingReader, RingWriter, check_ring
-from .segments import attach_segment, create_segment, release_segment
-from .zmq import ZmqEndpoint, push_socket, recv_one, send_all
+from .ring import RingEndpoint
+from .ring_buffer import RingWriter, check_ring
+from .segments import create_segment, release_segment
+from .zmq import ZmqEndpoint, push_socket, send_all
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
 
@@ -51,22 +50,21 @@ class HybridControlPlane(ControlPlane):
         self.shm = self.writer = None
         if self.local:
             self.shm = create_segment(nslots * slot_bytes)
-            self.writer = RingWriter(self.shm, nslots, slot_bytes, len(self.local), self.ring_args[2])
+            self.writer = RingWriter(self.shm, len(self.local), *self.ring_args)
         self.ctx = zmq.Context()
         self.leaders: dict[int, tuple[zmq.Socket, int]] = {  # leader rank -> (socket, port)
             ranks[0]: push_socket(self.ctx, hwm) for node, ranks in self.groups.items() if node != self.node_of[0]}
 
-    def endpoint(self, rank: int) -> HybridEndpoint:
+    def endpoint(self, rank: int) -> WorkerEndpoint:
         node = self.node_of[rank]
         ranks = self.groups[node]
         if rank in self.local:
-            return HybridEndpoint(rank, "reader", self.ring_args, len(self.local), self.local.index(rank),
-                                  segment=self.shm.name)
+            return RingEndpoint(rank, self.shm.name, self.ring_args, len(self.local), self.local.index(rank))
         if rank == ranks[0]:
-            return HybridEndpoint(rank, "leader", self.ring_args, len(ranks) - 1, None, key=KEY.format(node),
-                                  address=(self.context.host, self.leaders[rank][1]), timeout_s=self.timeout_s)
-        return HybridEndpoint(rank, "follower", self.ring_args, len(ranks) - 1, ranks.index(rank) - 1,
-                              key=KEY.format(node), timeout_s=self.context.startup_timeout_s)
+            return LeaderEndpoint(rank, self.context.host, self.leaders[rank][1], KEY.format(node), self.ring_args,
+                                  len(ranks) - 1, self.timeout_s)
+        return RingEndpoint(rank, None, self.ring_args, len(ranks) - 1, ranks.index(rank) - 1, key=KEY.format(node),
+                            timeout_s=self.context.startup_timeout_s)
 
     def _send_bytes(self, payload: bytes) -> None:
         for leader, (sock, _) in self.leaders.items():  # remote nodes first: their hop is the longer one
@@ -83,47 +81,34 @@ class HybridControlPlane(ControlPlane):
         self.shm = release_segment(self.shm, unlink=True)
 
 
-class HybridEndpoint(WorkerEndpoint):
-    """A rank of rank 0's node ("reader"), another node's leader ("leader": zmq in, its node's ring out)
-    or a rank behind a leader ("follower")."""
+class LeaderEndpoint(ZmqEndpoint):
+    """Another node's leader: rank 0's messages come in over zmq (from ``host:port``) and go on into a ring of its
+    node for its ``num_readers`` followers, whose segment name it sets in the run's store under ``key``."""
 
-    def __init__(self, rank: int, role: str, ring_args: tuple, num_readers: int, index: int | None,
-                 segment: str | None = None, key: str | None = None, address: tuple[str, int] | None = None,
-                 timeout_s: float = 60.0):
-        super().__init__(rank)
-        self.role, self.ring_args, self.num_readers, self.index = role, ring_args, num_readers, index
-        self.segment, self.key, self.timeout_s = segment, key, timeout_s
-        self.inbox = ZmqEndpoint(rank, *address) if role == "leader" else None  # zmq in, from rank 0
-        self.shm = self.reader = self.writer = None
+    def __init__(self, rank: int, host: str, port: int, key: str, ring_args: tuple, num_readers: int,
+                 timeout_s: float):
+        super().__init__(rank, host, port)
+        self.key, self.ring_args, self.num_readers, self.timeout_s = key, ring_args, num_readers, timeout_s
+        self.shm = self.writer = None
 
     def open(self, store=None) -> None:
-        nslots, slot_bytes, poll_args = self.ring_args
-        if self.role == "leader":
-            self.inbox.open()
-            if self.num_readers:
-                self.shm = create_segment(nslots * slot_bytes)
-                self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_readers, poll_args)
-                store.set(self.key, self.shm.name)
-            return
-        if self.role == "follower":
-            store.wait([self.key], timedelta(seconds=self.timeout_s))
-            self.segment = store.get(self.key).decode()
-        self.shm = attach_segment(self.segment)
-        self.reader = RingReader(self.shm, nslots, slot_bytes, self.num_readers, self.index, poll_args)
+        super().open()
+        if self.num_readers:
+            nslots, slot_bytes, _ = self.ring_args
+            self.shm = create_segment(nslots * slot_bytes)
+            self.writer = RingWriter(self.shm, self.num_readers, *self.ring_args)
+            store.set(self.key, self.shm.name)
 
     def _recv_bytes(self) -> bytes:
-        if self.role != "leader":
-            return self.reader.read(self.liveness_check)
-        payload = recv_one(self.inbox.sock, self.liveness_check)
+        payload = super()._recv_bytes()
         if self.writer is not None:
             self.writer.write(payload, self.liveness_check, self.timeout_s)
         return payload
 
     def close(self) -> None:
-        if self.inbox is not None:
-            self.inbox.close()
-        self.reader = self.writer = None
-        self.shm = release_segment(self.shm, unlink=self.role == "leader")
+        super().close()
+        self.writer = None
+        self.shm = release_segment(self.shm, unlink=True)
 
 
 CONTROL_PLANE = HybridControlPlane

@@ -4,7 +4,9 @@ however they were started."""
 
 from __future__ import annotations
 
-from .base import ControlPlane, WorkerEndpoint
+from datetime import timedelta
+
+from .base import HOST, ControlPlane, WorkerEndpoint
 from .ring_buffer import RingReader, RingWriter, check_ring
 from .segments import attach_segment, create_segment, release_segment
 
@@ -15,7 +17,7 @@ class RingControlPlane(ControlPlane):
     (``ring_buffer.py``). Raises ValueError: a bad option."""
 
     name = "ring"
-    scope = "host"
+    scope = HOST
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us) -> None:
@@ -25,16 +27,14 @@ class RingControlPlane(ControlPlane):
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us)
-        self.nslots, self.slot_bytes = nslots, slot_bytes
-        self.poll_args = (spin_us, idle_ms, sleep_us)
+        self.ring_args = (nslots, slot_bytes, (spin_us, idle_ms, sleep_us))
         self.shm = self.writer = None
         if self.num_workers:
             self.shm = create_segment(nslots * slot_bytes)
-            self.writer = RingWriter(self.shm, nslots, slot_bytes, self.num_workers, self.poll_args)
+            self.writer = RingWriter(self.shm, self.num_workers, *self.ring_args)
 
     def endpoint(self, rank: int) -> RingEndpoint:
-        return RingEndpoint(rank, self.shm.name, self.nslots, self.slot_bytes, self.num_workers, rank - 1,
-                            self.poll_args)
+        return RingEndpoint(rank, self.shm.name, self.ring_args, self.num_workers, rank - 1)
 
     def _send_bytes(self, payload: bytes) -> None:
         self.writer.write(payload, self.liveness_check, self.timeout_s)
@@ -45,15 +45,21 @@ class RingControlPlane(ControlPlane):
 
 
 class RingEndpoint(WorkerEndpoint):
-    """Reader ``index`` of the ring in segment ``segment``."""
+    """Reader ``index`` of ``num_readers`` of the ring ``ring_args`` (nslots, slot_bytes, poll_args) in segment
+    ``segment``; with ``key`` instead (hybrid's ranks behind a node leader), in the segment whose name the run's
+    store holds under ``key``, waited for at most ``timeout_s`` (s)."""
 
-    def __init__(self, rank: int, segment: str, nslots: int, slot_bytes: int, num_readers: int, index: int,
-                 poll_args):
+    def __init__(self, rank: int, segment: str | None, ring_args: tuple, num_readers: int, index: int,
+                 key: str | None = None, timeout_s: float = 60.0):
         super().__init__(rank)
-        self.segment, self.geometry = segment, (nslots, slot_bytes, num_readers, index, poll_args)
+        self.segment, self.geometry = segment, (num_readers, index, *ring_args)
+        self.key, self.timeout_s = key, timeout_s
         self.shm = self.reader = None
 
     def open(self, store=None) -> None:
+        if self.key is not None:
+            store.wait([self.key], timedelta(seconds=self.timeout_s))
+            self.segment = store.get(self.key).decode()
         self.shm = attach_segment(self.segment)
         self.reader = RingReader(self.shm, *self.geometry)
 

@@ -131,7 +131,7 @@ class Poller:
 class RingWriter:
     """The writing end of a ring in ``shm`` (``nslots * slot_bytes`` bytes) read by ``num_readers``."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, nslots: int, slot_bytes: int, num_readers: int,
+    def __init__(self, shm: shared_memory.SharedMemory, num_readers: int, nslots: int, slot_bytes: int,
                  poll_args: tuple[float, float, float]):
         self.shm, self.nslots, self.slot_bytes, self.num_readers = shm, nslots, slot_bytes, num_readers
         self.data_at = data_offset(num_readers)
@@ -168,7 +168,7 @@ class RingWriter:
 class RingReader:
     """Reader ``index`` (0-based) of a ring in ``shm``."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, nslots: int, slot_bytes: int, num_readers: int, index: int,
+    def __init__(self, shm: shared_memory.SharedMemory, num_readers: int, index: int, nslots: int, slot_bytes: int,
                  poll_args: tuple[float, float, float]):
         self.shm, self.nslots, self.slot_bytes, self.index = shm, nslots, slot_bytes, index
         self.data_at = data_offset(num_readers)

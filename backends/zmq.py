@@ -43,16 +43,6 @@ def send_all(sock: zmq.Socket, payload: bytes, check, timeout_s: float, who: str
                 raise ControlPlaneError(f"zmq: {who} took nothing for {timeout_s:.0f} s")
 
 
-def recv_one(sock: zmq.Socket, check) -> bytes:
-    """The next message on ``sock``, waiting without bound (``check`` every POLL_S)."""
-    while not sock.poll(int(POLL_S * 1000), zmq.POLLIN):
-        check()
-    try:
-        return sock.recv(copy=True)
-    except zmq.ZMQError as e:
-        raise PeerGone(f"zmq socket failed: {e}") from None
-
-
 class ZmqControlPlane(ControlPlane):
     """Driver side. Args: see :class:`ControlPlane`; ``hwm``: messages a worker's queue holds before rank 0's
     send waits. Raises ValueError: a bad option."""
@@ -100,7 +90,11 @@ class ZmqEndpoint(WorkerEndpoint):
         self.sock.connect(f"tcp://{self.host}:{self.port}")
 
     def _recv_bytes(self) -> bytes:
-        return recv_one(self.sock, self.liveness_check)
+        self._wait(lambda t: self.sock.poll(int(t * 1000), zmq.POLLIN))
+        try:
+            return self.sock.recv(copy=True)
+        except zmq.ZMQError as e:
+            raise PeerGone(f"zmq socket failed: {e}") from None
 
     def close(self) -> None:
         if self.sock is not None:
