@@ -91,8 +91,7 @@ class GlooControlPlane(ControlPlane):
             raise ControlPlaneError(f"gloo broadcast failed: {e}") from None
 
     def close(self) -> None:
-        self.pg = None
-        self.own_store = None
+        self.pg = self.own_store = None
 
 
 class GlooEndpoint(WorkerEndpoint):

@@ -18,12 +18,6 @@ import time
 from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
 
-def frame(n: int) -> bytes:
-    """multiprocessing.Connection's length header for an ``n``-byte message (4-byte big-endian, or -1 and
-    8 bytes over 2 GiB)."""
-    return struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!i", -1) + struct.pack("!Q", n)
-
-
 class PipeControlPlane(ControlPlane):
     """Driver side: the write ends of ``world_size - 1`` pipes."""
 
@@ -48,8 +42,7 @@ class PipeControlPlane(ControlPlane):
         deadline = time.monotonic() + self.timeout_s
         while data:
             try:
-                n = os.write(fd, data)
-                data = data[n:]
+                data = data[os.write(fd, data):]
                 continue
             except BlockingIOError:
                 pass
@@ -62,7 +55,8 @@ class PipeControlPlane(ControlPlane):
                 raise ControlPlaneError(f"pipe: rank {rank} read nothing for {self.timeout_s:.0f} s")
 
     def _send_bytes(self, payload: bytes) -> None:
-        header = frame(len(payload))
+        n = len(payload)  # multiprocessing.Connection's header: 4-byte big-endian length, or -1 and 8 over 2 GiB
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!i", -1) + struct.pack("!Q", n)
         # Header and a small payload in one write: one wake-up for the reader.
         parts = [header + payload] if len(payload) < 65536 else [header, payload]
         for rank, w in enumerate(self.writers, start=1):

@@ -17,6 +17,7 @@ import _posixshmem
 import contextlib
 import os
 import secrets
+from functools import partial
 from multiprocessing import resource_tracker, shared_memory, synchronize, util
 
 PREFIX = "tpcp"
@@ -137,12 +138,8 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
     """Close ``shm`` (and unlink it: the creator's job); returns None for ``self.shm = release_segment(...)``."""
     if shm is not None:
         shm.close()
-        if unlink:
-            finalizer = _OWNED.pop(shm.name, None)
-            if finalizer is not None:
-                finalizer()
-            else:
-                _unlink(shm._name)
+        if unlink:  # through its finalizer (which then never runs again), else by name
+            _OWNED.pop(shm.name, partial(_unlink, shm._name))()
     return None
 
 
