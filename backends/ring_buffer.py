@@ -146,8 +146,8 @@ class RingWriter:
     def write(self, payload: bytes, check, timeout_s: float) -> None:
         """Publish ``payload`` (any size), waiting for readers to free slots (``check`` every POLL_S). Raises
         ControlPlaneError: a slot stayed busy for ``timeout_s``, or from ``check``."""
-        total, view, offset, buf = len(payload), memoryview(payload), 0, self.shm.buf
-        while True:
+        total, view, buf = len(payload), memoryview(payload), self.shm.buf
+        for offset in range(0, max(total, 1), self.capacity):  # an empty message is one empty chunk
             seq = self.next_seq
             base = ((seq - 1) % self.nslots) * self.slot_bytes
             previous = seq - self.nslots
@@ -160,9 +160,6 @@ class RingWriter:
             HEADER.pack_into(buf, base, 0, total, offset, n, zlib.crc32(chunk))
             SEQ.pack_into(buf, base, seq)  # the written marker, last
             self.next_seq += 1
-            offset += n
-            if offset >= total:
-                return
 
 
 class RingReader:

@@ -52,8 +52,8 @@ class ShmControlPlane(ControlPlane):
         return ShmEndpoint(rank, self.shm.name, self.ready[rank - 1], self.acks[rank - 1])
 
     def _send_bytes(self, payload: bytes) -> None:
-        total, view, buf, offset = len(payload), memoryview(payload), self.shm.buf, 0
-        while True:
+        total, view, buf = len(payload), memoryview(payload), self.shm.buf
+        for offset in range(0, max(total, 1), self.capacity):  # an empty message is one empty chunk
             n = min(self.capacity, total - offset)
             for rank, ack in enumerate(self.acks, start=1):
                 self._deadline_wait(lambda t, a=ack: a.acquire(True, t), f"rank {rank} to read the previous chunk")
@@ -61,9 +61,6 @@ class ShmControlPlane(ControlPlane):
             HEADER.pack_into(buf, 0, total, offset, n)
             for ready in self.ready:
                 ready.release()
-            offset += n
-            if offset >= total:
-                return
 
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)
