@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from torch.distributed import PrefixStore, Store, TCPStore
+from torch.distributed import PrefixStore, Store
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 POLL_S = 0.05
@@ -63,12 +63,6 @@ def torchrun_store(launch: Launch, timeout_s: float) -> Store:
     _runs_in_process += 1
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
     return PrefixStore(f"tpcp/{launch.run_id}/{_runs_in_process}", store)
-
-
-def spawn_store(world_size: int, timeout_s: float) -> TCPStore:
-    """Rank 0's store for spawned workers: on a port the OS picks, held from the start (no race)."""
-    return TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                    timeout=timedelta(seconds=timeout_s))
 
 
 def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, check=lambda: None) -> list[int]:

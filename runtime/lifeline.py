@@ -197,15 +197,11 @@ class Lifeline:
         self._send_lock = threading.Lock()
         self._closing = False
         send_frame(self.sock, ("hello", rank, socket.gethostname()))
-        while True:
-            frame = recv_frame(self.sock)
-            if frame is None:
-                raise ConnectionError(f"rank {rank}: rank 0 closed the lifeline while greeting")
-            if frame[0] == "ping":
-                send_frame(self.sock, ("pong", time.monotonic_ns()))
-            else:
-                _, self.clock_offset_ns, self.clock_uncertainty_ns = frame
-                break
+        while (frame := recv_frame(self.sock)) is not None and frame[0] == "ping":
+            send_frame(self.sock, ("pong", time.monotonic_ns()))
+        if frame is None:
+            raise ConnectionError(f"rank {rank}: rank 0 closed the lifeline while greeting")
+        _, self.clock_offset_ns, self.clock_uncertainty_ns = frame
 
     def send(self, kind: str, payload) -> None:
         """A report to rank 0 ("error" with a traceback, "stats" with control-plane samples)."""

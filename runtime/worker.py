@@ -26,10 +26,6 @@ from .lifeline import Lifeline, watch_parent
 REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
-RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
-NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has no `if __name__ == "__main__":` '
-                 "guard, so the spawned worker re-ran it (see docs/USAGE.md, the Python API)")
-
 
 @dataclass(frozen=True)
 class WorkerBoot:
@@ -41,14 +37,6 @@ class WorkerBoot:
     store_port: int
     lifeline_port: int
     startup_timeout_s: float
-
-
-def leave_if_rerunning_main() -> None:
-    """Raise SystemExit(:data:`RERAN_MAIN`) in a process that multiprocessing's spawn is still bootstrapping:
-    an engine started there means the parent's main script, re-run, lacks the ``__main__`` guard. Quietly
-    (multiprocessing would print a 30-line RuntimeError); rank 0 names the cause (:data:`NO_MAIN_GUARD`)."""
-    if getattr(mp.current_process(), "_inheriting", False):
-        raise SystemExit(RERAN_MAIN)
 
 
 @dataclass

@@ -13,15 +13,21 @@ import socket
 import sys
 import threading
 import time
+from datetime import timedelta
+
+from torch.distributed import TCPStore
 
 from backends import ControlContext, ControlPlane
 from backends.segments import remove_stale_segments
 
-from .launch import POLL_S, Launch, probe_nodes, spawn_store, torchrun_store
+from .launch import POLL_S, Launch, probe_nodes, torchrun_store
 from .lifeline import STALL_S, LifelineServer
-from .worker import NO_MAIN_GUARD, RERAN_MAIN, WorkerBoot, leave_if_rerunning_main, worker_entry
+from .worker import WorkerBoot, worker_entry
 
 PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
+RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
+NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has no `if __name__ == "__main__":` '
+                 "guard, so the spawned worker re-ran it (see docs/USAGE.md, the Python API)")
 
 
 class WorkerError(RuntimeError):
@@ -41,7 +47,10 @@ class WorkerGroup:
     all connect within ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
-        leave_if_rerunning_main()
+        # A process that multiprocessing's spawn is still bootstrapping: the parent's main script, re-run, lacks
+        # the ``__main__`` guard. Leave quietly (not spawn's 30-line RuntimeError); rank 0 says why (NO_MAIN_GUARD).
+        if getattr(mp.current_process(), "_inheriting", False):
+            raise SystemExit(RERAN_MAIN)
         self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
         self.launch = launch or Launch(world_size=world_size)
         self.errors: dict[int, str] = {}
@@ -52,7 +61,8 @@ class WorkerGroup:
         remove_stale_segments()  # what runs killed with every process left behind (segments, semaphores)
         try:
             if self.launch.launcher == "spawn":
-                self.store = spawn_store(world_size, timeout_s)
+                self.store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                                      timeout=timedelta(seconds=timeout_s))  # a port the OS picks, held from the start
                 self.lifelines = LifelineServer("127.0.0.1", local_ranks=set(range(world_size)))
                 node_of, host = [0] * world_size, "127.0.0.1"
             else:
@@ -129,15 +139,14 @@ class WorkerGroup:
 
     def _dead(self) -> dict[int, str]:
         """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
-        done = {r for r, code in self.lifelines.finished.items() if code == 0}
         gone = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
-                if not p.is_alive() and not (r in done and p.exitcode == 0)}
+                if not p.is_alive() and not (self.lifelines.finished.get(r) == 0 and p.exitcode == 0)}
         ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items() if code != 0}
         return {**ended, **self.lifelines.dead, **gone}  # the process's own exit code, then the lifeline's word
 
     def _exit_reason(self, rank: int, code: int | None) -> str:
         """Why spawned ``rank`` is gone, from its exit code: :data:`NO_MAIN_GUARD` when it left with
-        :data:`RERAN_MAIN` before ever reaching rank 0 (``leave_if_rerunning_main``)."""
+        :data:`RERAN_MAIN` before ever reaching rank 0 (the check atop :meth:`__init__`)."""
         if code == RERAN_MAIN and rank not in self.lifelines.connected():
             return NO_MAIN_GUARD
         if code is not None and code < 0:  # multiprocessing's code for a signal: -N
