@@ -2,7 +2,8 @@
 (SGLang's and TensorRT-LLM's design): the size as one int64, then the bytes as uint8. Works across hosts.
 
 It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free
-port. A dead driver closes its sockets, which ends the workers' wait with an error. The driver joins in a
+port. A dead driver closes its sockets, which ends the workers' wait with an error; a worker still connecting to
+rank 0's own store checks liveness between probes of its port. The driver joins in a
 background thread started by ``workers_started()`` and waits for it checking liveness, so a worker that dies
 before joining is reported instead of stalling the rendezvous (bounded by ``startup_timeout_s``).
 """
@@ -13,11 +14,12 @@ import threading
 import warnings
 from datetime import timedelta
 
-from .base import NETWORK, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
 # torch is imported inside the methods: the harness reads this module's constructor for its config schema,
 # and a refused command should not pay torch's import (~2 s).
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
+CONNECT_TRY_S = 1.0  # a worker's probe of rank 0's own TCPStore port; between probes it checks rank 0 lives
 PREFIX = "control/gloo"
 
 
@@ -42,7 +44,7 @@ class GlooControlPlane(ControlPlane):
 
     def endpoint(self, rank: int) -> GlooEndpoint:
         port = self.own_store.port if self.own_store is not None else None
-        return GlooEndpoint(rank, self.context.host, port, self.world_size)
+        return GlooEndpoint(rank, self.context.host, port, self.world_size, self.join_timeout.total_seconds())
 
     def workers_started(self) -> None:
         from torch.distributed import PrefixStore, ProcessGroupGloo
@@ -97,18 +99,43 @@ class GlooControlPlane(ControlPlane):
 class GlooEndpoint(WorkerEndpoint):
     """Worker side: joins the gloo group (on ``host``:``port``, or the run's store) as ``rank``."""
 
-    def __init__(self, rank: int, host: str, port: int | None, world_size: int):
+    def __init__(self, rank: int, host: str, port: int | None, world_size: int, join_timeout_s: float = 600.0):
         super().__init__(rank)
-        self.host, self.port, self.world_size = host, port, world_size
+        self.host, self.port, self.world_size, self.join_timeout_s = host, port, world_size, join_timeout_s
         self.store = self.pg = None
 
     def open(self, store=None) -> None:
-        from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+        from torch.distributed import PrefixStore, ProcessGroupGloo
 
         if self.port is not None:
-            store = TCPStore(self.host, self.port, self.world_size, is_master=False, timeout=WORKER_WAIT)
+            store = self._connect()
         self.store = store
         self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
+
+    def _connect(self):
+        """A client of rank 0's own TCPStore. Its port is probed first, ``liveness_check`` between tries: a port
+        whose driver died before this worker connected refuses, and TCPStore would retry for its whole timeout.
+        Raises PeerGone (from the check); ControlPlaneError: no answer within ``join_timeout_s``."""
+        import socket
+        import time
+
+        from torch.distributed import TCPStore
+
+        deadline = time.monotonic() + self.join_timeout_s
+        while True:
+            try:
+                socket.create_connection((self.host, self.port), timeout=CONNECT_TRY_S).close()
+                break
+            except OSError as e:
+                self.liveness_check()
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"gloo: rank {self.rank} could not reach rank 0's store at {self.host}:"
+                                            f"{self.port} in {self.join_timeout_s:.0f} s ({e.strerror or e})") from None
+                time.sleep(POLL_S)
+        store = TCPStore(self.host, self.port, self.world_size, is_master=False,
+                         timeout=timedelta(seconds=self.join_timeout_s))
+        store.set_timeout(WORKER_WAIT)
+        return store
 
     def _recv_bytes(self) -> bytes:
         import torch

@@ -6,12 +6,13 @@ import hashlib
 import multiprocessing as mp
 import os
 import random
+import socket
 import time
 
 import pytest
 from control_plane_worker import echo_worker, start_echo_workers, stop_echo_workers
 
-from backends import available, get_control_plane
+from backends import ControlPlaneError, PeerGone, available, get_control_plane
 
 SEGMENT = 1 << 16  # small segments for shm-like backends, so the chunking paths run
 
@@ -217,3 +218,26 @@ def test_host_contended_reads_runnable_tasks_against_usable_cores(monkeypatch, t
     assert ring_buffer.host_contended() is True
     loadavg.write_text("garbage\n")
     assert ring_buffer.host_contended() is True
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed on return: nothing listens there
+
+
+def test_a_gloo_worker_whose_driver_is_gone_stops_waiting_to_connect():
+    """Session 16's trial: a test's gloo worker, started as its driver (pytest) was killed, waited in TCPStore's
+    connect for WORKER_WAIT (7 days), orphaned. The worker now probes the port and checks liveness between tries."""
+    from backends.gloo import GlooEndpoint
+
+    def driver_gone():
+        raise PeerGone("driver gone")
+
+    endpoint = GlooEndpoint(1, "127.0.0.1", _refused_port(), 2, join_timeout_s=600)
+    endpoint.liveness_check = driver_gone
+    with pytest.raises(PeerGone):
+        endpoint.open()
+    endpoint = GlooEndpoint(1, "127.0.0.1", _refused_port(), 2, join_timeout_s=0.5)  # no check: the deadline
+    with pytest.raises(ControlPlaneError, match=r"could not reach rank 0's store .* in 0 s \(Connection refused\)"):
+        endpoint.open()
