@@ -112,8 +112,8 @@ def main():
                 continue
             tbs = nbytes / ms / 1e9
             order = " longest-first" * args.longest_first + " head-major" * args.head_major + " pdl" * args.pdl
-            print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps or 'auto'} "
-                  f"stages {stages} splits {splits:2d}: "
+            print(f"{args.shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
+                  f"splits {splits:2d}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
 
 

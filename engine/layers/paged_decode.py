@@ -201,29 +201,21 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_S
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
-def default_warps(group: int, num_splits: int) -> int:
-    """Warps per program: 4 for a split launch with 4+ query heads per KV head (Qwen3-8B's at tp=1), else 2.
-    H200 with PDL (results/h200/NOTES.md, call 58): 8B heads at 1 x 4k tokens 8.2 -> 7.1 us, 2 x 4k 12.0 ->
-    10.9 us; Qwen3-0.6B's (2 per KV head) 6.2 -> 6.3 us; unsplit batches keep session 6's 2."""
-    return 4 if num_splits > 1 and group >= 4 else 2
-
-
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
-                           context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int | None = None,
+                           context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
                            num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
     cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. PDL when ``pdl.ENABLED``. ``block_n``
-    (tokens per iteration, capped at the block size), ``num_warps`` (None: ``default_warps``), ``num_stages``:
-    64 / 2 / 2 measured fastest on the H200 at the 8B shapes (scripts/bench_decode_kernel.py, results/h200/session6/).
+    (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: 64 / 2 / 2 measured
+    fastest on the H200 at the 8B shapes (scripts/bench_decode_kernel.py, results/h200/session6/).
     """
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
-    num_warps = num_warps or default_warps(group, num_splits)
     block_n = min(block_n, block_size)
     out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
     part = lse = out  # unused at one split
