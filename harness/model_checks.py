@@ -65,9 +65,6 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         path = os.path.abspath(os.path.expanduser(str(model["path"])))
         try:
             shape, label = read_hf_config(path), path
-            from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
-
-            check_checkpoint(path, shape)  # its safetensors headers, before the job creates results_dir
         except ConfigError as e:
             return str(e)
     else:
@@ -78,6 +75,13 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
     problem = split_problem(shape, tp, label) if tp is not None else None
     if problem:
         return problem.replace("tensor_parallel_size=", "tp=", 1)
+    if model.get("path"):
+        from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
+
+        try:
+            check_checkpoint(label, shape)  # its safetensors headers, before the job creates results_dir
+        except ConfigError as e:
+            return str(e)
     return memory_problem(shape, label, device, building=not model.get("path"))
 
 

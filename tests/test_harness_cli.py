@@ -219,6 +219,8 @@ def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
     ({"eos_token_id": [1, "x"]}, "eos_token_id must be a token id or a list of them"),
     ({"rms_norm_eps": "small"}, "rms_norm_eps must be a number > 0, got 'small'"),
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+    # session 16: KV heads that do not group the query heads failed after start-up (a RuntimeError in SDPA)
+    ({"num_key_value_heads": 3}, "num_key_value_heads=3 does not divide num_attention_heads="),
 ])
 def test_a_checkpoint_config_of_the_wrong_types_is_refused_before_anything_starts(change, message, tmp_path,
                                                                                   tiny_untied, model_cache):
