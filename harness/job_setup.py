@@ -13,7 +13,6 @@ from common import is_int
 from engine import ConfigError
 from engine.config import resolve_device  # noqa: F401 (re-exported)
 from engine.hf_config import read_hf_config
-from engine.loader import check_checkpoint
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
@@ -46,14 +45,18 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
 def model_record(cfg: DictConfig, path: str) -> dict:
     """The run file's ``model``: the row's name and the checkpoint directory that ran (absolute), with the
     preset it was drawn from when no ``model.path`` was given."""
-    record = {"name": model_label(cfg, path)[0], "path": path}
+    record = {"name": model_name(cfg, path), "path": path}
     return record if cfg.model.get("path") else {**record, "preset": OmegaConf.to_container(cfg.model.preset)}
 
 
+def model_name(cfg: DictConfig, path: str) -> str:
+    """The ``model`` column: the checkpoint directory's name for a ``model.path``, else the preset's."""
+    return os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
+
+
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model``, ``model_hash`` columns): the preset's or checkpoint directory's name, and a hash of its
-    config.json, safetensors index and weight files' names and sizes."""
-    name = os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
+    """(``model``, ``model_hash`` columns): ``model_name``, and a hash of the checkpoint's config.json,
+    safetensors index and weight files' names and sizes."""
     h = hashlib.sha256()
     for item in sorted(os.listdir(path)):
         full = os.path.join(path, item)
@@ -62,16 +65,14 @@ def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
                 h.update(item.encode() + f.read())
         elif item.endswith(".safetensors"):
             h.update(f"{item}:{os.path.getsize(full)}".encode())
-    return name, h.hexdigest()[:12]
+    return model_name(cfg, path), h.hexdigest()[:12]
 
 
 def model_path(cfg: DictConfig) -> str:
-    """``model.path`` when set, else the preset materialised (cached). Raises ConfigError: a bad preset, an
-    unwritable cache, or a ``model.path`` checkpoint the engine refuses (``engine.loader.check_checkpoint``)."""
+    """``model.path`` when set (its checkpoint checked before the first job: ``model_checks.check_model``),
+    else the preset materialised (cached). Raises ConfigError: a bad preset or an unwritable cache."""
     if cfg.model.get("path"):
-        path = user_path(cfg.model.path)
-        check_checkpoint(path, read_hf_config(path))
-        return path
+        return user_path(cfg.model.path)
     preset = OmegaConf.to_container(cfg.model.preset)
     problem = check_preset(preset)
     if problem:
