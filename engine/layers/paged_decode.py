@@ -7,10 +7,8 @@ The new token's K/V come in registers (the recurrence's last step, in split 0) a
 into the cache: no separate cache-write kernel.
 
 Split-KV (flash-decoding, Dao et al. 2023): when batch x KV heads gives too few programs, each context is
-cut into ``num_splits`` runs (``decode_splits``). Each program stores its partial output and log-sum-exp,
-then takes a ticket (an atomic counter per sequence and KV head); the program holding the last ticket merges
-its head's partials, as CUDA's threadFenceReduction sample finishes a reduction, so no second kernel (and no
-dependent launch) follows. With many sequences one split is best (results/h200x2/, call 17).
+cut into ``num_splits`` runs (``decode_splits``) whose partial outputs and log-sum-exps a second kernel
+merges. With many sequences one split is best (results/h200x2/, call 17).
 
 With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm and RoPE to q and the new k (one kernel
 fewer per layer), rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
@@ -127,12 +125,12 @@ def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scal
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
-                         context_lens_ptr, out_ptr, part_ptr, lse_ptr, ticket_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr,
-                         eps, scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
+                         context_lens_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
+                         scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                         SPLITS_PAD: tl.constexpr, QK_NORM: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+                         QK_NORM: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -182,43 +180,25 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         at = (seq * (GROUP * tl.num_programs(1)) + q_heads) * NUM_SPLITS + split
         tl.store(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], out, mask=row_ok[:, None])
         tl.store(lse_ptr + at, lse, mask=row_ok)
-        pair = seq * tl.num_programs(1) + kv_head
-        _merge_if_last(part_ptr, lse_ptr, ticket_ptr + pair, out_ptr + seq * stride_ob + kv_head * GROUP * stride_oh,
-                       stride_oh, pair * GROUP, dims, GROUP, NUM_SPLITS, SPLITS_PAD, HEAD_DIM)
 
 
 @triton.jit
-def _merge_if_last(part_ptr, lse_ptr, ticket_ptr, out_ptr, stride_oh, first_row, dims, GROUP: tl.constexpr,
-                   NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """Take this (sequence, KV head)'s ticket; the last of its ``NUM_SPLITS`` programs merges the partials of
-    its ``GROUP`` query heads (rows ``first_row`` on of the ``[B * Hq, NUM_SPLITS]`` partials) into their
-    outputs (the first at ``out_ptr``) and resets the ticket to 0 for the next launch."""
-    tl.debug_barrier()  # every thread's partials are stored before the ticket (acq_rel, GPU scope) is taken
-    if tl.atomic_add(ticket_ptr, 1) == NUM_SPLITS - 1:
-        tl.store(ticket_ptr, 0)
-        splits = tl.arange(0, SPLITS_PAD)
-        ok = splits < NUM_SPLITS
-        for r in tl.static_range(GROUP):
-            at = (first_row + r) * NUM_SPLITS + splits
-            # .cg: from L2, where the other programs' stores are, never a stale L1 line
-            lse = tl.load(lse_ptr + at, mask=ok, other=float("-inf"), cache_modifier=".cg")
-            part = tl.load(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0,
-                           cache_modifier=".cg")
-            w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds the new token: the max is finite
-            out = tl.sum(w[:, None] * part, axis=0) / tl.sum(w, axis=0)
-            tl.store(out_ptr + r * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
-
-
-_TICKETS: dict = {}  # device -> int32 zeros, one per (sequence, KV head); each launch leaves them at 0
-
-
-def _tickets(n: int, device: torch.device) -> torch.Tensor:
-    """At least ``n`` zeroed ticket counters on ``device``. A larger set replaces a smaller one, which stays
-    allocated: CUDA graphs captured before hold its address."""
-    held = _TICKETS.setdefault(device, [torch.zeros(0, dtype=torch.int32, device=device)])
-    if held[-1].numel() < n:
-        held.append(torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
-    return held[-1]
+def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_SPLITS: tl.constexpr,
+                         SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    at = (seq * tl.num_programs(1) + head) * NUM_SPLITS + splits
+    ok = splits < NUM_SPLITS
+    lse = tl.load(lse_ptr + at, mask=ok, other=float("-inf"))
+    part = tl.load(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], mask=ok[:, None], other=0.0)
+    w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 always holds the new token: the max is finite
+    out = tl.sum(w[:, None] * part, axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
@@ -238,19 +218,21 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     group = Hq // Hkv
     block_n = min(block_n, block_size)
     out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-    part = lse = tickets = out  # unused at one split
+    part = lse = out  # unused at one split
     if num_splits > 1:
         part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
         lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
-        tickets = _tickets(B * Hkv, q.device)
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
     _paged_decode_kernel[(B, Hkv, num_splits)](
-        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, part, lse, tickets, qw, kw,
-        cos, sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, part, lse, qw, kw, cos,
+        sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits,
-        SPLITS_PAD=triton.next_power_of_2(num_splits), QK_NORM=qk_norm is not None,
+        HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
         PRELOAD=B * Hkv * num_splits <= decode_splits.PROGRAMS_PER_SM * decode_splits.sm_count(q.device),
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
+    if num_splits > 1:
+        _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
+                                      SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=D, PDL=pdl.ENABLED,
+                                      launch_pdl=pdl.ENABLED, num_warps=4)
     return out
