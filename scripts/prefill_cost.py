@@ -1,7 +1,7 @@
 """What a short prefill costs on the host and the GPU: ``generate`` of one token for fresh 32-token prompts
 (each a prefill and nothing else), timed, then one under cProfile and one under torch.profiler.
 
-    python scripts/prefill_cost.py [--model qwen3-0.6b] [--input-len 32]
+    python scripts/prefill_cost.py [--model qwen3-0.6b] [--input-len 32] [--no-compile] [--no-profile]
 """
 
 import argparse
@@ -17,6 +17,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="llm.compile=false: eager elementwise")
+    ap.add_argument("--no-profile", dest="profile", action="store_false", help="the timings only")
     args = ap.parse_args()
     from gpu_only import require_cuda
 
@@ -40,8 +42,10 @@ def main():
             t = time.perf_counter()
             llm.generate([p], one)
             ms.append((time.perf_counter() - t) * 1e3)
-        print(f"{args.model}: generate(1 token) of a fresh {args.input_len}-token prompt, ms:",
+        print(f"{args.model}, compile={args.compile}: generate(1 token) of a fresh {args.input_len}-token prompt, ms:",
               " ".join(f"{x:.2f}" for x in ms))
+        if not args.profile:
+            return
         prof = cProfile.Profile()
         prof.runcall(llm.generate, [prompts[12]], one)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)

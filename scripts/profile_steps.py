@@ -105,7 +105,7 @@ def open_engine(args):
         w["num_seqs"] = args.num_seqs
     work = build_workload(w, "cuda", 0, preset["vocab_size"])
     llm = LLM(path, tensor_parallel_size=args.tp, device="cuda", async_scheduling=not args.sync,
-              all_reduce=args.all_reduce)
+              all_reduce=args.all_reduce, compile=getattr(args, "compile", True))
     for p, sp in zip(work.prompts, work.params):
         llm.scheduler.add(Sequence(p, sp, llm.config.kvcache_block_size))
     return llm
