@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -49,7 +50,6 @@ class ModelRunner:
         self.sampled: torch.Tensor | None = None  # the last step's sampled token ids [B] int64 on the device
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
-        hf = config.hf_config
         if config.device == "cuda":
             self.device = torch.device("cuda", rank if local_rank is None else local_rank)
             torch.cuda.set_device(self.device)
@@ -60,6 +60,15 @@ class ModelRunner:
         sync("joining")
         dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=PrefixStore("data", store),
                                 rank=rank, world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
+        try:
+            self._build(sync, num_nodes)
+        except BaseException:
+            self.exit()  # leave the group, free what was built: this process may start another engine
+            raise
+
+    def _build(self, sync: Callable[[str], None], num_nodes: int) -> None:
+        """The collectives, the model shard, the KV cache and the decode graphs, once the group has formed."""
+        config, rank, hf = self.config, self.rank, self.config.hf_config
         largest = max(config.max_num_batched_tokens, config.max_num_seqs) * hf["hidden_size"]
         impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
         set_all_reduce(impl)
@@ -196,7 +205,12 @@ class ModelRunner:
         return ParallelLMHead.gather(self.model.compute_logits(hidden))
 
     def exit(self) -> None:
-        """Tear down the CUDA graphs and the data-plane process group (idempotent)."""
-        self.graphs = None
+        """Free the CUDA graphs, the model and the KV cache, and leave the data-plane process group
+        (idempotent). Frees them even while this runner is still referenced (a harness's kept engine, a
+        traceback): the next engine in this process needs that memory."""
+        self.graphs = self.sampled = self.model = None
+        gc.collect()  # each parameter's weight_loader refers back to its layer: a cycle
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """Failures that say their cause and damage nothing (issue 28): a full disk under the results file, a file
 given as results_dir, a Python API script without the main guard, a SIGKILLed rank 0 and the resource
-tracker, more ranks x threads than cores."""
+tracker, more ranks x threads than cores; an engine that fails to start, or is shut down, in a process that
+starts another."""
 
 from __future__ import annotations
 
@@ -272,3 +273,40 @@ def test_the_harness_warns_before_a_run_on_too_few_cores(tmp_path, model_cache):
     assert res.returncode == 0, res.stderr[-2000:]
     warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "the 1 core(s)" in warnings[0] and "contention" in warnings[0], res.stderr
+
+
+def test_a_start_that_fails_after_the_process_group_formed_leaves_room_for_the_next(tiny_untied, monkeypatch):
+    """An engine whose rank 0 fails after joining the data-plane process group (here: reading the weights; on
+    the H200, out of memory in its warm-up, call 63) leaves the process able to start the next one. The group
+    stayed formed, so every later job of that sweep was refused ("this process already runs an engine")."""
+    import torch.distributed as dist
+
+    import engine.model_runner
+    from engine import LLM, SamplingParams
+
+    def unreadable(*_):
+        raise OSError("weights unreadable")
+
+    monkeypatch.setattr(engine.model_runner, "load_weights", unreadable)
+    with pytest.raises(OSError, match="weights unreadable"):
+        LLM(tiny_untied, device="cpu")
+    assert not dist.is_initialized()
+    monkeypatch.undo()
+    with LLM(tiny_untied, device="cpu") as llm:
+        out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    assert len(out[0]["token_ids"]) == 2
+
+
+def test_a_shut_down_engine_frees_its_weights_and_kv_cache_while_it_is_still_referenced(tiny_untied):
+    """The example: a sweep's next engine (another ``llm.*`` setting) ran out of GPU memory in its warm-up, as
+    the engine before, shut down but still referenced, held its ~125 GB KV cache (call 63)."""
+    import weakref
+
+    from engine import LLM
+
+    llm = LLM(tiny_untied, device="cpu")
+    model = llm.runner.model
+    held = [weakref.ref(t) for t in (model.attention_layers()[0].k_cache, model.lm_head.weight)]
+    del model
+    llm.shutdown()
+    assert [r() for r in held] == [None, None]
