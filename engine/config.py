@@ -14,6 +14,8 @@ from .profiling import parse_window, profile_problem
 # torch is imported where needed: checking a config (the harness checks every job up front) does not import it.
 CPU_DTYPES = ("float32", "bfloat16")
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
+MAX_SEED = 2**63 - 1  # torch's generators take a signed 64-bit seed
+MAX_CPU_THREADS = 1024  # per rank; far past any host's cores, short of where creating the threads fails
 
 
 def torch_dtype(name: str):
@@ -120,8 +122,10 @@ class EngineConfig:
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.cpu_threads < 0:
-            raise ConfigError(f"cpu_threads must be 0 (cores / tp) or >= 1, got {self.cpu_threads}")
+        if not 0 <= self.cpu_threads <= MAX_CPU_THREADS:
+            raise ConfigError(f"cpu_threads must be 0 (cores / tp) or 1-{MAX_CPU_THREADS}, got {self.cpu_threads}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed must be an integer in [0, 2^63 - 1], got {self.seed}")
         if self.num_kvcache_blocks != -1 and self.num_kvcache_blocks < 1:
             raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, "
                               f"got {self.num_kvcache_blocks}")

@@ -17,7 +17,7 @@ from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, HarnessConfig
 from .model_checks import check_gpu_count, check_model
 from .value_checks import VALUE_CHECKS
-from .workloads import build_workload, check_workload, given_workload
+from .workloads import check_workload, effective_workload, given_workload, request_shape
 
 
 def _given(job: list[str]) -> list[str]:
@@ -119,20 +119,19 @@ def model_shape(model: dict) -> dict:
 
 
 def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
-    """A workload sequence (prompt + max_tokens, as drawn on the job's device) longer than ``llm.max_model_len``
-    or the model's ``max_position_embeddings``: the engine could never run it."""
+    """A workload sequence (prompt + max_tokens, as configured for the job's device) longer than
+    ``llm.max_model_len`` or the model's ``max_position_embeddings``: the engine could never run it."""
     if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
         return None
     shape = model_shape(model)
-    w = given_workload(OmegaConf.to_container(cfg.workload), job)
-    work = build_workload(w, resolve_device(cfg.device), cfg.seed, shape["vocab_size"])
-    longest = max(len(p) + sp.max_tokens for p, sp in zip(work.prompts, work.params, strict=True))
+    w = effective_workload(given_workload(OmegaConf.to_container(cfg.workload), job), resolve_device(cfg.device))
+    _, _, prompt, output = request_shape(w)
     limit = min(cfg.llm.max_model_len, shape["max_position_embeddings"])
-    if longest <= limit:
+    if prompt + output <= limit:
         return None
-    return (f"workload {work.name} has sequences of up to {longest} tokens (prompt + max_tokens); the limit is "
-            f"{limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's max_position_embeddings="
-            f"{shape['max_position_embeddings']})")
+    return (f"workload {w['name']} asks for sequences of up to {prompt + output} tokens ({prompt} of prompt + "
+            f"{output} output); the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
+            f"max_position_embeddings={shape['max_position_embeddings']})")
 
 
 def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from common import is_int, is_number
 from engine import ConfigError
+from engine.config import MAX_SEED
 from engine.profiling import parse_window, profile_problem  # the engine's rules, written once
 
 
-def _int_at_least(minimum: int):
+def _int_at_least(minimum: int, maximum: int | None = None, spelled: str = ""):
     def check(key: str, v) -> str | None:
-        if not is_int(v) or v < minimum:
-            return f"{key} must be an integer >= {minimum}, got {'' if v is None else str(v)!r}"
+        if not is_int(v) or v < minimum or (maximum is not None and v > maximum):
+            bound = f"in [{minimum}, {spelled or maximum}]" if maximum is not None else f">= {minimum}"
+            return f"{key} must be an integer {bound}, got {'' if v is None else str(v)!r}"
         return None
     return check
 
@@ -52,7 +54,7 @@ def _profile_steps(key: str, v) -> str | None:
     return None
 
 
-VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0),
+VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0, MAX_SEED, "2^63 - 1"),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,

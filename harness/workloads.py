@@ -81,6 +81,8 @@ def serve_requests(w: dict, seed: int, vocab_size: int) -> Workload:
 
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+MAX_PROMPT_TOKENS = 50_000_000  # every prompt is drawn before the run, as Python ints: ~2 GB at this bound
+MAX_ARRIVAL_SPAN_S = 86_400.0  # a serve trace longer than a day is a typo (request_rate=1e-6), not a benchmark
 
 
 def check_serve(w: dict) -> None:
@@ -90,6 +92,9 @@ def check_serve(w: dict) -> None:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
     if not is_number(burstiness) or not burstiness > 0:
         raise ValueError(f"workload.burstiness must be a finite number > 0 (1.0: Poisson), got {burstiness!r}")
+    if (span := (w["num_prompts"] - 1) / rate) > MAX_ARRIVAL_SPAN_S:
+        raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
+                         f"{span:.3g} s ((num_prompts - 1) / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")
     mc = w.get("max_concurrency")
     if mc is not None and (not is_int(mc) or mc < 1):
         raise ValueError(f"workload.max_concurrency must be null (unbounded) or an integer >= 1, got {mc!r}")
@@ -114,6 +119,15 @@ INT_KEYS = {
 }
 
 
+def request_shape(w: dict) -> tuple[str, int, int, int]:
+    """(the key counting the requests, their number, the longest prompt, the longest output) of a random, fixed or
+    serve workload config, as configured (not drawn)."""
+    if w["kind"] == "fixed":
+        return "num_seqs", w["num_seqs"], w["input_len"], w["output_len"]
+    key = "num_prompts" if w["kind"] == "serve" else "num_seqs"
+    return key, w[key], w["max_input_len"], w["max_output_len"]
+
+
 def unread_keys(w: dict) -> list[str]:
     """The keys of workload config ``w`` that its kind does not read (not in its schema), sorted."""
     from .conf_schema import WORKLOADS
@@ -135,6 +149,9 @@ def check_workload(w: dict) -> None:
     for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
         if kind in ("random", "serve") and w[lo] > w[hi]:
             raise ValueError(f"workload.{lo}={w[lo]} is above workload.{hi}={w[hi]}")
+    if kind != "broadcast" and (shape := request_shape(w))[1] * shape[2] > MAX_PROMPT_TOKENS:
+        raise ValueError(f"workload.{shape[0]}={shape[1]} x up to {shape[2]} prompt tokens is more than "
+                         f"{MAX_PROMPT_TOKENS:,} tokens to draw before the run")
     if kind == "serve":
         check_serve(w)
     t = w.get("temperature", 0.0)

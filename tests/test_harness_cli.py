@@ -113,10 +113,21 @@ BAD_INPUT = [
     # issue 29: a grammar error exited 1 after Hydra's four lines
     (["tp=[1"], "cannot parse 'tp=[1': no viable alternative at input '[1'"),
     (["-m", "workload.request_rate=2,,4"], "cannot parse 'workload.request_rate=2,,4': extraneous input ','"),
+    # session-17 trial: a segfault after the run (thread creation failed), a traceback after the preset was built
+    # (and after job 0 in a sweep), a 2.6 GB preflight that never ended, a serve run that slept until killed
+    (["cpu_threads=100000"], "cpu_threads must be 0 (cores / tp) or 1-1024, got 100000"),
+    (["-m", "seed=0,18446744073709551616"], "seed must be an integer in [0, 2^63 - 1], got '18446744073709551616'"),
+    (["workload=serve", "workload.num_prompts=1000000000"],
+     "workload.num_prompts=1000000000 x up to 1024 prompt tokens is more than 50,000,000 tokens to draw"),
+    (["workload=serve", "workload.request_rate=1e-300", "workload.num_prompts=3"],
+     "the arrivals would span 2e+300 s ((num_prompts - 1) / request_rate), over a day"),
+    (["workload=bench", "workload.max_input_len=5000"],
+     "workload bench asks for sequences of up to 5064 tokens (5000 of prompt + 64 output); the limit is 4096"),
 ]
 # a few of each kind, end to end through ``python -m harness``
 END_TO_END = {"llm.max_model_len=8", "device=cuda", "results_dir=/proc/forbidden", "control=nope", "tp=3", "foo=1",
-              "tp=[1", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt"}
+              "tp=[1", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt",
+              "workload.num_prompts=1000000000"}
 
 
 def _argv(overrides: list[str], *first: str) -> list[str]:

@@ -26,6 +26,8 @@ OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batc
     (dict(max_num_batched_tokens=64, max_model_len=128), "must be >= max_model_len"),
     (dict(gemm="cutlass"), "gemm must be auto, cublas or triton"),
     (dict(gemm="triton"), "gemm=triton needs device=cuda"),
+    (dict(seed=2**64), r"seed must be an integer in \[0, 2\^63 - 1\]"),
+    (dict(cpu_threads=100000), "cpu_threads must be 0 .* or 1-1024"),
 ])
 def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
     before = children(os.getpid())
