@@ -44,6 +44,30 @@ def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, bloc
     return names + ["temperatures", "seed"], batch.temperatures is None
 
 
+class StagedInputs:
+    """The static device buffers a set of CUDA graphs reads (``fields``: name -> (shape, dtype, fill value)),
+    refilled before each replay from two pinned host copies used in turn, each by one async copy per field (a
+    pageable copy may wait for the GPU)."""
+
+    def __init__(self, fields: dict, device: torch.device):
+        self.static = {k: torch.full(shape, v, dtype=dt, device=device) for k, (shape, dt, v) in fields.items()}
+        self.host = [{k: torch.full(shape, v, dtype=dt, pin_memory=True) for k, (shape, dt, v) in fields.items()}
+                     for _ in range(2)]
+        self.host_np = [{k: v.numpy() for k, v in h.items()} for h in self.host]
+        self.copied = [torch.cuda.Event(), torch.cuda.Event()]
+        self.turn = 0
+
+    def stage(self, fill) -> None:
+        """``fill(host arrays) -> {field: rows}`` writes the next pinned set; those rows go to the device."""
+        host, copied = self.host[self.turn], self.copied[self.turn]
+        copied.synchronize()  # this set's last copy (two replays ago) has run: it may be refilled
+        rows = fill(self.host_np[self.turn])
+        self.turn ^= 1
+        for name, n in rows.items():
+            self.static[name][:n].copy_(host[name][:n], non_blocking=True)
+        copied.record()
+
+
 def batch_buckets(max_num_seqs: int) -> list[int]:
     """1, 2, 4, 8, then every multiple of 16, and ``max_num_seqs`` itself (any value is allowed)."""
     sizes = [b for b in (1, 2, 4, 8) if b < max_num_seqs] + list(range(16, max_num_seqs, 16))
@@ -63,13 +87,8 @@ class DecodeGraphs:
                   "block_tables": ((n, max_blocks), torch.int32, trash_block),
                   "temperatures": ((n,), torch.float32, 0), "seed": ((1,), torch.int64, 0)}
         # input_ids holds the raw ids: a placeholder -(r + 1) is looked up in ``tokens`` inside the graph.
-        self.static = {k: torch.full(shape, v, dtype=dt, device=device) for k, (shape, dt, v) in fields.items()}
-        # Two pinned copies, used in turn; each refilled only after its last copy to the device has run.
-        self.host = [{k: torch.full(shape, v, dtype=dt, pin_memory=True) for k, (shape, dt, v) in fields.items()}
-                     for _ in range(2)]
-        self.host_np = [{k: v.numpy() for k, v in h.items()} for h in self.host]
-        self.copied = [torch.cuda.Event(), torch.cuda.Event()]
-        self.turn = 0
+        self.inputs = StagedInputs(fields, device)
+        self.static = self.inputs.static
         self.tokens = torch.zeros(n, dtype=torch.int64, device=device)  # the last replay's sampled tokens
         self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step copies neither
         self.buckets = batch_buckets(max_num_seqs)
@@ -116,13 +135,11 @@ class DecodeGraphs:
         bs = next(b for b in self.buckets if b >= n)
         if previous is not None and previous.data_ptr() != self.tokens.data_ptr() and (batch.token_ids < 0).any():
             self.tokens[:len(previous)].copy_(previous)  # the last step ran outside the graphs
-        host, copied = self.host[self.turn], self.copied[self.turn]
-        copied.synchronize()  # this set's last copy (two replays ago) has run: it may be refilled
-        names, self._greedy = fill_decode_inputs(self.host_np[self.turn], batch, bs, self.block_size,
-                                                 self.trash_block, self._greedy)
-        self.turn ^= 1
-        for name in names:
-            self.static[name][:bs].copy_(host[name][:bs], non_blocking=True)
-        copied.record()
+
+        def fill(h: dict) -> dict:
+            names, self._greedy = fill_decode_inputs(h, batch, bs, self.block_size, self.trash_block, self._greedy)
+            return dict.fromkeys(names, bs)
+
+        self.inputs.stage(fill)
         self.graph_for(n, int(batch.num_tokens.max())).replay()
         return self.tokens[:n]

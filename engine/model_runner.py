@@ -22,8 +22,11 @@ from .layers.embed_head import ParallelLMHead
 from .layers.gemm import set_gemm
 from .layers.parallel import set_all_reduce
 from .layers.pdl import set_pdl
+from .layers.varlen import varlen_causal
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
+from .prefill_graphs import MAX_TOKENS as MAX_PREFILL_TOKENS
+from .prefill_graphs import PrefillGraphs
 from .step_batch import StepBatch
 from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
 
@@ -46,7 +49,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None],
                  local_rank: int | None = None, num_nodes: int = 1):
         self.config, self.rank = config, rank
-        self.graphs = None
+        self.graphs = self.prefill_graphs = None
         self.sampled: torch.Tensor | None = None  # the last step's sampled token ids [B] int64 on the device
         self.world_size = config.tensor_parallel_size
         self.block_size = config.kvcache_block_size
@@ -96,12 +99,16 @@ class ModelRunner:
         self.max_blocks = math.ceil(config.max_model_len / self.block_size)
         if config.device == "cuda" and not config.enforce_eager:
             if rank == 0:
-                log.info("compiling the fused kernels and capturing decode CUDA graphs (batch sizes up to %d)",
-                         config.max_num_seqs)
+                log.info("compiling the fused kernels and capturing CUDA graphs (decode batch sizes up to %d, "
+                         "short prefills)", config.max_num_seqs)
             if config.compile:
                 self.model.ops.use_compiled()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
                                        self.num_kvcache_blocks, self.device)
+            if config.torch_dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
+                self.prefill_graphs = PrefillGraphs(self.model, min(MAX_PREFILL_TOKENS, config.max_num_batched_tokens),
+                                                    self.block_size, self.num_kvcache_blocks, self.device,
+                                                    self.graphs.pool)
 
     def _load_model(self) -> Qwen3ForCausalLM:
         """This rank's shard of the model, in the run's dtype on its device, loaded from the checkpoint."""
@@ -184,10 +191,13 @@ class ModelRunner:
     def run(self, step: bytes) -> torch.Tensor:
         """One forward step, sampling included, over ``step`` (``StepBatch.to_bytes()``): returns the sampled
         token ids ``[num_seqs]`` int64 on the device, the same on every rank (``layers.sampler``), also kept in
-        ``self.sampled``; a CUDA graph replays decode unless eager. Raises ValueError: a malformed message."""
+        ``self.sampled``; CUDA graphs replay decode and short prefills unless eager. Raises ValueError: a
+        malformed message."""
         batch = StepBatch.from_bytes(step)
         if not batch.is_prefill and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
             tokens = self.graphs.run(batch, self.sampled)
+        elif self.prefill_graphs is not None and self.prefill_graphs.can_run(batch):
+            tokens = self.prefill_graphs.run(batch)
         else:
             hidden = self._last_hidden(batch)
             temps = torch.zeros(batch.num_seqs) if batch.temperatures is None else torch.tensor(batch.temperatures)
@@ -208,7 +218,7 @@ class ModelRunner:
         """Free the CUDA graphs, the model and the KV cache, and leave the data-plane process group
         (idempotent). Frees them even while this runner is still referenced (a harness's kept engine, a
         traceback): the next engine in this process needs that memory."""
-        self.graphs = self.sampled = self.model = None
+        self.graphs = self.prefill_graphs = self.sampled = self.model = None
         gc.collect()  # each parameter's weight_loader refers back to its layer: a cycle
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -32,15 +32,22 @@ def slot_mapping(tables: np.ndarray, rows: np.ndarray, positions: np.ndarray, bl
     return tables[rows, positions // block_size].astype(np.int64) * block_size + positions % block_size
 
 
+def token_layout(batch: StepBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``batch``'s new tokens sit: (each one's sequence ``[N]``, its index among its sequence's new ones
+    ``[N]``, its position ``[N]``, each sequence's end in the flat token dimension ``[B]``), int64."""
+    q_lens, k_lens = batch.num_new.astype(np.int64), batch.num_tokens.astype(np.int64)
+    ends = np.cumsum(q_lens)
+    seq_of = np.repeat(np.arange(batch.num_seqs), q_lens)
+    offset = np.arange(int(ends[-1])) - np.repeat(ends - q_lens, q_lens)
+    return seq_of, offset, np.repeat(k_lens - q_lens, q_lens) + offset, ends
+
+
 def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
     """Prefill (and, on CPU, decode) inputs for ``batch``: the new tokens of each sequence are the last
     ``num_new`` of its ``num_tokens``: its uncached tail in prefill, its last token in decode."""
     B, q_lens, k_lens = batch.num_seqs, batch.num_new.astype(np.int64), batch.num_tokens.astype(np.int64)
     max_q, max_k = int(q_lens.max()), int(k_lens.max())
-    ends = np.cumsum(q_lens)
-    seq_of = np.repeat(np.arange(B), q_lens)                # [N] the sequence of each new token
-    offset = np.arange(int(ends[-1])) - np.repeat(ends - q_lens, q_lens)  # [N] its index among the new ones
-    positions = np.repeat(k_lens - q_lens, q_lens) + offset
+    seq_of, offset, positions, ends = token_layout(batch)
     tables = batch.block_tables()
     slots = slot_mapping(tables, seq_of, positions, block_size)
     spans = mask = cu_seqlens = None

@@ -295,3 +295,40 @@ def test_seeded_sampling_is_the_same_at_tp1_and_tp2(tiny_untied):
     tp1, _ = fresh_tokens(tiny_untied, 1, prompts, seed=5, temperature=0.8)
     tp2, used = fresh_tokens(tiny_untied, 2, prompts, seed=5, temperature=0.8)
     assert used == "symm_mem" and tp1 == tp2
+
+
+def prefill_caches_and_tokens(llm: LLM, batch: StepBatch) -> tuple[list[int], torch.Tensor]:
+    """Run the prefill ``batch`` on rank 0's runner; returns (its sampled tokens, the last layer's K cache)."""
+    runner = llm.runner
+    for attn in runner.model.attention_layers():
+        attn.k_cache.zero_()
+        attn.v_cache.zero_()
+    tokens = runner.run(batch.to_bytes()).tolist()
+    return tokens, runner.model.attention_layers()[-1].k_cache.clone()
+
+
+@pytest.mark.parametrize("lens", [[32], [5, 11, 20], [16, 16, 16, 16, 16, 16, 16, 16]])
+def test_graphed_prefill_equals_the_eager_one(tiny_realistic, lens):
+    """bf16 (the prefill graphs need 16-bit weights): a prompt that fills its bucket gives the eager prefill's
+    tokens and K cache bit for bit; a padded one (36 tokens in the 64 bucket) its tokens and its K cache
+    within bf16 rounding (the GEMMs see 64 rows, not 36), and nothing outside its slots."""
+    prompts = prompts_of_lengths(lens, seed=6)
+    with LLM(tiny_realistic, device="cuda", dtype="bfloat16", kvcache_block_size=16, max_model_len=256,
+             max_num_seqs=8, max_num_batched_tokens=512, gpu_memory_utilization=0.3) as llm:
+        graphs = llm.runner.prefill_graphs
+        assert graphs is not None
+        seqs = [Sequence(p, SamplingParams(temperature=0, max_tokens=4), 16) for p in prompts]
+        for s in seqs:
+            llm.block_manager.allocate(s)
+        batch = StepBatch.from_sequences(seqs, True)
+        assert graphs.can_run(batch)
+        graphed = prefill_caches_and_tokens(llm, batch)
+        llm.runner.prefill_graphs = None
+        eager = prefill_caches_and_tokens(llm, batch)
+        llm.runner.prefill_graphs = graphs
+    assert graphed[0] == eager[0]
+    if sum(lens) in graphs.buckets:
+        assert torch.equal(graphed[1], eager[1])
+    else:
+        torch.testing.assert_close(graphed[1], eager[1], rtol=2e-2, atol=2e-2)
+    assert not graphed[1][:-1][eager[1][:-1] == 0].any()  # the trash block (the last) aside, only its slots

@@ -108,6 +108,41 @@ def test_graph_inputs_agree_with_the_decode_builder():
     assert "seed" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)[0]
 
 
+
+def test_prefill_graph_inputs_agree_with_the_prefill_builder():
+    """The prefill graphs' host buffers (``fill_prefill_inputs``) hold what build_step_inputs builds for a
+    prefill without cached prefix; padding tokens sit in no sequence and write the trash block; padding
+    sequences are empty. The graphs take no placeholder and no cached prefix (``can_run``)."""
+    import torch
+
+    from engine.prefill_graphs import MAX_SEQS, PrefillGraphs, fill_prefill_inputs
+    from engine.step_inputs import build_step_inputs
+
+    seqs = seqs_with_tables([3, 16, 17], temperature=0.5)
+    batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, True, seed=7).to_bytes())
+    h = {"input_ids": np.full(64, 9, np.int64), "positions": np.full(64, 9, np.int64),
+         "slot_mapping": np.zeros(64, np.int64), "cu_seqlens": np.full(MAX_SEQS + 1, 9, np.int32),
+         "logits_index": np.full(MAX_SEQS, 9, np.int64), "temperatures": np.ones(MAX_SEQS, np.float32),
+         "seed": np.zeros(1, np.int64)}
+    rows = fill_prefill_inputs(h, batch, 64, 16, trash_block=99)
+    s = build_step_inputs(batch, 16, torch.device("cpu"))
+    assert h["input_ids"][:36].tolist() == s.input_ids.tolist() and not h["input_ids"][36:].any()
+    assert h["positions"][:36].tolist() == s.positions.tolist() and not h["positions"][36:].any()
+    assert h["slot_mapping"][:36].tolist() == s.attn.slot_mapping.tolist()
+    assert h["slot_mapping"][36:].tolist() == [99 * 16] * 28
+    assert h["cu_seqlens"].tolist() == [0, 3, 19, 36] + [36] * (MAX_SEQS - 3)
+    assert h["logits_index"].tolist() == s.logits_index.tolist() + [0] * (MAX_SEQS - 3)
+    assert h["temperatures"].tolist() == [0.5] * 3 + [0] * (MAX_SEQS - 3) and h["seed"][0] == 7
+    assert rows["input_ids"] == 64 and rows["cu_seqlens"] == MAX_SEQS + 1 and rows["seed"] == 1
+    graphs = object.__new__(PrefillGraphs)
+    graphs.buckets = [16, 32, 64]
+    assert graphs.can_run(batch)
+    seqs[1].append_placeholder(0)
+    assert not graphs.can_run(StepBatch.from_sequences(seqs, True))  # the placeholder
+    assert not graphs.can_run(StepBatch.from_sequences(seqs_with_tables([40, 30]), True))  # 70 tokens
+    assert not graphs.can_run(StepBatch.from_sequences(seqs_with_tables([1] * (MAX_SEQS + 1)), True))
+    assert not graphs.can_run(StepBatch.from_sequences(seqs_with_tables([40], cached=16), True))  # a cached prefix
+
 def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
     """The split rule (H200, 132 SMs, 8 KV heads): counts in powers of two up to 4 programs per SM, at most
     64; the fewest that leave each program one 64-token tile (or one block, if smaller) of cached tokens."""
