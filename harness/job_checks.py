@@ -150,6 +150,16 @@ def _unknown_keys(cfg: DictConfig) -> str | None:
     return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
 
 
+def run_folders(cfg: DictConfig) -> dict[str, str]:
+    """The folders of ``results_dir`` a job writes a run's files into: {name: what goes there}."""
+    engine_runs = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
+    folders = {"runs": "the run files", "requests": "the per-request files (save_requests=true)",
+               "steps": "the step logs (step_log=true)", "traces": f"the traces (profile={cfg.profile})"}
+    writes = {"runs": True, "requests": cfg.save_requests and cfg.workload.get("kind") == "serve",
+              "steps": cfg.step_log and engine_runs, "traces": cfg.profile != "none" and engine_runs}
+    return {name: what for name, what in folders.items() if writes[name]}
+
+
 def _check_where(cfg: DictConfig) -> str | None:
     """CUDA when asked for, tp=1 for ``engine=hf``, and where the rows go (on rank 0, which writes them)."""
     if cfg.device == "cuda":
@@ -159,7 +169,8 @@ def _check_where(cfg: DictConfig) -> str | None:
             return "device=cuda but CUDA is not available here (use device=cpu or auto)"
     if cfg.engine == "hf" and cfg.tp != 1:
         return "engine=hf runs on one device: use tp=1"
-    return results_problem(cfg.results_dir, cfg.results_file) if os.environ.get("RANK", "0") == "0" else None
+    rank0 = os.environ.get("RANK", "0") == "0"
+    return results_problem(cfg.results_dir, cfg.results_file, run_folders(cfg)) if rank0 else None
 
 
 def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:

@@ -157,6 +157,60 @@ def test_results_dir_that_is_a_file_says_so(tmp_path, model_cache, below):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("folder, argv", [("runs", ["workload=smoke"]),
+                                          ("requests", ["workload=serve", "save_requests=true",
+                                                        "workload.num_prompts=3"])])
+def test_a_file_in_the_way_of_a_run_folder_is_refused_before_the_run(tmp_path, model_cache, folder, argv):
+    """A new-user trial: a plain file ``runs`` (or ``requests``) in results_dir passed the checks, and the
+    run failed after it had measured (exit 1; the requests' a failed row)."""
+    (tmp_path / folder).write_text("not a directory\n")
+    res = harness(*argv, f"results_dir={tmp_path}", "progress=false", cache=model_cache, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write the "), res.stderr
+    assert f"to {tmp_path / folder}: it is not a directory" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == [folder]  # no row, no other file
+
+
+@pytest.mark.parametrize("folder, argv", [
+    ("runs", ["workload=smoke"]), ("runs", ["workload=broadcast", "tp=2"]),
+    ("requests", ["workload=serve", "save_requests=true"]), ("steps", ["workload=smoke", "step_log=true"]),
+    ("traces", ["workload=smoke", "profile=torch"])])
+def test_every_folder_a_job_writes_is_checked_for_every_job_of_a_sweep(tmp_path, folder, argv):
+    from harness.preflight import check_command
+
+    good, blocked = tmp_path / "good", tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / folder).write_text("")
+    problem, _ = check_command(["-m", *argv, f"results_dir={good},{blocked}"])  # the second job's
+    assert problem is not None and problem.startswith("cannot write the "), problem
+    assert problem.endswith(f"to {blocked / folder}: it is not a directory (move it, or pick another results_dir)")
+    assert os.listdir(tmp_path) == ["blocked"]
+
+
+@pytest.mark.parametrize("folder, argv", [
+    ("requests", ["workload=smoke", "save_requests=true"]), ("steps", ["engine=hf", "step_log=true"]),
+    ("traces", ["workload=broadcast", "tp=2", "profile=torch"])])
+def test_a_folder_the_job_does_not_write_is_not_checked(tmp_path, folder, argv):
+    from harness.preflight import check_command
+
+    (tmp_path / folder).write_text("")
+    assert check_command([*argv, f"results_dir={tmp_path}"])[0] is None
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    from harness import conf_paths
+    from harness.preflight import check_command
+
+    (tmp_path / "steps").mkdir()
+    real = conf_paths.cannot_write
+    monkeypatch.setattr(conf_paths, "cannot_write",
+                        lambda d: "Permission denied" if d.endswith("steps") else real(d))  # root writes anywhere
+    problem, _ = check_command(["workload=smoke", "step_log=true", f"results_dir={tmp_path}"])
+    assert problem == f"cannot write the step logs (step_log=true) to {tmp_path / 'steps'}: Permission denied"
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_a_script_without_the_main_guard_is_named_in_the_last_line(tmp_path, tiny_untied):
     """The README's Python API without ``if __name__ == "__main__":``: the spawned worker re-runs the script
