@@ -58,10 +58,13 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
 
 
 def _read_one(path: str) -> pd.DataFrame:
-    """One results CSV's rows, its damaged lines left out with a warning. Raises InputError: empty, not
-    text, not CSV, not a results CSV (the REQUIRED columns), or a header only."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """One results CSV's rows, its damaged lines left out with a warning. Raises InputError: unreadable (a
+    directory named ``*.csv``), empty, not text, not CSV, not a results CSV (the REQUIRED columns), a header only."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not data.strip():
         raise InputError(f"{path}: empty file")
     try:

@@ -70,6 +70,14 @@ def test_a_damaged_csv_in_a_folder_is_skipped(content, folder, capsys):
     assert f"skipped {folder / 'broken.csv'}: " in out and "read " in out
 
 
+def test_a_directory_named_like_a_csv_in_a_folder_is_skipped(folder, capsys):
+    """A new-user trial: a directory x.csv beside runs.csv ended in an IsADirectoryError traceback."""
+    (folder / "x.csv").mkdir()
+    assert main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {folder / 'x.csv'}: cannot read it (Is a directory)" in out and "read " in out
+
+
 def test_a_foreign_csv_named_on_the_command_line_is_an_error_of_one_line(folder, capsys):
     assert main([str(folder / "runs.csv"), str(folder / "nvidia-smi.csv")]) == 2
     captured = capsys.readouterr()
