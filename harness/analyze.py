@@ -254,14 +254,14 @@ def main(argv: list[str] | None = None) -> int:
                                 ("--metrics", args.metrics)) if v]
         if given:
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
-        if args.plot:
+        if args.plot is not None:
             check_plot_path(args.plot)
         df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))
-        if args.baseline and args.baseline not in set(df.control.dropna()):
-            raise InputError(f"--baseline {args.baseline}: no such control in the rows (they have "
+        if args.baseline is not None and args.baseline not in set(df.control.dropna()):
+            raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
                              f"{', '.join(sorted(set(df.control.dropna())))})")
         keys = report(df, args.group, args.baseline, args.format)
-        if args.plot:  # its line to stderr under --format csv, which is for a program to read
+        if args.plot is not None:  # its line to stderr under --format csv, which is for a program to read
             with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):
                 plot_figures(df[df.status == "ok"], keys, args.group, args.plot)
         return 0
