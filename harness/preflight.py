@@ -22,7 +22,8 @@ from engine import ConfigError, EngineConfig
 from .argv_checks import option_problem, overrides_of
 from .conf_paths import CONF_DIR, GROUPS, group_options
 from .conf_schema import LLM_DEFAULTS  # the import registers the schema before Hydra composes
-from .job_checks import check_job, cli_message, has_key, model_shape, no_option, options_having, picked_model
+from .job_checks import check_job, cli_message, has_key, no_option, options_having
+from .job_notes import job_notes
 from .value_checks import VALUE_CHECKS
 
 
@@ -167,32 +168,6 @@ def _deletion_problem(job: list[str], compose) -> str | None:
     return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
 
 
-def _notes(job: list[str], compose) -> list[str]:
-    """Notes on what ``job`` sets that nothing reads, or past what the model has: ``llm.*`` under engine=hf,
-    ``workload.cpu.*`` on a workload that does not scale on CPU, ``workload.max_token_id`` past the model's
-    vocabulary (draws stop at its last id)."""
-    keys = [a.lstrip("+").split("=", 1)[0] for a in job]
-    llm = [k for k in keys if k.startswith("llm.")]
-    cpu = [k for k in keys if k.startswith("workload.cpu.")]
-    if not (llm or cpu or "workload.max_token_id" in keys):
-        return []
-    cfg = compose(job)
-    notes = []
-    if llm and cfg.engine == "hf":
-        notes.append(f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}")
-    if cpu and not cfg.workload.get("scale_on_cpu"):
-        notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
-                     f"{', '.join(cpu)}")
-    if "workload.max_token_id" in keys:
-        model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
-        top = cfg.workload.max_token_id
-        vocab = model_shape(model)["vocab_size"]
-        if top >= vocab:
-            notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
-                         f"({vocab} ids): token ids go up to {vocab - 1}")
-    return notes
-
-
 def _check_job(job: list[str], compose) -> str | None:
     """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
     try:
@@ -241,7 +216,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
             problem = _check_job(job, compose)
             if problem:
                 return problem, argv
-            notes += _notes(job, compose)
+            notes += job_notes(job, compose)
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)
