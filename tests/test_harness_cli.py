@@ -537,6 +537,24 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     assert "max_token_id" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, note", [
+    # a new-user trial: save_requests=true on workload=smoke wrote nothing and said nothing
+    (["workload=smoke", "save_requests=true"], "note: workload=smoke has no per-request file (a serve workload has "
+                                               "one, e.g. workload=serve): nothing reads save_requests"),
+    (["-m", "workload=latency,serve", "save_requests=true"], "note: workload=latency has no per-request file"),
+    (["engine=hf", "step_log=true"], "note: engine=hf runs no engine steps to log: nothing reads step_log"),
+    (["workload=broadcast", "tp=2", "step_log=true"], "note: workload=broadcast runs no engine steps to log"),
+    (["workload=serve", "save_requests=true", "step_log=true"], None),
+    (["workload=smoke", "save_requests=false"], None),
+])
+def test_a_file_switch_on_a_job_that_writes_no_such_file_passes_with_a_note(argv, note, capsys):
+    from harness.preflight import check_command
+
+    assert check_command(argv)[0] is None
+    err = capsys.readouterr().err
+    assert (note in err and err.count("\n") == 1) if note else err == "", err
+
+
 def test_a_model_larger_than_the_memory_is_refused_before_it_is_built():
     """model=qwen3-8b on a 23 GB CPU machine: the OOM killer ended the build with no message."""
     from harness.model_checks import memory_problem, parameter_count
