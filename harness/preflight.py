@@ -34,8 +34,21 @@ def parse(arg: str):
     except HydraException as e:
         lines = [ln for ln in str(e).strip().splitlines() if not ln.startswith(("Error parsing", "See https"))]
         first = re.sub(r" expecting \{.*\}", "", lines[0]) if lines else type(e).__name__  # not the token list
-        raise ValueError(f"cannot parse {arg!r}: {first} (the grammar: https://hydra.cc/docs/1.2/advanced/"
-                         f"override_grammar/basic)") from None
+        raise ValueError(f"cannot parse {arg!r}: {first}{_quote_hint(arg, lines)} (the grammar: "
+                         f"https://hydra.cc/docs/1.2/advanced/override_grammar/basic)") from None
+
+
+def _quote_hint(arg: str, lines: list[str]) -> str:
+    """For a character of a value that Hydra's lexer takes only quoted (non-ASCII, ``&;#!``...: the caret under
+    it): which, and the value quoted as a shell passes it on."""
+    lead = "LexerNoViableAltException: "
+    if len(lines) < 2 or not lines[0].startswith(lead) or lines[1].strip() != "^":
+        return ""
+    at, (key, _, value) = lines[1].index("^") - len(lead), arg.partition("=")
+    if not len(key) < at < len(arg):  # in the key: no quotes help
+        return ""
+    plain = not set(value) & set("'\"[]{}(),")  # else a list, a sweep or a quote of its own: quote the item
+    return f"; {arg[at]!r} needs quotes: " + (f"\"{key}='{value}'\" in a shell" if plain else "quote the item with it")
 
 
 @contextlib.contextmanager

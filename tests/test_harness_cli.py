@@ -123,10 +123,13 @@ BAD_INPUT = [
      "the arrivals would span 2e+300 s ((num_prompts - 1) / request_rate), over a day"),
     (["workload=bench", "workload.max_input_len=5000"],
      "workload bench asks for sequences of up to 5064 tokens (5000 of prompt + 64 output); the limit is 4096"),
+    # a new-user trial: Hydra's lexer refused a non-ASCII value without saying that quotes take it
+    (["tag=ünïcødé"], "LexerNoViableAltException: tag=ünïcødé; 'ü' needs quotes: \"tag='ünïcødé'\" in a shell"),
+    (["-m", "tag=a,b&c"], "tag=a,b&c; '&' needs quotes: quote the item with it"),
 ]
 # a few of each kind, end to end through ``python -m harness``
 END_TO_END = {"llm.max_model_len=8", "device=cuda", "results_dir=/proc/forbidden", "control=nope", "tp=3", "foo=1",
-              "tp=[1", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt",
+              "tp=[1", "tag=ünïcødé", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt",
               "workload.num_prompts=1000000000"}
 
 
@@ -156,7 +159,7 @@ def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, messag
 
 @pytest.mark.parametrize("argv", [
     ["-m", "llm.all_reduce='auto',auto"],           # a sweep whose first value is quoted
-    ["-m", "tp=range(1,3)"], ["-m", "device=choice(cpu,auto)"],
+    ["-m", "tp=range(1,3)"], ["-m", "device=choice(cpu,auto)"], ["tag='ünïcødé'"], ["-m", "tag=a,'b&c'"],
     ["-m", "tp=1,02"], ["repeat=02"],  # Hydra types 02 as a string; the schema's int takes it as 2
     ["workload=broadcast", "tp=2", "device=cpu", "llm.gemm=cublas"],  # broadcast builds no engine
     ["engine=hf", "llm.gemm=cublas"],                 # nor does engine=hf
