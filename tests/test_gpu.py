@@ -326,9 +326,10 @@ def test_graphed_prefill_equals_the_eager_one(tiny_realistic, lens):
         llm.runner.prefill_graphs = None
         eager = prefill_caches_and_tokens(llm, batch)
         llm.runner.prefill_graphs = graphs
+    graphed_k, eager_k = graphed[1][:-1], eager[1][:-1]  # the last block is the trash, where padding writes
     assert graphed[0] == eager[0]
     if sum(lens) in graphs.buckets:
-        assert torch.equal(graphed[1], eager[1])
+        assert torch.equal(graphed_k, eager_k)
     else:
-        torch.testing.assert_close(graphed[1], eager[1], rtol=2e-2, atol=2e-2)
-    assert not graphed[1][:-1][eager[1][:-1] == 0].any()  # the trash block (the last) aside, only its slots
+        torch.testing.assert_close(graphed_k, eager_k, rtol=2e-2, atol=2e-2)
+    assert not graphed_k[eager_k == 0].any()  # nothing outside the prompts' slots
