@@ -63,8 +63,12 @@ class LLM(LLMTools):
                 self.runner = ProfiledRunner(self.runner, self.profiler, end_mark=False)
             log.info("ready in %.1f s: %d KV blocks per rank, all-reduce %s", time.perf_counter() - t0,
                      self.runner.num_kvcache_blocks, self.runner.all_reduce)
-        except BaseException:
-            self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
+        except BaseException as e:
+            try:
+                if isinstance(e, Exception) and self.cluster is not None:
+                    self.cluster.explain(e, None, wait_s=0.5)  # a worker that died while starting explains ours
+            finally:
+                self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
             raise
         self._in_flight: InFlightStep | None = None
         self.reset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import math
@@ -66,7 +67,8 @@ class ModelRunner:
         try:
             self._build(sync, num_nodes)
         except BaseException:
-            self.exit()  # leave the group, free what was built: this process may start another engine
+            with contextlib.suppress(Exception):  # a dead peer's group may fail to close: keep the first error
+                self.exit()  # leave the group, free what was built: this process may start another engine
             raise
 
     def _build(self, sync: Callable[[str], None], num_nodes: int) -> None:

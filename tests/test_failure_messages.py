@@ -364,3 +364,25 @@ def test_a_shut_down_engine_frees_its_weights_and_kv_cache_while_it_is_still_ref
     del model
     llm.shutdown()
     assert [r() for r in held] == [None, None]
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_during_a_start_up_collective_is_named(tiny_untied, monkeypatch):
+    """A worker killed while rank 0 is in a start-up collective (the KV blocks' all_reduce): the error names it,
+    as one mid-run does. CI caught gloo's bare "Read error" from a worker killed at that moment."""
+    import multiprocessing
+
+    import engine.model_runner
+    from engine import LLM, WorkerError
+
+    sized = engine.model_runner.ModelRunner._local_num_blocks
+
+    def kill_the_workers_first(runner):
+        for worker in multiprocessing.active_children():
+            worker.kill()
+            worker.join(10)
+        return sized(runner)
+
+    monkeypatch.setattr(engine.model_runner.ModelRunner, "_local_num_blocks", kill_the_workers_first)
+    with pytest.raises(WorkerError, match="rank 1"):
+        LLM(tiny_untied, tensor_parallel_size=2, device="cpu")

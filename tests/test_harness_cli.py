@@ -494,7 +494,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["--cfg"], "--cfg takes one of job, hydra, all"),
     (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
     (["-m", "dtype=float32,int3"], "dtype 'int3' is not supported on "),  # before job 0, not at job 1
-    (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or >= 1, got -1"),
+    (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or 1-1024, got -1"),
     # session 13's new-user trial: each was refused only inside its job, after the sweep's earlier jobs had run
     (["-m", "results_dir=/tmp,/proc/tpcp-forbidden"], "cannot write results to /proc/tpcp-forbidden"),
     ([f"results_dir={ROOT}", "results_file=tests"], "results_file=tests: "),  # exit 1 once the row was due
@@ -505,7 +505,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     # session 14: refused only inside its job (7.9 s, an outputs/ directory left), after a sweep's earlier jobs
     (["-m", "llm.max_model_len=4096,16"], "the limit is 16 (llm.max_model_len=16, the model's max_position_emb"),
     # the command's max_input_len wins over bench's CPU scale-down (128), as in the job
-    (["device=cpu", "workload.max_input_len=1024", "llm.max_model_len=1000"], "workload bench has sequences of up"),
+    (["device=cpu", "workload.max_input_len=1024", "llm.max_model_len=1000"], "asks for sequences of up to 1088"),
     # session 15's new-user trial: refused inside its job (4 s, an outputs/ directory left)
     (["workload=broadcast", "tp=1"], "workload=broadcast measures the control plane between ranks: needs engine=tp"),
     (["-m", "workload=broadcast", "tp=2,1"], "needs engine=tp and tp >= 2"),  # before job 0
