@@ -24,9 +24,6 @@ def run_hf_job(cfg: DictConfig) -> int:
     row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
     try:
         results, path, work = prepare(cfg, device)
-        if work.arrivals is not None:
-            raise ConfigError(f"engine=hf runs offline batches through generate(): workload={work.name} needs "
-                              f"engine=tp")
         row0["model"], row0["model_hash"] = model_label(cfg, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

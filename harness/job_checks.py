@@ -161,7 +161,8 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
 
 
 def _check_where(cfg: DictConfig) -> str | None:
-    """CUDA when asked for, tp=1 for ``engine=hf``, and where the rows go (on rank 0, which writes them)."""
+    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, and where the rows go (on rank 0, which
+    writes them)."""
     if cfg.device == "cuda":
         import torch
 
@@ -169,6 +170,8 @@ def _check_where(cfg: DictConfig) -> str | None:
             return "device=cuda but CUDA is not available here (use device=cpu or auto)"
     if cfg.engine == "hf" and cfg.tp != 1:
         return "engine=hf runs on one device: use tp=1"
+    if cfg.engine == "hf" and cfg.workload.get("kind") == "serve":
+        return f"engine=hf runs offline batches through generate(): workload={cfg.workload.name} needs engine=tp"
     rank0 = os.environ.get("RANK", "0") == "0"
     return results_problem(cfg.results_dir, cfg.results_file, run_folders(cfg)) if rank0 else None
 

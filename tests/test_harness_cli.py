@@ -123,6 +123,8 @@ BAD_INPUT = [
      "the arrivals would span 2e+300 s ((num_prompts - 1) / request_rate), over a day"),
     (["workload=bench", "workload.max_input_len=5000"],
      "workload bench asks for sequences of up to 5064 tokens (5000 of prompt + 64 output); the limit is 4096"),
+    (["-m", "engine=tp,hf", "workload=serve"], "engine=hf runs offline batches through generate(): workload=serve "
+     "needs engine=tp"),  # refused inside its job, after the tp job had run
     # a new-user trial: Hydra's lexer refused a non-ASCII value without saying that quotes take it
     (["tag=ünïcødé"], "LexerNoViableAltException: tag=ünïcødé; 'ü' needs quotes: \"tag='ünïcødé'\" in a shell"),
     (["-m", "tag=a,b&c"], "tag=a,b&c; '&' needs quotes: quote the item with it"),
