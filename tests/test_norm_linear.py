@@ -15,8 +15,7 @@ from engine.layers.norm import RMSNorm
 def fused_calls(monkeypatch):
     """Stand-ins for the Triton kernels that record which ran, with the row length."""
     calls = []
-    monkeypatch.setattr(gemm, "_gemv", lambda x, w, out=None, residual=None: calls.append(
-        ("gemv" if residual is None else "gemv_add", x.shape[-1])) or x @ w.T + (0 if residual is None else residual))
+    monkeypatch.setattr(gemm, "_gemv", lambda x, w, out=None: calls.append(("gemv", x.shape[-1])) or x @ w.T)
     monkeypatch.setattr(gemm, "_norm_gemv", lambda h, res, nw, eps, w, swiglu: calls.append(
         ("norm_gemv" if nw is not None else "gemv_swiglu", h.shape[-1])) or (h, h))
     monkeypatch.setattr(gemm, "_rms_norm", lambda h, res, nw, eps: calls.append(("rms_norm", h.shape[-1])) or (h, h))
@@ -26,32 +25,16 @@ def fused_calls(monkeypatch):
 LONG = 2 * gemm.NORM_GEMV_MAX_K
 
 
-@pytest.mark.parametrize("rows, k, swiglu, residual, kernels", [
-    (1, 1024, False, True, ["norm_gemv"]), (1, gemm.NORM_GEMV_MAX_K, True, True, ["norm_gemv"]),
-    (1, LONG, False, True, ["rms_norm", "gemv"]), (1, LONG, True, True, ["rms_norm", "gemv_swiglu"]),
-    (1, LONG, False, False, ["norm_gemv"]), (1, LONG, True, False, ["norm_gemv"]), (2, 1024, False, True, [])])
-def test_the_fused_kernel_takes_batch_1_rows_up_to_the_measured_length(fused_calls, rows, k, swiglu, residual,
-                                                                       kernels):
-    """Up to NORM_GEMV_MAX_K one kernel; longer rows the Triton norm, then the GEMV (with SwiGLU), unless the
-    GEMV before added the residual (one kernel then: it reads one row); batch > 1 none of them (cuBLAS after the
-    torch norm)."""
+@pytest.mark.parametrize("rows, k, swiglu, kernels", [
+    (1, 1024, False, ["norm_gemv"]), (1, gemm.NORM_GEMV_MAX_K, True, ["norm_gemv"]),
+    (1, LONG, False, ["rms_norm", "gemv"]), (1, LONG, True, ["rms_norm", "gemv_swiglu"]), (2, 1024, False, [])])
+def test_the_fused_kernel_takes_batch_1_rows_up_to_the_measured_length(fused_calls, rows, k, swiglu, kernels):
+    """Up to NORM_GEMV_MAX_K one kernel; longer rows the Triton norm, then the GEMV (with SwiGLU); batch > 1
+    none of them (cuBLAS after the torch norm)."""
     norm = RMSNorm(k, 1e-6)
-    gemm.norm_linear(torch.randn(rows, k), torch.randn(rows, k) if residual else None, norm, torch.randn(8, k),
+    gemm.norm_linear(torch.randn(rows, k), torch.randn(rows, k), norm, torch.randn(8, k),
                      swiglu=ElementwiseOps().silu_and_mul if swiglu else None)
     assert fused_calls == [(name, k) for name in kernels]
-
-
-@pytest.mark.parametrize("rows, kernels", [(1, ["gemv_add"]), (2, [])])
-def test_linear_add_fuses_the_residual_at_batch_1_only(fused_calls, rows, kernels):
-    """At batch 1 the GEMV adds the residual and hands back None (the norm after reads one row); otherwise
-    the matmul alone, and the residual goes on to the norm, values unchanged."""
-    x, w, res = torch.randn(rows, 16), torch.randn(8, 16), torch.randn(rows, 8)
-    y, left = gemm.linear_add(x, w, res)
-    assert fused_calls == [(name, 16) for name in kernels]
-    if kernels:
-        assert left is None and torch.allclose(y, x @ w.T + res)
-    else:
-        assert left is res and torch.allclose(y, x @ w.T)
 
 
 def test_the_unfused_path_is_norm_then_matmul_then_swiglu():

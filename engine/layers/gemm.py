@@ -13,9 +13,9 @@ import torch.nn.functional as F
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 _rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
-# Longer rows with a residual to add take the norm and the GEMV apart: H200, batch 1 (calls 36-37, 41,
-# results/h200/NOTES.md), fused, Qwen3-8B (K = 4096) went 4.61 -> 5.40 ms (each 2-row program re-read the 8 KB
-# row and the residual and summed their squares). Without a residual (``linear_add``) a program reads one row.
+# Longer rows take the norm and the GEMV apart. H200, batch 1 (calls 36-37, 41, results/h200/NOTES.md): fused,
+# Qwen3-0.6B (K = 1024) went 1.127 -> 1.044 ms per token, Qwen3-8B (K = 4096) 4.61 -> 5.40 ms with call 38's
+# tiles and PDL (each 2-row program re-reads the 8 KB row and sums its squares).
 NORM_GEMV_MAX_K = 2048
 
 
@@ -58,25 +58,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def linear_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, None]:
-    """(x ``[M, K]`` @ weight ``[N, K]``.T + residual ``[M, N]``, None): the new residual stream, in one GEMV at
-    batch 1 with the Triton GEMV (the add rounded as the unfused one), so that the norm after it reads one row;
-    else (x @ weight.T, residual), for the norm after it to add."""
-    if _gemv_fits(x, weight) and residual.is_contiguous() and residual.dtype == x.dtype:
-        return _gemv(x, weight, residual=residual), None
-    return linear(x, weight), residual
-
-
 def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``swiglu(norm(h + residual) @ weight.T (+ bias))``, swiglu when given; the new residual ``h + residual``,
     or h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight ``[N, K]``. At batch 1
     with the Triton GEMV (``swiglu`` then SiLU-and-mul of the halves): one ``norm_gemv`` for K <=
-    ``NORM_GEMV_MAX_K`` or without ``residual`` (the GEMV before added it: ``linear_add``), else the Triton norm
-    then the GEMV; otherwise norm, matmul, ``swiglu`` in turn."""
+    ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV; otherwise norm, matmul, ``swiglu`` in turn."""
     if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
             and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
-        if h.shape[-1] <= NORM_GEMV_MAX_K or residual is None:
+        if h.shape[-1] <= NORM_GEMV_MAX_K:
             return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
         x, residual = _rms_norm(h, residual, norm.weight, norm.eps)
         y = _norm_gemv(x, None, None, 0.0, weight, True)[0] if swiglu is not None else _gemv(x, weight)

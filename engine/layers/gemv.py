@@ -27,8 +27,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # loaded as float32; fl
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, N, K, stride_wn, HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -43,10 +43,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, N, K, stride_wn, HAS_RES: tl.cons
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w_ptrs += BLOCK_K
         w = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
-    y = acc.to(y_ptr.dtype.element_ty)
-    if HAS_RES:  # the residual stream's add, rounded as the unfused ``h + residual``
-        y = (y.to(tl.float32) + tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)).to(y.dtype)
-    tl.store(y_ptr + cols, y, mask=col_ok)
+    tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
 def tiles(n: int, k: int) -> tuple[int, int, int]:
@@ -57,10 +54,8 @@ def tiles(n: int, k: int) -> tuple[int, int, int]:
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None,
-         residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x ``[1, K]``, weight ``[N, K]`` (both unit stride along K) -> ``x @ weight.T`` ``[1, N]`` in x's dtype
-    (plus ``residual`` ``[1, N]``, contiguous, x's dtype, when given: shapes checked by the caller, ``gemm.py``),
+         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """x ``[1, K]``, weight ``[N, K]`` (both unit stride along K) -> ``x @ weight.T`` ``[1, N]`` in x's dtype,
     into ``out`` when given (``[1, N]``, unit stride). ``block_n`` / ``block_k`` / ``num_warps``: per-program
     tiles and warps (benchmarks; default ``tiles``). PDL when ``pdl.ENABLED``. Raises ValueError: x is not one
     row, the shapes, dtypes (float16, bfloat16 or float32, all one) or devices do not match, a tensor lacks unit
@@ -86,8 +81,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
     if any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in (block_n, block_k)):
         raise ValueError(f"gemv: block_n={block_n!r}, block_k={block_k!r}: each must be a power of two")
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, residual if residual is not None else out, n, k,
-                                             weight.stride(0), HAS_RES=residual is not None, BLOCK_N=block_n,
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
                                              BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
                                              num_warps=num_warps)
     return out

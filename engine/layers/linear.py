@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .gemm import linear, linear_add
+from .gemm import linear
 from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
@@ -93,10 +93,3 @@ class RowParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = matmul_all_reduce(x, self.weight)
         return y if self.bias is None else y + self.bias
-
-    def forward_add(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(``forward(x) + residual``, None) in one kernel where ``gemm.linear_add`` takes it (tp=1, no bias),
-        else (``forward(x)``, residual) for the next norm to add."""
-        if tp_size() == 1 and self.bias is None:
-            return linear_add(x, self.weight, residual)
-        return self(x), residual

@@ -22,7 +22,7 @@ from ..step_inputs import StepInputs
 class Qwen3Attention(nn.Module):
     """Self-attention on this rank's heads: projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` (QKV column-parallel,
     called by the layer fused with its norm) -> q/k RMSNorm and RoPE (inside the decode kernel on CUDA),
-    paged attention, row-parallel o_proj -> (``[N, hidden]``, the residual stream: None when o_proj added it)."""
+    paged attention, row-parallel o_proj -> ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -38,7 +38,7 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
 
-    def forward(self, qkv, cos_sin, inputs: StepInputs, residual):
+    def forward(self, qkv, cos_sin, inputs: StepInputs):
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q, k = q.view(-1, self.num_heads, self.head_dim), k.view(-1, self.num_kv_heads, self.head_dim)
@@ -48,13 +48,12 @@ class Qwen3Attention(nn.Module):
             out = self.attn(q, k, v, inputs.attn, qk_norm)
         else:
             out = self.attn(*self.ops.qk_norm_rotary(q, k, *qk_norm), v, inputs.attn)
-        return self.o_proj.forward_add(out.flatten(1), residual)
+        return self.o_proj(out.flatten(1))
 
 
 class Qwen3MLP(nn.Module):
     """SwiGLU MLP: gate/up column-parallel (called by the layer, fused with its norm and SiLU-and-mul), then
-    forward: ``silu(gate) * up [N, intermediate / tp]``, residual -> row-parallel down ``[N, hidden]`` (plus the
-    residual, which comes back None, where ``gemm.linear_add`` fuses the add)."""
+    forward: ``silu(gate) * up [N, intermediate / tp]`` -> row-parallel down ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -62,8 +61,8 @@ class Qwen3MLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
         self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
 
-    def forward(self, act, residual):
-        return self.down_proj.forward_add(act, residual)
+    def forward(self, act):
+        return self.down_proj(act)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -78,13 +77,13 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
-        layer, or None when ``h`` holds it) -> this layer's (output, residual)."""
+        layer) -> this layer's (output, residual)."""
         attn, mlp = self.self_attn, self.mlp
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
-        h, residual = attn(qkv, cos_sin, inputs, residual)
+        h = attn(qkv, cos_sin, inputs)
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
                                     swiglu=mlp.ops.silu_and_mul)
-        return mlp(act, residual)
+        return mlp(act), residual
 
 
 class Qwen3Model(nn.Module):
@@ -102,7 +101,7 @@ class Qwen3Model(nn.Module):
         cos_sin = self.rotary(inputs.positions)
         for layer in self.layers:
             h, residual = layer(h, residual, cos_sin, inputs)
-        return self.norm(h) if residual is None else self.norm(h, residual)[0]
+        return self.norm(h, residual)[0]
 
 
 class Qwen3ForCausalLM(nn.Module):
