@@ -1,12 +1,11 @@
 """The control-plane interface: rank 0 broadcasts (method, args) messages to ranks 1..world_size-1.
 
-A backend is a :class:`ControlPlane` (rank 0's side, built before the workers start) and, per worker, a
-:class:`WorkerEndpoint` from ``ControlPlane.endpoint(rank)``, pickled to the worker and opened there.
-Backends move opaque bytes; framing, time stamps and statistics live here, so every backend is measured the
-same way. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank 0's ``time.monotonic_ns()``
-before serialising: CLOCK_MONOTONIC is one clock per host, so ``recv_ns - send_ns`` on a worker is the one-way
-latency (a worker on another host subtracts its ``clock_offset_ns``). Peer liveness is a callback the owner
-installs (``liveness_check``); every blocking wait calls it at least every ``POLL_S`` and stops with its error.
+A backend is a :class:`ControlPlane` (rank 0's side) and, per worker, a picklable :class:`WorkerEndpoint` from
+``ControlPlane.endpoint(rank)``. Backends move opaque bytes; framing, time stamps and statistics live here, so
+every backend is measured the same way. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank
+0's ``time.monotonic_ns()`` before serialising: CLOCK_MONOTONIC is one clock per host, so ``recv_ns - send_ns``
+on a worker is the one-way latency (minus ``clock_offset_ns`` on another host). Every blocking wait calls the
+owner's ``liveness_check`` at least every ``POLL_S`` and stops with its error.
 """
 from __future__ import annotations
 
@@ -43,21 +42,13 @@ NETWORK = "network"  # sockets: any ranks that reach rank 0 over the network
 
 @dataclass(frozen=True)
 class ControlContext:
-    """Where the ranks run, for planes that care.
+    """Where the ranks run, for planes that care."""
 
-    Attributes:
-        store: a torch.distributed Store every rank reaches (handshakes); None: the plane makes its own.
-        host: the address at which the workers reach rank 0's host.
-        node_of: node index of every rank (rank 0's node is 0); ranks on one node share /dev/shm.
-        launcher: "spawn" (rank 0 started the workers) or "torchrun".
-        startup_timeout_s: longest wait for the workers to join a plane at start-up (s).
-    """
-
-    store: Any = None
-    host: str = "127.0.0.1"
-    node_of: tuple[int, ...] = ()
-    launcher: str = "spawn"
-    startup_timeout_s: float = 600.0
+    store: Any = None  # a torch.distributed Store every rank reaches; None: the plane makes its own
+    host: str = "127.0.0.1"  # where the workers reach rank 0's host
+    node_of: tuple[int, ...] = ()  # node of every rank (rank 0's is 0); the ranks of a node share /dev/shm
+    launcher: str = "spawn"  # "spawn" (rank 0 started the workers) or "torchrun"
+    startup_timeout_s: float = 600.0  # longest wait for the workers to join a plane at start-up (s)
 
     @property
     def num_nodes(self) -> int:
@@ -65,11 +56,10 @@ class ControlContext:
 
 
 class ControlStats:
-    """Per-message samples kept by one side: sizes (bytes) and durations (ns), as compact int64 arrays."""
+    """Per-message samples of one side: sizes (bytes) and durations (ns), as int64 arrays."""
 
     def __init__(self) -> None:
-        self.nbytes = array("q")
-        self.ns = array("q")
+        self.nbytes, self.ns = array("q"), array("q")
 
     def add(self, nbytes: int, ns: int) -> None:
         self.nbytes.append(nbytes)
@@ -97,9 +87,9 @@ class ControlPlane(ABC):
     """Driver (rank 0) side of a control plane for ``world_size`` ranks.
 
     Args:
-        world_size: number of ranks including rank 0 (>= 1; with 1 nothing is ever sent).
+        world_size: ranks including rank 0 (with 1 nothing is ever sent).
         timeout_s: longest wait for a worker to take a message before :class:`ControlPlaneError` (s).
-        context: where the ranks run (:class:`ControlContext`; default: one host, spawned workers).
+        context: where the ranks run (default: one host, spawned workers).
     Attributes:
         send_stats: per ``send`` the message size (bytes) and the send cost, serialise + write (ns).
         last_send_start_ns: ``time.monotonic_ns()`` when the latest send began (None before the first).
@@ -110,8 +100,6 @@ class ControlPlane(ABC):
     scope = SPAWN
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
         self.world_size = world_size
         self.num_workers = world_size - 1
         self.timeout_s = timeout_s
@@ -143,8 +131,7 @@ class ControlPlane(ABC):
         return len(payload)
 
     def ns_since_send(self) -> int | None:
-        """Nanoseconds since the latest :meth:`send` began (rank 0's clock); None before the first send or
-        at tp=1."""
+        """Nanoseconds since the latest :meth:`send` began; None before the first send or at tp=1."""
         return None if self.last_send_start_ns is None else time.monotonic_ns() - self.last_send_start_ns
 
     def take_send_stats(self) -> ControlStats:
@@ -166,26 +153,21 @@ class ControlPlane(ABC):
         """Deliver ``payload`` to every worker, intact and in order."""
 
     def workers_started(self) -> None:
-        """Called once the workers hold their endpoints: a backend may drop the driver's copies of the
-        worker ends, or start connecting. Must not block long."""
+        """Called once the workers hold their endpoints (drop the driver's copies, or start connecting)."""
 
     def wait_ready(self) -> None:
         """Block (checking liveness, at most ``startup_timeout_s``) until the workers have joined a plane that
-        connects; called after ``workers_started``, before anything may block rank 0 holding the GIL. Raises
-        ControlPlaneError: they did not join in time."""
+        connects, before anything may block rank 0 holding the GIL. Raises ControlPlaneError: not in time."""
 
     def close(self) -> None:
         """Release what the driver owns (segments, pipes, groups). Idempotent."""
 
     def _deadline_wait(self, ready: Callable[[float], bool], what: str, timeout_s: float | None = None) -> None:
-        """Call ``ready(POLL_S)`` until it returns True, checking liveness; raise ControlPlaneError after
-        ``timeout_s`` (default: the plane's)."""
+        """``wait_until`` with this plane's liveness check; ControlPlaneError after ``timeout_s`` (default: the
+        plane's)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
-        while not ready(POLL_S):
-            self.liveness_check()
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"{self.name}: timed out after {timeout_s:.0f} s waiting for {what}")
+        wait_until(ready, self.liveness_check, timeout_s,
+                   lambda: ControlPlaneError(f"{self.name}: timed out after {timeout_s:.0f} s waiting for {what}"))
 
 
 class WorkerEndpoint(ABC):
@@ -224,8 +206,7 @@ class WorkerEndpoint(ABC):
 
     def ns_since_send(self) -> int | None:
         """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock; None
-        when the latest message did not travel (``ideal``'s replay). With ``ControlPlane.ns_since_send`` it
-        places an event on rank 0 and on a worker on one time line (a step's launch lag)."""
+        when the latest message did not travel (``ideal``'s replay)."""
         return None if self.last_send_ns is None else time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
 
     @abstractmethod
@@ -236,7 +217,17 @@ class WorkerEndpoint(ABC):
         """Detach from the transport. Idempotent."""
 
     def _wait(self, ready: Callable[[float], bool]) -> None:
-        """Call ``ready(POLL_S)`` until it returns True, checking liveness; no bound while the driver lives
-        (an idle engine sends nothing for as long as it likes)."""
-        while not ready(POLL_S):
-            self.liveness_check()
+        """``wait_until`` without a bound while the driver lives (an idle engine may send nothing for long)."""
+        wait_until(ready, self.liveness_check)
+
+
+def wait_until(ready: Callable[[float], Any], check: Callable[[], None], timeout_s: float | None = None,
+               timed_out: Callable[[], Exception] | None = None) -> Any:
+    """Call ``ready(POLL_S)`` (it may block that long) until it returns a true value, and return that; ``check()``
+    between tries. Raises ``timed_out()`` after ``timeout_s`` (s; None: no bound), or what ``check`` raises."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not (got := ready(POLL_S)):
+        check()
+        if deadline is not None and time.monotonic() > deadline:
+            raise timed_out()
+    return got

@@ -13,15 +13,14 @@ import zmq
 from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
-from .ring import RingEndpoint
-from .ring_buffer import RingWriter, check_ring
-from .segments import create_segment, release_segment
+from .ring import RingControlPlane, RingEndpoint
+from .ring_buffer import RingWriter
 from .zmq import ZmqEndpoint, push_socket, send_all
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
 
 
-class HybridControlPlane(ControlPlane):
+class HybridControlPlane(RingControlPlane):
     """Driver side. Args: see :class:`ControlPlane`; ``nslots``, ``slot_bytes``, ``spin_us``, ``idle_ms``,
     ``sleep_us``: every node's ring (``ring_buffer.py``); ``hwm``: the zmq queue of each leader. Raises
     ValueError: a bad option, or several nodes without a store in the context."""
@@ -31,13 +30,13 @@ class HybridControlPlane(ControlPlane):
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm) -> None:
-        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, "hybrid")  # a node's most readers
+        super().check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us)  # a node's most readers
         check_int("hybrid option", "hwm", hwm, 1)
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, hwm: int = 64,
                  context=None):
-        super().__init__(world_size, timeout_s, context)
+        ControlPlane.__init__(self, world_size, timeout_s, context)
         self.node_of = list(self.context.node_of) or [0] * world_size
         self.groups: dict[int, list[int]] = {}
         for rank, node in enumerate(self.node_of):
@@ -45,12 +44,7 @@ class HybridControlPlane(ControlPlane):
         if len(self.groups) > 1 and self.context.store is None:
             raise ValueError("hybrid across nodes needs the run's store in its context")
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)
-        self.ring_args = (nslots, slot_bytes, (spin_us, idle_ms, sleep_us))
-        self.local = self.groups[self.node_of[0]][1:]  # rank 0's node: ring readers
-        self.shm = self.writer = None
-        if self.local:
-            self.shm = create_segment(nslots * slot_bytes)
-            self.writer = RingWriter(self.shm, len(self.local), *self.ring_args)
+        self._open_ring(self.groups[self.node_of[0]][1:], (nslots, slot_bytes, (spin_us, idle_ms, sleep_us)))
         self.ctx = zmq.Context()
         self.leaders: dict[int, tuple[zmq.Socket, int]] = {  # leader rank -> (socket, port)
             ranks[0]: push_socket(self.ctx, hwm) for node, ranks in self.groups.items() if node != self.node_of[0]}
@@ -58,8 +52,8 @@ class HybridControlPlane(ControlPlane):
     def endpoint(self, rank: int) -> WorkerEndpoint:
         node = self.node_of[rank]
         ranks = self.groups[node]
-        if rank in self.local:
-            return RingEndpoint(rank, self.shm.name, self.ring_args, len(self.local), self.local.index(rank))
+        if rank in self.readers:
+            return super().endpoint(rank)
         if rank == ranks[0]:
             return LeaderEndpoint(rank, self.context.host, self.leaders[rank][1], KEY.format(node), self.ring_args,
                                   len(ranks) - 1, self.timeout_s)
@@ -69,16 +63,14 @@ class HybridControlPlane(ControlPlane):
     def _send_bytes(self, payload: bytes) -> None:
         for leader, (sock, _) in self.leaders.items():  # remote nodes first: their hop is the longer one
             send_all(sock, payload, self.liveness_check, self.timeout_s, f"node leader rank {leader}")
-        if self.writer is not None:
-            self.writer.write(payload, self.liveness_check, self.timeout_s)
+        super()._send_bytes(payload)
 
     def close(self) -> None:
         for sock, _ in self.leaders.values():
             sock.close(linger=0)
         self.leaders = {}
         self.ctx.term()
-        self.writer = None
-        self.shm = release_segment(self.shm, unlink=True)
+        super().close()
 
 
 class LeaderEndpoint(ZmqEndpoint):
@@ -89,15 +81,13 @@ class LeaderEndpoint(ZmqEndpoint):
                  timeout_s: float):
         super().__init__(rank, host, port)
         self.key, self.ring_args, self.num_readers, self.timeout_s = key, ring_args, num_readers, timeout_s
-        self.shm = self.writer = None
+        self.writer = None
 
     def open(self, store=None) -> None:
         super().open()
         if self.num_readers:
-            nslots, slot_bytes, _ = self.ring_args
-            self.shm = create_segment(nslots * slot_bytes)
-            self.writer = RingWriter(self.shm, self.num_readers, *self.ring_args)
-            store.set(self.key, self.shm.name)
+            self.writer = RingWriter(self.num_readers, *self.ring_args)
+            store.set(self.key, self.writer.name)
 
     def _recv_bytes(self) -> bytes:
         payload = super()._recv_bytes()
@@ -107,8 +97,8 @@ class LeaderEndpoint(ZmqEndpoint):
 
     def close(self) -> None:
         super().close()
-        self.writer = None
-        self.shm = release_segment(self.shm, unlink=True)
+        if self.writer is not None:
+            self.writer.close()
 
 
 CONTROL_PLANE = HybridControlPlane

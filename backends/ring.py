@@ -8,7 +8,6 @@ from datetime import timedelta
 
 from .base import HOST, ControlPlane, WorkerEndpoint
 from .ring_buffer import RingReader, RingWriter, check_ring
-from .segments import attach_segment, create_segment, release_segment
 
 
 class RingControlPlane(ControlPlane):
@@ -21,27 +20,29 @@ class RingControlPlane(ControlPlane):
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us) -> None:
-        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, "ring")
+        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, cls.name)
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us)
-        self.ring_args = (nslots, slot_bytes, (spin_us, idle_ms, sleep_us))
-        self.shm = self.writer = None
-        if self.num_workers:
-            self.shm = create_segment(nslots * slot_bytes)
-            self.writer = RingWriter(self.shm, self.num_workers, *self.ring_args)
+        self._open_ring(list(range(1, world_size)), (nslots, slot_bytes, (spin_us, idle_ms, sleep_us)))
 
-    def endpoint(self, rank: int) -> RingEndpoint:
-        return RingEndpoint(rank, self.shm.name, self.ring_args, self.num_workers, rank - 1)
+    def _open_ring(self, readers: list[int], ring_args: tuple) -> None:
+        """A ring (``ring_args``: nslots, slot_bytes, poll_args) for the ranks ``readers`` (none: no ring)."""
+        self.readers, self.ring_args = readers, ring_args
+        self.writer = RingWriter(len(readers), *ring_args) if readers else None
+
+    def endpoint(self, rank: int) -> WorkerEndpoint:
+        return RingEndpoint(rank, self.writer.name, self.ring_args, len(self.readers), self.readers.index(rank))
 
     def _send_bytes(self, payload: bytes) -> None:
-        self.writer.write(payload, self.liveness_check, self.timeout_s)
+        if self.writer is not None:
+            self.writer.write(payload, self.liveness_check, self.timeout_s)
 
     def close(self) -> None:
-        self.writer = None
-        self.shm = release_segment(self.shm, unlink=True)
+        if self.writer is not None:
+            self.writer.close()
 
 
 class RingEndpoint(WorkerEndpoint):
@@ -54,21 +55,20 @@ class RingEndpoint(WorkerEndpoint):
         super().__init__(rank)
         self.segment, self.geometry = segment, (num_readers, index, *ring_args)
         self.key, self.timeout_s = key, timeout_s
-        self.shm = self.reader = None
+        self.reader = None
 
     def open(self, store=None) -> None:
         if self.key is not None:
             store.wait([self.key], timedelta(seconds=self.timeout_s))
             self.segment = store.get(self.key).decode()
-        self.shm = attach_segment(self.segment)
-        self.reader = RingReader(self.shm, *self.geometry)
+        self.reader = RingReader(self.segment, *self.geometry)
 
     def _recv_bytes(self) -> bytes:
         return self.reader.read(self.liveness_check)
 
     def close(self) -> None:
-        self.reader = None
-        self.shm = release_segment(self.shm, unlink=False)
+        if self.reader is not None:
+            self.reader.close()
 
 
 CONTROL_PLANE = RingControlPlane

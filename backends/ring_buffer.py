@@ -33,12 +33,11 @@ import struct
 import time
 import zlib
 from functools import partial
-from multiprocessing import shared_memory
 
 from common import check_int, is_number
 
 from .base import POLL_S, ControlPlaneError
-from .segments import MAX_SEGMENT_BYTES
+from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, release_segment
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -129,11 +128,12 @@ class Poller:
 
 
 class RingWriter:
-    """The writing end of a ring in ``shm`` (``nslots * slot_bytes`` bytes) read by ``num_readers``."""
+    """The writing end of a ring read by ``num_readers``, in a new segment of ``nslots * slot_bytes`` bytes
+    (named ``name``; unlinked by ``close``)."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, num_readers: int, nslots: int, slot_bytes: int,
-                 poll_args: tuple[float, float, float]):
-        self.shm, self.nslots, self.slot_bytes, self.num_readers = shm, nslots, slot_bytes, num_readers
+    def __init__(self, num_readers: int, nslots: int, slot_bytes: int, poll_args: tuple[float, float, float]):
+        self.shm = create_segment(nslots * slot_bytes)
+        self.name, self.nslots, self.slot_bytes, self.num_readers = self.shm.name, nslots, slot_bytes, num_readers
         self.data_at = data_offset(num_readers)
         self.capacity = slot_bytes - self.data_at
         self.poller = Poller(*poll_args)
@@ -161,13 +161,16 @@ class RingWriter:
             SEQ.pack_into(buf, base, seq)  # the written marker, last
             self.next_seq += 1
 
+    def close(self) -> None:
+        self.shm = release_segment(self.shm, unlink=True)
+
 
 class RingReader:
-    """Reader ``index`` (0-based) of a ring in ``shm``."""
+    """Reader ``index`` (0-based) of the ring in segment ``name``."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, num_readers: int, index: int, nslots: int, slot_bytes: int,
+    def __init__(self, name: str, num_readers: int, index: int, nslots: int, slot_bytes: int,
                  poll_args: tuple[float, float, float]):
-        self.shm, self.nslots, self.slot_bytes, self.index = shm, nslots, slot_bytes, index
+        self.shm, self.nslots, self.slot_bytes, self.index = attach_segment(name), nslots, slot_bytes, index
         self.data_at = data_offset(num_readers)
         self.poller = Poller(*poll_args)
         self.expected = 1
@@ -196,3 +199,6 @@ class RingReader:
             out[offset:offset + len(data)] = data
             if offset + len(data) >= total:
                 return bytes(out)
+
+    def close(self) -> None:
+        self.shm = release_segment(self.shm, unlink=False)
