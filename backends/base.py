@@ -175,13 +175,14 @@ class WorkerEndpoint(ABC):
 
     Attributes:
         rank: this worker's rank.
+        conn: the transport's picklable worker end, for backends that have one (a queue, a pipe's end).
         recv_stats: per message its size (bytes) and one-way latency, receive-done minus send-start (ns).
         clock_offset_ns: this host's monotonic clock minus rank 0's (0 on rank 0's host).
         last_send_ns: rank 0's ``time.monotonic_ns()`` when it began sending the latest message.
     """
 
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
+    def __init__(self, rank: int, conn: Any = None) -> None:
+        self.rank, self.conn = rank, conn
         self.liveness_check: Callable[[], None] = _no_check
         self.recv_stats = ControlStats()
         self.clock_offset_ns = 0

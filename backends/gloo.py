@@ -1,11 +1,10 @@
 """``gloo``: torch.distributed broadcast over a gloo process group of its own, apart from the data plane
 (SGLang's and TensorRT-LLM's design): the size as one int64, then the bytes as uint8. Works across hosts.
 
-It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free
-port. A dead driver closes its sockets, which ends the workers' wait with an error; a worker still connecting to
-rank 0's own store checks liveness between probes of its port. The driver joins in a
-background thread started by ``workers_started()`` and waits for it checking liveness, so a worker that dies
-before joining is reported instead of stalling the rendezvous (bounded by ``startup_timeout_s``).
+It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free port.
+A dead driver closes its sockets, which ends the workers' wait with an error. The driver joins in a background
+thread and waits for it checking liveness, so a worker that dies before joining is reported instead of
+stalling the rendezvous.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from datetime import timedelta
 
 from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
-# torch is imported inside the methods: the harness reads this module's constructor for its config schema,
-# and a refused command should not pay torch's import (~2 s).
+# torch is imported inside the methods: the harness reads the constructor for its config schema, and a refused
+# command should not pay torch's import (~2 s).
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
 CONNECT_TRY_S = 1.0  # a worker's probe of rank 0's own TCPStore port; between probes it checks rank 0 lives
 PREFIX = "control/gloo"
@@ -53,7 +52,7 @@ class GlooControlPlane(ControlPlane):
             try:
                 store = PrefixStore(PREFIX, self.own_store or self.context.store)
                 self.pg = ProcessGroupGloo(store, 0, self.world_size, self.join_timeout)
-            except BaseException as e:  # reported to the sender
+            except BaseException as e:  # reported by wait_ready
                 self._connect_error = e
 
         self._connector = threading.Thread(target=connect, name="gloo-control-connect", daemon=True)
@@ -113,9 +112,9 @@ class GlooEndpoint(WorkerEndpoint):
         self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
 
     def _connect(self):
-        """A client of rank 0's own TCPStore. Its port is probed first, ``liveness_check`` between tries: a port
-        whose driver died before this worker connected refuses, and TCPStore would retry for its whole timeout.
-        Raises PeerGone (from the check); ControlPlaneError: no answer within ``join_timeout_s``."""
+        """A client of rank 0's own TCPStore, its port probed first (``liveness_check`` between tries): TCPStore
+        would retry a dead driver's port for its whole timeout. Raises PeerGone (from the check);
+        ControlPlaneError: no answer within ``join_timeout_s``."""
         import socket
         import time
 

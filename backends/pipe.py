@@ -2,9 +2,8 @@
 
 A pipe holds ~64 KiB, so a large message waits for the worker to drain it (part of this design's cost). The
 driver writes non-blocking, waiting with ``select`` in steps of POLL_S, so a dead worker (broken pipe) or one
-that stops reading (``timeout_s``) cannot block it forever. The framing is ``multiprocessing.Connection``'s,
-so the worker reads with ``recv_bytes``. Once the workers start, the driver closes its copies of the read
-ends so that a dead reader really breaks the pipe.
+that stops reading (``timeout_s``) cannot block it forever. The framing is ``multiprocessing.Connection``'s.
+Once the workers start, the driver closes its copies of the read ends so that a dead reader breaks the pipe.
 """
 
 from __future__ import annotations
@@ -71,10 +70,6 @@ class PipeControlPlane(ControlPlane):
 
 class PipeEndpoint(WorkerEndpoint):
     """Worker side of :class:`PipeControlPlane`: reads each message from its end ``conn`` of a one-way pipe."""
-
-    def __init__(self, rank: int, conn):
-        super().__init__(rank)
-        self.conn = conn
 
     def _recv_bytes(self) -> bytes:
         self._wait(self.conn.poll)

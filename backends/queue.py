@@ -1,6 +1,5 @@
 """``queue``: one multiprocessing Queue per worker. The driver's ``put`` hands the bytes to the queue's feeder
-thread and returns at once (queues buffer: no acknowledgement needed); the worker polls ``get`` with a short
-timeout so that it notices a dead driver."""
+thread and returns at once; the worker polls ``get`` with a short timeout so that it notices a dead driver."""
 
 from __future__ import annotations
 
@@ -40,16 +39,12 @@ class QueueControlPlane(ControlPlane):
 
 
 class QueueEndpoint(WorkerEndpoint):
-    """Worker side of :class:`QueueControlPlane`: takes each message from its own queue ``q``."""
-
-    def __init__(self, rank: int, q):
-        super().__init__(rank)
-        self.q = q
+    """Worker side of :class:`QueueControlPlane`: takes each message from its own queue ``conn``."""
 
     def _recv_bytes(self) -> bytes:
         while True:
             try:
-                return self.q.get(timeout=POLL_S)
+                return self.conn.get(timeout=POLL_S)
             except queue_mod.Empty:
                 self.liveness_check()
             except (EOFError, OSError) as e:

@@ -1,11 +1,9 @@
-"""``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" semaphore.
+"""``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" semaphore (nano-vllm's design).
 
-nano-vllm's design (SharedMemory + Event) with its faults removed: the segment name is unique per run; every
-worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before writing again; a
-message larger than the segment goes as consecutive chunks (nano-vllm's fixed 1 MiB fails on a large
-prefill batch); and the signals are semaphores, not ``Event``, whose ``set()`` waits without a timeout for
-every process asleep in ``wait()`` to wake, so a worker stopped or killed there would block rank 0 forever
-(``release()`` never blocks, and every ``acquire`` here has a timeout and a liveness check).
+Every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before writing again; a
+message larger than the segment goes as consecutive chunks. The signals are semaphores, not ``Event``, whose
+``set()`` waits without a timeout for every process asleep in ``wait()``: a worker stopped there would block
+rank 0 forever (``release()`` never blocks; every ``acquire`` here has a timeout and a liveness check).
 
 Segment layout: total message length, chunk offset, chunk length (little-endian u64), data from byte 64.
 """
@@ -22,12 +20,12 @@ from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, registe
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
-DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm; larger messages are chunked
+DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm
 
 
 class ShmControlPlane(ControlPlane):
     """Driver side. Args: see :class:`ControlPlane`; ``segment_bytes``: size of the shared segment (bytes,
-    > 64, <= 1 GiB); messages above ``segment_bytes - 64`` travel in several chunks."""
+    > 64, <= 1 GiB)."""
 
     name = "shm"
 
@@ -81,8 +79,7 @@ class ShmEndpoint(WorkerEndpoint):
         self.shm = attach_segment(self.segment_name)
 
     def _recv_bytes(self) -> bytes:
-        buf = self.shm.buf
-        out = None
+        buf, out = self.shm.buf, None
         while True:
             self._wait(lambda t: self.ready.acquire(True, t))
             total, offset, n = HEADER.unpack_from(buf, 0)

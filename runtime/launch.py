@@ -21,8 +21,10 @@ from datetime import timedelta
 
 from torch.distributed import PrefixStore, Store
 
+from backends.base import wait_until
+from backends.segments import attach_segment, create_segment, release_segment
+
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,6 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
     calls this) creates a small segment, publishes its name, and tries to open every other rank's. Returns
     ``node_of``, the same on every rank (rank 0's node is 0, the others numbered by their lowest rank).
     Raises TimeoutError: a rank did not take part within ``timeout_s``; or whatever ``check`` raises."""
-    from backends.segments import attach_segment, create_segment, release_segment
-
     mine = create_segment(64)
     try:
         store.set(f"probe/name/{rank}", mine.name)
@@ -94,13 +94,12 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
 
 
 def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None) -> list[bytes]:
-    """The values of ``keys``, waiting for them in steps of POLL_S (calling ``check`` between steps) for at
-    most ``timeout_s``. Raises TimeoutError: a key did not appear in time; or whatever ``check`` raises."""
-    deadline = time.monotonic() + timeout_s
-    while not store.check(keys):
-        check()
-        if time.monotonic() > deadline:
-            missing = [k for k in keys if not store.check([k])]
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {', '.join(missing[:3])}")
-        time.sleep(POLL_S)
+    """The values of ``keys``, waiting for them (``wait_until``, calling ``check``) for at most ``timeout_s``.
+    Raises TimeoutError: a key did not appear in time; or whatever ``check`` raises."""
+
+    def timed_out():
+        missing = [k for k in keys if not store.check([k])]
+        return TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {', '.join(missing[:3])}")
+
+    wait_until(lambda t: store.check(keys) or time.sleep(t), check, timeout_s, timed_out)
     return [store.get(k) for k in keys]

@@ -38,23 +38,17 @@ def send_frame(sock: socket.socket, obj) -> None:
 def recv_frame(sock: socket.socket):
     """The next framed object, or None when the peer closed the connection."""
     head = _recv_exact(sock, FRAME.size)
-    if head is None:
-        return None
-    body = _recv_exact(sock, FRAME.unpack(head)[0])
+    body = None if head is None else _recv_exact(sock, FRAME.unpack(head)[0])
     return None if body is None else pickle.loads(body)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """``n`` bytes, or None when the connection ends (or fails) first."""
     buf = bytearray()
-    while len(buf) < n:
-        try:
-            chunk = sock.recv(n - len(buf))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+    with contextlib.suppress(OSError):
+        while len(buf) < n and (chunk := sock.recv(n - len(buf))):
+            buf += chunk
+    return bytes(buf) if len(buf) == n else None
 
 
 def _keepalive(sock: socket.socket) -> None:
@@ -67,7 +61,7 @@ def _keepalive(sock: socket.socket) -> None:
 
 class LifelineServer:
     """Rank 0's end: listens on ``bind_host`` at a port the OS picks (``port``), accepts one connection per
-    worker, syncs clocks with workers not in ``local_ranks`` (None: all), then reads reports and deaths.
+    worker, syncs clocks with each if ``sync_clocks``, then reads reports and deaths.
 
     Attributes:
         hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)} of synced workers;
@@ -75,10 +69,10 @@ class LifelineServer:
         code} of workers that said goodbye before closing (a normal end, not a death).
     """
 
-    def __init__(self, bind_host: str, local_ranks: set[int] | None = None):
+    def __init__(self, bind_host: str, sync_clocks: bool):
         self.listener = socket.create_server((bind_host, 0), backlog=128)
         self.port = self.listener.getsockname()[1]
-        self.local_ranks = local_ranks
+        self.sync_clocks = sync_clocks
         self.hosts: dict[int, str] = {}
         self.offsets: dict[int, tuple[int, int]] = {}
         self.dead: dict[int, str] = {}
@@ -99,7 +93,7 @@ class LifelineServer:
             return
         _, rank, host = hello
         offset = (0, 0)
-        if self.local_ranks is None or rank not in self.local_ranks:
+        if self.sync_clocks:
             best = None
             for _ in range(PINGS):
                 t0 = time.monotonic_ns()
@@ -179,8 +173,7 @@ class LifelineServer:
 
 class Lifeline:
     """A worker's end: connects (retrying while rank 0's server comes up, at most ``timeout_s``; else
-    TimeoutError); ``watch()`` then ends this process when rank 0's end closes. ``clock_offset_ns`` /
-    ``clock_uncertainty_ns``: this host's clock minus rank 0's (0 on rank 0's node)."""
+    TimeoutError) and answers the clock pings; ``watch()`` then ends this process when rank 0's end closes."""
 
     def __init__(self, host: str, port: int, rank: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -199,9 +192,8 @@ class Lifeline:
         send_frame(self.sock, ("hello", rank, socket.gethostname()))
         while (frame := recv_frame(self.sock)) is not None and frame[0] == "ping":
             send_frame(self.sock, ("pong", time.monotonic_ns()))
-        if frame is None:
+        if frame is None:  # else the ("offset", ...) that ends the greeting
             raise ConnectionError(f"rank {rank}: rank 0 closed the lifeline while greeting")
-        _, self.clock_offset_ns, self.clock_uncertainty_ns = frame
 
     def send(self, kind: str, payload) -> None:
         """A report to rank 0 ("error" with a traceback, "stats" with control-plane samples)."""

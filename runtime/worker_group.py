@@ -18,9 +18,10 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from backends import ControlContext, ControlPlane
+from backends.base import POLL_S, wait_until
 from backends.segments import remove_stale_segments
 
-from .launch import POLL_S, Launch, probe_nodes, torchrun_store
+from .launch import Launch, probe_nodes, torchrun_store
 from .lifeline import STALL_S, LifelineServer
 from .worker import WorkerBoot, worker_entry
 
@@ -31,8 +32,7 @@ NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has 
 
 
 class WorkerError(RuntimeError):
-    """A worker process failed; the message names the rank (and its node) and carries its traceback when
-    it sent one."""
+    """A worker process failed; the message names the rank (and its node) and carries its traceback if sent."""
 
     def __init__(self, rank: int, detail: str):
         super().__init__(f"tensor-parallel worker rank {rank} failed: {detail}")
@@ -42,13 +42,12 @@ class WorkerError(RuntimeError):
 class WorkerGroup:
     """Rank 0's side of a run's ``world_size`` ranks (rank 0 included). ``timeout_s`` / ``startup_timeout_s``:
     longest wait on a running / starting worker (s); ``launch``: how the ranks were started (None: spawn them
-    here). ``store``: the run's store; ``context``: the :class:`ControlContext` a control plane is built with;
-    ``worker_stats``: ``{rank: recv_stats}`` last reported. Raises TimeoutError: (torchrun) the workers did not
-    all connect within ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
+    here). ``context``: the :class:`ControlContext` a control plane is built with; ``worker_stats``: ``{rank:
+    recv_stats}`` last reported. Raises TimeoutError: (torchrun) the workers did not all connect within
+    ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
-        # A process that multiprocessing's spawn is still bootstrapping: the parent's main script, re-run, lacks
-        # the ``__main__`` guard. Leave quietly (not spawn's 30-line RuntimeError); rank 0 says why (NO_MAIN_GUARD).
+        # A spawned process re-running a main script without the ``__main__`` guard: leave quietly, rank 0 says why
         if getattr(mp.current_process(), "_inheriting", False):
             raise SystemExit(RERAN_MAIN)
         self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
@@ -63,11 +62,11 @@ class WorkerGroup:
             if self.launch.launcher == "spawn":
                 self.store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                                       timeout=timedelta(seconds=timeout_s))  # a port the OS picks, held from the start
-                self.lifelines = LifelineServer("127.0.0.1", local_ranks=set(range(world_size)))
+                self.lifelines = LifelineServer("127.0.0.1", sync_clocks=False)
                 node_of, host = [0] * world_size, "127.0.0.1"
             else:
                 self.store = torchrun_store(self.launch, startup_timeout_s)
-                self.lifelines = LifelineServer("0.0.0.0")
+                self.lifelines = LifelineServer("0.0.0.0", sync_clocks=True)
                 host = self.launch.master_addr
                 self.store.set("lifeline", f"{host}:{self.lifelines.port}")
                 self._wait_connected()
@@ -78,13 +77,12 @@ class WorkerGroup:
             raise
 
     def _wait_connected(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while self.lifelines.connected() != set(self.workers):
-            self.check()
-            if time.monotonic() > deadline:
-                missing = sorted(set(self.workers) - self.lifelines.connected())
-                raise TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:.0f} s")
-            time.sleep(POLL_S)
+        def timed_out():
+            missing = sorted(set(self.workers) - self.lifelines.connected())
+            return TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:.0f} s")
+
+        wait_until(lambda t: self.lifelines.connected() == set(self.workers) or time.sleep(t), self.check,
+                   self.startup_timeout_s, timed_out)
 
     def node_name(self, rank: int) -> str:
         """The host ``rank`` said it runs on; a spawned worker's is this host even before it said so."""
@@ -222,12 +220,8 @@ class WorkerGroup:
     def collect_stats(self) -> dict[int, dict]:
         """Wait (checking liveness, at most ``timeout_s``) until every worker has reported its control-plane
         samples after a ``worker.REPORT`` message; returns and forgets them."""
-        deadline = time.monotonic() + self.timeout_s
-        while len(self.worker_stats) < len(self.workers):
-            self.check()
-            if time.monotonic() > deadline:
-                raise TimeoutError("workers did not report their control-plane statistics in time")
-            self._drain(POLL_S)
+        wait_until(lambda t: len(self.worker_stats) >= len(self.workers) or self._drain(t), self.check, self.timeout_s,
+                   lambda: TimeoutError("workers did not report their control-plane statistics in time"))
         stats, self.worker_stats = self.worker_stats, {}
         return stats
 
