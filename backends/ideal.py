@@ -56,8 +56,7 @@ class _WrapsInner:
 
 class IdealControlPlane(_WrapsInner, ControlPlane):
     """Driver side. Args: see :class:`ControlPlane`; ``inner``: the plane that carries every message
-    outside a replay; ``inner_options``: its options. Raises ValueError: ``inner`` is ideal itself or unknown.
-    """
+    outside a replay; ``inner_options``: its options. Raises ValueError: ``inner`` is ideal itself or unknown."""
 
     name = "ideal"
 

@@ -10,20 +10,19 @@ it held (``s - nslots``), and stores ``seq`` after the data; a reader polls unti
 expects, copies the data, checks the crc, then stores its read marker.
 
 Memory ordering. On x86-64 (TSO) stores become visible in program order and loads are not reordered with
-other loads, so data-then-marker publishing is enough; CPython makes each buffer write a call (memcpy /
-struct.pack_into), which the C compiler cannot reorder. On weakly ordered CPUs (AArch64, POWER) a reader
-can see the new ``seq`` before the data: the crc detects that and the reader copies again (a stale chunk
-with an equal crc has probability 2**-32). The read-marker store depends on the crc comparison, hence on
-every loaded byte, and a store control-dependent on prior loads is not made visible before them on these
-CPUs, so the writer never overwrites a slot being copied; its data stores likewise depend on its check.
+other loads, so data-then-marker publishing is enough (each CPython buffer write is a call the C compiler
+cannot reorder). On weakly ordered CPUs (AArch64, POWER) a reader can see the new ``seq`` before the data: the
+crc detects that and the reader copies again (a stale chunk with an equal crc: probability 2**-32). The
+read-marker store depends on the crc comparison, hence on every loaded byte, and a store control-dependent on
+prior loads is not made visible before them, so the writer (its data stores depend on its check of the
+markers) never overwrites a slot being copied.
 
 Waiting. Readers spin for ``spin_us``, then ``sched_yield`` until ``idle_ms`` pass without a message, then
-sleep ``sleep_us`` between polls (an idle reader costs well under 5% of a core), calling a liveness check
-at least every POLL_S; the writer's waits have the same shape and a timeout. Where runnable processes
-outnumber cores, a yielding reader takes turns with the ranks that do the work (``results/cpu/CONTROL.md``):
-after LATE_YIELDS late yields in a row on a host whose runnable tasks fill this process's cores
-(``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per poll for RECHECK_S. On a host with idle
-cores a late yield is more likely a thread of this process (the yield lets go of the GIL): keep yielding.
+sleep ``sleep_us`` between polls, calling a liveness check at least every POLL_S; the writer's waits have the
+same shape and a timeout. Where runnable processes outnumber cores a yielding reader takes turns with the
+ranks that do the work (``results/cpu/CONTROL.md``): after LATE_YIELDS late yields in a row on a host whose
+runnable tasks fill this process's cores (``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per
+poll for RECHECK_S. With idle cores a late yield is more likely a thread of this process: keep yielding.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Shared-memory segments of the control planes: created with a per-run unique name, released by their
-creator, and removed after a run whose processes all died.
-
-Names are ``tpcp_<creator pid>_<random>``: the pid lets a later run recognise a segment as stale (its creator
-is gone) without touching a live run's. The named semaphores a plane creates through multiprocessing (names
-without a pid) are listed in a registry segment ``tpcp_<pid>_sems<random>``, so they go with the segments.
+"""Shared-memory segments of the control planes, named ``tpcp_<creator pid>_<random>``: the pid lets a later
+run recognise a segment as stale (its creator is gone). The named semaphores a plane creates through
+multiprocessing are listed in a registry segment ``tpcp_<pid>_sems<random>``, so they go with the segments.
 
 They are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it
 holds "leaked" on stderr whoever removes it. Instead the creator unlinks at release (or exit), spawned workers

@@ -1,20 +1,17 @@
 """``zmq``: one ZeroMQ PUSH socket per worker (pyzmq, as vLLM's cross-node MessageQueue). Works across hosts.
 
-Rank 0 binds each socket to a port the OS picks (no bind race) and tells each worker its port in its
-endpoint. PUSH never drops: a message waits in the socket's queue until the worker's PULL takes it, and at
-``hwm`` queued messages the send waits (polling in steps of POLL_S, checking liveness, at most ``timeout_s``).
-One copy of each message crosses the network per worker.
+Rank 0 binds each socket to a port the OS picks (no bind race); each worker's endpoint carries its port. PUSH
+never drops: a message waits in the socket's queue until the worker's PULL takes it, and at ``hwm`` queued
+messages the send waits (checking liveness, at most ``timeout_s``). One copy per worker crosses the network.
 """
 
 from __future__ import annotations
-
-import time
 
 import zmq
 
 from common import check_int
 
-from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import NETWORK, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint, wait_until
 
 
 def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:
@@ -30,17 +27,16 @@ def push_socket(ctx: zmq.Context, hwm: int) -> tuple[zmq.Socket, int]:
 def send_all(sock: zmq.Socket, payload: bytes, check, timeout_s: float, who: str) -> None:
     """Queue ``payload`` on ``sock``, waiting (``check`` every POLL_S) while its queue is full. Raises
     ControlPlaneError: still full after ``timeout_s``; or from ``check``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def sent(wait_s: float) -> bool:
         try:
             sock.send(payload, flags=zmq.NOBLOCK, copy=len(payload) < 65536)
-            return
+            return True
         except zmq.Again:
-            pass
-        if not sock.poll(int(POLL_S * 1000), zmq.POLLOUT):
-            check()
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"zmq: {who} took nothing for {timeout_s:.0f} s")
+            sock.poll(int(wait_s * 1000), zmq.POLLOUT)
+            return False
+
+    wait_until(sent, check, timeout_s, lambda: ControlPlaneError(f"zmq: {who} took nothing for {timeout_s:.0f} s"))
 
 
 class ZmqControlPlane(ControlPlane):

@@ -63,7 +63,7 @@ class Cluster:
         try:
             self.control.send(method, *args)
         except ControlPlaneError:
-            self.check(wait_s=2.0)  # a worker that died reported why first: raise that
+            self.check(wait_s=2.0)  # a worker that died reported why: raise that
             raise
 
     def explain(self, error: BaseException, collective: str | None, wait_s: float = 2.0) -> None:

@@ -1,13 +1,11 @@
 """How the ranks of a run come to exist, and where they are. Two launchers, one worker lifecycle
 (``worker_group.py`` on rank 0, ``worker.py`` on the others):
 
-* ``spawn`` (one host): rank 0 is the calling process; it hosts a TCPStore on a port the OS picks and spawns
-  ranks 1..tp-1 (``multiprocessing``, spawn context).
+* ``spawn`` (one host): rank 0 hosts a TCPStore on a port the OS picks and spawns ranks 1..tp-1.
 * ``torchrun`` (one host or several): torchrun's agent starts every rank with RANK, WORLD_SIZE, LOCAL_RANK,
   MASTER_ADDR and MASTER_PORT set; the store comes from the ``env://`` rendezvous, every key of a run under
-  a namespace of its own, so no key and no port is fixed. The agent (``--max-restarts=0``) stops its node's
-  processes when one fails; the lifelines (``lifeline.py``) cover the rest: rank 0 learns within seconds that a
-  rank on another node died, and every rank exits within seconds of rank 0's death wherever it is blocked.
+  a namespace of its own. The agent (``--max-restarts=0``) stops its node's processes when one fails; the
+  lifelines (``lifeline.py``) cover ranks on other nodes and rank 0's death.
 """
 
 from __future__ import annotations
@@ -29,9 +27,7 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT
 
 @dataclass(frozen=True)
 class Launch:
-    """Where this process stands. ``launcher``: "spawn" or "torchrun"; ``rank`` / ``world_size`` /
-    ``local_rank`` / ``local_world_size`` as torchrun sets them; ``master_addr``: where the other ranks reach
-    rank 0's host; ``run_id``: the torchrun run (namespaces the store keys)."""
+    """Where this process stands, as torchrun's variables say (``run_id`` namespaces the store keys)."""
 
     launcher: str = "spawn"
     rank: int = 0
@@ -43,8 +39,7 @@ class Launch:
 
     @classmethod
     def from_env(cls) -> Launch | None:
-        """The torchrun launch described by the environment, or None when this process was not started by
-        torchrun (or a launcher that sets the same variables)."""
+        """The torchrun launch described by the environment, or None when torchrun's variables are not set."""
         if not all(os.environ.get(v) for v in TORCHRUN_VARS):
             return None
         env = os.environ

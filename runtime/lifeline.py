@@ -1,14 +1,13 @@
 """Lifelines: one TCP connection from every worker to rank 0, for the whole run, under both launchers.
 
-* Death, both ways, wherever the other side is blocked: end of file on rank 0's reading thread means that
-  rank's process is gone (the kernel closes its sockets however it died, on any host); a worker's watch
-  thread calls ``os._exit`` as soon as rank 0's end closes. TCP keepalive (a probe after 2 s idle, every
-  1 s, 3 misses) covers a host that vanishes without closing.
+* Death, both ways, wherever the other side is blocked: the kernel closes a dead process's sockets, so end of
+  file on rank 0's reading thread means that rank is gone, and a worker's watch thread calls ``os._exit`` as
+  soon as rank 0's end closes. TCP keepalive (2 s idle, every 1 s, 3 misses) covers a host that vanishes.
 * Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
 * Stalls: a worker sends a heartbeat every ``BEAT_S``; one stopped (SIGSTOP) or stuck holding the GIL sends
   none while its socket stays open, so a collective that timed out on a healthy rank is blamed on it.
-* Clocks: rank 0 estimates a remote worker's monotonic clock offset by ``PINGS`` round trips: worker time
-  minus the midpoint of the fastest round trip, uncertain by half of it (Cristian 1989); 0 on rank 0's node.
+* Clocks: a remote worker's clock offset is its time minus the midpoint of the fastest of ``PINGS`` round
+  trips, uncertain by half of it (Cristian 1989).
 """
 
 from __future__ import annotations
@@ -63,10 +62,9 @@ class LifelineServer:
     """Rank 0's end: listens on ``bind_host`` at a port the OS picks (``port``), accepts one connection per
     worker, syncs clocks with each if ``sync_clocks``, then reads reports and deaths.
 
-    Attributes:
-        hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)} of synced workers;
-        reports: a queue of ("error" | "stats", rank, payload); dead: {rank: reason}; finished: {rank: exit
-        code} of workers that said goodbye before closing (a normal end, not a death).
+    Attributes: hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)}; reports: a queue
+    of ("error" | "stats", rank, payload); dead: {rank: reason}; finished: {rank: exit code} of workers that
+    said goodbye before closing (a normal end, not a death).
     """
 
     def __init__(self, bind_host: str, sync_clocks: bool):

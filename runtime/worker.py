@@ -29,8 +29,7 @@ REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start 
 
 @dataclass(frozen=True)
 class WorkerBoot:
-    """What a spawned worker needs to join: its rank and the world size, the store's and rank 0's lifeline
-    ports on loopback, and how long to wait for rank 0 at start-up (s)."""
+    """What a worker needs to join; the ports (on loopback) only when spawned. Start-up timeout in s."""
 
     rank: int
     world_size: int
@@ -41,8 +40,7 @@ class WorkerBoot:
 
 @dataclass
 class Joined:
-    """What a worker's body gets once it has joined the run: its rank, the run's store, its control-plane
-    end (open), its lifeline to rank 0 (reports) and the node of every rank (rank 0's is 0)."""
+    """What a worker's body gets once it has joined the run (its endpoint open; rank 0's node is 0)."""
 
     rank: int
     store: object
@@ -124,8 +122,8 @@ def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=di
 
 
 def _remove_dead_drivers_segments() -> None:
-    """(A spawned worker leaving because rank 0 is gone) Unlink a dead rank 0's segments and semaphores: no
-    resource tracker does (``backends/segments.py``). Nothing when rank 0 is alive (a normal end)."""
+    """Unlink a dead rank 0's segments and semaphores: no resource tracker does (``backends/segments.py``).
+    Nothing when rank 0 is alive (a normal end)."""
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():
         remove_segments_of(parent.pid)
