@@ -84,20 +84,12 @@ class ControlStats:
 
 
 class ControlPlane(ABC):
-    """Driver (rank 0) side of a control plane for ``world_size`` ranks.
-
-    Args:
-        world_size: ranks including rank 0 (with 1 nothing is ever sent).
-        timeout_s: longest wait for a worker to take a message before :class:`ControlPlaneError` (s).
-        context: where the ranks run (default: one host, spawned workers).
-    Attributes:
-        send_stats: per ``send`` the message size (bytes) and the send cost, serialise + write (ns).
-        last_send_start_ns: ``time.monotonic_ns()`` when the latest send began (None before the first).
-        scope: SPAWN, HOST or NETWORK: where this plane works.
-    """
+    """Driver (rank 0) side of a control plane for ``world_size`` ranks, rank 0 included (with 1 nothing is
+    ever sent). ``timeout_s``: longest wait for a worker to take a message before :class:`ControlPlaneError`
+    (s); ``context``: where the ranks run (default: one host, spawned workers)."""
 
     name = "base"
-    scope = SPAWN
+    scope = SPAWN  # SPAWN, HOST or NETWORK: where this plane works
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
         self.world_size = world_size
@@ -105,8 +97,8 @@ class ControlPlane(ABC):
         self.timeout_s = timeout_s
         self.context = context or ControlContext(node_of=(0,) * world_size)
         self.liveness_check: Callable[[], None] = _no_check
-        self.send_stats = ControlStats()
-        self.last_send_start_ns: int | None = None
+        self.send_stats = ControlStats()  # per send: the message size (bytes), serialise + write (ns)
+        self.last_send_start_ns: int | None = None  # time.monotonic_ns() when the latest send began
 
     @classmethod
     def scope_of(cls, options: dict) -> str:
@@ -171,22 +163,15 @@ class ControlPlane(ABC):
 
 
 class WorkerEndpoint(ABC):
-    """Worker side: receives the messages rank 0 sends, in order.
-
-    Attributes:
-        rank: this worker's rank.
-        conn: the transport's picklable worker end, for backends that have one (a queue, a pipe's end).
-        recv_stats: per message its size (bytes) and one-way latency, receive-done minus send-start (ns).
-        clock_offset_ns: this host's monotonic clock minus rank 0's (0 on rank 0's host).
-        last_send_ns: rank 0's ``time.monotonic_ns()`` when it began sending the latest message.
-    """
+    """Worker ``rank``'s side: receives the messages rank 0 sends, in order. ``conn``: the transport's
+    picklable worker end, for backends that have one (a queue, a pipe's end)."""
 
     def __init__(self, rank: int, conn: Any = None) -> None:
         self.rank, self.conn = rank, conn
         self.liveness_check: Callable[[], None] = _no_check
-        self.recv_stats = ControlStats()
-        self.clock_offset_ns = 0
-        self.last_send_ns: int | None = None
+        self.recv_stats = ControlStats()  # per message: its size (bytes), receive-done minus send-start (ns)
+        self.clock_offset_ns = 0  # this host's monotonic clock minus rank 0's (0 on rank 0's host)
+        self.last_send_ns: int | None = None  # rank 0's time.monotonic_ns() when it began sending the latest
 
     def open(self, store=None) -> None:
         """Attach to the transport, once, in the worker process. ``store``: the run's Store, if any."""

@@ -60,23 +60,18 @@ def _keepalive(sock: socket.socket) -> None:
 
 class LifelineServer:
     """Rank 0's end: listens on ``bind_host`` at a port the OS picks (``port``), accepts one connection per
-    worker, syncs clocks with each if ``sync_clocks``, then reads reports and deaths.
-
-    Attributes: hosts: {rank: host name}; offsets: {rank: (clock offset ns, uncertainty ns)}; reports: a queue
-    of ("error" | "stats", rank, payload); dead: {rank: reason}; finished: {rank: exit code} of workers that
-    said goodbye before closing (a normal end, not a death).
-    """
+    worker, syncs clocks with each if ``sync_clocks``, then reads reports and deaths."""
 
     def __init__(self, bind_host: str, sync_clocks: bool):
         self.listener = socket.create_server((bind_host, 0), backlog=128)
         self.port = self.listener.getsockname()[1]
         self.sync_clocks = sync_clocks
-        self.hosts: dict[int, str] = {}
-        self.offsets: dict[int, tuple[int, int]] = {}
-        self.dead: dict[int, str] = {}
-        self.finished: dict[int, int] = {}
+        self.hosts: dict[int, str] = {}  # rank -> host name
+        self.offsets: dict[int, tuple[int, int]] = {}  # rank -> (clock offset, uncertainty) (ns)
+        self.dead: dict[int, str] = {}  # rank -> reason
+        self.finished: dict[int, int] = {}  # rank -> exit code it said goodbye with (a normal end, not a death)
         self.last_seen: dict[int, float] = {}  # rank -> monotonic time of its last frame
-        self.reports: queue.Queue = queue.Queue()
+        self.reports: queue.Queue = queue.Queue()  # ("error" | "stats", rank, payload)
         self.conns: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
         self._closed = False
