@@ -64,9 +64,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
                  context=None):
         super().__init__(world_size, timeout_s, context)
         self.inner = _inner_class(inner)(world_size, timeout_s=timeout_s, context=context, **(inner_options or {}))
-        self._recording: list[tuple] | None = None
-        self._recorded: list[tuple] | None = None
-        self._expected: list[tuple] | None = None
+        self._recording = self._recorded = self._expected = None  # lists of (method, args)
         self._replayed = 0
 
     @classmethod
