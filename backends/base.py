@@ -155,8 +155,7 @@ class ControlPlane(ABC):
         """Release what the driver owns (segments, pipes, groups). Idempotent."""
 
     def _deadline_wait(self, ready: Callable[[float], bool], what: str, timeout_s: float | None = None) -> None:
-        """``wait_until`` with this plane's liveness check; ControlPlaneError after ``timeout_s`` (default: the
-        plane's)."""
+        """``wait_until`` with this plane's liveness check; ControlPlaneError after ``timeout_s`` (default its own)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         wait_until(ready, self.liveness_check, timeout_s,
                    lambda: ControlPlaneError(f"{self.name}: timed out after {timeout_s:.0f} s waiting for {what}"))

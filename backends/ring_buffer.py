@@ -127,8 +127,7 @@ class Poller:
 
 
 class RingWriter:
-    """The writing end of a ring read by ``num_readers``, in a new segment of ``nslots * slot_bytes`` bytes
-    (named ``name``; unlinked by ``close``)."""
+    """The writer of a ring for ``num_readers``, in a new segment ``name`` of ``nslots * slot_bytes`` bytes."""
 
     def __init__(self, num_readers: int, nslots: int, slot_bytes: int, poll_args: tuple[float, float, float]):
         self.shm = create_segment(nslots * slot_bytes)

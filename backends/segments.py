@@ -24,8 +24,7 @@ _OWNED: dict[str, util.Finalize] = {}  # segment name -> what unlinks it (and it
 
 
 def remove_stale_segments() -> list[str]:
-    """Unlink ``tpcp_<pid>_*`` segments whose creating process no longer exists, and the semaphores their
-    registries list. Returns the names removed."""
+    """Unlink the segments of creators that no longer exist (and the semaphores listed); returns the names."""
     removed = []
     for pid in sorted({pid for pid, _ in _segments()}):
         try:

@@ -24,8 +24,7 @@ DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm
 
 
 class ShmControlPlane(ControlPlane):
-    """Driver side. Args: see :class:`ControlPlane`; ``segment_bytes``: size of the shared segment (bytes,
-    > 64, <= 1 GiB)."""
+    """Driver side (see :class:`ControlPlane`); ``segment_bytes``: the shared segment's size (bytes, > 64, <= 1 GiB)."""
 
     name = "shm"
 

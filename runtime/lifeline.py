@@ -215,8 +215,7 @@ class Lifeline:
         threading.Thread(target=beat, name="lifeline-beat", daemon=True).start()
 
     def close(self, code: int) -> None:
-        """Tell rank 0 that this is a normal end (exit code ``code``), not a death; then close this end
-        without ending the process."""
+        """Tell rank 0 this is a normal end (exit code ``code``), not a death; close this end, not the process."""
         self._closing = True
         with contextlib.suppress(OSError):
             self.send("bye", code)
@@ -226,8 +225,7 @@ class Lifeline:
 
 
 def watch_parent(on_death=None) -> None:
-    """A spawned process: end it (``os._exit(1)``) as soon as its parent is gone, even before its lifeline
-    exists."""
+    """A spawned process: ``os._exit(1)`` as soon as its parent is gone, even before its lifeline exists."""
     import multiprocessing as mp
 
     parent = mp.parent_process()

@@ -122,8 +122,7 @@ def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=di
 
 
 def _remove_dead_drivers_segments() -> None:
-    """Unlink a dead rank 0's segments and semaphores: no resource tracker does (``backends/segments.py``).
-    Nothing when rank 0 is alive (a normal end)."""
+    """Unlink a dead rank 0's segments and semaphores (no resource tracker does); nothing while it lives."""
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():
         remove_segments_of(parent.pid)
@@ -145,7 +144,6 @@ def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
 
 
 def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:
-    """A rank other than 0 started by torchrun: join the run that rank 0 of the same launch starts, run
-    ``body`` and return the exit code (``worker_entry``)."""
+    """A rank other than 0 started by torchrun: ``worker_entry`` through the store; returns the exit code."""
     boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s)
     return worker_entry(boot, None, body, body_args, launch)

@@ -111,8 +111,7 @@ class WorkerGroup:
         control.wait_ready()
 
     def describe(self) -> dict:
-        """``launcher``, ``nodes`` and the one-way latencies' clock: ``clock_sync`` (its method) and
-        ``clock_uncertainty_us`` (``lifeline.py``)."""
+        """``launcher``, ``nodes``, and the one-way latencies' ``clock_sync`` and ``clock_uncertainty_us``."""
         where = {"launcher": self.launch.launcher, "nodes": self.context.num_nodes}
         if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
             return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
