@@ -17,33 +17,38 @@ def summarize(values_ms, name: str) -> dict[str, float | None]:
     return {**out, f"{name}_std": float(v.std()) if v.size else None}
 
 
-def _throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) -> dict:
+def throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) -> dict:
     """The throughput columns of ``requests`` over ``duration`` s."""
     return {"num_requests": requests, "input_tokens": in_tokens, "output_tokens": out_tokens, "duration_s": duration,
             "output_tok_s": out_tokens / duration, "total_tok_s": (out_tokens + in_tokens) / duration,
             "req_s": requests / duration}
 
 
+def latencies(out: dict) -> dict:
+    """``ttft_ms``, ``tpot_ms`` (None for one token), ``itl_ms`` (every gap, a list) and ``e2el_ms`` of one
+    engine output (``token_times_s`` not empty, ``arrival_s``; s), in ms from its arrival."""
+    times, sent = out["token_times_s"], out["arrival_s"]
+    ttft, e2el = (times[0] - sent) * 1e3, (times[-1] - sent) * 1e3
+    return {"ttft_ms": ttft, "tpot_ms": (e2el - ttft) / (len(times) - 1) if len(times) > 1 else None,
+            "itl_ms": (np.diff(times) * 1e3).tolist(), "e2el_ms": e2el}
+
+
+def latency_columns(records: list[dict], names=("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")) -> dict:
+    """``summarize`` of each latency ``names`` over ``records`` (``latencies``'s): None values left out, the
+    ``itl_ms`` lists pooled."""
+    row = {}
+    for name in names:
+        values = [r[name] for r in records if r[name] is not None]
+        row.update(summarize([x for v in values for x in v] if name == "itl_ms" else values, name))
+    return row
+
+
 def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
     """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call: its
     ``outputs`` (``token_ids``, ``arrival_s``, ``token_times_s``), each request's prompt length (tokens) and
     ``perf_counter()`` around the call (s)."""
-    out_tokens = sum(len(o["token_ids"]) for o in outputs)
-    ttft, tpot, itl, e2el = [], [], [], []
-    for o in outputs:
-        times = o["token_times_s"]
-        if not times:
-            continue
-        first, last = times[0] - o["arrival_s"], times[-1] - o["arrival_s"]
-        ttft.append(first * 1e3)
-        e2el.append(last * 1e3)
-        if len(times) > 1:
-            tpot.append((last - first) / (len(times) - 1) * 1e3)
-            itl.extend(np.diff(times) * 1e3)
-    row = _throughput(len(outputs), sum(prompt_lens), out_tokens, end_s - start_s)
-    for name, values in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2el_ms", e2el)):
-        row.update(summarize(values, name))
-    return row
+    row = throughput(len(outputs), sum(prompt_lens), sum(len(o["token_ids"]) for o in outputs), end_s - start_s)
+    return {**row, **latency_columns([latencies(o) for o in outputs if o["token_times_s"]])}
 
 
 def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> dict:
@@ -53,18 +58,12 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
     duration = last_s - start_s
     sent = sorted(r["sent_s"] for r in records)
     in_tokens, out_tokens = sum(r["input_len"] for r in records), sum(r["output_len"] for r in records)
-    row = _throughput(len(records), in_tokens, out_tokens, duration)
+    row = throughput(len(records), in_tokens, out_tokens, duration)
     row["achieved_rate_req_s"] = (len(sent) - 1) / (sent[-1] - sent[0]) if sent[-1] > sent[0] else None
     bounds = {k: v for k, v in work.slo.items() if v is not None}
     good = sum(all((r[k] or 0.0) <= b for k, b in bounds.items()) for r in records)
     row["goodput_req_s"] = good / duration if bounds else None
-    for name, values in (("ttft_ms", [r["ttft_ms"] for r in records]),
-                         ("tpot_ms", [r["tpot_ms"] for r in records if r["tpot_ms"] is not None]),
-                         ("itl_ms", [x for r in records for x in r["itl_ms"]]),
-                         ("e2el_ms", [r["e2el_ms"] for r in records]),
-                         ("queue_ms", [r["queue_ms"] for r in records])):
-        row.update(summarize(values, name))
-    return row
+    return {**row, **latency_columns(records, ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms"))}
 
 
 def energy_per_token(energy_j: float | None, output_tokens: int | None) -> dict:

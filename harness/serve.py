@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError
 
+from .metrics import latencies
 from .workloads import Workload
 
 
@@ -38,13 +39,9 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
     """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms from
     the engine's arrival time (``control=ideal``'s replay may put it before the sending)."""
-    times, sent = out["token_times_s"], out["arrival_s"]
-    ttft = (times[0] - sent) * 1e3 if times else None
-    e2el = (times[-1] - sent) * 1e3 if times else None
+    sent = out["arrival_s"]
     return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
-            "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), "ttft_ms": ttft,
-            "tpot_ms": (e2el - ttft) / (len(times) - 1) if len(times) > 1 else None,
-            "itl_ms": (np.diff(times) * 1e3).tolist(), "e2el_ms": e2el,
+            "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
             "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
             "finish_reason": out["finish_reason"]}
 
