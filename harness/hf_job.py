@@ -1,19 +1,59 @@
-"""``engine=hf``: the workload through transformers' ``generate`` on one device, one row per repeat."""
+"""``engine=hf``: the workload through transformers' ``generate`` on one device, one row per repeat. Requests go
+in left-padded batches of ``hf_batch_size``; a batch runs to its largest ``max_tokens`` (ignore_eos), and only
+each request's own count as output (the rest is waste). No per-token times: TTFT, TPOT and ITL stay empty, E2EL
+is the batch's end.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 
+import torch
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
 from engine import ConfigError
-from engine.config import resolve_dtype
+from engine.config import resolve_dtype, torch_dtype
 
 from .job_setup import base_row, failed, model_label, prepare, resolve_device
-from .metrics import energy_per_token
+from .metrics import energy_per_token, summarize, throughput
 from .nvml_sampler import NvmlSampler
 from .report import print_summary, show_progress
-from .transformers_baseline import run_hf
+from .workloads import Workload
+
+
+def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, seed: int,
+           progress: bool) -> tuple[dict, int]:
+    """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included)."""
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()
+    torch.manual_seed(seed)
+
+    def generate(prompts: list[list[int]], max_new: int, temperature: float) -> None:
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        kwargs = dict(do_sample=True, temperature=temperature) if temperature > 0 else dict(do_sample=False)
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
+                           pad_token_id=0, **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    generate([work.prompts[0][:32]], 8, 0.0)  # warm-up
+    start = time.perf_counter()
+    e2el, generated = [], 0
+    for i in tqdm(range(0, len(work.prompts), batch_size), desc="hf generate", disable=not progress):
+        prompts, params = work.prompts[i:i + batch_size], work.params[i:i + batch_size]
+        max_new = max(p.max_tokens for p in params)
+        generate(prompts, max_new, params[0].temperature)
+        e2el += [(time.perf_counter() - start) * 1e3] * len(prompts)
+        generated += max_new * len(prompts)
+    duration = time.perf_counter() - start
+    row = throughput(len(work.prompts), sum(work.prompt_lens), sum(p.max_tokens for p in work.params), duration)
+    return {**row, **summarize(e2el, "e2el_ms")}, generated
 
 
 def run_hf_job(cfg: DictConfig) -> int:
@@ -34,7 +74,7 @@ def run_hf_job(cfg: DictConfig) -> int:
             sampler = NvmlSampler(gpu, cfg.nvml_interval_s).start()
             try:
                 metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed,
-                                                    show_progress(cfg.progress))
+                                                show_progress(cfg.progress))
             finally:
                 sampler.stop()
             nvml = sampler.summary()
