@@ -15,7 +15,7 @@ from engine import LLM, ConfigError, SamplingParams, WorkerError
 from runtime.launch import Launch
 
 from . import metrics
-from .broadcast_job import run_broadcast_job
+from .broadcast import run_broadcast_job
 from .engine_cache import get_engine
 from .engine_cache import release as release_engine
 from .hf_job import run_hf_job

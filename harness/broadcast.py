@@ -1,26 +1,47 @@
-"""``workload=broadcast``: the control plane alone, no model. Per payload (the engine's decode and prefill
-step messages, raw byte strings) a warm-up, then N messages, each paced as in the engine: a gloo barrier (its
-collectives), then ``gap_us`` on rank 0 (its sampling and scheduling).
+"""``workload=broadcast``: the control plane alone, no model, one row per payload and repeat. Per payload (the
+engine's decode and prefill step messages, raw byte strings) a warm-up, then N messages, each paced as in the
+engine: a gloo barrier (its collectives), then ``gap_us`` on rank 0 (its sampling and scheduling).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import timedelta
 
 import numpy as np
 import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
 from torch.distributed import PrefixStore
 from tqdm.auto import tqdm
 
+from engine import ConfigError
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
 from runtime.cluster import Cluster
+from runtime.launch import Launch
+from runtime.worker import command_loop
 
-from .broadcast_worker import JOINING, broadcast_worker
+from .job_setup import base_row, check_results_dir, control_options, failed
 from .metrics import message_metrics
+from .report import SWEEP_ROWS, one_line, print_broadcast, show_progress
+from .signals import as_interrupt
+
+JOINING = "barrier-joining"  # store stage: a worker is about to join the gloo barrier group
+
+
+def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
+    """A worker's body: per message (its one-way latency recorded by the endpoint), meet rank 0 in a gloo
+    barrier. ``joined``: a ``runtime.worker.Joined``; returns the exit code."""
+    joined.store.set(f"{JOINING}/{joined.rank}", "1")
+    dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,
+                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    try:
+        return command_loop(joined.endpoint, joined.lifeline, lambda method, args: dist.barrier())
+    finally:
+        dist.destroy_process_group()
 
 
 def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
@@ -86,3 +107,50 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
         group.run(message, count, w["gap_us"] / 1e6)
         stats = group.collect_stats()
         yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"])}
+
+
+def check_broadcast(cfg: DictConfig, launch: Launch | None) -> dict:
+    """The broadcast workload as a dict, checked on every rank (its keys, tp >= 2 and control=ideal: up front).
+    Raises ConfigError: tp other than torchrun's world size."""
+    if launch is not None and cfg.tp != launch.world_size:
+        raise ConfigError(f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: they must be equal")
+    return OmegaConf.to_container(cfg.workload)
+
+
+def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
+    """Rank 0: one group for the job, every payload ``repeat`` times; exit code 0, 1 (a failed row), 2, 130."""
+    try:
+        results = check_results_dir(cfg)
+        w = check_broadcast(cfg, launch)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
+    try:
+        group = BroadcastGroup(cfg.control.name, cfg.tp, control_options(cfg), cfg.llm.timeout_s,
+                               cfg.llm.startup_timeout_s, launch)
+    except BaseException as e:
+        e = as_interrupt(e)
+        if isinstance(e, (ConfigError, ValueError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return failed(results, row0, 0, e)
+    row0.update(group.group.describe())
+    r, path = 0, None
+    try:
+        for r in range(cfg.repeat):
+            for result in run_broadcast(w, group, show_progress(cfg.progress)):
+                row = {**row0, "repeat": r, "status": "ok", **result}
+                path = results.add(row)
+                print_broadcast(row, path, w["messages"])
+                SWEEP_ROWS.append(row)
+        if path:
+            print(f"rows appended to {path}")
+        return 1 if results.problem else 0
+    except BaseException as e:
+        e = as_interrupt(e)
+        results.add({**row0, "repeat": r, "status": "failed", "error": one_line(e)})
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
+    finally:
+        group.close()

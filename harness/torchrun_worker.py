@@ -11,8 +11,7 @@ from engine import ConfigError, EngineConfig, serve_worker
 from runtime.launch import Launch
 from runtime.worker import serve
 
-from .broadcast_job import check_broadcast
-from .broadcast_worker import broadcast_worker
+from .broadcast import broadcast_worker, check_broadcast
 from .job_setup import engine_settings, prepare, resolve_device
 
 
