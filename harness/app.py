@@ -23,7 +23,7 @@ from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
 from .nvml_sampler import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
-from .run_files import run_path
+from .results_csv import run_path
 from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log

@@ -21,7 +21,6 @@ from .job_checks import picked_model, run_folders
 from .model_checks import check_preset
 from .report import one_line, print_summary
 from .results_csv import Results
-from .run_files import write_run_json
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .signals import as_interrupt
 from .sysinfo import hydra_dir, metadata
@@ -117,8 +116,7 @@ def check_results_dir(cfg: DictConfig) -> Results:
     directory = user_path(cfg.results_dir)
     os.makedirs(directory, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)  # its workload becomes the one used, in prepare()
-    return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION,
-                   on_row=lambda row: write_run_json(directory, row, config), config=config)
+    return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION, config=config)
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:

@@ -1,7 +1,10 @@
 """Appending one row per run to a CSV: header written once, each row one whole line written while holding
 ``<file>.lock`` (concurrent runs never interleave). A file with another schema's header is never touched:
 the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it. A row that cannot be written (read-only mount, no
-lock, full disk) goes to a fallback file, never lost; a failed write leaves no partial line.
+lock, full disk) goes to a fallback file, never lost; a failed write leaves no partial line. Per-run files beside
+the CSV: ``runs/<run_id>.json`` (the job's configuration, every column, and vLLM's ``--save-result`` names for
+them; docs/METRICS.md), ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``
+(``profile=torch``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import csv
 import datetime
 import hashlib
 import io
+import json
+import math
 import os
 import sys
 import uuid
@@ -24,6 +29,15 @@ def _line(values: list) -> str:
     return buf.getvalue()
 
 
+# vLLM's result key -> this project's column (vllm/benchmarks/serve.py, calculate_metrics and its result dict)
+VLLM_ALIASES = {"completed": "num_requests", "total_input_tokens": "input_tokens",
+                "total_output_tokens": "output_tokens", "duration": "duration_s",
+                "request_throughput": "req_s", "output_throughput": "output_tok_s",
+                "total_token_throughput": "total_tok_s", "request_goodput": "goodput_req_s",
+                "request_rate": "request_rate", "burstiness": "burstiness", "max_concurrency": "max_concurrency"}
+for _m in ("ttft", "tpot", "itl", "e2el"):
+    VLLM_ALIASES.update({f"{stat}_{_m}_ms": f"{_m}_ms_{col}" for stat, col in
+                         (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p99", "p99"))})
 LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
 
 
@@ -92,24 +106,57 @@ def _write_whole(path: str, data: bytes, append: bool) -> None:
         os.close(fd)
 
 
+def _plain(v):
+    """A JSON value: None for NaN, infinities as strings (json's Infinity is not JSON)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else str(v)
+    return v
+
+
+def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
+    """Write ``<directory>/runs/<run_id>.json`` (via a temporary name): ``config`` (resolved), ``row`` (every
+    column), ``vllm`` (the aliases with a value). Returns its path, or None after one line on stderr when it
+    cannot be written (the CSV row is the record)."""
+    path = os.path.join(directory, "runs", f"{row['run_id']}.json")
+    data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
+            "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(path + ".tmp", path)
+        return path
+    except OSError as e:
+        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return None
+
+
+def run_path(directory: str, folder: str, name: str) -> str:
+    """``<directory>/<folder>/<name>`` (its folder created): ``requests/<run_id>.jsonl``, or ``traces/<run_id>``,
+    the prefix of a run's traces."""
+    os.makedirs(os.path.join(directory, folder), exist_ok=True)
+    return os.path.join(directory, folder, name)
+
+
 class Results:
     """Where a job's rows go. ``add(row)`` stamps the row (``time_utc``, ``run_id``) and appends it to ``path``;
     failing that, to ``<stem>.unwritten-<run_id>.csv`` beside ``path``, else in the working directory, else
-    prints it, saying where on stderr and keeping the problem in ``problem`` (the job then exits 1).
-    ``on_row(row)`` writes the per-run JSON, None when it could not (a problem too), of ``config`` (the job's)."""
+    prints it, saying where on stderr and keeping the problem in ``problem`` (the job then exits 1). With
+    ``config`` (the job's), each row also goes to its run JSON beside ``path`` (``write_run_json``; not written:
+    a problem too)."""
 
-    def __init__(self, path: str, columns: list[str], schema_version: int, on_row=None, config: dict | None = None):
-        self.path, self.columns, self.schema_version = path, columns, schema_version
-        self.on_row, self.config = on_row, config
-        self.run_file: str | None = None  # what on_row wrote for the latest row
+    def __init__(self, path: str, columns: list[str], schema_version: int, config: dict | None = None):
+        self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config
+        self.run_file: str | None = None  # the run JSON of the latest row
         self.problem: str | None = None
 
     def add(self, row: dict) -> str:
         """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
         row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "run_id": row.get("run_id") or uuid.uuid4().hex[:12]}
-        self.run_file = self.on_row(row) if self.on_row is not None else None
-        if self.on_row is not None and self.run_file is None:
+        directory = os.path.dirname(self.path)
+        self.run_file = write_run_json(directory, row, self.config) if self.config is not None else None
+        if self.config is not None and self.run_file is None:
             self.problem = f"the run file of row {row['run_id']} could not be written"
         try:
             written = append_row(self.path, self.columns, row, self.schema_version)
@@ -117,7 +164,7 @@ class Results:
             return self._fallback(row, f"{type(e).__name__}: {e}")
         if written != self.path:
             print(f"NOTE: {self.path} has another schema's header: this row went to {written} "
-                  f"(python -m harness.analyze {os.path.dirname(self.path) or '.'} reads both)", file=sys.stderr)
+                  f"(python -m harness.analyze {directory or '.'} reads both)", file=sys.stderr)
         return written
 
     def _fallback(self, row: dict, why: str) -> str:
