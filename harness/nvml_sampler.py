@@ -28,8 +28,7 @@ def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[l
     """(NVML handles of the CUDA devices ``cuda_indices`` by PCI address, "pci"); ([], why) when one has none:
     never another GPU's numbers."""
     by_address = {}
-    for i in range(nvml.nvmlDeviceGetCount()):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
+    for h in map(nvml.nvmlDeviceGetHandleByIndex, range(nvml.nvmlDeviceGetCount())):
         info = nvml.nvmlDeviceGetPciInfo(h)
         by_address[(info.domain, info.bus, info.device)] = h
     handles = []
@@ -57,11 +56,8 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread = None
         self.nvml = nvml or pynvml
-        if not self.indices:
-            self.how = "no GPU in this run"
-            return
-        if self.nvml is None:
-            self.how = "nvidia-ml-py does not import here"
+        if not self.indices or self.nvml is None:
+            self.how = "nvidia-ml-py does not import here" if self.indices else "no GPU in this run"
             return
         try:
             self.nvml.nvmlInit()
@@ -76,24 +72,21 @@ class NvmlSampler:
     def available(self) -> bool:
         return bool(self.handles)
 
-    def _sample_once(self) -> None:
-        util, mem, power = [], [], []
-        for h in self.handles:
-            util.append(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            mem.append(self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
-            with contextlib.suppress(Exception):  # a GPU without a power reading
-                power.append(self.nvml.nvmlDeviceGetPowerUsage(h) / 1e3)  # mW -> W
-        self.util.append(util)
-        self.mem_mib.append(max(mem))
-        if power:
-            self.power_w.append(sum(power))
-
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
+            power = []
             try:
-                self._sample_once()
+                util = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
+                mem = [self.nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20 for h in self.handles]
+                for h in self.handles:
+                    with contextlib.suppress(Exception):  # a GPU without a power reading
+                        power.append(self.nvml.nvmlDeviceGetPowerUsage(h) / 1e3)  # mW -> W
             except Exception:
                 return
+            self.util.append(util)
+            self.mem_mib.append(max(mem))
+            if power:
+                self.power_w.append(sum(power))
 
     def read_energy_mj(self) -> list[int] | None:
         """Each GPU's total-energy counter (mJ since the driver loaded); None, why in ``energy_problem``, where
@@ -103,15 +96,6 @@ class NvmlSampler:
         except Exception as e:  # pynvml.NVMLError_NotSupported and friends
             self.energy_problem = f"no energy counter ({e})"
             return None
-
-    def _energy_over_run(self, end_mj: list[int] | None) -> float | None:
-        """Energy (J) from start() to ``end_mj`` over all GPUs; None if a read failed or a counter went back."""
-        if self.energy_mj is None or end_mj is None:
-            return None
-        if any(e < s for s, e in zip(self.energy_mj, end_mj)):
-            self.energy_problem = "the energy counter went backwards (driver reloaded?)"
-            return None
-        return sum(e - s for s, e in zip(self.energy_mj, end_mj)) / 1e3  # mJ -> J
 
     def start(self) -> NvmlSampler:
         if self.available:
@@ -126,7 +110,12 @@ class NvmlSampler:
             self._thread.join(timeout=5)
             self._thread = None
         if self.available:
-            self.energy_j = self._energy_over_run(self.read_energy_mj())
+            end_mj = self.read_energy_mj()
+            if self.energy_mj is not None and end_mj is not None:  # J over all GPUs, unless a counter went back
+                if any(e < s for s, e in zip(self.energy_mj, end_mj)):
+                    self.energy_problem = "the energy counter went backwards (driver reloaded?)"
+                else:
+                    self.energy_j = sum(e - s for s, e in zip(self.energy_mj, end_mj)) / 1e3  # mJ -> J
             with contextlib.suppress(Exception):
                 self.nvml.nvmlShutdown()
             self.handles = []
