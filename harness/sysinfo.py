@@ -12,6 +12,8 @@ import subprocess
 
 import torch
 
+from .nvml_sampler import pynvml
+
 
 def git_commit(repo_dir: str) -> str | None:
     """``$TPCP_GIT_COMMIT`` when set (a copy of the tree on a remote GPU machine, whose .git may lag);
@@ -53,14 +55,10 @@ def package_version(*names: str) -> str | None:
 
 def driver_version(nvml=None) -> str | None:
     """The NVIDIA driver's version from ``nvml`` (default nvidia-ml-py); None where NVML is missing or unusable."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return None
+    nvml = nvml or pynvml
     try:
         nvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError: no driver here
+    except Exception:  # pynvml.NVMLError: no driver here; AttributeError: no nvidia-ml-py (None)
         return None
     try:
         version = nvml.nvmlSystemGetDriverVersion()
