@@ -76,35 +76,30 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
     llm.replay_admissions(plan)
     n = len(work.prompts)
     limit = work.max_concurrency or n
-    index: dict[int, int] = {}
+    index: dict[int, int] = {}  # in flight: engine request id -> trace index
     records: list[dict | None] = [None] * n
-    outs: list[dict | None] = [None] * n
     sent_at = [0.0] * n
     bar = tqdm(total=n, desc="serve", unit="req", disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
     arrivals = [start + a for a in work.arrivals]
-    sent = outstanding = 0
-    loop_ns, last = 0, start
+    sent, loop_ns, last = 0, 0, start
     while sent < n or llm.has_unfinished_requests():
         t0 = time.perf_counter_ns()
-        while sent < n and outstanding < limit:  # unbounded: every request at once, each at its arrival time
+        while sent < n and len(index) < limit:  # unbounded: every request at once, each at its arrival time
             at = sent_at[sent] = arrivals[sent] if limit >= n else max(arrivals[sent], time.perf_counter())
             index[llm.add_request(work.prompts[sent], work.params[sent], at)] = sent
-            sent, outstanding = sent + 1, outstanding + 1
+            sent += 1
         t1 = time.perf_counter_ns()
         finished = llm.step()
         t2 = time.perf_counter_ns()
         for out in finished:
             i = index.pop(out["request_id"])
-            outs[i], last = out, max(last, out["token_times_s"][-1])
-            if log:  # else the records wait for the end
-                records[i] = request_record(i, out, work, start, sent_at[i])
+            records[i], last = request_record(i, out, work, start, sent_at[i]), max(last, out["token_times_s"][-1])
+            if log:
                 log.write(records[i])
-        outstanding -= len(finished)
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
     bar.close()
-    records = [r or request_record(i, outs[i], work, start, sent_at[i]) for i, r in enumerate(records)]
     steps = llm.steps
     overhead_us = (loop_ns + llm.admit_ns) / 1e3 / max(len(steps), 1)
     return records, steps, start, last, overhead_us
