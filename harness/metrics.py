@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 
-PERCENTILES = (50, 90, 99)
+
+def percentiles(values, name: str, ps=(50, 99)) -> dict[str, float | None]:
+    """``{name_p<p>}`` for each of ``ps`` over ``values``; None when there are no values."""
+    v = np.asarray(values, dtype=np.float64)
+    return {f"{name}_p{p}": float(np.percentile(v, p)) if v.size else None for p in ps}
 
 
 def summarize(values_ms, name: str) -> dict[str, float | None]:
     """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, numpy's
     default, as vLLM's); None when there are no values."""
     v = np.asarray(values_ms, dtype=np.float64)
-    out = {f"{name}_mean": float(v.mean()) if v.size else None}
-    out.update({f"{name}_p{p}": float(np.percentile(v, p)) if v.size else None for p in PERCENTILES})
-    return {**out, f"{name}_std": float(v.std()) if v.size else None}
+    return {f"{name}_mean": float(v.mean()) if v.size else None, **percentiles(v, name, (50, 90, 99)),
+            f"{name}_std": float(v.std()) if v.size else None}
 
 
 def throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) -> dict:
@@ -75,23 +78,18 @@ def step_metrics(steps) -> dict:
     """Decode step time p50/p99 (ms) and step counts from ``LLM.steps`` (StepRecord list)."""
     decode = [s.duration_s * 1e3 for s in steps if not s.is_prefill]
     return {"prefill_steps": len(steps) - len(decode), "decode_steps": len(decode),
-            **{f"decode_step_ms_p{p}": float(np.percentile(decode, p)) if decode else None for p in (50, 99)}}
+            **percentiles(decode, "decode_step_ms")}
 
 
 def message_metrics(send: dict, recv: dict) -> dict:
     """The message columns (docs/REFERENCE.md) from rank 0's send and every worker's receive samples
     (``{"nbytes": [...], "ns": [...]}``, ``LLM.collect_control_stats``)."""
-    nbytes, send_ns = send.get("nbytes", []), send.get("ns", [])
-    row = {"ctrl_calls": len(nbytes),
-           "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
-           "ctrl_bytes_max": int(max(nbytes)) if nbytes else None}
-    oneway = [np.asarray(r["ns"], dtype=np.float64) / 1e3 for r in recv.values()]
-    pooled = np.concatenate(oneway) if oneway else np.array([])
-    send_us = np.asarray(send_ns, dtype=np.float64) / 1e3
-    for p in (50, 99):
-        row[f"ctrl_oneway_us_p{p}"] = float(np.percentile(pooled, p)) if pooled.size else None
-        row[f"ctrl_send_us_p{p}"] = float(np.percentile(send_us, p)) if send_us.size else None
-    return row
+    nbytes = send.get("nbytes", [])
+    oneway_ns = [np.asarray(r["ns"], dtype=np.float64) for r in recv.values()]
+    return {"ctrl_calls": len(nbytes), "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
+            "ctrl_bytes_max": int(max(nbytes)) if nbytes else None,
+            **percentiles(np.concatenate(oneway_ns) / 1e3 if oneway_ns else [], "ctrl_oneway_us"),
+            **percentiles(np.asarray(send.get("ns", []), dtype=np.float64) / 1e3, "ctrl_send_us")}
 
 
 def slowest_worker(recv: dict, key: str, num_steps: int) -> np.ndarray | None:
@@ -135,6 +133,4 @@ def launch_lag(recv: dict, steps) -> dict:
     lag_us = (latest[decode_idx] - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
     row["ctrl_launch_lag_us_mean"] = float(lag_us.mean())
     row["ctrl_launch_late_us_mean"] = float(np.maximum(lag_us, 0.0).mean())
-    for p in (50, 99):
-        row[f"ctrl_launch_lag_us_p{p}"] = float(np.percentile(lag_us, p))
-    return row
+    return {**row, **percentiles(lag_us, "ctrl_launch_lag_us")}
