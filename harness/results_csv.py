@@ -41,17 +41,16 @@ for _m in ("ttft", "tpot", "itl", "e2el"):
 LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
 
 
-def _acquire(lock_path: str) -> FileLock:
-    """The results file's lock, held; a wait longer than a second says so on stderr (a silent 60 s looks
-    like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
+def _acquire(lock_path: str):
+    """The results file's lock, held until the ``with`` block on the result ends; a wait longer than a second says
+    so on stderr (a silent 60 s looks like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
     lock = FileLock(lock_path)
     try:
-        lock.acquire(timeout=1.0)
+        return lock.acquire(timeout=1.0)
     except Timeout:
         print(f"waiting for {lock_path} (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
               file=sys.stderr, flush=True)
-        lock.acquire(timeout=LOCK_WAIT_S - 1.0)
-    return lock
+        return lock.acquire(timeout=LOCK_WAIT_S - 1.0)
 
 
 def append_row(path: str, columns: list[str], row: dict, schema_version: int) -> str:
@@ -62,8 +61,7 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
         raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     header, line = _line(columns), _line([row.get(c) for c in columns])
-    lock = _acquire(path + ".lock")
-    try:
+    with _acquire(path + ".lock"):
         text = header + line
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="") as f:
@@ -77,8 +75,6 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
                 # a crashed writer left a partial line: keep ours whole
                 text = line if f.read(1) == b"\n" else "\n" + line
         _write_whole(path, text.encode(), append=True)
-    finally:
-        lock.release()
     return path
 
 
