@@ -34,30 +34,6 @@ class Workload:
         return [len(p) for p in self.prompts]
 
 
-def random_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """nano-vllm's bench.py recipe: ``num_seqs`` prompts of random token ids in ``[0, max_token_id]``, lengths
-    and ``max_tokens`` uniform in their [min, max]; ignore_eos, so throughput does not depend on the weights."""
-    rng = random.Random(seed)
-    top = min(w["max_token_id"], vocab_size - 1)
-    # bench.py's draw order (prompts, then output lengths): seed 0 gives its exact requests (133,966 tokens out)
-    prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
-               for _ in range(w["num_seqs"])]
-    params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
-                             max_tokens=rng.randint(w["min_output_len"], w["max_output_len"]))
-              for _ in range(w["num_seqs"])]
-    return Workload(w["name"], prompts, params, bool(w.get("warmup", True)))
-
-
-def fixed_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """``num_seqs`` prompts of ``input_len`` random token ids, ``output_len`` greedy tokens each (ignore_eos),
-    submitted ``iterations`` times: the latency-bound case."""
-    rng = random.Random(seed)
-    top = min(w["max_token_id"], vocab_size - 1)
-    prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(w["num_seqs"])]
-    params = [SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=w["output_len"])] * w["num_seqs"]
-    return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
-
-
 def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
     """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone (every plane of a sweep serves
     the same trace): 0, then gaps drawn as vLLM's ``bench serve`` draws them, Gamma(shape=burstiness,
@@ -71,12 +47,30 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
     return [0.0] + np.cumsum(gaps).tolist()
 
 
-def serve_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """``num_prompts`` requests drawn as :func:`random_requests` draws them, arriving at :func:`arrival_offsets`."""
+def draw_requests(w: dict, seed: int, vocab_size: int) -> Workload:
+    """The requests of a random, fixed or serve workload config ``w``: prompts of random token ids in
+    ``[0, max_token_id]``. random (serve: ``num_prompts`` of them, arriving at :func:`arrival_offsets`): nano-vllm's
+    bench.py recipe, lengths and ``max_tokens`` uniform in their [min, max]; ignore_eos, so throughput does not
+    depend on the weights. fixed: ``input_len`` tokens, ``output_len`` greedy ones (ignore_eos), submitted
+    ``iterations`` times: the latency-bound case."""
+    rng = random.Random(seed)
+    top = min(w["max_token_id"], vocab_size - 1)
+    _, n, _, _ = request_shape(w)
+    if w["kind"] == "fixed":
+        prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(n)]
+        params = [SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=w["output_len"])] * n
+        return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
+    # bench.py's draw order (prompts, then output lengths): seed 0 gives its exact requests (133,966 tokens out)
+    prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
+               for _ in range(n)]
+    params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
+                             max_tokens=rng.randint(w["min_output_len"], w["max_output_len"])) for _ in range(n)]
+    work = Workload(w["name"], prompts, params, bool(w.get("warmup", True)))
+    if w["kind"] != "serve":
+        return work
     rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
     slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
-    return dataclasses.replace(random_requests({**w, "num_seqs": w["num_prompts"]}, seed, vocab_size),
-                               arrivals=arrival_offsets(w["num_prompts"], rate, burstiness, seed), request_rate=rate,
+    return dataclasses.replace(work, arrivals=arrival_offsets(n, rate, burstiness, seed), request_rate=rate,
                                burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
 
 
@@ -200,7 +194,6 @@ def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload
     """The workload of config ``w`` on ``device``. Raises ValueError: a bad one, or one that runs no requests."""
     w = effective_workload(w, device)
     check_workload(w)
-    draw = {"random": random_requests, "fixed": fixed_requests, "serve": serve_requests}.get(w.get("kind"))
-    if draw is None:
+    if w.get("kind") not in ("random", "fixed", "serve"):
         raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")
-    return draw(w, seed, vocab_size)
+    return draw_requests(w, seed, vocab_size)
