@@ -46,10 +46,8 @@ def cpu_model() -> str | None:
 def package_version(*names: str) -> str | None:
     """The version of the first of the distributions ``names`` that is installed (nothing imported), else None."""
     for name in names:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return None
 
 
