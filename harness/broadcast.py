@@ -48,12 +48,10 @@ def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int,
     """``("run", step_bytes)`` as the engine sends it for ``num_seqs`` sequences of ``num_tokens`` tokens each
     (all new in prefill, only the last in decode)."""
     rng = np.random.default_rng(seed)
-    seqs, next_block = [], 0
-    for _ in range(num_seqs):
-        s = Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
-        s.block_table = list(range(next_block, next_block + s.num_blocks))
-        next_block += s.num_blocks
-        seqs.append(s)
+    seqs = [Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
+            for _ in range(num_seqs)]
+    for i, s in enumerate(seqs):  # consecutive blocks, as many for each
+        s.block_table = list(range(i * s.num_blocks, (i + 1) * s.num_blocks))
     return ("run", StepBatch.from_sequences(seqs, prefill).to_bytes())
 
 
