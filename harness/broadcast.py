@@ -44,10 +44,10 @@ def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
         dist.destroy_process_group()
 
 
-def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int, seed: int = 0) -> tuple:
+def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int) -> tuple:
     """``("run", step_bytes)`` as the engine sends it for ``num_seqs`` sequences of ``num_tokens`` tokens each
     (all new in prefill, only the last in decode)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     seqs = [Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
             for _ in range(num_seqs)]
     for i, s in enumerate(seqs):  # consecutive blocks, as many for each
