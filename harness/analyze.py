@@ -141,8 +141,7 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
     (``side_path``). Raises InputError when there is no ok row or a file cannot be written."""
     from .plot_common import side_path
     from .plot_curves import plot_broadcast, plot_load
-    from .plot_exposed import plot_exposed
-    from .plots import plot
+    from .plots import plot, plot_exposed
 
     if ok.empty:
         raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
