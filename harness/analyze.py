@@ -8,11 +8,6 @@
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Directories are searched at their top level only; a CSV found there that is not a results CSV is skipped
-with a line saying why, one named is an error. Failed rows are counted, never measured. Tables: the summary
-(``summary_table``; workload=serve and broadcast rows in tables of their own), each plane's exposed cost where
-there are ``control=ideal`` rows (``exposed``); the gate is ``compare``.
-
 Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
 arguments.
 """
@@ -52,8 +47,7 @@ FORMATS = ("text", "markdown", "csv")
 
 
 def _parts(df: pd.DataFrame, keys: list[str], group: list[str] | None) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """(kind, rows, their keys) of each kind of row ``df`` has: engine, broadcast (workload=broadcast), serve
-    (``is_serve``); each kind keyed by the columns that differ among its own rows (``keys`` when it is alone)."""
+    """(kind, rows, keys) per kind of row in ``df``: engine, broadcast, serve; keyed by its own rows if not alone."""
     serve = is_serve(df)
     bcast = ~serve & (df.workload == "broadcast")
     parts = [(kind, rows) for kind, rows in (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]),
@@ -62,9 +56,8 @@ def _parts(df: pd.DataFrame, keys: list[str], group: list[str] | None) -> list[t
 
 
 def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:
-    """Print the summary table (workload=serve rows in one of their own) and, where there are ideal rows, the
-    exposed-cost table, in ``fmt`` (text, markdown or csv: one CSV of all, a ``table`` column telling them
-    apart); ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
+    """Print the summary and exposed-cost tables of each kind of row in ``fmt`` (csv: one CSV, a ``table`` column);
+    ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
     keys = group_keys(df, group)
     parts = _parts(df, keys, group)
     note = busy_note(df)
@@ -137,8 +130,8 @@ FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p
 
 
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
-    """Write the FIGURES of the ok rows, one printed line each: the first to ``out``, the others beside it
-    (``side_path``). Raises InputError when there is no ok row or a file cannot be written."""
+    """Write the FIGURES of the ok rows, the first to ``out``, the others beside it (``side_path``), a line each.
+    Raises InputError: no ok row, a file that cannot be written."""
     from .plot_common import side_path
     from .plot_curves import plot_broadcast, plot_load
     from .plots import plot, plot_exposed

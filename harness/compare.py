@@ -35,8 +35,8 @@ def _varying(keys: list[str], configurations: set[tuple]) -> set[str]:
 
 
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
-    """Print each metric of ``cfg`` (labelled ``where``) that moved beyond ``threshold`` with the repeats'
-    ranges apart (``old``, ``new``: median, min, max tables); returns how many moved the bad way."""
+    """Print each metric of ``cfg`` that moved beyond ``threshold`` with the repeats' ranges apart (``old``,
+    ``new``: median, min, max tables); returns how many got worse."""
     (omed, omin, omax), (nmed, nmin, nmax) = old, new
     worse = 0
     for m in metrics:
@@ -57,9 +57,8 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
 
 def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
             metrics: list[str] | None = None) -> int:
-    """Print every change beyond the gate and every missing or failed configuration; returns the exit code (1:
-    the gate fails, else 0). ``old`` / ``new``: all rows, key cells filled; ``metrics``: only these (default:
-    all known that OLD has)."""
+    """Print every change beyond the gate and every missing or failed configuration of ``old`` and ``new`` (key
+    cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has)."""
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
     asked, metrics = metrics, [m for m in (metrics or known) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]

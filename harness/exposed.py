@@ -3,8 +3,7 @@
 exposed = median over repeats of the plane's metric - median of ideal's (us, and % of ideal's); the spread,
 [plane min - ideal max, plane max - ideal min], holding 0 is "within noise". One-way latency is not the cost:
 async scheduling hides most of it, and a plane holding rank 0's CPU or GIL can cost more than it.
-``send_late_us`` (median over repeats of send p50 + ``ctrl_launch_late_us_mean``) tracked every plane's
-exposed TPOT at async off (``results/h200x2/CONTROL.md``, session 5): an exposed cost well above it lies elsewhere.
+``send_late_us`` (median of send p50 + ``ctrl_launch_late_us_mean``): see ``results/h200x2/CONTROL.md``.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ def send_late_us(plane: pd.DataFrame) -> float:
 
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
-    ``keys`` but control, ``metric``, medians ``ideal_ms`` and ``plane_ms``, ``exposed_us``, ``exposed_pct``,
-    the spread ``low_us`` / ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
+    ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,
+    ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
     others = [k for k in keys if k != "control"]
     out = []
     if "ideal" not in set(df.control):
@@ -59,9 +58,8 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with each row's ``control.options.*`` moved from ``overrides`` into its ``control`` label (``ring
-    control.options.spin_us=0``): a variant of the plane, not another configuration, so ideal's rows pair with
-    every plane's. ``ideal`` keeps its name: its options only say how its recording travelled."""
+    """``df`` with ``control.options.*`` moved from ``overrides`` into ``control`` (``ring control.options.spin_us=0``):
+    a variant of the plane, so ideal's rows pair with every plane's; ideal's options only say how it recorded."""
     if "overrides" not in df.columns:
         return df
     items = [str(t).split() if isinstance(t, str) and t != "-" else [] for t in df.overrides]
@@ -81,8 +79,8 @@ OPTIONAL = ["spread", "send+late"]  # the text table's columns left out, the las
 
 
 def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
-    """The exposed-cost table, if any: ``text`` at most 120 columns, by tp (and rate), a section per value of
-    the other keys; ``markdown`` every column of ``exposed_cost()``."""
+    """The exposed-cost table, if any: ``text`` at most 120 columns, rows by tp (and rate), sections; ``markdown``
+    every column."""
     if table.empty:
         return
     if fmt == "markdown":

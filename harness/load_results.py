@@ -31,9 +31,8 @@ class InputError(ValueError):
 
 
 def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
-    """(file, named) for each CSV file named (named=True) and every ``*.csv`` at the top of a directory named
-    (diverted rows' ``*.schema<N>-*.csv`` and ``*.unwritten-*.csv`` too). Raises InputError: a path that does
-    not exist, or a directory without CSV files."""
+    """(file, named) per CSV file named (named=True) and ``*.csv`` at the top of a directory named, diverted rows'
+    too. Raises InputError: a path that does not exist, a directory without CSV files."""
     files = []
     for path in paths:
         if os.path.isdir(path):
@@ -58,8 +57,8 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
 
 
 def _read_one(path: str) -> pd.DataFrame:
-    """One results CSV's rows, its damaged lines left out with a warning. Raises InputError: unreadable (a
-    directory named ``*.csv``), empty, not text, not CSV, not a results CSV (the REQUIRED columns), a header only."""
+    """One results CSV's rows, damaged lines left out with a warning. Raises InputError: unreadable, empty, not
+    text, not CSV, without the REQUIRED columns, a header only."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -101,13 +100,9 @@ def _read_one(path: str) -> pd.DataFrame:
 
 
 def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
-    """Every row of the CSVs (``find_csvs``), ok and failed, in the current schema (``_normalize``). A CSV found
-    in a directory that is not a results CSV is skipped; once all are read, a line per file read (its rows, ok
-    and failed) or skipped (why) goes to ``listing`` ("stdout", "stderr"; None: nowhere): an error is one line.
-
-    Raises:
-        InputError: a file named missing, empty, unreadable or without the required columns; no results CSV.
-    """
+    """Every row of the CSVs (``find_csvs``), ok and failed, in the current schema; a line per file read or
+    skipped (a directory's non-results CSV) to ``listing`` ("stdout", "stderr"; None: nowhere).
+    Raises InputError: a file named that ``_read_one`` refuses; no results CSV."""
     frames, lines = [], []
     for path, named in find_csvs(paths):
         try:
@@ -128,8 +123,8 @@ def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
 
 
 def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
-    """One file's rows in the current schema: renamed columns, those an older schema lacked empty, numeric
-    cells numbers (damaged ones empty, counted in a warning), ``overrides`` in one spelling."""
+    """One file's rows in the current schema: columns renamed or added, numeric cells numbers (damaged ones empty,
+    counted in a warning), ``overrides`` in one spelling."""
     df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
@@ -148,8 +143,8 @@ def is_serve(df: pd.DataFrame) -> pd.Series:
 
 
 def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the serve columns numeric (request_rate keeps ``inf``; infinite metrics become empty,
-    damaged cells too), max_concurrency an integer, and the serve settings out of serve rows' ``overrides``."""
+    """``df`` with the serve columns numeric (only request_rate keeps ``inf``), max_concurrency an integer, and the
+    serve settings out of serve rows' ``overrides``."""
     df = df.copy()
     for col in SERVE_NUMERIC:
         values = pd.to_numeric(df[col], errors="coerce")

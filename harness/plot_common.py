@@ -178,3 +178,31 @@ def side_path(out: str, suffix: str) -> str:
     """Where a second figure goes beside ``out``: out.png -> out_SUFFIX.png."""
     root, ext = os.path.splitext(out)
     return f"{root}_{suffix}{ext}"
+
+
+def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, panels: list, legend, draw, out: str,
+                  col_w: float, panel_h: float = 2.2, blank_label: str = ""):
+    """Write to ``out`` a row of ``panels`` ((metric, title)) per configuration of the ``rest`` keys, each drawn by
+    ``draw(ax, rows, metric, colours, tps)`` against ``x_key``, under ``legend(planes, tps, colours)``; returns the
+    figure. ``blank_label``: a row's label where it has no word and none is shared."""
+    groups = config_groups(df, rest)
+    shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
+    planes, tps = plane_order(df.control), sorted(df.tp.unique())
+    colours = plane_colours(planes)
+    handles = legend(planes, tps, colours)
+    width = col_w * len(panels)
+    per_point = df.groupby(rest + ["control", "tp", x_key], dropna=False).size()
+    note = "median over repeats, bars min-max" if per_point.max() > 1 else "one repeat per point: no spread to draw"
+    header, top = header_inches(width, df, shared, note, [handles])
+    texts = [label_text(label or ("" if shared else blank_label), rows.groupby(["control", "tp", x_key]).size(),
+                        width) for label, (_, rows) in zip(labels, groups)]
+    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top, col_w, panel_h)
+    for row, (_, rows), text in zip(axes, groups, texts):
+        for ax, (metric, title) in zip(row, panels):
+            draw(ax, rows, metric, colours, tps)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel(xlabel, fontsize=7)
+            ax.set_title(title, fontsize=8)
+        row_label(row[0], text)
+    return save_figure(fig, header, [handles], out)

@@ -10,20 +10,10 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
+from matplotlib.lines import Line2D
 
-from .plot_common import (
-    config_groups,
-    config_labels,
-    header_inches,
-    label_space,
-    label_text,
-    plane_colours,
-    plane_order,
-    row_label,
-    save_figure,
-    short_plane,
-    stack,
-)
+from .plot_common import curves_figure, short_plane
 
 TP_STYLES = ["-", "--", ":", "-."]
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
@@ -35,38 +25,8 @@ LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"
                ("tpot_ms_p99", "TPOT p99 (ms)")]
 
 
-def plot_curves(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, panels: list, legend, draw, out: str,
-                col_w: float, panel_h: float = 2.2, blank_label: str = ""):
-    """Write to ``out`` a row of ``panels`` ((metric, title)) per configuration of the ``rest`` keys, each drawn by
-    ``draw(ax, rows, metric, colours, tps)`` (x: ``x_key``, labelled ``xlabel``), under ``legend(planes, tps,
-    colours)``; returns the figure. ``blank_label``: a row's label where it has no word and none is shared."""
-    groups = config_groups(df, rest)
-    shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
-    planes, tps = plane_order(df.control), sorted(df.tp.unique())
-    colours = plane_colours(planes)
-    handles = legend(planes, tps, colours)
-    width = col_w * len(panels)
-    per_point = df.groupby(rest + ["control", "tp", x_key], dropna=False).size()
-    note = "median over repeats, bars min-max" if per_point.max() > 1 else "one repeat per point: no spread to draw"
-    header, top = header_inches(width, df, shared, note, [handles])
-    texts = [label_text(label or ("" if shared else blank_label), rows.groupby(["control", "tp", x_key]).size(),
-                        width) for label, (_, rows) in zip(labels, groups)]
-    fig, axes = stack(len(panels), [(len(panels), label_space(t), 0.5) for t in texts], top, col_w, panel_h)
-    for row, (_, rows), text in zip(axes, groups, texts):
-        for ax, (metric, title) in zip(row, panels):
-            draw(ax, rows, metric, colours, tps)
-            ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=7)
-            ax.set_xlabel(xlabel, fontsize=7)
-            ax.set_title(title, fontsize=8)
-        row_label(row[0], text)
-    return save_figure(fig, header, [handles], out)
-
-
 def tp_handles(tps: list) -> list:
     """A legend entry per tp of ``tps`` (sorted) with its line style; none for a single tp."""
-    from matplotlib.lines import Line2D
-
     if len(tps) < 2:
         return []
     return [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
@@ -75,8 +35,6 @@ def tp_handles(tps: list) -> list:
 
 def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
-    from matplotlib import ticker
-
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values) & (values > 0)]
     if len(values) < 2 or values.max() / values.min() < ratio:
@@ -103,10 +61,7 @@ def size(value: float, _=None) -> str:
 
 
 def size_axis(ax, xs: list) -> None:
-    """A log x-axis of sizes from a third of the smallest to three times the largest of ``xs``, ticks at 1, 10,
-    100 (1, 2, 5 under two decades), labelled 100 B, 1 kB."""
-    from matplotlib import ticker
-
+    """A log x-axis of sizes, a third of the smallest ``xs`` to thrice the largest, ticks labelled 100 B, 1 kB."""
     xs = np.asarray([x for x in xs if x > 0], dtype=float)
     ax.set_xscale("log")
     if len(xs):
@@ -144,8 +99,6 @@ def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) ->
 
 def legend(planes: list, tps: list, colours: dict, kinds: list) -> list:
     """The planes' colours, the tps' line styles (more than one), the payload kinds' markers."""
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color=colours[c], linewidth=2, label=short_plane(c)) for c in planes]
     markers = [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k) for k in kinds]
     return handles + tp_handles(tps) + markers
@@ -159,14 +112,13 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
                            for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({kind(p) for p in df.payload})
-    return plot_curves(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
-                       draw_panel, out, col_w=4.6, panel_h=2.8)
+    return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
+                         draw_panel, out, col_w=4.6, panel_h=2.8)
 
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per request rate (inf last) of ``rows`` (one plane and tp): ``completed`` (x is req_s: at rate inf, all
-    sent at once, or without an achieved rate) and the median, min and max over repeats of x, the achieved
-    rate (req/s), and of ``metric``."""
+    """Per request rate (inf last) of ``rows`` (one plane and tp): median, min, max over repeats of x, the achieved
+    rate (req/s; ``completed``: req_s, at rate inf or without an achieved rate), and of ``metric``."""
     rate = pd.to_numeric(rows.request_rate, errors="coerce")
     rows = rows.assign(completed=np.isinf(rate) | rows.achieved_rate_req_s.isna())
     rows = rows.assign(x=rows.achieved_rate_req_s.where(~rows.completed, rows.req_s), y=rows[metric])
@@ -205,18 +157,15 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
 
 
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) to ``out``, a row per value of the
-    ``keys`` but control, tp and request_rate; returns it."""
+    """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
-    return plot_curves(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [last], load_legend,
-                       draw_load_panel, out, col_w=3.3, blank_label="workload=serve")
+    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [last], load_legend,
+                         draw_load_panel, out, col_w=3.3, blank_label="workload=serve")
 
 
 def load_legend(planes: list, tps: list, colours: dict) -> list:
     """The planes, the tps' line styles, rate inf, y = x."""
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"
                                                                           else "")) for c in planes]
     rate_inf = Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",

@@ -10,6 +10,8 @@ import textwrap
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 
 from .plot_common import (
     config_groups,
@@ -106,8 +108,6 @@ def ticks(bars: list) -> tuple[list[str], int, float]:
 
 def plot(df: pd.DataFrame, keys: list[str], out: str):
     """Write the raw-metric figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
-    from matplotlib.patches import Rectangle
-
     rest = [k for k in keys if k != "control"]
     shared, rows = bar_rows(df, rest)
     rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
@@ -172,8 +172,6 @@ def draw_exposed(ax, rows: pd.DataFrame, colours: dict) -> None:
 
 def legends(planes: list, colours: dict) -> list[list]:
     """Two legends: the planes' colours; the metrics' markers and what a point's fill says."""
-    from matplotlib.lines import Line2D
-
     def point(label, marker="o", fillstyle="full", color="dimgrey"):
         return Line2D([], [], color=color, marker=marker, fillstyle=fillstyle, markerfacecoloralt="white",
                       linestyle="none", label=label)

@@ -1,6 +1,5 @@
 """``harness.analyze``'s summary table: per configuration each metric's median over ok repeats, its spread and
-its ratio to a baseline plane at the same other keys, in each ``--format`` (text: the COMPACT metrics; the rows
-of workload=serve and workload=broadcast have text tables of their own)."""
+its ratio to a baseline plane at the same other keys, in each ``--format``."""
 
 from __future__ import annotations
 
@@ -49,8 +48,8 @@ def default_baseline(df: pd.DataFrame) -> str | None:
 
 
 def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: list[str] = KEY_METRICS) -> pd.DataFrame:
-    """Per configuration (``df``: key cells filled): median, min, max and count over the ok repeats of each of
-    ``metrics``, ok and failed rows, the median's ratio to the baseline control's at the same other keys."""
+    """Per configuration (key cells filled): each of ``metrics``' median, min, max and count over ok repeats, the
+    ok and failed rows, the median's ratio to the ``baseline`` control's at the same other keys."""
     ok = df[df.status == "ok"]
     metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
@@ -123,7 +122,7 @@ def print_full(table: pd.DataFrame, keys: list[str], baseline: str | None) -> No
 
 
 def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: str) -> pd.DataFrame:
-    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``; no "-" key."""
+    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``."""
     out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
     out[keys] = out[keys].replace("-", "")
     out.insert(0, "table", kind)
@@ -132,8 +131,7 @@ def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: s
 
 
 def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) -> None:
-    """``summary()``'s table in at most 120 columns: tp, control, n and the COMPACT metrics (the last left out
-    where they would not fit), a section per value of the other keys."""
+    """``summary()``'s table in at most 120 columns: tp, control, n, the COMPACT metrics that fit; sections."""
     shown = has_ratios(table, keys, baseline)
     row_keys = [k for k in keys if k in ROW_KEYS]
     parts = sections(table, [k for k in keys if k not in ROW_KEYS])
@@ -153,13 +151,9 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
 
 
 def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
-    """Print ``summary()``'s table of workload=serve rows in at most 120 columns: rows by the SERVE_ROW_KEYS, a
-    section per value of the other keys, the SERVE_METRICS' ``spread_cell`` (the last left out where they
-    would not fit)."""
-    shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
-    goodput = any(m == "goodput_req_s" for m, _ in shown)
-    if goodput:
-        shown = [(m, h) for m, h in shown if m != "req_s"]
+    """``summary()``'s table of workload=serve rows in at most 120 columns: the SERVE_METRICS that fit; sections."""
+    goodput = "goodput_req_s_median" in table.columns  # then good/s, not done/s
+    shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns and not (goodput and m == "req_s")]
     row_keys = [k for k in keys if k in SERVE_ROW_KEYS]
 
     def row(r, rows, cols):
@@ -187,9 +181,8 @@ def size(n: float) -> str:
 
 
 def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
-    """``summary()``'s table of broadcast rows (``BROADCAST_METRICS``) as two tables, one-way p50 then p99 (us),
-    each a row per (tp, payload) by size in at most 120 columns (the last planes left out where they would not
-    fit), a section per value of the other keys."""
+    """``summary()``'s table of broadcast rows as two tables, one-way p50 then p99 (us), a row per (tp, payload) by
+    size, a column per plane that fits in 120 columns; sections."""
     parts = sections(table, [k for k in keys if k not in ("control", "tp", "payload")])
 
     def render(metric: str, planes: list) -> list[str]:

@@ -62,8 +62,8 @@ def markdown(rows: list[dict]) -> list[str]:
 
 
 def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], list]:
-    """``render(columns[:n])`` (a list of lines) for the largest n >= ``keep`` whose lines fit in WIDTH bytes
-    ("±" counts 2); returns them and the columns left out (at ``keep`` the lines are returned even if too wide)."""
+    """(``render(columns[:n])``, ``columns[n:]``) for the largest n >= ``keep`` whose lines fit in WIDTH bytes
+    ("±" counts 2), at ``keep`` even if too wide."""
     for n in range(len(columns), keep - 1, -1):
         lines = render(columns[:n])
         if n <= keep or all(len(line.encode()) <= WIDTH for line in lines):
@@ -72,9 +72,8 @@ def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], lis
 
 
 def fitting_sections(parts: list[tuple[str, pd.DataFrame]], row, columns: list, keep: int = 1):
-    """``section_lines`` of ``parts`` ((label, rows) per section), each a ``markdown`` table of ``row(r, rows,
-    shown)`` per row ``r`` of its ``rows``, ``shown`` as many of ``columns`` as fit: ``widest_fitting``'s lines
-    and the columns left out."""
+    """``widest_fitting`` of the ``parts`` ((label, rows) per section) as ``markdown`` tables of ``row(r, rows,
+    shown)`` per row ``r``, ``shown`` as many of ``columns`` as fit: (the lines, the columns left out)."""
     def render(shown):
         return section_lines([(label, markdown([row(r, rows, shown) for _, r in rows.iterrows()]))
                               for label, rows in parts])
