@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
-from .config_keys import CONFIG_KEYS, comparable_keys, fill_keys, group_keys, pooled_keys  # noqa: F401 (the module's API)
+from .config_keys import comparable_keys, fill_keys, group_keys, pooled_keys
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
 from .plot_common import same_words
@@ -99,8 +99,6 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
 
 def busy_note(df: pd.DataFrame) -> str | None:
     """A line when rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
-    if "load_avg_1m" not in df or "cpu_cores" not in df:
-        return None
     load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
     busy = load > cores
     if not busy.any():

@@ -24,16 +24,6 @@ def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in zip(keys, cfg) if v != "-" and k in shown)
 
 
-def _varying(keys: list[str], configurations: set[tuple]) -> set[str]:
-    """The keys whose value differs between ``configurations``, and control and tp; prints the others once."""
-    shown = {k for i, k in enumerate(keys) if len({c[i] for c in configurations}) > 1} | {"control", "tp"}
-    constant = next(iter(configurations), None)
-    if constant is not None and set(keys) - shown:
-        print(textwrap.fill(f"every configuration: {_label(keys, constant, set(keys) - shown)}", 110,
-                            subsequent_indent="  "))
-    return shown
-
-
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
     """Print each metric of ``cfg`` that moved beyond ``threshold`` with the repeats' ranges apart (``old``,
     ``new``: median, min, max tables); returns how many got worse."""
@@ -64,9 +54,14 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new = set(map(tuple, old[keys].values)), set(map(tuple, new[keys].values))
     good_old, good_new = set(map(tuple, ok_old[keys].values)), set(map(tuple, ok_new[keys].values))
-    shown = _varying(keys, cfg_old | cfg_new)
+    every = cfg_old | cfg_new
+    # each line names the keys whose value differs, and control and tp; the others are said once
+    shown = {k for i, k in enumerate(keys) if len({c[i] for c in every}) > 1} | {"control", "tp"}
+    if every and set(keys) - shown:
+        print(textwrap.fill(f"every configuration: {_label(keys, next(iter(every)), set(keys) - shown)}", 110,
+                            subsequent_indent="  "))
     problems = []
-    for cfg in sorted(cfg_old | cfg_new, key=str):
+    for cfg in sorted(every, key=str):
         where = _label(keys, cfg, shown)
         if cfg in cfg_old and cfg not in cfg_new:
             problems.append(f"MISSING in NEW: {where}")

@@ -79,8 +79,7 @@ OPTIONAL = ["spread", "send+late"]  # the text table's columns left out, the las
 
 
 def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
-    """The exposed-cost table, if any: ``text`` at most 120 columns, rows by tp (and rate), sections; ``markdown``
-    every column."""
+    """The exposed-cost table, if any: ``text`` in at most 120 columns, ``markdown`` every column."""
     if table.empty:
         return
     if fmt == "markdown":

@@ -100,9 +100,8 @@ def _read_one(path: str) -> pd.DataFrame:
 
 
 def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
-    """Every row of the CSVs (``find_csvs``), ok and failed, in the current schema; a line per file read or
-    skipped (a directory's non-results CSV) to ``listing`` ("stdout", "stderr"; None: nowhere).
-    Raises InputError: a file named that ``_read_one`` refuses; no results CSV."""
+    """Every row of the CSVs (``find_csvs``) in the current schema, a line per file read or skipped to ``listing``
+    ("stdout", "stderr"; None: nowhere). Raises InputError: a file named that ``_read_one`` refuses; no CSV read."""
     frames, lines = [], []
     for path, named in find_csvs(paths):
         try:

@@ -69,8 +69,7 @@ def short_plane(name: str) -> str:
 
 
 def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[tuple[tuple, pd.DataFrame]]:
-    """(configuration: a tuple of ``keys``' values, its rows) per configuration of ``df`` (an empty cell is a
-    value); one ((), df) without keys."""
+    """(tuple of ``keys``' values, rows) per configuration of ``df``, an empty cell a value; ((), df) without keys."""
     if not keys:
         return [((), df)]
     groups = df.groupby(keys, dropna=False, sort=sort)
@@ -78,9 +77,8 @@ def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[
 
 
 def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
-    """(the words every configuration of ``cfgs`` (tuples of ``keys``' values) shares, each one's own words;
-    model_hash left out where there is one per model and one model per hash). With one configuration nothing
-    is shared."""
+    """(the words all ``cfgs`` (tuples of ``keys``' values) share, each one's own words); model_hash left out where
+    it pairs one to one with model. With one configuration nothing is shared."""
     cfgs = [cfg if isinstance(cfg, tuple) else (cfg,) for cfg in cfgs]
     if {"model", "model_hash"} <= set(keys):
         pairs = {(c[keys.index("model")], c[keys.index("model_hash")]) for c in cfgs}
@@ -107,8 +105,7 @@ def legend_columns(width: float, handles: list) -> int:
 
 
 def header_inches(width: float, df: pd.DataFrame, shared: str, note: str, legends: list[list]) -> tuple[str, float]:
-    """(the header: ``same_words`` of ``df``, the ``shared`` words, ``note`` on a line of its own, wrapped to
-    ``width`` inches; the inches it and the ``legends`` (lists of handles) take)."""
+    """(the header: ``df``'s ``same_words``, ``shared``, ``note``; the inches it and the ``legends`` take)."""
     same = same_words(df)
     header = "\n".join(part for part in (" ".join(same + [w for w in shared.split() if w not in same]), note) if part)
     text = "\n".join(textwrap.fill(line, width=int(width * 15)) for line in header.splitlines())
@@ -136,8 +133,7 @@ def save_figure(fig, text: str, legends: list[list], out: str):
 
 
 def label_text(label: str, reps, width: float) -> str:
-    """A row's ``label`` and its repeats (``reps``: counts per line or bar), wrapped to ``width`` inches (~13
-    bold 8-pt characters an inch)."""
+    """A row's ``label`` and its repeats (``reps``: counts per line or bar), wrapped to ``width`` inches."""
     return textwrap.fill(f"{label}  ({repeats_text(reps)})" if label else repeats_text(reps), width=int(width * 13))
 
 

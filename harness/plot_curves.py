@@ -107,9 +107,7 @@ def legend(planes: list, tps: list, colours: dict, kinds: list) -> list:
 def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     """Write the broadcast figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
-    if "overrides" in df:
-        df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-"
-                           for o in df.overrides]
+    df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({kind(p) for p in df.payload})
     return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),

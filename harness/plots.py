@@ -39,8 +39,8 @@ COLUMNS = 3  # panels a row
 
 
 def bar_rows(df: pd.DataFrame, rest: list[str]) -> tuple[str, list[tuple[str, list, list]]]:
-    """(the words every row shares, the rows as (label, bars, key)), a bar as (tick, plane, its rows). A
-    configuration with two planes or more is a row; those of one plane are pooled per workload (``pooled_row``)."""
+    """(the words every row shares, the rows as (label, bars, key)), a bar as (tick, plane, its rows); the
+    configurations of one plane pooled per workload (``pooled_row``)."""
     groups = config_groups(df, rest)
     shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
     rows, single = [], {}
@@ -96,8 +96,7 @@ def bar_axes(ax, n: int) -> None:
 
 
 def ticks(bars: list) -> tuple[list[str], int, float]:
-    """(the bars' tick labels, wrapped names; their rotation: 45 degrees for plane names alone; the inches they
-    take under the panels)."""
+    """(the bars' tick labels, their rotation, the inches they take under the panels)."""
     names = [textwrap.fill(short_plane(name), 13) for name, _, _ in bars]
     if bars[0][0].isdigit():
         return names, 0, 0.3

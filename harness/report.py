@@ -20,8 +20,7 @@ def _fmt(row: dict, key: str, spec: str = ".1f") -> str:
 
 
 def header(row: dict) -> str:
-    """``[ok] shm, tp=2, qwen3-tiny on cpu, workload=serve, repeat 0 (all_reduce=gloo)``: the settings the row
-    has (a broadcast row has no model)."""
+    """The settings the row has: ``[ok] shm, tp=2, qwen3-tiny on cpu, workload=serve, repeat 0 (all_reduce=gloo)``."""
     what = [row.get("engine") if row.get("engine") != "tp" else None, row.get("control"),
             f"tp={row['tp']}" if row.get("tp") is not None else None,
             f"{row['model']} on {row['device']}" if row.get("model") else row.get("device"),
@@ -104,8 +103,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
 
 
 def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
-    """``profile=torch``'s lines for ``print_summary``'s ``files``: a line per trace file (rank 0's first; one
-    not on this host is another node's, or was not written), or why there is none."""
+    """``profile=torch``'s lines for ``print_summary``'s ``files``: a line per trace file, or why there is none."""
     if not traces:
         return [f"traces      none: profile_steps={profile_steps} starts after the timed run's {steps} steps "
                 f"(numbered from 0)"]

@@ -57,7 +57,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
                                          failed=lambda s: int((s != "ok").sum()))
     out = counts.join(out, how="left").reset_index()
-    if "payload" in keys and "payload_bytes" in df.columns:  # payloads by size, not as text (decode-64 < -256)
+    if "payload" in keys:  # payloads by size, not as text (decode-64 < -256)
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
         out = out.sort_values(keys, kind="stable", key=lambda c: c.map(size) if c.name == "payload" else c)
         out = out.reset_index(drop=True)
