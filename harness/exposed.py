@@ -1,9 +1,7 @@
 """What a control plane costs: its decode step and TPOT beside ``control=ideal``'s (the same engine, no transport).
 
 exposed = median over repeats of the plane's metric - median of ideal's (us, and % of ideal's); the spread,
-[plane min - ideal max, plane max - ideal min], holding 0 is "within noise". One-way latency is not the cost:
-async scheduling hides most of it, and a plane holding rank 0's CPU or GIL can cost more than it.
-``send_late_us`` (median of send p50 + ``ctrl_launch_late_us_mean``): see ``results/h200x2/CONTROL.md``.
+[plane min - ideal max, plane max - ideal min], holding 0 is "within noise" (docs/METHOD.md, "exposed cost").
 """
 
 from __future__ import annotations
