@@ -1,5 +1,6 @@
 """What Hydra cannot know about one composed job, checked for every job before the first runs: value ranges,
-the workload, the engine's settings without a checkpoint, the plane's options, the model against tp."""
+the workload, the engine's settings without a checkpoint, the plane's options, the model against tp; and the
+notes a job gets."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from engine.config import resolve_device
 from engine.hf_config import read_hf_config
 
 from .conf_paths import CONF_DIR, group_options, results_problem
-from .conf_schema import LLM_DEFAULTS, HarnessConfig
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig
 from .model_checks import check_gpu_count, check_model
-from .value_checks import VALUE_CHECKS
 from .workloads import check_workload, effective_workload, given_workload, request_shape
 
 
@@ -191,3 +191,38 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
             or _check_control(cfg, compose) or _check_lengths(cfg, job, model))
+
+
+def _unwritten(cfg: DictConfig, switches: list[str]) -> list[str]:
+    """Notes on ``save_requests``, ``step_log`` (of ``switches``) set true where no run of the job writes such a
+    file (``run_folders``)."""
+    makes = run_folders(cfg)
+    no_steps = "engine=hf" if cfg.engine == "hf" else f"workload={cfg.workload.name}"
+    why = {"save_requests": ("requests", f"workload={cfg.workload.name} has no per-request file (a serve workload "
+                                         f"has one, e.g. workload=serve)"),
+           "step_log": ("steps", f"{no_steps} runs no engine steps to log")}
+    return [f"note: {why[k][1]}: nothing reads {k}" for k in switches if cfg[k] and why[k][0] not in makes]
+
+
+def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
+    """Notes (the job runs) on what ``job`` (composed: ``cfg``) sets that nothing reads, or past what the model
+    has: ``llm.*`` under engine=hf, ``workload.cpu.*`` on a workload that does not scale on CPU, a file no run of
+    the job writes (``_unwritten``), ``workload.max_token_id`` past the model's vocabulary (draws stop at its last
+    id)."""
+    keys = [a.lstrip("+").split("=", 1)[0] for a in job]
+    llm = [k for k in keys if k.startswith("llm.")]
+    cpu = [k for k in keys if k.startswith("workload.cpu.")]
+    notes = _unwritten(cfg, [k for k in ("save_requests", "step_log") if k in keys])
+    if llm and cfg.engine == "hf":
+        notes.append(f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}")
+    if cpu and not cfg.workload.get("scale_on_cpu"):
+        notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
+                     f"{', '.join(cpu)}")
+    if "workload.max_token_id" in keys:
+        model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
+        top = cfg.workload.max_token_id
+        vocab = model_shape(model)["vocab_size"]
+        if top >= vocab:
+            notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
+                         f"({vocab} ids): token ids go up to {vocab - 1}")
+    return notes

@@ -21,10 +21,13 @@ from engine import ConfigError, EngineConfig
 
 from .argv_checks import option_problem, overrides_of
 from .conf_paths import CONF_DIR, GROUPS, group_options
-from .conf_schema import LLM_DEFAULTS  # the import registers the schema before Hydra composes
-from .job_checks import check_job, cli_message, has_key, no_option, options_having
-from .job_notes import job_notes
-from .value_checks import VALUE_CHECKS
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS  # the import registers the schema before Hydra composes
+from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of ``e``'s message that is not blank, stripped ("" for none)."""
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
 
 
 def parse(arg: str):
@@ -62,11 +65,8 @@ def hydra_compose():
         GlobalHydra.instance().clear()
 
 
-def jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The overrides of each job of the command, as Hydra's basic sweeper splits a sweep."""
-    if not multirun:
-        return [overrides]
-    parsed = [parse(a) for a in overrides]
+def jobs_of(parsed: list) -> list[list[str]]:
+    """The overrides of each job of a sweep (``parsed``: its ``Override``s), as Hydra's basic sweeper splits it."""
     bare = {f"~{o.key_or_group}=null": f"~{o.key_or_group}" for o in parsed if o.is_delete() and o.value() is None}
     return [[bare.get(a, a) for a in job] for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
@@ -138,13 +138,12 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
             except ValueError as problem:
                 return str(problem)
         return _type_message(key, m[2], e.__cause__)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+    return _first_line(e) or type(e).__name__
 
 
 def _type_message(key: str, raw: str, error: Exception) -> str:
     """A value the schema's type refuses, in the words of the key's own check where it has one (the engine's,
-    ``value_checks``), else by the type."""
+    ``VALUE_CHECKS``), else by the type."""
     if key.startswith("llm."):
         try:
             EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
@@ -181,8 +180,9 @@ def _deletion_problem(job: list[str], compose) -> str | None:
     return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
 
 
-def _check_job(job: list[str], compose) -> str | None:
-    """The first problem of one job, composed, as one line; any error on the way becomes that line too."""
+def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
+    """The first problem of one job, composed, as one line (any error on the way becomes that line too), else
+    its notes appended to ``notes``."""
     try:
         problem = _deletion_problem(job, compose)
         if problem:
@@ -191,11 +191,13 @@ def _check_job(job: list[str], compose) -> str | None:
     except Exception as e:  # Hydra's and OmegaConf's errors alike
         return hydra_message(e, job, compose)
     try:
-        return check_job(cfg, job, compose)
+        problem = check_job(cfg, job, compose)
+        if not problem:
+            notes += job_notes(cfg, job)
+        return problem
     except Exception as e:  # an interpolation that does not resolve (${oc.env:...}), ...
-        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
         where = f" (in {e.full_key})" if getattr(e, "full_key", None) else ""
-        return f"{type(e).__name__}: {lines[0] if lines else ''}{where}"
+        return f"{type(e).__name__}: {_first_line(e)}{where}"
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -218,18 +220,17 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         return f"{sweep} is a sweep: add -m (python -m harness -m {sweep} ...)", argv
     with hydra_compose() as compose:
         try:
-            jobs = jobs_of(overrides, multirun)
+            jobs = jobs_of(parsed) if multirun else [overrides]
         except Exception as e:  # interval(): the basic sweeper cannot list it
-            return f"{str(e).strip().splitlines()[0]} (the basic sweeper takes a,b,c, choice() and range())", argv
+            return f"{_first_line(e)} (the basic sweeper takes a,b,c, choice() and range())", argv
         global JOB_COUNT
         JOB_COUNT = len(jobs)
         for job in jobs:
             job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
                    for a in job]  # model=auto has no preset: job_setup puts these onto its pick
-            problem = _check_job(job, compose)
+            problem = _check_job(job, compose, notes)
             if problem:
                 return problem, argv
-            notes += job_notes(job, compose)
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         return None, for_hydra(argv, compose)
