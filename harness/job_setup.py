@@ -16,8 +16,8 @@ from engine.hf_config import read_hf_config
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
-from .conf_paths import results_problem, task_overrides, user_path
-from .job_checks import picked_model, run_folders
+from .conf_paths import task_overrides, user_path
+from .job_checks import picked_model
 from .model_checks import check_preset
 from .report import one_line, print_summary
 from .results_csv import Results
@@ -109,10 +109,7 @@ def base_row(cfg: DictConfig, device: str) -> dict:
 
 
 def check_results_dir(cfg: DictConfig) -> Results:
-    """Where this job's rows go (its directory created). Raises ConfigError: ``results_problem``'s."""
-    problem = results_problem(cfg.results_dir, cfg.results_file, run_folders(cfg))
-    if problem:
-        raise ConfigError(problem)
+    """Where this job's rows go (its directory created; checked before the first job: ``job_checks``)."""
     directory = user_path(cfg.results_dir)
     os.makedirs(directory, exist_ok=True)
     config = OmegaConf.to_container(cfg, resolve=True)  # its workload becomes the one used, in prepare()
