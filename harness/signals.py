@@ -84,15 +84,10 @@ def from_torchrun_agent() -> bool:
     return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
 
 
-def exit_code() -> int:
-    """128 + the first stop signal's number, as a shell reports a process that signal ended (130 SIGINT, 143
-    SIGTERM, 129 SIGHUP; 130 when none was recorded): a supervisor tells a Ctrl-C from a preemption."""
-    return 128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value)
-
-
 def exit_interrupted() -> None:
-    """Exit with :func:`exit_code` after the atexit handlers: after a ``KeyboardInterrupt`` escaped torch's
-    import, CPython would end ``sys.exit(130)`` with SIGINT (return code -2) instead."""
+    """Exit with 128 + the first stop signal's number, as a shell reports a process that signal ended (130
+    SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none was recorded), after the atexit handlers: after a
+    ``KeyboardInterrupt`` escaped torch's import, CPython would end ``sys.exit(130)`` with SIGINT (-2) instead."""
     import atexit
 
     _HANDLED.set()
@@ -100,4 +95,4 @@ def exit_interrupted() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    os._exit(exit_code())
+    os._exit(128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value))
