@@ -55,8 +55,4 @@ def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], li
 
 def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Empty key cells become "-" (a group of their own that indexes like any other)."""
-    df = df.copy()
-    for k in keys:
-        if df[k].isna().any():
-            df[k] = df[k].astype(object).where(df[k].notna(), "-")
-    return df
+    return df.assign(**{k: df[k].astype(object).where(df[k].notna(), "-") for k in keys if df[k].isna().any()})
