@@ -24,7 +24,7 @@ from runtime.cluster import Cluster
 from runtime.launch import Launch
 from runtime.worker import command_loop
 
-from .job_setup import base_row, check_results_dir, control_options, failed
+from .job_setup import base_row, check_results_dir, failed
 from .metrics import message_metrics
 from .report import SWEEP_ROWS, one_line, print_broadcast, show_progress
 from .signals import as_interrupt
@@ -125,8 +125,8 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
         return 2
     row0 = {**base_row(cfg, "cpu"), "model": None, "dtype": None}
     try:
-        group = BroadcastGroup(cfg.control.name, cfg.tp, control_options(cfg), cfg.llm.timeout_s,
-                               cfg.llm.startup_timeout_s, launch)
+        group = BroadcastGroup(cfg.control.name, cfg.tp, OmegaConf.to_container(cfg.control.options),
+                               cfg.llm.timeout_s, cfg.llm.startup_timeout_s, launch)
     except BaseException as e:
         e = as_interrupt(e)
         if isinstance(e, (ConfigError, ValueError)):

@@ -16,12 +16,10 @@ from omegaconf import OmegaConf
 
 from .conf_paths import CONF_DIR
 
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tp-controlplane-bench", "models")
-
 
 def cache_dir() -> str:
     """Where presets are kept: ``$TPCP_CACHE`` or ``~/.cache/tp-controlplane-bench/models``."""
-    return os.environ.get("TPCP_CACHE", DEFAULT_CACHE)
+    return os.environ.get("TPCP_CACHE", os.path.expanduser("~/.cache/tp-controlplane-bench/models"))
 
 
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:

@@ -82,11 +82,6 @@ def model_path(cfg: DictConfig) -> str:
         raise ConfigError(f"cannot write the model cache ({cache_dir()}): {e.strerror or e}") from None
 
 
-def control_options(cfg: DictConfig) -> dict:
-    """The plane's ``control.options`` as a plain dict."""
-    return OmegaConf.to_container(cfg.control.options)
-
-
 # Command-line keys that have a column of their own, or that do not change what is measured.
 NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", "dtype", "workload", "seed", "repeat",
                     "results_dir", "results_file", "progress", "nvml_interval_s", "reuse_engine", "tag", "cpu_threads",
@@ -166,6 +161,6 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
     options = OmegaConf.to_container(cfg.llm)
     async_scheduling = options.pop("async_scheduling")
     settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
-                    dtype=cfg.dtype, control_options=control_options(cfg), seed=cfg.seed,
+                    dtype=cfg.dtype, control_options=OmegaConf.to_container(cfg.control.options), seed=cfg.seed,
                     cpu_threads=cfg.cpu_threads or 0, profile=cfg.profile, profile_steps=cfg.profile_steps, **options)
     return settings, async_scheduling
