@@ -70,15 +70,13 @@ def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
 
 def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     """The job's dtype, CPU threads and given ``llm.*`` settings, as the engine checks them without a checkpoint."""
-    try:
-        EngineConfig.check_settings(device=cfg.device, dtype=cfg.dtype, cpu_threads=cfg.cpu_threads or 0)
-    except ConfigError as e:
-        return str(e)
-    for name in (k.split(".", 1)[1] for k in given if k.startswith("llm.")):  # each one of LLM_DEFAULTS by now
+    names = [k.split(".", 1)[1] for k in given if k.startswith("llm.")]  # each one of LLM_DEFAULTS by now
+    checks = [{"dtype": cfg.dtype, "cpu_threads": cfg.cpu_threads or 0}] + [{name: cfg.llm[name]} for name in names]
+    for settings in checks:
         try:
-            EngineConfig.check_settings(**{name: cfg.llm[name], "device": cfg.device})
+            EngineConfig.check_settings(device=cfg.device, **settings)
         except ConfigError as e:
-            return cli_message(str(e), {name})
+            return cli_message(str(e), set(names) & set(settings))
     return None
 
 
@@ -209,7 +207,7 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     has: ``llm.*`` under engine=hf, ``workload.cpu.*`` on a workload that does not scale on CPU, a file no run of
     the job writes (``_unwritten``), ``workload.max_token_id`` past the model's vocabulary (draws stop at its last
     id)."""
-    keys = [a.lstrip("+").split("=", 1)[0] for a in job]
+    keys = _given(job)
     llm = [k for k in keys if k.startswith("llm.")]
     cpu = [k for k in keys if k.startswith("workload.cpu.")]
     notes = _unwritten(cfg, [k for k in ("save_requests", "step_log") if k in keys])
