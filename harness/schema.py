@@ -44,9 +44,6 @@ def normalize_overrides(text) -> str | None:
     None for no overrides."""
     if not isinstance(text, str) or not text.strip():
         return None
-    items = []
-    for item in text.split():
-        item = item.lstrip("+")
-        key, sep, value = item.partition("=")
-        items.append(f"{key}={value.lower()}" if sep and value in ("True", "False") else item)
-    return " ".join(sorted(items))
+    items = [item.lstrip("+").partition("=") for item in text.split()]
+    return " ".join(sorted(key + sep + (value.lower() if value in ("True", "False") else value)
+                           for key, sep, value in items))
