@@ -65,7 +65,7 @@ def cannot_write(directory: str) -> str | None:
     return None
 
 
-def results_problem(results_dir: str, results_file: str, folders: dict[str, str] | None = None) -> str | None:
+def results_problem(results_dir: str, results_file: str, folders: dict[str, str]) -> str | None:
     """Why rows cannot go to ``results_file`` in ``results_dir``, nor a run's files to its ``folders`` ({name:
     what goes there}), as one line, or None; leaves no trace on disk."""
     directory = blocking = user_path(results_dir)
@@ -79,7 +79,7 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
         return f"cannot write results to {directory}: {reason}"
     if os.path.isdir(os.path.join(directory, results_file)):
         return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"
-    for name, what in (folders or {}).items():
+    for name, what in folders.items():
         folder = os.path.join(directory, name)
         reason = (cannot_write(folder) if os.path.isdir(folder)
                   else "it is not a directory (move it, or pick another results_dir)" if os.path.lexists(folder)

@@ -204,9 +204,7 @@ def _unwritten(cfg: DictConfig, switches: list[str]) -> list[str]:
 
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     """Notes (the job runs) on what ``job`` (composed: ``cfg``) sets that nothing reads, or past what the model
-    has: ``llm.*`` under engine=hf, ``workload.cpu.*`` on a workload that does not scale on CPU, a file no run of
-    the job writes (``_unwritten``), ``workload.max_token_id`` past the model's vocabulary (draws stop at its last
-    id)."""
+    has (``workload.max_token_id``: the draws stop at the vocabulary's last id)."""
     keys = _given(job)
     llm = [k for k in keys if k.startswith("llm.")]
     cpu = [k for k in keys if k.startswith("workload.cpu.")]
