@@ -29,11 +29,9 @@ class Block:
 
 
 class BlockManager:
-    """Hands out ``num_blocks`` KV blocks of ``block_size`` tokens to sequences. Raises ValueError: num_blocks < 1."""
+    """Hands out ``num_blocks`` KV blocks of ``block_size`` tokens to sequences."""
 
     def __init__(self, num_blocks: int, block_size: int):
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.block_size = block_size
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block: dict[int, int] = {}

@@ -1,10 +1,8 @@
 """``profile=torch``: a Chrome trace per rank of a window of a pass's steps (torch.profiler), and NVTX ranges
-on CUDA for each step's phases (Nsight Systems). With "none" nothing here runs (rank 0's step path pays two
-attribute tests). ``LLM.start_profile`` arms every rank before a pass, ``LLM.finish_profile`` ends it; in
-between each rank counts its ``run`` steps from 0, records the ``profile_steps`` window and writes
-``<prefix>_rank<k>.json``. NVTX ranges, also outside the window (where they label the trace): rank 0 ``send``,
-``step launch`` (its ``run()``), ``step end`` (waiting for tokens); workers ``recv``, ``step launch`` and a
-``step end`` mark.
+on CUDA for each step's phases (Nsight Systems). ``LLM.start_profile`` arms every rank before a pass,
+``LLM.finish_profile`` ends it; in between each rank counts its ``run`` steps from 0, records the
+``profile_steps`` window and writes ``<prefix>_rank<k>.json``. NVTX ranges: rank 0 ``send``, ``step launch``,
+``step end``; workers ``recv``, ``step launch`` and a ``step end`` mark.
 """
 
 from __future__ import annotations
@@ -101,8 +99,10 @@ class StepProfiler:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        # acc_events: one cycle from start() to stop(); without it torch warns on CUDA that cycles clear events
-        self.prof = torch.profiler.profile(activities=activities, schedule=_record_every_step, acc_events=True)
+        # acc_events: one cycle from start() to stop(); without it torch warns on CUDA that cycles clear events.
+        # A schedule (record every step) makes it label steps ``ProfilerStep#<n>``.
+        self.prof = torch.profiler.profile(activities=activities, acc_events=True,
+                                           schedule=lambda step: torch.profiler.ProfilerAction.RECORD)
         self.prof.step_num = self.first  # ProfilerStep#<n> carries the pass's own step numbers
         self.prof.start()
         self.recording = True
@@ -138,13 +138,6 @@ class StepProfiler:
         """Stop a recording left open (a run that failed mid-window); nothing is written."""
         self._stop()
         self.prefix = self.path = self.prof = None
-
-
-def _record_every_step(step: int):
-    """torch.profiler's schedule: record every step (a schedule makes it label steps ``ProfilerStep#<n>``)."""
-    import torch
-
-    return torch.profiler.ProfilerAction.RECORD
 
 
 def make_profiler(config, rank: int) -> StepProfiler | None:

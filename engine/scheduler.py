@@ -40,8 +40,8 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes
-        (or right after preempting the only running sequence: the next call prefills it). Raises RuntimeError:
-        a waiting sequence cannot fit in the KV cache even with nothing else running."""
+        (or right after preempting the only running sequence: the next call prefills it). Every request fits
+        the KV cache alone (``request_checks``)."""
         scheduled, num_tokens = [], 0
         while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -55,11 +55,6 @@ class Scheduler:
             scheduled.append(seq)
         if scheduled:
             return scheduled, True
-        if not self.running and not self.finishing and self.waiting:
-            seq = self.waiting[0]
-            raise RuntimeError(f"a sequence of {len(seq)} tokens needs {seq.num_blocks} KV blocks; the cache has "
-                               f"{len(self.block_manager.blocks)} (raise num_kvcache_blocks or lower max_model_len)")
-
         while self.running:
             seq = self.running.popleft()
             while not self.block_manager.can_append(seq):

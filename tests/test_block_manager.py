@@ -90,14 +90,6 @@ def test_scheduler_preempts_by_recompute_and_finishes_everything():
     assert bm.num_free_blocks == 5
 
 
-def test_scheduler_rejects_sequence_larger_than_cache():
-    bm = BlockManager(2, BS)
-    sched = Scheduler(8, 256, 256, bm, None)
-    sched.add(seq(list(range(40))))
-    with pytest.raises(RuntimeError, match="KV blocks"):
-        sched.schedule()
-
-
 def _run_scheduler(async_scheduling: bool, num_blocks: int, eos_at: dict[int, int]):
     """Drive a scheduler as the engine does, with a fake model whose token at position p of request i is
     ``eos_at``'s EOS (0) where listed, else 1 + (7 * i + p) % 50. Checks at every launch that each

@@ -67,10 +67,11 @@ def test_bad_checkpoints_fail_before_spawning(tmp_path, tiny_untied):
 
 
 def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
-    with LLM(tiny_untied, **OPTS) as llm:  # checked on rank 0 before any step: one rank shows it
+    with LLM(tiny_untied, **OPTS, num_kvcache_blocks=8) as llm:  # checked on rank 0 before any step: one rank shows it
         ok = SamplingParams(temperature=0, max_tokens=4)
         for prompts, message in [([], "at least one prompt"), ([[]], "is empty"),
-                                 ([[1] * 512], "max_model_len"), ([[10 ** 6]], "outside")]:
+                                 ([[1] * 512], "max_model_len"), ([[10 ** 6]], "outside"),
+                                 ([[1] * 200], "prompt 0 needs 13 KV blocks; the cache has 8")]:
             with pytest.raises(ConfigError, match=message):
                 llm.generate(prompts, ok)
         assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
