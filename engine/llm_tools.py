@@ -9,8 +9,6 @@ from .profiling import PROFILE, trace_path
 
 
 class LLMTools:
-    """Methods of :class:`LLM` (``engine/llm_engine.py``) for benchmarks; see each."""
-
     @property
     def replays(self) -> bool:
         """Whether the control plane replays a recording (``control=ideal``): run the workload while recording,

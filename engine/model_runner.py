@@ -72,7 +72,6 @@ class ModelRunner:
             raise
 
     def _build(self, sync: Callable[[str], None], num_nodes: int) -> None:
-        """The collectives, the model shard, the KV cache and the decode graphs, once the group has formed."""
         config, rank, hf = self.config, self.rank, self.config.hf_config
         largest = max(config.max_num_batched_tokens, config.max_num_seqs) * hf["hidden_size"]
         impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
@@ -113,7 +112,6 @@ class ModelRunner:
                                                     self.graphs.pool)
 
     def _load_model(self) -> Qwen3ForCausalLM:
-        """This rank's shard of the model, in the run's dtype on its device, loaded from the checkpoint."""
         prev_dtype = torch.get_default_dtype()
         torch.set_default_dtype(self.config.torch_dtype)
         try:

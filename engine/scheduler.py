@@ -41,7 +41,7 @@ class Scheduler:
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes
         (or right after preempting the only running sequence: the next call prefills it). Every request fits
-        the KV cache alone (``request_checks``)."""
+        the KV cache alone (``LLM._check_requests``)."""
         scheduled, num_tokens = [], 0
         while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]

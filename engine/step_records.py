@@ -12,20 +12,31 @@ from .sequence import Sequence
 
 
 @dataclass
-class InFlightStep:
-    """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
-    yet read; the other fields go to its :class:`StepRecord`."""
+class StepRecord:
+    """One engine step: kind, batch size, new tokens, wall time (s, from the previous step's tokens to this
+    one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from that send's
+    start to rank 0's ``run()`` returning (ns; None at tp=1), the workers' launch lag's reference."""
 
-    seqs: list[Sequence]
-    positions: list[int]
     is_prefill: bool
+    num_seqs: int
     num_tokens: int
-    tokens: torch.Tensor
-    done: torch.cuda.Event | None
-    launch_s: float
+    duration_s: float
     send_ns: int
     message_bytes: int
     launch_ns: int | None = None
+
+
+@dataclass
+class InFlightStep:
+    """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
+    yet read; ``record``'s ``duration_s`` is set when it finishes."""
+
+    seqs: list[Sequence]
+    positions: list[int]
+    tokens: torch.Tensor
+    done: torch.cuda.Event | None
+    launch_s: float
+    record: StepRecord
 
     @staticmethod
     def copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -56,18 +67,3 @@ class InFlightStep:
                 if now > deadline:
                     raise TimeoutError(f"a step's tokens did not arrive within timeout_s={timeout_s}")
         return self.tokens.tolist()
-
-
-@dataclass
-class StepRecord:
-    """One engine step: kind, batch size, new tokens, wall time (s, from the previous step's tokens to this
-    one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from that send's
-    start to rank 0's ``run()`` returning (ns; None at tp=1), the workers' launch lag's reference."""
-
-    is_prefill: bool
-    num_seqs: int
-    num_tokens: int
-    duration_s: float
-    send_ns: int
-    message_bytes: int
-    launch_ns: int | None = None
