@@ -36,22 +36,19 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))
-        self.used_block_ids: set[int] = set()
         self.num_cache_hit_tokens = 0
 
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)
 
-    def _take(self, block_id: int) -> Block:
-        block = self.blocks[block_id]
+    def _take(self, block: Block) -> Block:
         block.ref_count = 1
-        self.free_block_ids.remove(block_id)
-        self.used_block_ids.add(block_id)
+        self.free_block_ids.remove(block.block_id)
         return block
 
     def _take_fresh(self) -> Block:
-        block = self._take(self.free_block_ids[0])
+        block = self._take(self.blocks[self.free_block_ids[0]])
         if block.hash != NO_HASH and self.hash_to_block.get(block.hash) == block.block_id:
             del self.hash_to_block[block.hash]
         block.hash, block.token_ids = NO_HASH, []
@@ -82,11 +79,11 @@ class BlockManager:
                     self._register(block, tokens, h)
             else:
                 seq.num_cached_tokens += self.block_size
-                if block_id in self.used_block_ids:
-                    block = self.blocks[block_id]
+                block = self.blocks[block_id]
+                if block.ref_count:
                     block.ref_count += 1
                 else:
-                    block = self._take(block_id)
+                    self._take(block)
             seq.block_table.append(block.block_id)
         if seq.num_cached_tokens == len(seq):
             # Fully cached prompt: recompute the last token to get its logits (it rewrites the same KV).
@@ -99,7 +96,6 @@ class BlockManager:
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
-                self.used_block_ids.remove(block_id)
                 self.free_block_ids.append(block_id)
         seq.num_cached_tokens = 0
         seq.block_table = []
@@ -113,7 +109,7 @@ class BlockManager:
         last block (if that token is still a placeholder, :meth:`register_full_block` does once it is known)."""
         if len(seq) % self.block_size == 1:
             seq.block_table.append(self._take_fresh().block_id)
-        elif len(seq) % self.block_size == 0 and seq.last_token >= 0:
+        elif len(seq) % self.block_size == 0 and seq.token_ids[-1] >= 0:
             self.register_full_block(seq, seq.num_blocks - 1)
 
     def register_full_block(self, seq: Sequence, i: int) -> None:

@@ -16,6 +16,9 @@ CPU_DTYPES = ("float32", "bfloat16")
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
 MAX_SEED = 2**63 - 1  # torch's generators take a signed 64-bit seed
 MAX_CPU_THREADS = 1024  # per rank; far past any host's cores, short of where creating the threads fails
+FIELD_TYPES = {"int": (is_int, "an integer"), "float": (is_number, "a finite number"),
+               "bool": (lambda v: isinstance(v, bool), "true or false"),
+               "str": (lambda v: isinstance(v, str), "a string")}
 
 
 def torch_dtype(name: str):
@@ -86,12 +89,21 @@ class EngineConfig:
         if isinstance(self.model, os.PathLike):
             self.model = os.fspath(self.model)
         self._check_values()
-        self.model = os.path.abspath(os.path.expanduser(str(self.model)))
+        self.model = os.path.abspath(os.path.expanduser(self.model))
         self.hf_config = read_hf_config(self.model)
-        self._check_parallelism()
+        if self.tensor_parallel_size < 1:
+            raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {self.tensor_parallel_size!r}")
+        if problem := split_problem(self.hf_config, self.tensor_parallel_size, self.model):
+            raise ConfigError(problem)
+        if self.control not in available_control_planes():
+            raise ConfigError(f"unknown control plane {self.control!r}; "
+                              f"available: {', '.join(available_control_planes())}")
         self._check_launcher()
         self._check_device_and_dtype()
-        self._check_cache_and_batching()
+        self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
+        if self.max_num_batched_tokens < self.max_model_len:
+            raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
+                              f"max_model_len={self.max_model_len}")
 
     @property
     def torch_dtype(self):
@@ -108,17 +120,11 @@ class EngineConfig:
         return frozenset(int(i) for i in ids)
 
     def _check_values(self) -> None:
-        """Types and the ranges that need no checkpoint (the others: ``_check_cache_and_batching``)."""
+        """Types and the ranges that need no checkpoint (the others: ``__post_init__``)."""
         for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "int" and not is_int(v):
-                raise ConfigError(f"{f.name} must be an integer, got {v!r}")
-            if f.type == "float" and not is_number(v):
-                raise ConfigError(f"{f.name} must be a finite number, got {v!r}")
-            if f.type == "bool" and not isinstance(v, bool):
-                raise ConfigError(f"{f.name} must be true or false, got {v!r}")
-            if f.type == "str" and not isinstance(v, str):
-                raise ConfigError(f"{f.name} must be a string, got {v!r}")
+            is_type, kind = FIELD_TYPES.get(f.type, (None, ""))
+            if is_type is not None and not is_type(getattr(self, f.name)):
+                raise ConfigError(f"{f.name} must be {kind}, got {getattr(self, f.name)!r}")
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -140,16 +146,6 @@ class EngineConfig:
             raise ConfigError(f"kvcache_block_size must be a power of two in [16, 256], got {bs}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-
-    def _check_parallelism(self) -> None:
-        tp, hf = self.tensor_parallel_size, self.hf_config
-        if tp < 1:
-            raise ConfigError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
-        if problem := split_problem(hf, tp, self.model):
-            raise ConfigError(problem)
-        if self.control not in available_control_planes():
-            raise ConfigError(f"unknown control plane {self.control!r}; "
-                              f"available: {', '.join(available_control_planes())}")
 
     @property
     def launch(self):
@@ -215,15 +211,8 @@ class EngineConfig:
         cfg = object.__new__(cls)
         for f in fields(cls):
             default = f.default_factory() if f.default_factory is not MISSING else f.default
-            setattr(cfg, f.name, "" if default is MISSING else default)  # model: checked when the job runs
-        for name, value in settings.items():
-            setattr(cfg, name, value)
+            default = "" if default is MISSING else default  # model: checked when the job runs
+            setattr(cfg, f.name, settings.get(f.name, default))
         cfg._check_values()
         cfg.device = resolve_device(cfg.device)
         cfg._check_kernels_and_dtype()
-
-    def _check_cache_and_batching(self) -> None:
-        self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
-        if self.max_num_batched_tokens < self.max_model_len:
-            raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
-                              f"max_model_len={self.max_model_len}")

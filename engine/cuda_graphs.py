@@ -1,8 +1,7 @@
 """CUDA graphs for decode steps: one per batch-size bucket (and split count, ``decode_splits``), replayed with
-the batch padded up to it. A small model's decode step is hundreds of short kernels that cost more to launch
-from Python than to run; a graph replays the whole step, token ids to sampled tokens, in one launch. Inputs
-live in static buffers, filled from pinned host buffers by one async copy each (a pageable copy may wait for
-the GPU). Padding rows point at a spare "trash" KV block (context length 1), never a real sequence's cache.
+the batch padded up to it: a graph replays the whole step, token ids to sampled tokens, in one launch instead
+of hundreds of short kernels launched from Python. Padding rows point at a spare "trash" KV block (context
+length 1), never a real sequence's cache.
 """
 
 from __future__ import annotations

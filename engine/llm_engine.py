@@ -33,14 +33,12 @@ log = logging.getLogger("engine")
 
 class LLM(LLMTools):
     """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers. ``options``: the other
-    :class:`EngineConfig` fields. Use as a context manager, or call :meth:`shutdown` (also run at exit). Raises
-    ConfigError: bad configuration or checkpoint, found before any process is spawned; WorkerError: a worker
-    failed while starting."""
+    :class:`EngineConfig` fields (its defaults). Use as a context manager, or call :meth:`shutdown` (also run at
+    exit). Raises ConfigError: bad configuration or checkpoint, found before any process is spawned; WorkerError:
+    a worker failed while starting."""
 
-    def __init__(self, model: str, tensor_parallel_size: int = 1, control: str = "shm", device: str = "auto",
-                 dtype: str = "auto", **options):
-        self.config = EngineConfig(model=model, tensor_parallel_size=tensor_parallel_size, control=control,
-                                   device=device, dtype=dtype, **options)
+    def __init__(self, model: str, **options):
+        self.config = EngineConfig(model=model, **options)
         check_checkpoint(self.config.model, self.config.hf_config)
         if torch.distributed.is_initialized():
             raise ConfigError("this process already runs an engine (or another torch.distributed job): "

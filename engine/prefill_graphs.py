@@ -1,8 +1,6 @@
 """CUDA graphs for short prefills: one per bucket of new tokens (16, 32, ... up to ``MAX_TOKENS``), replayed with
-the step padded up to it. Launched from Python, a short prefill costs the host ~0.7 ms per layer (~11 calls: the
-compiled elementwise functions, cuBLAS, flash attention, the K/V store) for a few microseconds of GPU work: a
-32-token prompt of Qwen3-0.6B took 19-42 ms (results/h200/NOTES.md, calls 63-64). vLLM captures prefills too
-(its piecewise graphs, up to 512 tokens by default).
+the step padded up to it: launched from Python, a short prefill costs the host far more than its GPU work
+(results/h200/NOTES.md, calls 63-64).
 
 Only prefills without a cached prefix and with 16-bit weights are graphed (one varlen flash-attention call per
 layer, whose grid comes from ``max_seqlen``: the bucket bounds it). Padding tokens belong to no sequence (the

@@ -42,10 +42,6 @@ class Sequence:
         return len(self.token_ids)
 
     @property
-    def last_token(self) -> int:
-        return self.token_ids[-1]
-
-    @property
     def num_completion_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
 
@@ -60,9 +56,6 @@ class Sequence:
     def block(self, i: int) -> list[int]:
         """Token ids of block ``i`` (the last block may be partial)."""
         return self.token_ids[i * self.block_size:(i + 1) * self.block_size]
-
-    def append_token(self, token_id: int) -> None:
-        self.token_ids.append(token_id)
 
     def append_placeholder(self, row: int) -> int:
         """Append the token that row ``row`` of the step just launched will sample; returns its position."""

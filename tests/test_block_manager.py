@@ -63,11 +63,11 @@ def test_decode_appends_block_and_registers_full_block():
     bm = BlockManager(4, BS)
     a = seq(list(range(16)))
     bm.allocate(a)
-    a.append_token(5)                 # token 17 starts block 2
+    a.token_ids.append(5)             # token 17 starts block 2
     bm.may_append(a)
     assert len(a.block_table) == 2
     for t in range(15):
-        a.append_token(t)
+        a.token_ids.append(t)
     bm.may_append(a)                  # block 2 is full now: it gets a hash
     assert bm.blocks[a.block_table[1]].hash != -1
 

@@ -174,7 +174,7 @@ def engine_logits(llm: LLM, prompts: list[list[int]], next_tokens: list[int]) ->
         llm.block_manager.allocate(s)
     prefill = llm.call("logits", StepBatch.from_sequences(seqs, True).to_bytes())
     for s, t in zip(seqs, next_tokens):
-        s.append_token(t)
+        s.token_ids.append(t)
         llm.block_manager.may_append(s)
     decode = llm.call("logits", StepBatch.from_sequences(seqs, False).to_bytes())
     for s in seqs:
