@@ -14,7 +14,6 @@ from tqdm.auto import tqdm
 from common import is_int
 from runtime.cluster import Cluster
 
-from .arrivals import Arrivals
 from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .llm_tools import LLMTools
@@ -23,7 +22,7 @@ from .model_runner import ModelRunner
 from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler
+from .scheduler import Arrivals, Scheduler
 from .sequence import Sequence
 from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord

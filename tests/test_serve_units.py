@@ -1,4 +1,4 @@
-"""workload=serve without processes: the arrival trace, the workload's checks, admission (engine/arrivals.py)
+"""workload=serve without processes: the arrival trace, the workload's checks, admission (engine/scheduler.py)
 and the serve metrics against vLLM's formulas."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers import vllm_metrics
 
-from engine.arrivals import Arrivals
 from engine.sampling_params import SamplingParams
+from engine.scheduler import Arrivals
 from engine.sequence import Sequence
 from harness.metrics import serve_metrics
 from harness.serve import serve_columns, serve_pass
