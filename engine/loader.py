@@ -20,19 +20,15 @@ def expected_tensors(hf: dict) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (hf["vocab_size"], H), "model.norm.weight": (H,)}
     if not hf.get("tie_word_embeddings", False):
         shapes["lm_head.weight"] = (hf["vocab_size"], H)
+    layer = {"input_layernorm.weight": (H,), "post_attention_layernorm.weight": (H,),
+             "self_attn.q_proj.weight": (q, H), "self_attn.k_proj.weight": (kv, H),
+             "self_attn.v_proj.weight": (kv, H), "self_attn.o_proj.weight": (H, q),
+             "self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,),
+             "mlp.gate_proj.weight": (inter, H), "mlp.up_proj.weight": (inter, H), "mlp.down_proj.weight": (H, inter)}
+    if hf.get("attention_bias", False):
+        layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)})
     for i in range(hf["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-            p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
-            p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
-            p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,),
-            p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
-            p + "mlp.down_proj.weight": (H, inter),
-        })
-        if hf.get("attention_bias", False):
-            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                           p + "self_attn.v_proj.bias": (kv,)})
+        shapes.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
 
 

@@ -81,8 +81,8 @@ class StepProfiler:
     def finish(self) -> str | None:
         """End the armed pass: stop recording and write the trace. Returns its path, or None when the pass never
         reached the window or the file cannot be written (one line on stderr: the run goes on)."""
-        self._stop()
-        path, prof, self.prefix, self.path, self.prof = self.path, self.prof, None, None, None
+        path, prof = self.path, self.prof
+        self.close()
         if path is None or prof is None:
             return None
         try:
