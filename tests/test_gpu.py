@@ -80,13 +80,6 @@ def test_gemv_matches_float64(dtype):
         err = (got.double() - ref).abs().max().item()
         assert err <= tol, f"[1, {k}] x [{n}, {k}]^T {dtype}: max error {err:.3g} > {tol:.3g}"
     cuda = dict(device="cuda")
-    for bad, message in [((torch.randn(2, 16, **cuda), torch.randn(4, 16, **cuda)), "x \\[1, K\\]"),
-                         ((torch.randn(1, 16, **cuda), torch.randn(4, 16, **cuda).bfloat16()), "one dtype"),
-                         ((torch.randn(1, 16, **cuda), torch.randn(4, 16)), "one device")]:
-        with pytest.raises(ValueError, match=message):
-            gemv(*bad)
-    with pytest.raises(ValueError, match="power of two"):
-        gemv(torch.randn(1, 16, **cuda), torch.randn(4, 16, **cuda), block_n=-4)
     assert gemm.set_gemm("auto", torch.device("cuda")) == "triton"
     try:
         calls = []

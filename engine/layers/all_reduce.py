@@ -4,13 +4,8 @@ before CUDA-graph capture) and an all-reduce is one kernel reading them over NVL
 handshake: about half NCCL's latency on small messages. A row-parallel GEMM writes its partial sum straight
 into the buffer. By size (bytes), never the ``multimem`` (NVLink multicast) ops: ``<= one_shot_max`` one-shot
 (each rank reads every peer's buffer: one pass), ``<=`` the buffer two-shot (reduce-scatter + all-gather),
-larger, float16 or not a multiple of 4 bytes: NCCL.
-
-Thresholds measured on nvidia-h200-x2 (torch 2.11, NCCL 2.28.9; 40 bf16 calls in one CUDA graph,
-``scripts/all_reduce_sizes.py``, ``results/h200x2/all_reduce_default.md``): at tp=2 one-shot beats NCCL up to
-1 MiB (6.0 against 13.6 us at 2 KiB, 12.6 against 21.4 at 1 MiB), two-shot from 2 MiB (17.4 against 34.1 us)
-to 64 MiB (250 against 264 us). tp=4 and 8 unmeasured: one-shot limits halved per doubling of tp (each rank
-reads tp - 1 whole buffers).
+larger, float16 or not a multiple of 4 bytes: NCCL. Thresholds: measured at tp=2 (results/h200x2/NOTES.md,
+``all_reduce_default.md``), halved per doubling of tp (each rank reads tp - 1 whole buffers).
 """
 
 from __future__ import annotations
@@ -109,17 +104,15 @@ def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: tor
     if device.type != "cuda":
         return TorchAllReduce("gloo")
     global _set_up_in_process
-    impl, reason = None, "not asked for"
-    if mode in ("auto", "symm_mem"):
-        reason = ""
-        if num_nodes > 1:
-            reason = f"the ranks are on {num_nodes} nodes"
-        elif _set_up_in_process:
-            # PyTorch keeps a group's rendezvous store for the process's life, keyed by group name: a default
-            # group re-created after destroy_process_group() would wait on the first one's (torch 2.11: a hang).
-            reason = "an earlier engine in this process set up symmetric memory (PyTorch cannot set it up twice)"
-        elif dtype not in SYMM_DTYPES:
-            reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
+    impl, reason = None, ""
+    if num_nodes > 1:
+        reason = f"the ranks are on {num_nodes} nodes"
+    elif _set_up_in_process:
+        # PyTorch keeps a group's rendezvous store for the process's life, keyed by group name: a default
+        # group re-created after destroy_process_group() would wait on the first one's (torch 2.11: a hang).
+        reason = "an earlier engine in this process set up symmetric memory (PyTorch cannot set it up twice)"
+    elif dtype not in SYMM_DTYPES:
+        reason = f"PyTorch's symmetric-memory kernels reduce bf16/float32, not {dtype}"
     # Agree before the collective rendezvous: a fresh worker may try where rank 0 (an earlier engine) may not.
     may = torch.tensor([mode != "nccl" and not reason], dtype=torch.int32, device=device)
     dist.all_reduce(may, op=dist.ReduceOp.MIN)

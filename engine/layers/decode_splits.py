@@ -1,11 +1,7 @@
 """How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile
 of the longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS``; a second
 kernel merges the partial outputs. Each count is a CUDA graph of its own, so counts go up in powers of two.
-
-Measured on the H200 with PDL, Qwen3-0.6B's heads: the cap (results/h200/session12/call44_decode.txt):
-batch 1 x 4k tokens 6.5 us with 64 splits (60% of 4.3 TB/s), 11.1 us with 32; at 32k tokens 64 splits beat
-2 programs per SM / at most 32 at batch 1-8. One tile per program (results/h200/session13/call49_*): the
-batch-1 decode graph at 96 tokens takes 0.753 ms unsplit, 0.699 ms with 2 splits, 0.705 with 4, 0.781 with 64.
+The cap and one tile per program: measured on the H200 (calls 44 and 49, results/h200/NOTES.md).
 """
 
 from __future__ import annotations

@@ -13,9 +13,8 @@ import torch.nn.functional as F
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 _rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
-# Longer rows take the norm and the GEMV apart. H200, batch 1 (calls 36-37, 41, results/h200/NOTES.md): fused,
-# Qwen3-0.6B (K = 1024) went 1.127 -> 1.044 ms per token, Qwen3-8B (K = 4096) 4.61 -> 5.40 ms with call 38's
-# tiles and PDL (each 2-row program re-reads the 8 KB row and sums its squares).
+# Longer rows take the norm and the GEMV apart: each program of the fused kernel re-reads the row and sums its
+# squares (faster at K = 1024, slower at 4096 on the H200: calls 36-41, results/h200/NOTES.md).
 NORM_GEMV_MAX_K = 2048
 
 
@@ -40,8 +39,8 @@ def set_gemm(mode: str, device: torch.device) -> str:
 
 def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the Triton GEMV is on and takes x ``[1, K]`` @ weight ``[N, K]``.T."""
-    return (_gemv is not None and x.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1 and weight.dim() == 2
-            and weight.stride(1) == 1 and weight.dtype == x.dtype)
+    return (_gemv is not None and x.dim() == 2 and weight.dim() == 2 and x.shape[0] == 1
+            and x.shape[1] == weight.shape[1] and x.stride(1) == 1 and weight.stride(1) == 1 and weight.dtype == x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -1,13 +1,12 @@
 """RMSNorm (with the residual add) fused into the GEMV after it, for decode at batch 1.
 
-``y = rms_norm(h + residual) @ W^T`` in one launch instead of a norm kernel of a few microseconds (mostly
-launch and tail) per layer: every program walks its weight rows as ``gemv.py`` does, reading the short
-activation row from L2 and summing its squares in the same pass, then scales by ``1 / rms`` at the end
-(``W (w * x / rms) = (W (w * x)) / rms``); normalising first made the weight loads wait for the sum (Qwen3-8B,
-K = 4096, batch-1 TPOT 4.68 -> 5.57 ms, call 36). With ``swiglu`` it reads the gate and up rows of a merged
-``[2 * I, K]`` weight and writes ``silu(gate) * up`` ``[1, I]``. Rounding: the residual sum and gate/up as
-unfused; the normalised row is not rounded before the products (transformers rounds it twice): about one
-bf16 rounding apart.
+``y = rms_norm(h + residual) @ W^T`` in one launch instead of a norm kernel (mostly launch and tail) per
+layer: every program walks its weight rows as ``gemv.py`` does, reading the short activation row from L2 and
+summing its squares in the same pass, then scales by ``1 / rms`` at the end (``W (w * x / rms) =
+(W (w * x)) / rms``), so the weight loads never wait for the sum. With ``swiglu`` it reads the gate and up
+rows of a merged ``[2 * I, K]`` weight and writes ``silu(gate) * up`` ``[1, I]``. Rounding: the residual sum
+and gate/up as unfused; the normalised row is not rounded before the products (transformers rounds it
+twice): about one bf16 rounding apart.
 
 CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
 """

@@ -1,14 +1,11 @@
 """Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split).
 
-A program holds the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``), walks its
+A program holds the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walks its
 share of the block table ``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022,
-algorithm 1), so K and V are read once: memory-bound, 2 * Hkv * head_dim * 2 bytes per token per layer.
-The new token's K/V come in registers (the recurrence's last step, in split 0) and that program stores them
-into the cache: no separate cache-write kernel.
-
-Split-KV (flash-decoding, Dao et al. 2023): when batch x KV heads gives too few programs, each context is
-cut into ``num_splits`` runs (``decode_splits``) whose partial outputs and log-sum-exps a second kernel
-merges. With many sequences one split is best (results/h200x2/, call 17).
+algorithm 1), so K and V are read once. The new token's K/V come in registers (the recurrence's last step, in
+split 0) and that program stores them into the cache: no separate cache-write kernel. Split-KV (flash-decoding,
+Dao et al. 2023): with too few programs, each context is cut into ``num_splits`` runs (``decode_splits``) whose
+partial outputs and log-sum-exps a second kernel merges.
 
 With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm and RoPE to q and the new k (one kernel
 fewer per layer), rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
@@ -210,9 +207,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
     cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. PDL when ``pdl.ENABLED``. ``block_n``
-    (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: 64 / 2 / 2 measured
-    fastest on the H200 at the 8B shapes (scripts/bench_decode_kernel.py, results/h200/session6/).
-    """
+    (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: the H200's fastest at
+    the 8B shapes (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
