@@ -39,8 +39,8 @@ def set_gemm(mode: str, device: torch.device) -> str:
 
 def _gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the Triton GEMV is on and takes x ``[1, K]`` @ weight ``[N, K]``.T."""
-    return (_gemv is not None and x.dim() == 2 and weight.dim() == 2 and x.shape[0] == 1
-            and x.shape[1] == weight.shape[1] and x.stride(1) == 1 and weight.stride(1) == 1 and weight.dtype == x.dtype)
+    return (_gemv is not None and x.dim() == 2 and weight.dim() == 2 and x.shape[0] == 1 and x.stride(1) == 1
+            and weight.stride(1) == 1 and x.shape[1] == weight.shape[1] and weight.dtype == x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
