@@ -18,12 +18,12 @@ from torch.distributed import PrefixStore
 from .config import EngineConfig
 from .cuda_graphs import DecodeGraphs
 from .layers.all_reduce import make_all_reduce
+from .layers.attention import varlen_causal
 from .layers.decode_splits import num_splits
 from .layers.embed_head import ParallelLMHead
 from .layers.gemm import set_gemm
 from .layers.parallel import set_all_reduce
 from .layers.pdl import set_pdl
-from .layers.varlen import varlen_causal
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .prefill_graphs import MAX_TOKENS as MAX_PREFILL_TOKENS

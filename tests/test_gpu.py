@@ -134,7 +134,7 @@ def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
 
 @pytest.mark.parametrize("group", [1, 2, 4])
 def test_varlen_prefill_matches_per_sequence_sdpa(group):
-    from engine.layers.varlen import varlen_causal
+    from engine.layers.attention import varlen_causal
 
     assert varlen_causal is not None, "torch.nn.attention.varlen is missing: prefill falls back to per-sequence SDPA"
     torch.manual_seed(group)

@@ -3,7 +3,7 @@
 - CUDA decode: ``paged_decode``'s Triton kernel, which also stores the new token's K/V (and may apply q/k
   norm and RoPE first).
 - CUDA prefill without cached prefix: store K/V, then one varlen flash-attention call for the whole batch
-  (``varlen``; float32: one SDPA call per sequence).
+  (``varlen_causal``; float32 or torch < 2.10: one SDPA call per sequence).
 - Else (CPU; prefix-cache hits): store K/V, gather each context from the cache, pad queries to ``[B, Lq_max]``
   and contexts to ``[B, Lk_max]``, SDPA with a mask allowing key j for query i when j <= position(i) and j <
   context length.
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .varlen import varlen_causal
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # torch < 2.10: one SDPA call per sequence instead
+    varlen_attn = None
 
 
 @dataclass
@@ -103,3 +107,25 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
     B, nb = block_tables.shape
     ctx = cache[block_tables].view(B, nb * cache.shape[1], *cache.shape[2:])[:, :max_len]
     return ctx.transpose(1, 2)
+
+
+def _varlen_kwargs() -> dict:
+    params = inspect.signature(varlen_attn).parameters
+    # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
+    kwargs = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    if "enable_gqa" in params:
+        kwargs["enable_gqa"] = True
+    return kwargs
+
+
+def _varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+                   scale: float) -> torch.Tensor:
+    """Causal prefill of a whole batch in one flash-attention call (torch.nn.attention.varlen, torch >= 2.10),
+    without padding, grouped K/V heads read in place: q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA;
+    Hkv divides Hq), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence in N, ``max_len`` the longest ->
+    ``[N, Hq, D]``: each token attends to its own sequence's tokens up to itself."""
+    return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, **_VARLEN_KWARGS)
+
+
+_VARLEN_KWARGS = _varlen_kwargs() if varlen_attn is not None else {}
+varlen_causal = _varlen_causal if varlen_attn is not None else None  # None: torch < 2.10
