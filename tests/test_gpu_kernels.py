@@ -43,9 +43,8 @@ def paged_case(dtype, lens, Hkv=8, group=2, D=128, block_size=256):
 @pytest.mark.parametrize("group", [2, 4])  # Qwen3-0.6B's and 8B's query heads per KV head (4: 4 warps when split)
 def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, with_norm, group):
     from engine.layers.attention import gather_context
-    from engine.layers.fusion import qk_norm_rotary
+    from engine.layers.fusion import RotaryEmbedding, qk_norm_rotary
     from engine.layers.paged_decode import paged_decode_attention
-    from engine.layers.rotary import RotaryEmbedding
 
     lens = [1, 2, 65, 700, 4100]
     q, k, v, kc, vc, slots, tables, ctx = paged_case(dtype, lens, group=group)

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from engine.layers import gemm
-from engine.layers.fusion import ElementwiseOps
-from engine.layers.norm import RMSNorm
+from engine.layers.fusion import ElementwiseOps, RMSNorm
 
 
 @pytest.fixture

@@ -2,13 +2,15 @@
 RoPE, SiLU-and-mul), fusable with torch.compile: eager, each is several tiny kernels (RMSNorm alone: cast,
 square, mean, rsqrt, two multiplies, cast back), ~100 per layer per decode step, launch-bound on a GPU.
 Each model holds its own :class:`ElementwiseOps`; the model runner switches it to torch.compile'd versions
-(one Triton kernel each) on CUDA unless ``enforce_eager``.
+(one Triton kernel each) on CUDA unless ``enforce_eager``. Also the modules holding their parameters:
+:class:`RMSNorm` and :class:`RotaryEmbedding`.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -69,3 +71,37 @@ class ElementwiseOps:
         if _compiled is None:
             _compiled = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()}
         self.__dict__.update(_compiled)
+
+
+class RMSNorm(nn.Module):
+    """x ``[..., dim]`` -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype (``rms_norm``). With
+    ``residual``, normalises ``x + residual`` and returns ``(normed, x + residual)`` (one fused kernel on CUDA).
+    ``ops``: the model's elementwise functions (its own eager set when not given)."""
+
+    def __init__(self, dim: int, eps: float, ops: ElementwiseOps | None = None):
+        super().__init__()
+        self.eps = eps
+        self.ops = ops or ElementwiseOps()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is None:
+            return self.ops.rms_norm(x, self.weight, self.eps)
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE's cos/sin ("rotate half" layout, as transformers' Qwen3: inv_freq_i = theta^(-2i / head_dim)),
+    precomputed in float32 for positions ``[0, max_positions)``; forward gives cos and sin ``[N, D]`` float32 at
+    ``positions`` ``[N]`` (once per step; each layer applies them, ``apply_rotary``)."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[positions], self.sin[positions]

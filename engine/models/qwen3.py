@@ -9,12 +9,10 @@ from torch import nn
 
 from ..layers.attention import Attention
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
-from ..layers.fusion import ElementwiseOps
+from ..layers.fusion import ElementwiseOps, RMSNorm, RotaryEmbedding
 from ..layers.gemm import norm_linear
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from ..layers.norm import RMSNorm
 from ..layers.parallel import tp_size
-from ..layers.rotary import RotaryEmbedding
 from ..layers.sampler import sample
 from ..step_inputs import StepInputs
 
