@@ -6,20 +6,19 @@ The cap and one tile per program: measured on the H200 (calls 44 and 49, results
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 64
 TILE_TOKENS = 64  # tokens per iteration of the decode kernel (paged_decode_attention's block_n), or the block size
 
-_SMS: dict = {}  # device -> its SM count
 
-
+@functools.cache
 def sm_count(device: torch.device) -> int:
     """The device's SM count (132, an H100/H200's, off CUDA)."""
-    if device not in _SMS:
-        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-    return _SMS[device]
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
 def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:

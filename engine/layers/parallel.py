@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from .gemm import linear
 
-_ALL_REDUCE = None  # set by set_all_reduce; None: torch.distributed's in-place all_reduce
+_ALL_REDUCE = None  # the group's all-reduce, installed by the model runner before it builds a model
 
 
 def tp_rank() -> int:
@@ -30,22 +30,13 @@ def set_all_reduce(impl) -> None:
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the ranks, same shape; use the returned tensor (a no-op with one rank)."""
-    if tp_size() == 1:
-        return x
-    if _ALL_REDUCE is None:
-        dist.all_reduce(x)
-        return x
-    return _ALL_REDUCE(x)
+    return x if tp_size() == 1 else _ALL_REDUCE(x)
 
 
 def matmul_all_reduce(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x ``[N, in/tp]`` @ weight ``[out, in/tp]``.T summed over the ranks -> ``[N, out]`` (a row-parallel
     layer's output; with symmetric memory the GEMM writes into the shared buffer directly)."""
-    if tp_size() == 1:
-        return linear(x, weight)
-    if _ALL_REDUCE is None:
-        return all_reduce(linear(x, weight))
-    return _ALL_REDUCE.matmul(x, weight)
+    return linear(x, weight) if tp_size() == 1 else _ALL_REDUCE.matmul(x, weight)
 
 
 def all_reduce_max(x: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,8 @@
 """Programmatic dependent launch (PDL) for the Triton decode kernels: the next kernel starts while this one
-finishes.
+finishes, so a batch-1 step's ~180 short kernels do not each wait for the one before to drain (issue 27).
 
-At batch 1 a decode step is ~180 kernels of 3-8 us, each launch waiting a few microseconds for the one before
-to drain (issue 27). With PDL (compute capability >= 9.0) a kernel's programs launch once every program of
-the one before has started, and wait (``griddepcontrol.wait``) for its end before touching what it writes.
+With PDL (compute capability >= 9.0) a kernel's programs launch once every program of the one before has
+started, and wait (``griddepcontrol.wait``) for its end before touching what it writes.
 The weights, which no kernel of the step writes, are loaded before the wait (CUTLASS example 63's prefetch).
 
 Rule for every kernel launched with ``launch_pdl=ENABLED``: each program calls ``gdc_wait`` before it reads

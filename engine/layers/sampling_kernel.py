@@ -16,8 +16,7 @@ import triton.language as tl
 
 CHUNK = 8192  # most vocabulary columns per program: 19 chunks per row for Qwen3's 151,936
 BLOCK = 1024  # columns per loop iteration (four Philox quarters of 256), and the fewest per program
-MIN_PROGRAMS = 256  # ~2 per SM: a small batch takes smaller chunks (at batch 1, 149 of 1,024 columns; 19
-# programs of 8,192 took 17 us on the H200, results/h200/session10/call36_profile_new.txt)
+MIN_PROGRAMS = 256  # ~2 per SM: a small batch takes smaller chunks (batch 1: 149 of 1,024 columns)
 
 
 @triton.jit
