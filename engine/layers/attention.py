@@ -112,10 +112,8 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
 def _varlen_kwargs() -> dict:
     params = inspect.signature(varlen_attn).parameters
     # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
-    kwargs = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    if "enable_gqa" in params:
-        kwargs["enable_gqa"] = True
-    return kwargs
+    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    return causal | ({"enable_gqa": True} if "enable_gqa" in params else {})
 
 
 def _varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
