@@ -65,7 +65,6 @@ class QKVParallelLinear(MergedColumnParallelLinear):
     ``num_kv_heads / tp`` key/value heads: weight ``[(Hq + 2 Hkv) / tp * head_dim, hidden]``."""
 
     def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
-        self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
         super().__init__(hidden_size, [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], bias)
 
     def weight_loader(self, param: nn.Parameter, src, shard_id: str) -> None:

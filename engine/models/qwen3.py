@@ -115,9 +115,8 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         self.ops = ElementwiseOps()  # this model's elementwise functions (layers/fusion.py)
         self.model = Qwen3Model(hf, self.ops)
-        self.tie_word_embeddings = bool(hf.get("tie_word_embeddings", False))
         self.lm_head = ParallelLMHead(hf["vocab_size"], hf["hidden_size"])
-        if self.tie_word_embeddings:
+        if hf.get("tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
