@@ -4,8 +4,8 @@ before CUDA-graph capture) and an all-reduce is one kernel reading them over NVL
 handshake: about half NCCL's latency on small messages. A row-parallel GEMM writes its partial sum straight
 into the buffer. By size (bytes), never the ``multimem`` (NVLink multicast) ops: ``<= one_shot_max`` one-shot
 (each rank reads every peer's buffer: one pass), ``<=`` the buffer two-shot (reduce-scatter + all-gather),
-larger, float16 or not a multiple of 4 bytes: NCCL. Thresholds: measured at tp=2 (results/h200x2/NOTES.md,
-``all_reduce_default.md``), halved per doubling of tp (each rank reads tp - 1 whole buffers).
+larger, float16 or not a multiple of 4 bytes: NCCL. Thresholds: measured at tp=2 (``scripts/all_reduce_sizes.py``,
+results/h200x2/all_reduce_default.md), halved per doubling of tp (each rank reads tp - 1 whole buffers).
 """
 
 from __future__ import annotations
