@@ -68,6 +68,20 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def spawned_workers(pid: int) -> list[int]:
+    """Live children of ``pid`` that multiprocessing spawned (its workers); one that exits while being read is
+    left out (a child of the moment may end between the listing and the read)."""
+    out = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline") as f:
+                if "spawn_main" in f.read():
+                    out.append(child)
+        except OSError:
+            pass
+    return out
+
+
 def exited(pid: int) -> bool:
     """``pid`` has ended: gone from /proc, or a zombie (its exit done, only the reaping by its parent left)."""
     try:

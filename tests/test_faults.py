@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 import pytest
-from helpers import ROOT, children, exited, harness, wait_until
+from helpers import ROOT, exited, harness, spawned_workers, wait_until
 
 from backends import available
 from engine import LLM, ConfigError, SamplingParams, WorkerError
@@ -80,11 +80,10 @@ def start_long_run(tmp_path, cache, *extra):
 
 
 def wait_for_workers(proc) -> list[int]:
-    def spawned():
-        return [c for c in children(proc.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
-    wait_until(lambda: len(spawned()) >= 1 and os.path.exists(os.path.join("/proc", str(proc.pid))), 90, "workers")
+    wait_until(lambda: len(spawned_workers(proc.pid)) >= 1 and os.path.exists(os.path.join("/proc", str(proc.pid))),
+               90, "workers")
     time.sleep(3)  # let it get into the timed run
-    return spawned()
+    return spawned_workers(proc.pid)
 
 
 def finish(proc, timeout: float) -> None:
@@ -133,7 +132,7 @@ def test_ctrl_c_during_start_up_stops_everything_at_once(tmp_path, model_cache):
     for line in proc.stdout:
         if "loading rank 0's shard" in line:
             break
-    workers = [c for c in children(proc.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
+    workers = spawned_workers(proc.pid)
     proc.send_signal(signal.SIGINT)
     finish(proc, 10)
     assert proc.returncode == 130
@@ -169,8 +168,7 @@ def test_ctrl_c_at_the_terminal_while_workers_import_prints_no_traceback(tmp_pat
         proc = subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "progress=false",
                                  f"results_dir={tmp_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        wait_until(lambda: any("spawn_main" in open(f"/proc/{c}/cmdline").read() for c in children(proc.pid)),
-                   90, "a worker to start")
+        wait_until(lambda: spawned_workers(proc.pid), 90, "a worker to start")
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does: the whole process group
         _, err = proc.communicate(timeout=30)

@@ -14,7 +14,16 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ROOT, children, harness, hf_greedy, orphaned_workers, prompts_of_lengths, vllm_metrics, wait_until
+from helpers import (
+    ROOT,
+    harness,
+    hf_greedy,
+    orphaned_workers,
+    prompts_of_lengths,
+    spawned_workers,
+    vllm_metrics,
+    wait_until,
+)
 
 from engine import LLM, ConfigError, SamplingParams
 
@@ -142,7 +151,7 @@ def test_a_worker_killed_mid_serve_fails_the_row_and_keeps_the_finished_requests
     before = orphaned_workers()
     proc = start_serve(tmp_path, model_cache)
     wait_until(lambda: requests_written(tmp_path, 3), 150, "three finished requests")
-    worker = next(c for c in children(proc.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read())
+    worker = spawned_workers(proc.pid)[0]
     os.kill(worker, signal.SIGKILL)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "rank 1" in err, err[-2000:]
