@@ -85,7 +85,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
         if serve and fmt == "text":
             print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
-        elif fmt == "text" and kind == "broadcast" and "payload" in k:
+        elif fmt == "text" and kind == "broadcast" and {"control", "tp", "payload"} <= set(k):
             print_broadcast_table(summary(filled, k, None, BROADCAST_METRICS), k)
         else:
             (print_compact if fmt == "text" else print_full)(summary(filled, k, base, metrics), k, base)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pandas as pd
@@ -395,3 +396,14 @@ def test_a_group_that_pools_different_configurations_says_so(sweep, capsys):
     assert "note: --group tp pools rows that differ in control, all_reduce" in capsys.readouterr().out
     assert main([sweep, "--group", "tp", "control", "all_reduce"]) == 0
     assert "pools rows" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("group", [["control", "payload"], ["tp", "payload"]])
+def test_broadcast_rows_grouped_without_a_key_of_their_table_get_the_generic_one(group, capsys):
+    """The broadcast table is a row per (tp, payload) and a column per plane: grouped without one of the three,
+    the rows get the generic table (a KeyError traceback before)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    csv = os.path.join(root, "results", "cpu", "broadcast_cpu.csv")
+    assert main([csv, "--group", *group]) == 0
+    out = capsys.readouterr().out
+    assert "one-way latency p50" not in out and "1-way p50 us" in out
