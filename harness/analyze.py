@@ -201,6 +201,11 @@ def run_compare(args: argparse.Namespace) -> int:
     """``--compare OLD NEW``: the gate's exit code. Raises InputError on bad input."""
     if args.files:
         raise InputError("--compare takes exactly two files; drop the other file arguments")
+    given = [o for o, v in (("--group", args.group), ("--baseline", args.baseline is not None),
+                            ("--plot", args.plot is not None), ("--format", args.format != "text")) if v]
+    if given:
+        raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
+                         "prints its own table")
     threshold = parse_threshold(args.threshold)
     bad = [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]
     if bad:

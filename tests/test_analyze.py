@@ -407,3 +407,11 @@ def test_broadcast_rows_grouped_without_a_key_of_their_table_get_the_generic_one
     assert main([csv, "--group", *group]) == 0
     out = capsys.readouterr().out
     assert "one-way latency p50" not in out and "1-way p50 us" in out
+
+
+@pytest.mark.parametrize("extra", [["--plot", "x.png"], ["--group", "tp"], ["--baseline", "shm"],
+                                   ["--format", "csv"]])
+def test_options_of_the_table_are_refused_with_compare(sweep, extra, capsys):
+    """--compare prints its own table: the table's and figure's options were ignored without a word."""
+    assert main(["--compare", sweep, sweep, *extra]) == 2
+    assert "does not apply to --compare" in capsys.readouterr().err
