@@ -50,6 +50,21 @@ def main(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
+def release_engine() -> None:
+    """Shut the sweep's kept engine down. A stop signal during it (the workers are still joined and the plane
+    closed: ``Cluster.close``) ends the run as interrupted, in one line, not in a traceback and exit 1."""
+    # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
+    engine_cache = sys.modules.get("harness.engine_cache")
+    if engine_cache is None:
+        return
+    try:
+        engine_cache.release()
+    except KeyboardInterrupt:
+        if 130 not in EXIT_CODES:
+            print(interrupted_line(), file=sys.stderr)
+            EXIT_CODES.append(130)
+
+
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
     try:
@@ -74,10 +89,7 @@ if __name__ == "__main__":
             print(interrupted_line(), file=sys.stderr)  # Hydra reported what a stop signal broke as its error
             EXIT_CODES.append(130)
     finally:
-        # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
-        engine_cache = sys.modules.get("harness.engine_cache")
-        if engine_cache is not None:
-            engine_cache.release()
+        release_engine()
         # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
         sweep = "-m" in sys.argv or "--multirun" in sys.argv
         if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":

@@ -179,3 +179,20 @@ def test_a_check_that_a_stop_signal_broke_is_an_interruption_not_bad_input():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert (out.returncode, out.stderr.strip()) == (143, "error: interrupted (SIGTERM)")  # 128 + 15
+
+
+def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback(monkeypatch, capsys):
+    """A new user's SIGTERM after a run's last row landed in the engine's shutdown: a KeyboardInterrupt
+    traceback and exit 1. It is the interrupted line and 130 (143 for SIGTERM: ``exit_interrupted``)."""
+    import sys
+    import types
+
+    import harness.__main__ as entry
+
+    def release():
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setitem(sys.modules, "harness.engine_cache", types.SimpleNamespace(release=release))
+    monkeypatch.setattr(entry, "EXIT_CODES", [0])
+    entry.release_engine()
+    assert entry.EXIT_CODES == [0, 130] and capsys.readouterr().err.startswith("error: interrupted")
