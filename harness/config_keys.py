@@ -15,12 +15,16 @@ CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_h
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
-    configuration column whose value differs between rows. Raises InputError on an unknown column."""
+    configuration column whose value differs between rows. Raises InputError on a column that is not a
+    configuration column (a metric, an id: a table of one row per value) or one given twice."""
     if group:
-        bad = [g for g in group if g not in df.columns]
+        bad = [g for g in group if g not in CONFIG_KEYS or g not in df.columns]
         if bad:
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
+        if len(set(group)) < len(group):
+            twice = sorted({g for g in group if group.count(g) > 1})
+            raise InputError(f"--group: {', '.join(twice)} given twice")
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
                                 and df[k].nunique(dropna=False) > 1]

@@ -144,6 +144,8 @@ def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
 @pytest.mark.parametrize("argv, says", [
     (["--baseline", "shmm"], "--baseline shmm: no such control in the rows (they have gloo, hybrid, ideal,"),
     (["--group", "contrl"], "unknown --group column(s): contrl; configuration columns: engine, control, tp"),
+    (["--group", "output_tok_s"], "unknown --group column(s): output_tok_s; configuration columns: engine"),
+    (["--group", "tp", "tp"], "--group: tp given twice"),
     # a new-user trial: an empty value was taken for no option (exit 0, no figure, not a word)
     (["--plot", ""], "--plot: give a .png, .pdf or .svg file name, got ''"),
     (["--baseline", ""], "--baseline '': no such control in the rows (they have gloo, hybrid, ideal,"),
