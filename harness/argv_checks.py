@@ -7,7 +7,9 @@ from .conf_paths import GROUPS, cannot_write
 
 _CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 _VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
-    ["--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"])}
+    ["--package", "-p", "--experimental-rerun"])}
+# the checks before any job compose conf/ as installed: a primary config from elsewhere would go unchecked
+_OTHER_CONFIG = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 _MODES = {"--run": "run", "-r": "run", "--multirun": "m", "-m": "m", "--cfg": "cfg", "-c": "cfg", "--info": "info",
           "-i": "info"}
 _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
@@ -24,6 +26,9 @@ def overrides_of(argv: list[str]) -> tuple[str | None, list[str]]:
         name = arg.split("=", 1)[0]
         if not arg.startswith("-"):
             overrides.append(arg)
+        elif name in _OTHER_CONFIG:
+            return (f"{name}: the harness composes its own conf/ (config.yaml and its groups); change it with "
+                    "overrides, or add an option under conf/<group>/"), []
         elif name not in _FLAGS:
             return f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)", []
         elif name in ("-m", "--multirun") and overrides:

@@ -479,6 +479,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["~llm"], "~llm: every key of the configuration stays"),
     (["tp=${oc.env:TPCP_NO_SUCH_VARIABLE}"], "InterpolationResolutionError"),
     (["--foo"], "unknown option '--foo'"),
+    (["--config-name", "nope"], "--config-name: the harness composes its own conf/"),  # Hydra: 6 lines, exit 1
+    (["-cp=/nonexistent"], "-cp: the harness composes its own conf/"),
     (["++foo=1"], "unknown config key 'foo': nothing reads it"),
     (["+llm.foo=1"], "unknown config key 'llm.foo': nothing reads it"),
     (["results_dir=null"], "results_dir cannot be null"),
