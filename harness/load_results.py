@@ -42,11 +42,11 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
                 raise InputError(f"{path}: no *.csv file in this directory" + (
                     f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
             if below:
-                print(f"NOTE: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
+                print(f"note: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
                       file=sys.stderr)
             diverted = [f for f in found if ".schema" in os.path.basename(f) or ".unwritten-" in os.path.basename(f)]
             if diverted:
-                print(f"NOTE: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
+                print(f"note: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
                       f"{', '.join(os.path.basename(f) for f in diverted)}", file=sys.stderr)
             files += [(f, False) for f in found]
         elif os.path.isfile(path):

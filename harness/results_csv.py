@@ -159,7 +159,7 @@ class Results:
         except (OSError, TimeoutError) as e:
             return self._fallback(row, f"{type(e).__name__}: {e}")
         if written != self.path:
-            print(f"NOTE: {self.path} has another schema's header: this row went to {written} "
+            print(f"note: {self.path} has another schema's header: this row went to {written} "
                   f"(python -m harness.analyze {directory or '.'} reads both)", file=sys.stderr)
         return written
 

@@ -80,9 +80,12 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
         return bool(baseline)
     if "control" in table.columns and table.control.nunique() <= 1:
         return False
-    base = table[table.control == baseline] if "control" in keys else table.iloc[:0]
+    if "control" not in keys:
+        print(f"(no ratios to control={baseline}: control is not a grouping column)")
+        return False
+    base = table[table.control == baseline]
     print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
-          f"(no ratios: control={baseline} is not in the data, or control is not a grouping column)")
+          f"(no ratios: control={baseline} is not in the data)")
     return False
 
 

@@ -415,3 +415,10 @@ def test_options_of_the_table_are_refused_with_compare(sweep, extra, capsys):
     """--compare prints its own table: the table's and figure's options were ignored without a word."""
     assert main(["--compare", sweep, sweep, *extra]) == 2
     assert "does not apply to --compare" in capsys.readouterr().err
+
+
+def test_no_ratios_says_control_is_not_grouped_when_it_is_not(sweep, capsys):
+    """New-user trial: with ``--group workload`` it said "control=shm is not in the data, or control is not a
+    grouping column" of a control the rows have."""
+    assert main([sweep, "--group", "workload", "--baseline", "shm"]) == 0
+    assert "(no ratios to control=shm: control is not a grouping column)" in capsys.readouterr().out
