@@ -214,6 +214,9 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     if cpu and not cfg.workload.get("scale_on_cpu"):
         notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
                      f"{', '.join(cpu)}")
+    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
+        last = [a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == key][-1]
+        notes.append(f"note: {key} is given {keys.count(key)} times: the last, {key}={last}, applies")
     if "workload.max_token_id" in keys:
         model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
         top = cfg.workload.max_token_id

@@ -553,6 +553,8 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     (["workload=broadcast", "tp=2", "step_log=true"], "note: workload=broadcast runs no engine steps to log"),
     (["workload=serve", "save_requests=true", "step_log=true"], None),
     (["workload=smoke", "save_requests=false"], None),
+    # session 18's new-user trial: tp=2 tp=4 ran at tp=4 without a word
+    (["workload=smoke", "tp=2", "tp=4"], "note: tp is given 2 times: the last, tp=4, applies"),
 ])
 def test_a_file_switch_on_a_job_that_writes_no_such_file_passes_with_a_note(argv, note, capsys):
     from harness.preflight import check_command
