@@ -1,6 +1,6 @@
 # The device-machine preamble, sourced (not run) from the repository root by every device script:
 #   source scripts/device_env.sh
-# Installs the carried wheels (.whl/*.whl) once into /tmp/site, exports PYTHONPATH (/tmp/site and the
+# Installs the carried wheels (.whl/*.whl) once into /tmp/site where a GPU is, exports PYTHONPATH (/tmp/site and the
 # checkout), PYTHONUNBUFFERED, TPCP_CACHE (the model cache) and TPCP_GIT_COMMIT (from .commit), and creates
 # $OUT (default /tmp/out), where every script writes its CSVs and logs. NVLink multicast stays off
 # (KINDS.md: a program using it can take the host's shared GPUs out of service). Defines ``require_gpus N``
@@ -8,7 +8,8 @@
 # steps run under `timeout --foreground`, so the terminal's signal reaches them and each stops its own ranks
 # (plain `timeout` puts its step in a process group of its own, which Ctrl-C does not reach).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
+# the wheels are for the device machine's Python: elsewhere (no GPU) require_gpus refuses first
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ] && nvidia-smi -L >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
 fi
