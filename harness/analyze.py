@@ -197,12 +197,17 @@ def parser() -> OneLineParser:
     return p
 
 
+def _given(args: argparse.Namespace, options: tuple[str, ...]) -> list[str]:
+    """Those of ``options`` (``--name``) given a value other than their default."""
+    defaults = parser()
+    return [o for o in options if getattr(args, dest := o[2:].replace("-", "_")) != defaults.get_default(dest)]
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """``--compare OLD NEW``: the gate's exit code. Raises InputError on bad input."""
     if args.files:
         raise InputError("--compare takes exactly two files; drop the other file arguments")
-    given = [o for o, v in (("--group", args.group), ("--baseline", args.baseline is not None),
-                            ("--plot", args.plot is not None), ("--format", args.format != "text")) if v]
+    given = _given(args, ("--group", "--baseline", "--plot", "--format"))
     if given:
         raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
                          "prints its own table")
@@ -245,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare(args)
         if not args.files:
             p.error("give at least one CSV file or directory, or --compare OLD NEW")
-        given = [o for o, v in (("--threshold", args.threshold != "10%"), ("--allow-missing", args.allow_missing),
-                                ("--metrics", args.metrics)) if v]
+        given = _given(args, ("--threshold", "--allow-missing", "--metrics"))
         if given:
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
         if args.plot is not None:
