@@ -59,7 +59,28 @@ def variants(bs: int, kv_heads: int, device) -> dict:
         "attention: none": (1, [no_attention]),
         "norms: none": (1, no_norms),
         "GEMVs only (no attention, no norms)": (1, [no_attention, *no_norms]),
+        **gemv_variants(),
     }
+
+
+def gemv_variants() -> dict:
+    """Tiles and a resident grid for the GEMVs, and the norm fused at every row length (issue 27, session 19)."""
+    from engine.layers import gemm, gemv, norm_gemv
+
+    out = {}
+    for per_sm in (1, 2, 3):
+        out[f"gemv: resident grid, {per_sm} per SM"] = (1, [(gemm, "_gemv", partial(gemv.gemv_persistent,
+                                                                                   per_sm=per_sm))])
+    for bn, bk, w in ((8, 1024, 4), (4, 2048, 4)):
+        out[f"gemv: resident grid, 2 per SM, {bn}x{bk}, {w} warps"] = (1, [(gemm, "_gemv", partial(
+            gemv.gemv_persistent, per_sm=2, block_n=bn, block_k=bk, num_warps=w))])
+        out[f"gemv: {bn}x{bk}, {w} warps"] = (1, [(gemm, "_gemv", partial(gemv.gemv, block_n=bn, block_k=bk,
+                                                                          num_warps=w))])
+    for tile in ((None, None, None), (8, 1024, 4), (16, 512, 4), (8, 1024, 8), (4, 2048, 4)):
+        name = "default tiles" if tile[0] is None else "{}x{}, {} warps".format(*tile)
+        out[f"norm fused at every K, {name}"] = (1, [(gemm, "NORM_GEMV_MAX_K", 1 << 20), (gemm, "_norm_gemv", partial(
+            norm_gemv.norm_gemv, block_n=tile[0], block_k=tile[1], num_warps=tile[2]))])
+    return out
 
 
 def capture(graphs, bs: int, split: int):

@@ -61,3 +61,57 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
                                              BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
                                              num_warps=num_warps)
     return out
+
+
+@triton.jit
+def _gemv_persistent_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            PDL: tl.constexpr):
+    # Program p walks row blocks p, p + G, ... and each block's K tiles as one sequence of tiles, loading tile
+    # t + 1 before it reduces tile t: two weight tiles in flight per program, the grid resident from the start.
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    nk = tl.cdiv(K, BLOCK_K)
+    tiles_here = tl.cdiv(tl.cdiv(N, BLOCK_N) - pid, grid) * nk
+    ks = tl.arange(0, BLOCK_K)
+    rn = tl.arange(0, BLOCK_N)
+    rows = pid * BLOCK_N + rn
+    w = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_wn + ks[None, :],
+                mask=(rows < N)[:, None] & (ks < K)[None, :], other=0.0)  # before the wait: see pdl.py
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    for t in range(0, tiles_here):
+        t1 = t + 1
+        k1 = (t1 % nk) * BLOCK_K
+        rows1 = (pid + (t1 // nk) * grid) * BLOCK_N + rn
+        ok1 = (rows1 < N) & (t1 < tiles_here)
+        w_next = tl.load(w_ptr + rows1[:, None].to(tl.int64) * stride_wn + k1 + ks[None, :],
+                         mask=ok1[:, None] & (k1 + ks < K)[None, :], other=0.0)
+        k0 = (t % nk) * BLOCK_K
+        x = tl.load(x_ptr + k0 + ks, mask=k0 + ks < K, other=0.0).to(tl.float32)
+        acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        if t % nk == nk - 1:
+            rows = (pid + (t // nk) * grid) * BLOCK_N + rn
+            tl.store(y_ptr + rows, acc.to(y_ptr.dtype.element_ty), mask=rows < N)
+            acc = tl.zeros((BLOCK_N,), tl.float32)
+        w = w_next
+
+
+_SMS = {}
+
+
+def gemv_persistent(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None, per_sm: int = 2,
+                    block_n: int | None = None, block_k: int | None = None,
+                    num_warps: int | None = None) -> torch.Tensor:
+    """``gemv`` with a resident grid of ``per_sm`` programs per SM, each walking its share of the row blocks."""
+    n, k = weight.shape
+    if out is None:
+        out = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    default_n, default_k, default_warps = tiles(n, k)
+    block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
+    if x.device not in _SMS:
+        _SMS[x.device] = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    grid = min(triton.cdiv(n, block_n), _SMS[x.device] * per_sm)
+    _gemv_persistent_kernel[(grid,)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
+                                     PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps)
+    return out
