@@ -11,7 +11,7 @@ the engine's own graph.
 import argparse
 import contextlib
 import statistics
-from functools import partial
+from functools import partial, partialmethod
 
 import torch
 
@@ -59,28 +59,25 @@ def variants(bs: int, kv_heads: int, device) -> dict:
         "attention: none": (1, [no_attention]),
         "norms: none": (1, no_norms),
         "GEMVs only (no attention, no norms)": (1, [no_attention, *no_norms]),
-        **gemv_variants(),
     }
 
 
-def gemv_variants() -> dict:
-    """Tiles and a resident grid for the GEMVs, and the norm fused at every row length (issue 27, session 19)."""
-    from engine.layers import gemm, gemv, norm_gemv
+def prefetch_variants(model) -> dict:
+    """Before each layer's attention, L2 hints for its o_proj, gate/up and down weights up to a budget."""
+    from engine.layers.l2_prefetch import l2_prefetch
+    from engine.models.qwen3 import Qwen3Attention
 
-    out = {}
-    for per_sm in (1, 2, 3):
-        out[f"gemv: resident grid, {per_sm} per SM"] = (1, [(gemm, "_gemv", partial(gemv.gemv_persistent,
-                                                                                   per_sm=per_sm))])
-    for bn, bk, w in ((8, 1024, 4), (4, 2048, 4)):
-        out[f"gemv: resident grid, 2 per SM, {bn}x{bk}, {w} warps"] = (1, [(gemm, "_gemv", partial(
-            gemv.gemv_persistent, per_sm=2, block_n=bn, block_k=bk, num_warps=w))])
-        out[f"gemv: {bn}x{bk}, {w} warps"] = (1, [(gemm, "_gemv", partial(gemv.gemv, block_n=bn, block_k=bk,
-                                                                          num_warps=w))])
-    for tile in ((None, None, None), (8, 1024, 4), (16, 512, 4), (8, 1024, 8), (4, 2048, 4)):
-        name = "default tiles" if tile[0] is None else "{}x{}, {} warps".format(*tile)
-        out[f"norm fused at every K, {name}"] = (1, [(gemm, "NORM_GEMV_MAX_K", 1 << 20), (gemm, "_norm_gemv", partial(
-            norm_gemv.norm_gemv, block_n=tile[0], block_k=tile[1], num_warps=tile[2]))])
-    return out
+    for layer in model.model.layers:
+        layer.self_attn.prefetch = [layer.self_attn.o_proj.weight, layer.mlp.gate_up_proj.weight,
+                                    layer.mlp.down_proj.weight]
+    forward = Qwen3Attention.forward
+
+    def prefetching(self, budget, qkv, cos_sin, inputs):
+        l2_prefetch(self.prefetch, budget)
+        return forward(self, qkv, cos_sin, inputs)
+
+    return {f"L2 prefetch before attention, {mb} MB": (None, [(Qwen3Attention, "forward", partialmethod(
+        prefetching, mb << 20))]) for mb in (4, 16, 24, 32, 48)}
 
 
 def capture(graphs, bs: int, split: int):
@@ -107,6 +104,8 @@ def main():
     require_cuda()
     from profile_steps import open_engine
 
+    from engine.layers.decode_splits import num_splits
+
     args.workload, args.tp, args.sync, args.all_reduce = "latency", 1, False, "auto"
     with open_engine(args) as llm:
         for _ in range(args.skip):
@@ -115,8 +114,11 @@ def main():
         graphs, bs = llm.runner.graphs, args.num_seqs
         context = max(len(s) for s in llm.scheduler.running)
         found = {"engine graph": graphs.graph_for(bs, context)}
-        for name, (split, changes) in variants(bs, graphs.kv_heads, torch.device("cuda")).items():
+        engine_split = num_splits(bs, graphs.kv_heads, context, graphs.block_size, torch.device("cuda"))
+        for name, (split, changes) in {**variants(bs, graphs.kv_heads, torch.device("cuda")),
+                                       **prefetch_variants(llm.runner.model)}.items():
             with patched(*changes):
+                split = engine_split if split is None else split
                 found[name] = capture(graphs, bs, split)
         times = {name: [] for name in found}
         for _ in range(args.rounds):  # rounds interleave the variants: drift hits them alike
