@@ -11,7 +11,7 @@ the engine's own graph.
 import argparse
 import contextlib
 import statistics
-from functools import partial, partialmethod
+from functools import partial
 
 import torch
 
@@ -62,24 +62,6 @@ def variants(bs: int, kv_heads: int, device) -> dict:
     }
 
 
-def prefetch_variants(model) -> dict:
-    """Before each layer's attention, L2 hints for its o_proj, gate/up and down weights up to a budget."""
-    from engine.layers.l2_prefetch import l2_prefetch
-    from engine.models.qwen3 import Qwen3Attention
-
-    for layer in model.model.layers:
-        layer.self_attn.prefetch = [layer.self_attn.o_proj.weight, layer.mlp.gate_up_proj.weight,
-                                    layer.mlp.down_proj.weight]
-    forward = Qwen3Attention.forward
-
-    def prefetching(self, budget, qkv, cos_sin, inputs):
-        l2_prefetch(self.prefetch, budget)
-        return forward(self, qkv, cos_sin, inputs)
-
-    return {f"L2 prefetch before attention, {mb} MB": (None, [(Qwen3Attention, "forward", partialmethod(
-        prefetching, mb << 20))]) for mb in (4, 16, 24, 32, 48)}
-
-
 def capture(graphs, bs: int, split: int):
     """A new graph of ``graphs``' decode step at batch ``bs`` (module patches apply)."""
     inputs = graphs._inputs(bs, split)
@@ -104,8 +86,6 @@ def main():
     require_cuda()
     from profile_steps import open_engine
 
-    from engine.layers.decode_splits import num_splits
-
     args.workload, args.tp, args.sync, args.all_reduce = "latency", 1, False, "auto"
     with open_engine(args) as llm:
         for _ in range(args.skip):
@@ -114,11 +94,8 @@ def main():
         graphs, bs = llm.runner.graphs, args.num_seqs
         context = max(len(s) for s in llm.scheduler.running)
         found = {"engine graph": graphs.graph_for(bs, context)}
-        engine_split = num_splits(bs, graphs.kv_heads, context, graphs.block_size, torch.device("cuda"))
-        for name, (split, changes) in {**variants(bs, graphs.kv_heads, torch.device("cuda")),
-                                       **prefetch_variants(llm.runner.model)}.items():
+        for name, (split, changes) in variants(bs, graphs.kv_heads, torch.device("cuda")).items():
             with patched(*changes):
-                split = engine_split if split is None else split
                 found[name] = capture(graphs, bs, split)
         times = {name: [] for name in found}
         for _ in range(args.rounds):  # rounds interleave the variants: drift hits them alike
