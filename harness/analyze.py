@@ -28,7 +28,7 @@ from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .config_keys import comparable_keys, fill_keys, group_keys, pooled_keys
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
-from .plot_common import same_words
+from .plot_common import same_words, side_path
 from .schema import COLUMNS
 from .summary_table import (
     BROADCAST_METRICS,
@@ -60,8 +60,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
     keys = group_keys(df, group)
     parts = _parts(df, keys, group)
-    note = busy_note(df)
-    if note and fmt != "csv":
+    if (note := busy_note(df)) and fmt != "csv":
         print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
     frames = []
     for i, (kind, rows, k) in enumerate(parts):
@@ -77,8 +76,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             continue
         if i:
             print()
-        same = same_words(rows)
-        if same:
+        if same := same_words(rows):
             whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
         if pooled := pooled_keys(rows, group):
@@ -130,7 +128,6 @@ FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
     """Write the FIGURES of the ok rows, the first to ``out``, the others beside it (``side_path``), a line each.
     Raises InputError: no ok row, a file that cannot be written."""
-    from .plot_common import side_path
     from .plot_curves import plot_broadcast, plot_load
     from .plots import plot, plot_exposed
 
@@ -207,16 +204,14 @@ def run_compare(args: argparse.Namespace) -> int:
     """``--compare OLD NEW``: the gate's exit code. Raises InputError on bad input."""
     if args.files:
         raise InputError("--compare takes exactly two files; drop the other file arguments")
-    given = _given(args, ("--group", "--baseline", "--plot", "--format"))
-    if given:
+    if given := _given(args, ("--group", "--baseline", "--plot", "--format")):
         raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
                          "prints its own table")
     threshold = parse_threshold(args.threshold)
-    bad = [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]
-    if bad:
+    if bad := [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
         raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                          f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
-    old, new = prepare_serve(load([args.compare[0]])), prepare_serve(load([args.compare[1]]))
+    old, new = (prepare_serve(load([path])) for path in args.compare)
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
         print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
@@ -250,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare(args)
         if not args.files:
             p.error("give at least one CSV file or directory, or --compare OLD NEW")
-        given = _given(args, ("--threshold", "--allow-missing", "--metrics"))
-        if given:
+        if given := _given(args, ("--threshold", "--allow-missing", "--metrics")):
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
         if args.plot is not None:
             check_plot_path(args.plot)

@@ -40,8 +40,7 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
         if (bad or good) and apart:
             worse += bad
             ranges = f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}"
-            print(f"{'WORSE' if bad else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; "
-                  f"{ranges})")
+            print(f"{'WORSE' if bad else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges})")
     return worse
 
 
@@ -52,8 +51,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     known = HIGHER_IS_BETTER + LOWER_IS_BETTER
     asked, metrics = metrics, [m for m in (metrics or known) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
-    cfg_old, cfg_new = set(map(tuple, old[keys].values)), set(map(tuple, new[keys].values))
-    good_old, good_new = set(map(tuple, ok_old[keys].values)), set(map(tuple, ok_new[keys].values))
+    cfg_old, cfg_new, good_old, good_new = (set(map(tuple, d[keys].values)) for d in (old, new, ok_old, ok_new))
     every = cfg_old | cfg_new
     # each line names the keys whose value differs, and control and tp; the others are said once
     shown = {k for i, k in enumerate(keys) if len({c[i] for c in every}) > 1} | {"control", "tp"}
@@ -70,9 +68,8 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
         if cfg in cfg_old and cfg not in good_old:
             problems.append(f"FAILED  in OLD (no ok row): {where}")
     common = sorted(good_old & good_new, key=str)
-    go, gn = ok_old.groupby(keys)[metrics], ok_new.groupby(keys)[metrics]
-    omed, omin, omax, on = go.median(), go.min(), go.max(), go.size()
-    nmed, nmin, nmax, nn = gn.median(), gn.min(), gn.max(), gn.size()
+    groups = [ok.groupby(keys)[metrics] for ok in (ok_old, ok_new)]
+    (omed, omin, omax, on), (nmed, nmin, nmax, nn) = ((g.median(), g.min(), g.max(), g.size()) for g in groups)
     # a metric OLD has and NEW lacks (a column gone, cells damaged) cannot pass unseen: it is not compared
     problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg, shown)}" for cfg in common for m in metrics
                  if pd.notna(omed.at[cfg, m]) and pd.isna(nmed.at[cfg, m])]
@@ -81,8 +78,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
         print(line)
     for cfg in sorted(cfg_new - cfg_old, key=str):
         print(f"NEW only (nothing to compare with): {_label(keys, cfg, shown)}")
-    few = [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]
-    if few:
+    if few := [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]:
         print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "
               f"side:\n  their ranges say little about the spread, so small regressions can pass unseen")
     worse = sum(_changes(_label(keys, cfg, shown), cfg, metrics, (omed, omin, omax), (nmed, nmin, nmax), threshold)

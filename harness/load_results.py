@@ -44,8 +44,7 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             if below:
                 print(f"note: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
                       file=sys.stderr)
-            diverted = [f for f in found if ".schema" in os.path.basename(f) or ".unwritten-" in os.path.basename(f)]
-            if diverted:
+            if diverted := [f for f in found if re.search(r"\.schema|\.unwritten-", os.path.basename(f))]:
                 print(f"note: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
                       f"{', '.join(os.path.basename(f) for f in diverted)}", file=sys.stderr)
             files += [(f, False) for f in found]

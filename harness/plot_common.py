@@ -33,9 +33,8 @@ def base_plane(name: str) -> str:
 
 def plane_order(planes) -> list[str]:
     """The planes in PLANE_ORDER, any other after them by name (a plane's variants after the plane)."""
-    def rank(c):
-        return (PLANE_ORDER.index(base_plane(c)) if base_plane(c) in PLANE_ORDER else 99, base_plane(c), c)
-    return sorted(set(planes), key=rank)
+    order = {p: i for i, p in enumerate(PLANE_ORDER)}
+    return sorted(set(planes), key=lambda c: (order.get(base_plane(c), 99), base_plane(c), c))
 
 
 def cell(value) -> str:
@@ -70,16 +69,12 @@ def short_plane(name: str) -> str:
 
 def config_groups(df: pd.DataFrame, keys: list[str], sort: bool = True) -> list[tuple[tuple, pd.DataFrame]]:
     """(tuple of ``keys``' values, rows) per configuration of ``df``, an empty cell a value; ((), df) without keys."""
-    if not keys:
-        return [((), df)]
-    groups = df.groupby(keys, dropna=False, sort=sort)
-    return [(cfg if isinstance(cfg, tuple) else (cfg,), rows) for cfg, rows in groups]
+    return list(df.groupby(keys, dropna=False, sort=sort)) if keys else [((), df)]
 
 
 def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
     """(the words all ``cfgs`` (tuples of ``keys``' values) share, each one's own words); model_hash left out where
     it pairs one to one with model. With one configuration nothing is shared."""
-    cfgs = [cfg if isinstance(cfg, tuple) else (cfg,) for cfg in cfgs]
     if {"model", "model_hash"} <= set(keys):
         pairs = {(c[keys.index("model")], c[keys.index("model_hash")]) for c in cfgs}
         if len(pairs) == len({m for m, _ in pairs}) == len({h for _, h in pairs}):
