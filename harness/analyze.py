@@ -30,18 +30,7 @@ from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
 from .plot_common import same_words, side_path
 from .schema import COLUMNS
-from .summary_table import (
-    BROADCAST_METRICS,
-    FULL_METRICS,
-    SERVE_METRICS,
-    csv_rows,
-    default_baseline,
-    print_broadcast_table,
-    print_compact,
-    print_full,
-    print_serve_table,
-    summary,
-)
+from .summary_table import csv_rows, default_baseline, print_table
 
 FORMATS = ("text", "markdown", "csv")
 
@@ -64,13 +53,12 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
         print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
     frames = []
     for i, (kind, rows, k) in enumerate(parts):
-        serve, base, filled = kind == "serve", baseline or default_baseline(rows), fill_keys(rows, k)
-        if serve and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
+        base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
+        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
             base = None
         exposed = exposed_cost(filled[filled.status == "ok"], k)
-        metrics = FULL_METRICS if not serve else list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))
         if fmt == "csv":
-            frames.append(csv_rows(summary(filled, k, base, metrics), k, base, "serve" if serve else "summary"))
+            frames.append(csv_rows(kind, filled, k, base))
             if not exposed.empty:
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
             continue
@@ -81,17 +69,10 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print(f"{whose}: " + ", ".join(same))
         if pooled := pooled_keys(rows, group):
             print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
-        if serve and fmt == "text":
-            print_serve_table(summary(filled, k, None, [m for m, _ in SERVE_METRICS]), k)
-        elif fmt == "text" and kind == "broadcast" and {"control", "tp", "payload"} <= set(k):
-            print_broadcast_table(summary(filled, k, None, BROADCAST_METRICS), k)
-        else:
-            (print_compact if fmt == "text" else print_full)(summary(filled, k, base, metrics), k, base)
+        print_table(kind, filled, k, base, fmt)
         print_exposed(exposed, fmt)
     if frames:
-        table = pd.concat(frames, ignore_index=True)
-        table = table[["table"] + [c for c in table.columns if c != "table"]]
-        print(table.to_csv(index=False, float_format="%.7g"), end="")
+        print(pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.7g"), end="")
     return keys
 
 

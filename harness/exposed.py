@@ -17,11 +17,10 @@ EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "T
 
 def send_late_us(plane: pd.DataFrame) -> float:
     """Median over the plane's repeats of send p50 + launch late mean (us); NaN where either is missing."""
-    if not {"ctrl_send_us_p50", "ctrl_launch_late_us_mean"} <= set(plane.columns):
+    columns = ["ctrl_send_us_p50", "ctrl_launch_late_us_mean"]
+    if not set(columns) <= set(plane.columns):
         return float("nan")
-    total = pd.to_numeric(plane.ctrl_send_us_p50, errors="coerce") + pd.to_numeric(
-        plane.ctrl_launch_late_us_mean, errors="coerce")
-    return float(total.median()) if total.notna().any() else float("nan")
+    return float(plane[columns].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=2).median())
 
 
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -44,9 +43,8 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     continue
                 diff_us = (p.median() - i.median()) * 1e3
                 low, high = (p.min() - i.max()) * 1e3, (p.max() - i.min()) * 1e3
-                verdict = "within noise" if low <= 0 <= high else ("costs" if diff_us > 0 else "faster")
-                if min(len(p), len(i)) < 2:
-                    verdict = "one repeat: no spread"
+                verdict = ("one repeat: no spread" if min(len(p), len(i)) < 2 else "within noise" if low <= 0 <= high
+                           else "costs" if diff_us > 0 else "faster")
                 out.append({**dict(zip(others, cfg)), "control": control, "metric": label,
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
@@ -62,10 +60,9 @@ def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
         return df
     items = [str(t).split() if isinstance(t, str) and t != "-" else [] for t in df.overrides]
     options = [" ".join(i for i in row if i.startswith("control.options.")) for row in items]
-    df = df.copy()
-    df["overrides"] = [" ".join(i for i in row if not i.startswith("control.options.")) or "-" for row in items]
-    df["control"] = [c if c == "ideal" or not o else f"{c} {o}" for c, o in zip(df.control, options)]
-    return df
+    control = [c if c == "ideal" or not o else f"{c} {o}" for c, o in zip(df.control, options)]
+    rest = [" ".join(i for i in row if not i.startswith("control.options.")) or "-" for row in items]
+    return df.assign(overrides=rest, control=control)
 
 
 LEGEND = ("exposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "

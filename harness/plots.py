@@ -60,9 +60,7 @@ def pooled_row(rest: list[str], chunk: list, shared: str) -> tuple[str, list, li
     """A row of up to POOL configurations of one plane each (``chunk``: (configuration, rows)): bars numbered,
     the key lines ``N: plane settings``; a lone one is labelled in full, its bar by its plane."""
     common, own = config_labels(rest, [cfg for cfg, _ in chunk])
-    if len(chunk) == 1:
-        common, own = own[0], [""]
-    common = " ".join(w for w in common.split() if w not in shared.split())
+    common = " ".join(w for w in (own[0] if len(chunk) == 1 else common).split() if w not in shared.split())
     planes = [part.control.iloc[0] for _, part in chunk]
     if len(chunk) == 1:
         return common, [(planes[0], planes[0], chunk[0][1])], []

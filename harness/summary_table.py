@@ -33,6 +33,7 @@ COMPACT = [("output_tok_s", "tok/s"), ("tpot_ms_p50", "TPOT p50 ms"), ("decode_s
 SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"), ("req_s", "done/s"),
                  ("ttft_ms_p50", "ttft50"), ("ttft_ms_p99", "ttft99"), ("tpot_ms_p50", "tpot50"),
                  ("tpot_ms_p99", "tpot99"), ("queue_ms_p99", "queue")]
+SERVE_FULL_METRICS = list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))  # markdown and csv
 BROADCAST_METRICS = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "payload_bytes"]
 ROW_KEYS = ["tp", "control"]  # a table's rows; the other keys make its sections
 SERVE_ROW_KEYS = ROW_KEYS + ["request_rate", "max_concurrency", "burstiness"]  # the load: columns, not sections
@@ -59,8 +60,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     out = counts.join(out, how="left").reset_index()
     if "payload" in keys:  # payloads by size, not as text (decode-64 < -256)
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
-        out = out.sort_values(keys, kind="stable", key=lambda c: c.map(size) if c.name == "payload" else c)
-        out = out.reset_index(drop=True)
+        out = out.sort_values(keys, kind="stable", key=lambda c: c.map(size) if c.name == "payload" else c,
+                              ignore_index=True)
     # one plane alone: nothing to compare
     if baseline and "control" in keys and out.control.nunique() > 1 and (out.control == baseline).any():
         others = [k for k in keys if k != "control"]
@@ -78,14 +79,12 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
     cols = [c for c in table.columns if c.endswith(f"_vs_{baseline}")]
     if not baseline or (cols and table[cols].notna().any().any()):
         return bool(baseline)
-    if "control" in table.columns and table.control.nunique() <= 1:
-        return False
     if "control" not in keys:
         print(f"(no ratios to control={baseline}: control is not a grouping column)")
-        return False
-    base = table[table.control == baseline]
-    print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
-          f"(no ratios: control={baseline} is not in the data)")
+    elif table.control.nunique() > 1:  # one plane alone: nothing to compare, nothing to say
+        base = table[table.control == baseline]
+        print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
+              f"(no ratios: control={baseline} is not in the data)")
     return False
 
 
@@ -118,17 +117,28 @@ def print_full(table: pd.DataFrame, keys: list[str], baseline: str | None) -> No
     """``summary()``'s table as markdown, every key and metric: median [min-max] (ratio to ``baseline``)."""
     metrics = [c[:-7] for c in table.columns if c.endswith("_median")]
     rows = [{**key_cells(r, keys), **{m: full_cell(r, m, baseline) for m in metrics}} for _, r in table.iterrows()]
-    shown = has_ratios(table, keys, baseline)
-    print(f"median [min-max over ok repeats] (ratios to control={baseline})" if shown else
-          "median [min-max over ok repeats]")
+    ratios = f" (ratios to control={baseline})" if has_ratios(table, keys, baseline) else ""
+    print(f"median [min-max over ok repeats]{ratios}")
     print(pd.DataFrame(rows).to_markdown(index=False))
 
 
-def csv_rows(table: pd.DataFrame, keys: list[str], baseline: str | None, kind: str) -> pd.DataFrame:
-    """``summary()``'s table for ``--format csv``: ``table`` (``kind``), ``n``, ``failed``, ``baseline``."""
+def print_table(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | None, fmt: str) -> None:
+    """One ``kind`` of rows' (engine, broadcast, serve; key cells filled) summary table in ``fmt``: text or markdown."""
+    if kind == "serve" and fmt == "text":
+        print_serve_table(summary(rows, keys, None, [m for m, _ in SERVE_METRICS]), keys)
+    elif kind == "broadcast" and fmt == "text" and {"control", "tp", "payload"} <= set(keys):
+        print_broadcast_table(summary(rows, keys, None, BROADCAST_METRICS), keys)
+    else:
+        metrics = SERVE_FULL_METRICS if kind == "serve" else FULL_METRICS
+        (print_compact if fmt == "text" else print_full)(summary(rows, keys, baseline, metrics), keys, baseline)
+
+
+def csv_rows(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataFrame:
+    """One ``kind`` of rows' ``summary()`` for ``--format csv``, with ``table``, ``n``, ``failed``, ``baseline``."""
+    table = summary(rows, keys, baseline, SERVE_FULL_METRICS if kind == "serve" else FULL_METRICS)
     out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
     out[keys] = out[keys].replace("-", "")
-    out.insert(0, "table", kind)
+    out.insert(0, "table", "serve" if kind == "serve" else "summary")
     out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")
     return out
 
