@@ -74,9 +74,8 @@ def size_axis(ax, xs: list) -> None:
 
 def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per payload of ``rows`` (one plane and tp), by size: bytes, kind, ``metric``'s median, min, max."""
-    rows = rows.dropna(subset=[metric, "payload_bytes"])
-    g = rows.groupby("payload")
-    out = pd.concat([g.payload_bytes.median().rename("x"), g[metric].agg(["median", "min", "max"])], axis=1)
+    out = rows.dropna(subset=[metric, "payload_bytes"]).groupby("payload").agg(
+        x=("payload_bytes", "median"), median=(metric, "median"), min=(metric, "min"), max=(metric, "max"))
     return out.assign(kind=[kind(p) for p in out.index]).sort_values("x")
 
 

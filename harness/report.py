@@ -6,8 +6,6 @@ import os
 import sys
 from functools import partial
 
-import torch
-
 from .floor import decode_floor
 from .workloads import Workload
 
@@ -114,8 +112,8 @@ def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
 
 def print_floor(row: dict, work: Workload, llm) -> None:
     """The measured throughput and TPOT next to the physical floor (``floor.decode_floor``)."""
-    elt = torch.empty(0, dtype=llm.config.torch_dtype).element_size()
-    f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config, elt, row["tp"])
+    f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config,
+                     llm.config.torch_dtype.itemsize, row["tp"])
     ar = f" + {f['all_reduces_per_step']} all-reduces x 3 us per step" if f["all_reduces_per_step"] else ""
     print(f"  floor       per GPU decode reads {f['weight_bytes'] / 1e12:.3f} TB of weights + "
           f"{f['kv_bytes'] / 1e12:.3f} TB of KV at 4.3 TB/s{ar}: <= {f['floor_tok_s']:.0f} output tok/s, "
