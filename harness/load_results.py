@@ -98,9 +98,9 @@ def _read_one(path: str) -> pd.DataFrame:
     return df
 
 
-def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
+def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
     """Every row of the CSVs (``find_csvs``) in the current schema, a line per file read or skipped to ``listing``
-    ("stdout", "stderr"; None: nowhere). Raises InputError: a file named that ``_read_one`` refuses; no CSV read."""
+    ("stdout", "stderr"). Raises InputError: a file named that ``_read_one`` refuses; no CSV read."""
     frames, lines = [], []
     for path, named in find_csvs(paths):
         try:
@@ -115,8 +115,7 @@ def load(paths: list[str], listing: str | None = "stdout") -> pd.DataFrame:
         lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok} failed")
     if not frames:
         raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
-    if listing is not None:
-        print("\n".join(lines), file=getattr(sys, listing))
+    print("\n".join(lines), file=getattr(sys, listing))
     return pd.concat(frames, ignore_index=True)
 
 
