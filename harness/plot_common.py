@@ -48,8 +48,7 @@ def cell(value) -> str:
 
 def repeats_text(counts) -> str:
     """"1 repeat", "3 repeats" or "2-3 repeats" from the repeat counts of a panel's lines or bars."""
-    counts = pd.Series(counts)
-    low, high = int(counts.min()), int(counts.max())
+    low, high = int(min(counts)), int(max(counts))
     return f"{low} repeat{'s' if high > 1 else ''}" if low == high else f"{low}-{high} repeats"
 
 

@@ -116,11 +116,9 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per request rate (inf last) of ``rows`` (one plane and tp): median, min, max over repeats of x, the achieved
     rate (req/s; ``completed``: req_s, at rate inf or without an achieved rate), and of ``metric``."""
-    rate = pd.to_numeric(rows.request_rate, errors="coerce")
-    rows = rows.assign(completed=np.isinf(rate) | rows.achieved_rate_req_s.isna())
-    rows = rows.assign(x=rows.achieved_rate_req_s.where(~rows.completed, rows.req_s), y=rows[metric])
-    rows = rows.dropna(subset=["x", "y"])
-    g = rows.groupby("request_rate")
+    completed = np.isinf(pd.to_numeric(rows.request_rate, errors="coerce")) | rows.achieved_rate_req_s.isna()
+    rows = rows.assign(completed=completed, x=rows.achieved_rate_req_s.where(~completed, rows.req_s), y=rows[metric])
+    g = rows.dropna(subset=["x", "y"]).groupby("request_rate")
     out = pd.concat([g.x.agg(["median", "min", "max"]).add_prefix("x_"),
                      g.y.agg(["median", "min", "max"]).add_prefix("y_"), g.completed.any()], axis=1)
     return out.sort_index().reset_index()
