@@ -46,9 +46,8 @@ def control_lines(row: dict) -> list[str]:
                      f"{f('ctrl_oneway_us_p99')}); mean one-way over mean decode step: "
                      f"{f('ctrl_oneway_over_step_pct', '.2f')}%")
     if row.get("ctrl_launch_lag_us_mean") is not None:
-        lag = f('ctrl_launch_lag_us_mean')
-        lines.append(f"  launch      the last worker finishes a step {lag} us after rank 0 (mean; p50 "
-                     f"{f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")
+        lines.append(f"  launch      the last worker finishes a step {f('ctrl_launch_lag_us_mean')} us after rank 0 "
+                     f"(mean; p50 {f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")
         lines.append(f"{MORE}rank 0 waits for late workers {f('ctrl_launch_late_us_mean')} us per decode step "
                      f"(the positive part only)")
     return lines
