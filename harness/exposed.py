@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import config_groups
-from .text_tables import common_overrides, fitting_sections, header_lines, key_cell, num4, sections
+from .text_tables import fitting_sections, header_lines, key_cell, num4
 
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
@@ -79,8 +79,6 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
         return _print_full(table)
     others = list(table.columns[:list(table.columns).index("control")])
     row_keys = [k for k in others if k in ("tp", "request_rate")]
-    parts = sections(table, [k for k in others if k not in row_keys])
-    common = common_overrides(table.overrides) if "overrides" in others and len(parts) > 1 else set()
 
     def row(r: pd.Series, rows: pd.DataFrame, shown: list[str]) -> dict:  # shown: those of OPTIONAL that fit
         one = r.verdict.startswith("one repeat")
@@ -95,7 +93,7 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
         return out
 
     optional = OPTIONAL if table.send_late_us.notna().any() else OPTIONAL[:1]
-    lines, left_out = fitting_sections(parts, row, optional, keep=0)
+    lines, left_out, common = fitting_sections(table, [k for k in others if k not in row_keys], row, optional, keep=0)
     note = f" (left out to fit: {', '.join(left_out)}; all: --format markdown)" if left_out else ""
     print("\n" + "\n".join(header_lines(LEGEND + note, common) + lines))
 

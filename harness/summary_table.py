@@ -8,7 +8,6 @@ import pandas as pd
 
 from .plot_common import plane_order
 from .text_tables import (
-    common_overrides,
     fitting_sections,
     header_lines,
     key_cells,
@@ -147,15 +146,13 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
     """``summary()``'s table in at most 120 columns: tp, control, n, the COMPACT metrics that fit; sections."""
     shown = has_ratios(table, keys, baseline)
     row_keys = [k for k in keys if k in ROW_KEYS]
-    parts = sections(table, [k for k in keys if k not in ROW_KEYS])
     metrics = [(m, h) for m, h in COMPACT if f"{m}_median" in table.columns]
 
     def row(r, rows, cols):  # in each section the metrics its rows have
         return {**key_cells(r, row_keys), **{h: compact_cell(r, m, baseline if shown else None)
                                              for m, h in cols if rows[f"{m}_median"].notna().any()}}
 
-    lines, left_out = fitting_sections(parts, row, metrics)
-    common = common_overrides(table.overrides) if "overrides" in keys and len(parts) > 1 else set()
+    lines, left_out, common = fitting_sections(table, [k for k in keys if k not in ROW_KEYS], row, metrics)
     text = "median over ok repeats ±half their range in % of it" + (
         f"; ratios to control={baseline} at the same configuration" if shown else "")
     print("\n".join(header_lines(text + left_out_note([h for _, h in left_out]), common) + lines))
@@ -173,7 +170,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
         return {**{"rate" if k == "request_rate" else k: v for k, v in key_cells(r, row_keys).items()},
                 **{h: spread_cell(r, m, number) for m, h in cols}}
 
-    lines, left_out = fitting_sections(sections(table, [k for k in keys if k not in SERVE_ROW_KEYS]), row, shown)
+    lines, left_out, _ = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
               "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
               + ("good/s = goodput_req_s" if goodput else "done/s = req_s (completed)")

@@ -71,14 +71,18 @@ def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], lis
     return render(columns), []
 
 
-def fitting_sections(parts: list[tuple[str, pd.DataFrame]], row, columns: list, keep: int = 1):
-    """``widest_fitting`` of the ``parts`` ((label, rows) per section) as ``markdown`` tables of ``row(r, rows,
-    shown)`` per row ``r``, ``shown`` as many of ``columns`` as fit: (the lines, the columns left out)."""
+def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns: list, keep: int = 1):
+    """``widest_fitting`` of ``table``'s ``sections`` as ``markdown`` tables of ``row(r, rows, shown)`` per row ``r``,
+    ``shown`` as many of ``columns`` as fit: (the lines, the columns left out, the overrides every row has where
+    there are several sections)."""
+    parts = sections(table, section_keys)
+    common = common_overrides(table.overrides) if "overrides" in section_keys and len(parts) > 1 else set()
+
     def render(shown):
         return section_lines([(label, markdown([row(r, rows, shown) for _, r in rows.iterrows()]))
                               for label, rows in parts])
 
-    return widest_fitting(render, columns, keep)
+    return *widest_fitting(render, columns, keep), common
 
 
 def left_out_note(names: list[str]) -> str:
