@@ -1,6 +1,5 @@
-"""What Hydra cannot know about one composed job, checked for every job before the first runs: value ranges,
-the workload, the engine's settings without a checkpoint, the plane's options, the model against tp; and the
-notes a job gets."""
+"""What Hydra cannot know about one composed job, checked for every job before the first runs; and the notes a
+job gets."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ def _given(job: list[str]) -> list[str]:
 
 
 def cli_message(message: str, llm_keys) -> str:
-    """An engine ``ConfigError`` naming a setting (``gemm=cublas needs ...``) as the command line spells it
-    (``llm.gemm=...``) when it is one of ``llm_keys``."""
+    """An engine ``ConfigError`` message, ``llm.`` put before the setting it names when that is one of ``llm_keys``."""
     name = message.split(" ", 1)[0].split("=", 1)[0]
     return f"llm.{message}" if name in llm_keys else message
 
@@ -52,8 +50,7 @@ def no_option(plane: str, option: str, compose) -> str:
 
 
 def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
-    """The workload as its kind checks it; a key its option lacks (``++workload.iterations`` on bench) as the
-    first workload option that has the key checks it."""
+    """The workload as its kind checks it; a key its option lacks (``++``) as the first option having it checks it."""
     own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
     try:
         check_workload(OmegaConf.to_container(cfg.workload))
@@ -98,8 +95,8 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
 
 
 def picked_model(model: DictConfig, device: str) -> DictConfig:
-    """A job's ``model`` node, ``model=auto`` resolved on ``device``: ``qwen3-0.6b`` on CUDA, ``qwen3-tiny`` on CPU,
-    a given ``model.path`` and ``model.preset.*`` kept (``job_setup.resolve_model`` puts it into the job)."""
+    """A job's ``model`` node, ``model=auto`` resolved on ``device`` (``qwen3-0.6b`` on CUDA, else ``qwen3-tiny``)
+    keeping a given ``model.path`` and ``model.preset.*``."""
     if model.name != "auto":
         return model
     name = "qwen3-0.6b" if resolve_device(device) == "cuda" else "qwen3-tiny"
@@ -117,8 +114,7 @@ def model_shape(model: dict) -> dict:
 
 
 def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
-    """A workload sequence (prompt + max_tokens, as configured for the job's device) longer than
-    ``llm.max_model_len`` or the model's ``max_position_embeddings``: the engine could never run it."""
+    """A workload sequence (prompt + max_tokens) longer than ``llm.max_model_len`` or the model's positions."""
     if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
         return None
     shape = model_shape(model)
@@ -159,8 +155,7 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
 
 
 def _check_where(cfg: DictConfig) -> str | None:
-    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, and where the rows go (on rank 0, which
-    writes them)."""
+    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, and where the rows go (on rank 0)."""
     if cfg.device == "cuda":
         import torch
 
@@ -191,24 +186,17 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
             or _check_control(cfg, compose) or _check_lengths(cfg, job, model))
 
 
-def _unwritten(cfg: DictConfig, switches: list[str]) -> list[str]:
-    """Notes on ``save_requests``, ``step_log`` (of ``switches``) set true where no run of the job writes such a
-    file (``run_folders``)."""
-    makes = run_folders(cfg)
+def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
+    """Notes on what ``job`` (composed: ``cfg``) sets that nothing reads, or past the model's vocabulary."""
+    keys = _given(job)
+    llm = [k for k in keys if k.startswith("llm.")]
+    cpu = [k for k in keys if k.startswith("workload.cpu.")]
     no_steps = "engine=hf" if cfg.engine == "hf" else f"workload={cfg.workload.name}"
     why = {"save_requests": ("requests", f"workload={cfg.workload.name} has no per-request file (a serve workload "
                                          f"has one, e.g. workload=serve)"),
            "step_log": ("steps", f"{no_steps} runs no engine steps to log")}
-    return [f"note: {why[k][1]}: nothing reads {k}" for k in switches if cfg[k] and why[k][0] not in makes]
-
-
-def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
-    """Notes (the job runs) on what ``job`` (composed: ``cfg``) sets that nothing reads, or past what the model
-    has (``workload.max_token_id``: the draws stop at the vocabulary's last id)."""
-    keys = _given(job)
-    llm = [k for k in keys if k.startswith("llm.")]
-    cpu = [k for k in keys if k.startswith("workload.cpu.")]
-    notes = _unwritten(cfg, [k for k in ("save_requests", "step_log") if k in keys])
+    notes = [f"note: {why[k][1]}: nothing reads {k}" for k in why if k in keys and cfg[k] and why[k][0] not in
+             run_folders(cfg)]
     if llm and cfg.engine == "hf":
         notes.append(f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}")
     if cpu and not cfg.workload.get("scale_on_cpu"):
