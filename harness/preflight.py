@@ -42,8 +42,7 @@ def parse(arg: str):
 
 
 def _quote_hint(arg: str, lines: list[str]) -> str:
-    """For a character of a value that Hydra's lexer takes only quoted (non-ASCII, ``&;#!``...: the caret under
-    it): which, and the value quoted as a shell passes it on."""
+    """For a character of a value that Hydra's lexer takes only quoted (non-ASCII, ``&;#!``): how to quote it."""
     lead = "LexerNoViableAltException: "
     if len(lines) < 2 or not lines[0].startswith(lead) or lines[1].strip() != "^":
         return ""
@@ -142,8 +141,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
 
 
 def _type_message(key: str, raw: str, error: Exception) -> str:
-    """A value the schema's type refuses, in the words of the key's own check where it has one (the engine's,
-    ``VALUE_CHECKS``), else by the type."""
+    """A value the schema's type refuses, in the key's own check's words (the engine's, ``VALUE_CHECKS``)."""
     if key.startswith("llm."):
         try:
             EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
@@ -162,31 +160,23 @@ def _type_message(key: str, raw: str, error: Exception) -> str:
 
 
 def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``argv`` without its ``~llm.KEY`` deletions, a note for each): the schema keeps every key, so the
-    engine's default applies."""
+    """(``argv`` without its ``~llm.KEY`` deletions, a note for each: the engine's default applies)."""
     keys = [a[len("~llm."):].split("=", 1)[0] for a in argv if a.startswith("~llm.")]
     notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
              for k in keys if k in LLM_DEFAULTS]
     return [a for a in argv if not (a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS)], notes
 
 
-def _deletion_problem(job: list[str], compose) -> str | None:
-    """A ``~KEY`` of ``job``: the schema keeps every key (``~llm.KEY`` was taken out before)."""
-    key = next((a[1:].split("=", 1)[0] for a in job if a.startswith("~")), None)
-    if key is None:
-        return None
-    if not has_key(compose([a for a in job if not a.startswith("~")]), key):
-        return f"~{key}: no such key to delete (not in the configuration of this job)"
-    return f"~{key}: every key of the configuration stays (harness/conf_schema.py); set it instead ({key}=...)"
-
-
 def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
-    """The first problem of one job, composed, as one line (any error on the way becomes that line too), else
-    its notes appended to ``notes``."""
+    """The first problem of one job, composed, as one line (any error on the way too), else its notes appended to
+    ``notes``."""
+    deleted = next((a[1:].split("=", 1)[0] for a in job if a.startswith("~")), None)  # ~llm.KEY: taken out before
     try:
-        problem = _deletion_problem(job, compose)
-        if problem:
-            return problem
+        if deleted is not None and not has_key(compose([a for a in job if not a.startswith("~")]), deleted):
+            return f"~{deleted}: no such key to delete (not in the configuration of this job)"
+        if deleted is not None:  # the schema keeps every key
+            return (f"~{deleted}: every key of the configuration stays (harness/conf_schema.py); set it instead "
+                    f"({deleted}=...)")
         cfg = compose(job)
     except Exception as e:  # Hydra's and OmegaConf's errors alike
         return hydra_message(e, job, compose)
