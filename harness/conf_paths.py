@@ -4,22 +4,15 @@ can be written there."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import tempfile
 
-
-def _conf_dir() -> str:
-    """``conf/`` of this source tree, else the installed package ``tpcp_conf``."""
-    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
-    if os.path.isfile(os.path.join(here, "config.yaml")):
-        return here
-    import importlib.util
-
-    spec = importlib.util.find_spec("tpcp_conf")
-    return os.path.dirname(spec.origin) if spec and spec.origin else here
-
-
-CONF_DIR = _conf_dir()
+# conf/ of this source tree, else the installed package tpcp_conf
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+if not os.path.isfile(os.path.join(CONF_DIR, "config.yaml")):
+    _spec = importlib.util.find_spec("tpcp_conf")
+    CONF_DIR = os.path.dirname(_spec.origin) if _spec and _spec.origin else CONF_DIR
 GROUPS = ("control", "model", "workload")
 
 
@@ -39,8 +32,7 @@ def task_overrides() -> list[str]:
 
 
 def user_path(path: str) -> str:
-    """``path`` (``~`` expanded) made absolute against the directory the user ran from, whatever
-    ``hydra.job.chdir`` did (Hydra's ``to_absolute_path``)."""
+    """``path`` (``~`` expanded) made absolute against the directory the user ran from, despite ``hydra.job.chdir``."""
     from hydra.utils import to_absolute_path
 
     return to_absolute_path(os.path.expanduser(path))
