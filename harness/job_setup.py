@@ -41,21 +41,14 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
                   else f"model=auto: {cfg.model.name} on {device}")
 
 
-def model_record(cfg: DictConfig, path: str) -> dict:
-    """The run file's ``model``: the row's name and the checkpoint directory that ran (absolute), with the
-    preset it was drawn from when no ``model.path`` was given."""
-    record = {"name": model_name(cfg, path), "path": path}
-    return record if cfg.model.get("path") else {**record, "preset": OmegaConf.to_container(cfg.model.preset)}
-
-
 def model_name(cfg: DictConfig, path: str) -> str:
     """The ``model`` column: the checkpoint directory's name for a ``model.path``, else the preset's."""
     return os.path.basename(os.path.normpath(path)) if cfg.model.get("path") else cfg.model.name
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model``, ``model_hash`` columns): ``model_name``, and a hash of the checkpoint's config.json,
-    safetensors index and weight files' names and sizes."""
+    """(``model``, ``model_hash`` columns): the name, and a hash of config.json, the safetensors index and the
+    weight files' names and sizes."""
     h = hashlib.sha256()
     for item in sorted(os.listdir(path)):
         full = os.path.join(path, item)
@@ -68,8 +61,8 @@ def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
 
 
 def model_path(cfg: DictConfig) -> str:
-    """``model.path`` when set (its checkpoint checked before the first job: ``model_checks.check_model``),
-    else the preset materialised (cached). Raises ConfigError: a bad preset or an unwritable cache."""
+    """``model.path`` when set, else the preset materialised (cached). Raises ConfigError: a bad preset or an
+    unwritable cache."""
     if cfg.model.get("path"):
         return user_path(cfg.model.path)
     preset = OmegaConf.to_container(cfg.model.preset)
@@ -89,8 +82,7 @@ NOT_IN_OVERRIDES = {"engine", "control", "tp", "model", "model.path", "device", 
 
 
 def base_row(cfg: DictConfig, device: str) -> dict:
-    """The configuration columns of a row; ``overrides``: the job's other command-line settings, so rows of a
-    sweep over them stay apart."""
+    """The configuration columns of a row; ``overrides``: the job's other command-line settings."""
     unread = {f"workload.{k}" for k in unread_keys(OmegaConf.to_container(cfg.workload))}
     other = [o for o in task_overrides()
              if o.lstrip("+~").split("=", 1)[0] not in NOT_IN_OVERRIDES | unread and not o.startswith("hydra.")]
@@ -112,15 +104,16 @@ def check_results_dir(cfg: DictConfig) -> Results:
 
 
 def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
-    """(results, None unless ``results``; model path; workload); the command's checks have passed (the sequences
-    fit ``llm.max_model_len``: ``job_checks``). Raises ConfigError (ValueError: workload)."""
+    """(results, None unless ``results``; model path; workload). Raises ConfigError (ValueError: workload)."""
     results = check_results_dir(cfg) if results else None
     path = model_path(cfg)
     w = given_workload(OmegaConf.to_container(cfg.workload), task_overrides())  # the command's keys win over cpu
     work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
     if results is not None:  # the rank that reports
         results.config["workload"] = effective_workload(w, device)  # what ran: the CPU scale-down applied
-        results.config["model"] = model_record(cfg, path)
+        results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
+        if not cfg.model.get("path"):
+            results.config["model"]["preset"] = OmegaConf.to_container(cfg.model.preset)
         global _AUTO_PICK
         if _AUTO_PICK:
             print(_AUTO_PICK)
