@@ -23,10 +23,8 @@ def cache_dir() -> str:
 
 
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
-    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with
-    ``seed``), built on first use under a file lock; its name carries a hash of (config, seed, where drawn). A
-    bfloat16 preset is drawn on the GPU where there is one (Qwen3-8B: seconds, not a minute): other weights.
-    """
+    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
+    bfloat16 on the GPU where there is one), built on first use under a file lock."""
     import torch
 
     root = root or cache_dir()

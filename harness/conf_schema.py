@@ -1,7 +1,5 @@
-"""The configuration's schema, the one place its defaults and types are written (the ``llm`` node from
-``engine.EngineConfig``, each plane's options from its constructor), registered in Hydra's ConfigStore: Hydra
-refuses an unknown key or a mistyped value. ``VALUE_CHECKS``: what the types of top-level settings do not
-express, each ``check(key, value) -> message | None``."""
+"""The configuration's schema (``llm`` from ``engine.EngineConfig``, each plane's options from its constructor) in
+Hydra's ConfigStore; ``VALUE_CHECKS``: what the types do not express, ``check(key, value) -> message | None``."""
 
 from __future__ import annotations
 
@@ -58,8 +56,7 @@ class HarnessConfig:
 
 @dataclasses.dataclass
 class FixedWorkload:
-    """``kind: fixed`` (workload=latency): ``num_seqs`` prompts of ``input_len`` tokens, ``output_len`` greedy
-    tokens each, ``iterations`` times. The option files (conf/workload/) give every value."""
+    """``kind: fixed`` (workload=latency): ``num_seqs`` prompts of ``input_len`` tokens, ``output_len`` each."""
 
     name: str = MISSING
     kind: str = "fixed"
@@ -143,8 +140,7 @@ WORKLOADS = {"fixed": FixedWorkload, "random": RandomWorkload, "serve": ServeWor
 
 
 def plane_schema(name: str) -> type:
-    """``control=<name>``'s node: its ``name`` and ``options``, the plane's constructor keyword arguments with
-    their defaults and types (``backends/<name>.py``: the Python API's defaults are the command line's)."""
+    """``control=<name>``'s node: its ``name`` and ``options`` (the plane's constructor's keyword arguments)."""
     cls = get_control_plane(name)
     skip = {"self", "world_size", "timeout_s", "context", "inner_options"}  # the engine's, or Python-API only
     params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in skip]
@@ -182,8 +178,7 @@ def _positive_number(key: str, v) -> str | None:
     return None
 
 
-def _file_name(key: str, v) -> str | None:
-    """A plain file name: the rows go inside ``results_dir``, never elsewhere through a path."""
+def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, never elsewhere through a path
     if v in (None, ""):
         return f"{key} is empty: give a file name (default: runs.csv)"
     if "/" in str(v) or str(v) in (".", ".."):

@@ -15,8 +15,7 @@ CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_h
 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
-    configuration column whose value differs between rows. Raises InputError on a column that is not a
-    configuration column (a metric, an id: a table of one row per value) or one given twice."""
+    configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
     if group:
         bad = [g for g in group if g not in CONFIG_KEYS or g not in df.columns]
         if bad:
@@ -31,15 +30,13 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
 
 
 def pooled_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
-    """The configuration columns that differ among ``df``'s rows but are not in ``group`` (which a table grouped
-    by ``group`` then mixes in each line); none without ``group``."""
+    """The configuration columns that differ among ``df``'s rows but are not in ``group`` (none without it)."""
     return [k for k in CONFIG_KEYS if group and k not in group and k in df and df[k].nunique(dropna=False) > 1]
 
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``). A key
-    one file cannot fill (its schema predates the column, ``schema.ADDED_IN``) is left out only where the
-    other file holds one value in it on every row; a column both schemas have stays even where empty."""
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``). A key one
+    file's schema predates (``schema.ADDED_IN``) is left out where the other holds one value in it on every row."""
     keys, dropped = [], []
     for k in CONFIG_KEYS:
         if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration

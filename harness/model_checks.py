@@ -1,5 +1,4 @@
-"""Checks of a job's model before any job runs: a preset's values as transformers would take them, the split
-over ``tp``, the GPUs and the memory it needs."""
+"""Checks of a job's model before any job runs: its preset, the split over ``tp``, the GPUs and memory it needs."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
 
 
 def check_preset(preset: dict) -> str | None:
-    """The first problem of ``preset`` (``Qwen3Config`` keyword arguments) as one line naming
-    ``model.preset.<key>``, or None; a key Qwen3Config lacks is refused (the engine would ignore it)."""
+    """The first problem of ``preset`` (``Qwen3Config`` keyword arguments) as one line, or None."""
     for key in SIZE_KEYS + (("head_dim",) if "head_dim" in preset else ()):
         v = preset.get(key)
         if not is_int(v) or v < 1:
@@ -46,8 +44,7 @@ def check_preset(preset: dict) -> str | None:
 
 
 def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
-    """The engine's message for a ``tp`` above the visible GPUs on CUDA, or None; under torchrun the engine
-    checks each host's own ranks."""
+    """The engine's message for a ``tp`` above the visible GPUs on CUDA, or None (torchrun: the engine checks)."""
     if not tps or "LOCAL_WORLD_SIZE" in os.environ or not {"cuda", "auto"} & set(devices):
         return None
     import torch
@@ -59,8 +56,7 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
 
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
-    """The first problem of one job's model (``model=auto`` resolved), or None. A preset is checked only when
-    the command changed it (``preset_given``); ``tp``: None when the job builds no engine."""
+    """The first problem of one job's model (``model=auto`` resolved), or None; ``tp``: None when no engine."""
     if model.get("path"):
         path = os.path.abspath(os.path.expanduser(str(model["path"])))
         try:
@@ -96,8 +92,7 @@ def parameter_count(shape: dict) -> int:
 
 
 def memory_problem(shape: dict, label: str, device: str, building: bool) -> str | None:
-    """A model whose float32 weights do not fit this machine's memory where it holds them (a CPU run, a preset
-    built without CUDA), or None: the OOM killer would end the run silently."""
+    """A model whose float32 weights do not fit this machine's memory where it holds them, or None (else: OOM)."""
     params = parameter_count(shape)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if 4 * params <= have or device == "cuda" and not building:  # device=cuda: CUDA is there (checked apart)
