@@ -150,6 +150,15 @@ def plane_schema(name: str) -> type:
         "options", options, dataclasses.field(default_factory=options))])
 
 
+def problem_of(error: type[Exception], check, *args, **kwargs) -> str | None:
+    """The message of the ``error`` that ``check(*args, **kwargs)`` raises, or None when it raises none."""
+    try:
+        check(*args, **kwargs)
+    except error as e:
+        return str(e)
+    return None
+
+
 def _int_at_least(minimum: int, maximum: int | None = None, spelled: str = ""):
     def check(key: str, v) -> str | None:
         if not is_int(v) or v < minimum or (maximum is not None and v > maximum):
@@ -186,20 +195,13 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
     return None
 
 
-def _profile_steps(key: str, v) -> str | None:
-    try:
-        parse_window(v)
-    except ConfigError as e:
-        return str(e)
-    return None
-
-
 VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0, MAX_SEED, "2^63 - 1"),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
                 "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number,
-                "profile": lambda key, v: profile_problem(v), "profile_steps": _profile_steps}
+                "profile": lambda key, v: profile_problem(v),
+                "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 
 
 # Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml

@@ -14,7 +14,7 @@ from engine.config import resolve_device
 from engine.hf_config import read_hf_config
 
 from .conf_paths import CONF_DIR, group_options, results_problem
-from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
 from .model_checks import check_gpu_count, check_model
 from .workloads import check_workload, effective_workload, given_workload, request_shape
 
@@ -70,10 +70,9 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     names = [k.split(".", 1)[1] for k in given if k.startswith("llm.")]  # each one of LLM_DEFAULTS by now
     checks = [{"dtype": cfg.dtype, "cpu_threads": cfg.cpu_threads or 0}] + [{name: cfg.llm[name]} for name in names]
     for settings in checks:
-        try:
-            EngineConfig.check_settings(device=cfg.device, **settings)
-        except ConfigError as e:
-            return cli_message(str(e), set(names) & set(settings))
+        problem = problem_of(ConfigError, EngineConfig.check_settings, device=cfg.device, **settings)
+        if problem:
+            return cli_message(problem, set(names) & set(settings))
     return None
 
 
@@ -87,11 +86,8 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
     if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
         return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
                 "that send; ideal is the baseline of every other workload)")
-    try:
-        get_control_plane(cfg.control.name).check_options(cfg.tp, **OmegaConf.to_container(cfg.control.options))
-    except ValueError as e:
-        return str(e)
-    return None
+    plane = get_control_plane(cfg.control.name)
+    return problem_of(ValueError, plane.check_options, cfg.tp, **OmegaConf.to_container(cfg.control.options))
 
 
 def picked_model(model: DictConfig, device: str) -> DictConfig:

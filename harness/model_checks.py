@@ -8,6 +8,8 @@ from common import is_int, is_number
 from engine import ConfigError
 from engine.hf_config import read_hf_config, split_problem
 
+from .conf_schema import problem_of
+
 PRESET_DTYPES = ("float32", "bfloat16")  # what ``checkpoint.materialize`` draws weights in
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
              "intermediate_size", "vocab_size", "max_position_embeddings")
@@ -74,10 +76,9 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
     if model.get("path"):
         from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
 
-        try:
-            check_checkpoint(label, shape)  # its safetensors headers, before the job creates results_dir
-        except ConfigError as e:
-            return str(e)
+        problem = problem_of(ConfigError, check_checkpoint, label, shape)  # its safetensors headers
+        if problem:
+            return problem
     return memory_problem(shape, label, device, building=not model.get("path"))
 
 

@@ -21,7 +21,7 @@ from engine import ConfigError, EngineConfig
 
 from .argv_checks import option_problem, overrides_of
 from .conf_paths import CONF_DIR, GROUPS, group_options
-from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS  # the import registers the schema before Hydra composes
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
 
 
@@ -132,10 +132,9 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
         if key.startswith("control.options."):  # in the plane's own words
             plane = _choice(job, "control", compose)
             options = {**compose([f"control={plane}"]).control.options, key.split(".", 2)[2]: m[2]}
-            try:
-                get_control_plane(plane).check_options(2, **options)
-            except ValueError as problem:
-                return str(problem)
+            problem = problem_of(ValueError, get_control_plane(plane).check_options, 2, **options)
+            if problem:
+                return problem
         return _type_message(key, m[2], e.__cause__)
     return _first_line(e) or type(e).__name__
 
@@ -143,11 +142,10 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
 def _type_message(key: str, raw: str, error: Exception) -> str:
     """A value the schema's type refuses, in the key's own check's words (the engine's, ``VALUE_CHECKS``)."""
     if key.startswith("llm."):
-        try:
-            EngineConfig.check_settings(**{key[4:]: None if raw == "null" else raw})
-        except ConfigError as e:
-            return cli_message(str(e), {key[4:]})
-    problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
+        problem = problem_of(ConfigError, EngineConfig.check_settings, **{key[4:]: None if raw == "null" else raw})
+        problem = problem and cli_message(problem, {key[4:]})
+    else:
+        problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
     if problem:
         return problem
     text = str(error)
