@@ -1,5 +1,6 @@
-"""Every job of a command (as Hydra's basic sweeper splits a sweep) composed with Hydra's compose API and
-checked before the first one runs: Hydra's error becomes one line, ``job_checks`` checks what Hydra cannot know."""
+"""A command checked before its first job runs: its flags and overrides as Hydra would take them, then every job
+(as Hydra's basic sweeper splits a sweep) composed with Hydra's compose API; Hydra's error becomes one line,
+``job_checks`` checks what Hydra cannot know."""
 
 from __future__ import annotations
 
@@ -19,10 +20,72 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 
-from .argv_checks import option_problem, overrides_of
-from .conf_paths import CONF_DIR, GROUPS, group_options
+from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
+
+_CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+_VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
+    ["--package", "-p", "--experimental-rerun"])}
+# the checks before any job compose conf/ as installed: a primary config from elsewhere would go unchecked
+_OTHER_CONFIG = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+_MODES = {"--run": "run", "-r": "run", "--multirun": "m", "-m": "m", "--cfg": "cfg", "-c": "cfg", "--info": "info",
+          "-i": "info"}
+_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
+
+
+def overrides_of(argv: list[str]) -> list[str]:
+    """The command's overrides. Raises ValueError: a flag that is not Hydra's, or that Hydra would misread."""
+    modes = [a for a in argv if a.split("=", 1)[0] in _MODES]
+    if len({_MODES[m.split("=", 1)[0]] for m in modes}) > 1:
+        raise ValueError(f"{' and '.join(modes)}: Hydra takes one of --run, --multirun (-m), --cfg and --info")
+    overrides, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if not arg.startswith("-"):
+            overrides.append(arg)
+        elif name in _OTHER_CONFIG:
+            raise ValueError(f"{name}: the harness composes its own conf/ (config.yaml and its groups); change it "
+                             "with overrides, or add an option under conf/<group>/")
+        elif name not in _FLAGS:
+            raise ValueError(f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)")
+        elif name in ("-m", "--multirun") and overrides:
+            rest = " ".join(a for a in argv if a != arg)
+            raise ValueError(f"{arg} goes before the overrides (python -m harness {arg} {rest})")
+        elif name in _VALUE_FLAGS and "=" not in arg:
+            choices, given = _VALUE_FLAGS[name], argv[i + 1] if i + 1 < len(argv) else None
+            if name in ("--info", "-i") and (given is None or given.startswith("-")):
+                i += 1  # its value is optional (all); argparse would take an override as one
+                continue
+            if given is None or choices is not None and given not in choices:
+                raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
+            i += 1  # the flag's value, not an override
+        i += 1
+    return overrides
+
+
+def check_options(parsed: list) -> None:
+    """Raises ValueError: an override Hydra would take and then fail on, or worse: a list for a group (Hydra merges
+    its options), an empty (.hydra/ lands in the working directory) or unwritable ``hydra.run.dir`` /
+    ``hydra.sweep.dir``, a string for ``hydra.launcher`` / ``hydra.sweeper`` (nodes Hydra instantiates)."""
+    for o in parsed:
+        key, value = o.key_or_group, o.value()
+        if not key:
+            raise ValueError(f"{o.input_line!r}: an override is key=value; the key before '=' is missing")
+        if key in GROUPS and isinstance(value, list):
+            raise ValueError(f"{key} takes one option; to run several, sweep them: -m {key}="
+                             f"{','.join(map(str, value))}")
+        if key in ("hydra.launcher", "hydra.sweeper"):
+            raise ValueError(f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> "
+                             "(installed: basic)")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in str(value):
+            continue
+        if value in ("", None):
+            raise ValueError(f"{key} is empty: give a directory (or leave it out: Hydra's default)")
+        reason = cannot_write(str(value))  # Hydra creates it when the job starts; a refused command leaves none
+        if reason:
+            raise ValueError(f"{key}={value}: cannot create the directory: {reason}")
 
 
 def _first_line(e: Exception) -> str:
@@ -159,10 +222,10 @@ def _type_message(key: str, raw: str, error: Exception) -> str:
 
 def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
     """(``argv`` without its ``~llm.KEY`` deletions, a note for each: the engine's default applies)."""
-    keys = [a[len("~llm."):].split("=", 1)[0] for a in argv if a.startswith("~llm.")]
+    deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]
     notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
-             for k in keys if k in LLM_DEFAULTS]
-    return [a for a in argv if not (a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS)], notes
+             for k in (a[5:].split("=", 1)[0] for a in deleted)]
+    return [a for a in argv if a not in deleted], notes
 
 
 def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
@@ -190,18 +253,14 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it)."""
-    problem, overrides = overrides_of(argv)
-    if problem:
-        return problem, argv
-    argv, notes = _deleted_llm_keys(argv)
-    overrides = [a for a in overrides if a in argv]
     try:
+        overrides = overrides_of(argv)
+        argv, notes = _deleted_llm_keys(argv)
+        overrides = [a for a in overrides if a in argv]
         parsed = [parse(a) for a in overrides]
+        check_options(parsed)
     except ValueError as e:
         return str(e), argv
-    problem = option_problem(parsed)
-    if problem:
-        return problem, argv
     sweep = next((a for a, o in zip(overrides, parsed) if o.is_sweep_override()), None)
     multirun = "-m" in argv or "--multirun" in argv
     if sweep and not multirun:
