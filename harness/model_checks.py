@@ -59,27 +59,25 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
     """The first problem of one job's model (``model=auto`` resolved), or None; ``tp``: None when no engine."""
-    if model.get("path"):
-        path = os.path.abspath(os.path.expanduser(str(model["path"])))
-        try:
-            shape, label = read_hf_config(path), path
-        except ConfigError as e:
-            return str(e)
-    else:
-        shape, label = model.get("preset") or {}, f"model={model['name']}"
-        problem = check_preset(shape) if preset_given else None
-        if problem:
-            return problem
+    path = os.path.abspath(os.path.expanduser(str(model["path"]))) if model.get("path") else None
+    label = path or f"model={model['name']}"
+    try:
+        shape = read_hf_config(path) if path else model.get("preset") or {}
+    except ConfigError as e:
+        return str(e)
+    problem = check_preset(shape) if preset_given and not path else None
+    if problem:
+        return problem
     problem = split_problem(shape, tp, label) if tp is not None else None
     if problem:
         return problem.replace("tensor_parallel_size=", "tp=", 1)
-    if model.get("path"):
+    if path:
         from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
 
-        problem = problem_of(ConfigError, check_checkpoint, label, shape)  # its safetensors headers
+        problem = problem_of(ConfigError, check_checkpoint, path, shape)  # its safetensors headers
         if problem:
             return problem
-    return memory_problem(shape, label, device, building=not model.get("path"))
+    return memory_problem(shape, label, device, building=not path)
 
 
 def parameter_count(shape: dict) -> int:
