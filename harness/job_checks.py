@@ -203,8 +203,7 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
         notes.append(f"note: {key} is given {keys.count(key)} times: the last, {key}={last}, applies")
     if "workload.max_token_id" in keys:
         model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
-        top = cfg.workload.max_token_id
-        vocab = model_shape(model)["vocab_size"]
+        top, vocab = cfg.workload.max_token_id, model_shape(model)["vocab_size"]
         if top >= vocab:
             notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
                          f"({vocab} ids): token ids go up to {vocab - 1}")

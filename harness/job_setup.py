@@ -123,8 +123,7 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
 
 
 def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
-    """On CPU, when this host's ranks x torch threads (``cpu_threads``, else cores / tp) exceed the cores this
-    process may run on: that ``warning:`` line, printed to stderr and returned; else None."""
+    """On CPU, the ``warning:`` line (printed to stderr) when ranks x torch threads exceed this process's cores."""
     threads = cfg.get("cpu_threads") or max(1, (os.cpu_count() or 1) // cfg.tp)
     if device != "cpu" or cfg.get("engine", "tp") != "tp" or not is_int(threads):
         return None

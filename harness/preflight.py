@@ -1,6 +1,5 @@
-"""A command checked before its first job runs: its flags and overrides as Hydra would take them, then every job
-(as Hydra's basic sweeper splits a sweep) composed with Hydra's compose API; Hydra's error becomes one line,
-``job_checks`` checks what Hydra cannot know."""
+"""A command checked before its first job runs: its flags and overrides, then every job of a sweep composed with
+Hydra's compose API; Hydra's error becomes one line, ``job_checks`` checks what Hydra cannot know."""
 
 from __future__ import annotations
 
@@ -66,9 +65,8 @@ def overrides_of(argv: list[str]) -> list[str]:
 
 
 def check_options(parsed: list) -> None:
-    """Raises ValueError: an override Hydra would take and then fail on, or worse: a list for a group (Hydra merges
-    its options), an empty (.hydra/ lands in the working directory) or unwritable ``hydra.run.dir`` /
-    ``hydra.sweep.dir``, a string for ``hydra.launcher`` / ``hydra.sweeper`` (nodes Hydra instantiates)."""
+    """Raises ValueError: an override Hydra would take and then fail on (a list for a group, an empty or unwritable
+    ``hydra.run.dir`` / ``hydra.sweep.dir``, a string for ``hydra.launcher`` / ``hydra.sweeper``), or worse."""
     for o in parsed:
         key, value = o.key_or_group, o.value()
         if not key:
