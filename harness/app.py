@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import uuid
+from typing import TextIO
 
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -24,7 +25,7 @@ from .job_setup import base_row, engine_settings, failed, model_label, prepare, 
 from .nvml_sampler import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path
-from .serve import RequestLog, check_idle_gaps, serve_columns, serve_pass
+from .serve import check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
 from .torchrun_worker import run_worker_rank
@@ -32,21 +33,19 @@ from .workloads import Workload
 
 
 def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
-                  log: RequestLog | None = None) -> tuple[dict, list]:
+                  log: TextIO | None = None) -> tuple[dict, list]:
     """One pass from a reset engine: (request metric columns, step records); ``plan``, ``log``: ``serve_pass``'s."""
     if work.arrivals is not None:
         records, steps, start, last, overhead_us = serve_pass(llm, work, progress, plan, log)
         return {**metrics.serve_metrics(records, work, start, last), "serve_loop_us_per_step": overhead_us}, steps
     llm.reset()
     outputs, steps = [], []
-    bar = tqdm(total=work.iterations, desc=f"{work.name} iterations", unit="it", dynamic_ncols=True,
-               disable=not progress or work.iterations == 1)  # one iteration: generate's own bar
+    iterations = tqdm(range(work.iterations), desc=f"{work.name} iterations", unit="it", dynamic_ncols=True,
+                      disable=not progress or work.iterations == 1)  # one iteration: generate's own bar
     start = time.perf_counter()
-    for _ in range(work.iterations):
+    for _ in iterations:
         outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
         steps += llm.steps
-        bar.update()
-    bar.close()
     end = time.perf_counter()
     row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
     return {**row, "preemptions": sum(o["num_preemptions"] for o in outputs)}, steps
@@ -67,24 +66,23 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.start_replay()
-    log = RequestLog(requests)
+    log = open(requests, "w") if requests else None  # noqa: SIM115 (closed in the finally below)
     sampler.start()
     try:
         row, steps = measured_pass(llm, work, progress, plan, log)
     finally:
         sampler.stop()
-        log.close()
+        if log:
+            log.close()
     if replay:
         llm.finish_replay()
-    row.update(metrics.step_metrics(steps))
     stats = llm.collect_control_stats()
     traces = llm.finish_profile() if trace else []
-    row.update(metrics.control_metrics(stats, steps))
     if step_log:
         write_step_log(step_log, steps, stats)
-    row.update(sampler.summary())
-    row.update(metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]))
-    row.update({"preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
+    row.update({**metrics.step_metrics(steps), **metrics.control_metrics(stats, steps), **sampler.summary()})
+    row.update({**metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]),
+                "preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
     return row, traces
@@ -105,7 +103,7 @@ def run_job(cfg: DictConfig) -> int:
         return run_broadcast_job(cfg, launch)
     if cfg.engine == "hf":
         return run_hf_job(cfg)
-    return run_engine_job(cfg)
+    return run_engine_job(cfg, launch)
 
 
 def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
@@ -131,7 +129,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
         print_floor(row, work, llm)
 
 
-def run_engine_job(cfg: DictConfig) -> int:
+def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
     """``repeat`` timed runs after an untimed warm-up; exit code 0, 1 (a failed or unwritten row), 2, 130."""
     device = resolve_device(cfg.device)
     row0 = base_row(cfg, device)
@@ -142,7 +140,6 @@ def run_engine_job(cfg: DictConfig) -> int:
         row0.update(model=model, model_hash=model_hash, **serve_columns(work))
         check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
         settings, async_scheduling = engine_settings(cfg, path, device)
-        launch = Launch.from_env()
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
         llm, reused = get_engine(settings, reuse)
         llm.set_async_scheduling(async_scheduling)

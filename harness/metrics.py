@@ -13,8 +13,8 @@ def percentiles(values, name: str, ps=(50, 99)) -> dict[str, float | None]:
 
 
 def summarize(values_ms, name: str) -> dict[str, float | None]:
-    """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, numpy's
-    default, as vLLM's); None when there are no values."""
+    """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, as vLLM's);
+    None when there are no values."""
     v = np.asarray(values_ms, dtype=np.float64)
     return {f"{name}_mean": float(v.mean()) if v.size else None, **percentiles(v, name, (50, 90, 99)),
             f"{name}_std": float(v.std()) if v.size else None}
@@ -37,8 +37,7 @@ def latencies(out: dict) -> dict:
 
 
 def latency_columns(records: list[dict], names=("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")) -> dict:
-    """``summarize`` of each latency ``names`` over ``records`` (``latencies``'s): None values left out, the
-    ``itl_ms`` lists pooled."""
+    """``summarize`` of each of ``names`` over ``records``: None values left out, the ``itl_ms`` lists pooled."""
     row = {}
     for name in names:
         values = [r[name] for r in records if r[name] is not None]
@@ -47,9 +46,8 @@ def latency_columns(records: list[dict], names=("ttft_ms", "tpot_ms", "itl_ms", 
 
 
 def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
-    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call: its
-    ``outputs`` (``token_ids``, ``arrival_s``, ``token_times_s``), each request's prompt length (tokens) and
-    ``perf_counter()`` around the call (s)."""
+    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call: its ``outputs``,
+    each request's prompt length (tokens) and ``perf_counter()`` around the call (s)."""
     row = throughput(len(outputs), sum(prompt_lens), sum(len(o["token_ids"]) for o in outputs), end_s - start_s)
     return {**row, **latency_columns([latencies(o) for o in outputs if o["token_times_s"]])}
 
@@ -106,31 +104,27 @@ def control_metrics(stats: dict, steps) -> dict:
     ``ctrl_oneway_over_step_pct`` = the decode steps' slowest one-way latency over their time (%; not the plane's
     cost). Step i is message i: the stats are reset right before the timed run, whose only messages are its steps."""
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
-    row = message_metrics(send, recv)
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     decode_s = sum(steps[i].duration_s for i in decode_idx)
-    row["ctrl_oneway_over_step_pct"] = None
-    if decode_idx and decode_s > 0:
+    pct = None
+    if decode_s > 0:  # so there are decode steps
         worst_ns = slowest_worker(recv, "ns", len(steps))
         if worst_ns is not None:
-            row["ctrl_oneway_over_step_pct"] = 100.0 * float(worst_ns[decode_idx].sum()) / 1e9 / decode_s
+            pct = 100.0 * float(worst_ns[decode_idx].sum()) / 1e9 / decode_s
         elif not recv:
-            row["ctrl_oneway_over_step_pct"] = 0.0
-    row.update(launch_lag(recv, steps))
-    return row
+            pct = 0.0
+    return {**message_metrics(send, recv), "ctrl_oneway_over_step_pct": pct, **launch_lag(recv, steps)}
 
 
 def launch_lag(recv: dict, steps) -> dict:
     """The ``ctrl_launch_lag_us_*`` columns (us, docs/REFERENCE.md): over decode steps, how much later than rank 0
     the slowest worker returned from the step's ``run()``; ``ctrl_launch_late_us_mean`` the mean of max(lag, 0),
     so early steps do not cancel late ones. None at tp=1, under ``control=ideal`` or when samples are missing."""
-    row = dict.fromkeys(["ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_lag_us_p99",
-                         "ctrl_launch_late_us_mean"])
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     latest = slowest_worker(recv, "launch_ns", len(steps))
     if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):
-        return row
+        return dict.fromkeys(["ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_lag_us_p99",
+                              "ctrl_launch_late_us_mean"])
     lag_us = (latest[decode_idx] - np.array([steps[i].launch_ns for i in decode_idx], dtype=np.float64)) / 1e3
-    row["ctrl_launch_lag_us_mean"] = float(lag_us.mean())
-    row["ctrl_launch_late_us_mean"] = float(np.maximum(lag_us, 0.0).mean())
-    return {**row, **percentiles(lag_us, "ctrl_launch_lag_us")}
+    return {"ctrl_launch_lag_us_mean": float(lag_us.mean()), **percentiles(lag_us, "ctrl_launch_lag_us"),
+            "ctrl_launch_late_us_mean": float(np.maximum(lag_us, 0.0).mean())}

@@ -16,8 +16,7 @@ except ImportError:  # nvidia-ml-py not installed
 
 
 def pci_address(cuda_index: int) -> tuple[int, int, int]:
-    """(domain, bus, device) of CUDA device ``cuda_index`` as CUDA numbers it (after CUDA_VISIBLE_DEVICES and
-    CUDA_DEVICE_ORDER)."""
+    """(domain, bus, device) of CUDA device ``cuda_index`` (as numbered after CUDA_VISIBLE_DEVICES)."""
     import torch
 
     p = torch.cuda.get_device_properties(cuda_index)
@@ -46,16 +45,12 @@ class NvmlSampler:
     ``nvml`` (default nvidia-ml-py); ``summary()``: the ``gpu_*`` and ``nvml`` columns (docs/REFERENCE.md)."""
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
-        self.indices, self.interval_s = list(indices), interval_s
-        self.util, self.mem_mib, self.power_w = [], [], []
-        self.gpu_name = self.how = None
-        self.handles = []
+        self.indices, self.interval_s, self.nvml = list(indices), interval_s, nvml or pynvml
+        self.util, self.mem_mib, self.power_w, self.handles = [], [], [], []
+        self.gpu_name = self.energy_problem = None  # energy_problem: why there is no energy, where there is none
         self.energy_mj: list[int] | None = None  # each GPU's counter at start() (mJ)
         self.energy_j: float | None = None  # summed over GPUs, start() to stop() (J)
-        self.energy_problem: str | None = None  # why there is no energy, where there is none
-        self._stop = threading.Event()
-        self._thread = None
-        self.nvml = nvml or pynvml
+        self._stop, self._thread = threading.Event(), None
         if not self.indices or self.nvml is None:
             self.how = "nvidia-ml-py does not import here" if self.indices else "no GPU in this run"
             return
@@ -90,7 +85,7 @@ class NvmlSampler:
 
     def read_energy_mj(self) -> list[int] | None:
         """Each GPU's total-energy counter (mJ since the driver loaded); None, why in ``energy_problem``, where
-        one cannot be read (not supported before Volta and on some virtualised GPUs)."""
+        one cannot be read (before Volta, some virtual GPUs)."""
         try:
             return [int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles]
         except Exception as e:  # pynvml.NVMLError_NotSupported and friends

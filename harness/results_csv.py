@@ -1,10 +1,7 @@
-"""Appending one row per run to a CSV: header written once, each row one whole line written while holding
-``<file>.lock`` (concurrent runs never interleave). A file with another schema's header is never touched:
-the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it. A row that cannot be written (read-only mount, no
-lock, full disk) goes to a fallback file, never lost; a failed write leaves no partial line. Per-run files beside
-the CSV: ``runs/<run_id>.json`` (the job's configuration, every column, and vLLM's ``--save-result`` names for
-them; docs/METRICS.md), ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``
-(``profile=torch``).
+"""Appending one row per run to a CSV, each row one whole line written under ``<file>.lock``. A file with another
+schema's header is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it. A row that cannot be
+written goes to a fallback file (``Results``); a failed write leaves no partial line. Per-run files beside the CSV:
+``runs/<run_id>.json``, ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``.
 """
 
 from __future__ import annotations
@@ -35,15 +32,14 @@ VLLM_ALIASES = {"completed": "num_requests", "total_input_tokens": "input_tokens
                 "request_throughput": "req_s", "output_throughput": "output_tok_s",
                 "total_token_throughput": "total_tok_s", "request_goodput": "goodput_req_s",
                 "request_rate": "request_rate", "burstiness": "burstiness", "max_concurrency": "max_concurrency"}
-for _m in ("ttft", "tpot", "itl", "e2el"):
-    VLLM_ALIASES.update({f"{stat}_{_m}_ms": f"{_m}_ms_{col}" for stat, col in
-                         (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p99", "p99"))})
+VLLM_ALIASES |= {f"{stat}_{m}_ms": f"{m}_ms_{col}" for m in ("ttft", "tpot", "itl", "e2el")
+                 for stat, col in (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p99", "p99"))}
 LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
 
 
 def _acquire(lock_path: str):
-    """The results file's lock, held until the ``with`` block on the result ends; a wait longer than a second says
-    so on stderr (a silent 60 s looks like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
+    """The results file's lock, for a ``with`` block; a wait over a second says so on stderr (a silent 60 s looks
+    like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
     lock = FileLock(lock_path)
     try:
         return lock.acquire(timeout=1.0)
@@ -79,9 +75,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
 
 
 def _write_whole(path: str, data: bytes, append: bool) -> None:
-    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as a new file ``path``, synced
-    to the disk; or leave no trace: on any failure the file is cut back to its size before the write (removed
-    if new), so a full disk never leaves a partial line. Raises the write's OSError (ENOSPC, EFBIG, EIO...)."""
+    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as a new file, synced to the
+    disk; on any failure the file is cut back to its size before (removed if new). Raises the write's OSError."""
     existed = append and os.path.exists(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o666)
     try:
@@ -110,9 +105,8 @@ def _plain(v):
 
 
 def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
-    """Write ``<directory>/runs/<run_id>.json`` (via a temporary name): ``config`` (resolved), ``row`` (every
-    column), ``vllm`` (the aliases with a value). Returns its path, or None after one line on stderr when it
-    cannot be written (the CSV row is the record)."""
+    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value).
+    Returns its path, or None after one line on stderr when it cannot be written (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
     data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
             "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
@@ -128,18 +122,15 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> str | None
 
 
 def run_path(directory: str, folder: str, name: str) -> str:
-    """``<directory>/<folder>/<name>`` (its folder created): ``requests/<run_id>.jsonl``, or ``traces/<run_id>``,
-    the prefix of a run's traces."""
+    """``<directory>/<folder>/<name>``, its folder created."""
     os.makedirs(os.path.join(directory, folder), exist_ok=True)
     return os.path.join(directory, folder, name)
 
 
 class Results:
-    """Where a job's rows go. ``add(row)`` stamps the row (``time_utc``, ``run_id``) and appends it to ``path``;
-    failing that, to ``<stem>.unwritten-<run_id>.csv`` beside ``path``, else in the working directory, else
-    prints it, saying where on stderr and keeping the problem in ``problem`` (the job then exits 1). With
-    ``config`` (the job's), each row also goes to its run JSON beside ``path`` (``write_run_json``; not written:
-    a problem too)."""
+    """Where a job's rows go: ``path``; failing that ``<stem>.unwritten-<run_id>.csv`` beside it, else in the working
+    directory, else stderr, the why kept in ``problem`` (the job then exits 1). With ``config`` (the job's), each
+    row also goes to its run JSON (``write_run_json``; not written: a problem too)."""
 
     def __init__(self, path: str, columns: list[str], schema_version: int, config: dict | None = None):
         self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config

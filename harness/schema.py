@@ -1,13 +1,6 @@
 """The results CSV's columns, in order, documented in docs/REFERENCE.md. Bump SCHEMA_VERSION when they change."""
 
-SCHEMA_VERSION = 11  # 2: payload, payload_bytes (workload=broadcast); 3: gpu_util_pct_by_gpu; 4: overrides;
-#                    5: all_reduce, launcher, nodes, clock_sync, clock_uncertainty_us;
-#                       ctrl_decode_share_pct renamed ctrl_oneway_over_step_pct; 6: run_id, tag, model_hash,
-#                       cpu_threads, hydra_dir, cpu_model, cpu_cores, load_avg_1m, nvml; 7: ctrl_launch_lag_us_p50/p99;
-#                    8: ctrl_launch_lag_us_mean, gemm; 9: ctrl_launch_late_us_mean; 10: workload=serve's
-#                       request_rate, burstiness, max_concurrency, slo, achieved_rate_req_s, goodput_req_s,
-#                       queue_ms_*, serve_loop_us_per_step, and *_std of every latency; 11: gpu_energy_j,
-#                       j_per_output_token, driver_version, transformers_version, triton_version
+SCHEMA_VERSION = 11  # what each version changed: `git log -p harness/schema.py`
 
 # the schema that added each configuration column after schema 1 (``config_keys.comparable_keys`` reads it)
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
@@ -26,8 +19,8 @@ STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_
          "prefix_cache_hit_tokens", "kv_blocks", "kvcache_block_size", "serve_loop_us_per_step"]
 CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
            "ctrl_send_us_p50", "ctrl_send_us_p99", "ctrl_oneway_over_step_pct", "ctrl_launch_lag_us_mean",
-           "ctrl_launch_lag_us_p50",
-           "ctrl_launch_lag_us_p99", "ctrl_launch_late_us_mean", "clock_sync", "clock_uncertainty_us"]
+           "ctrl_launch_lag_us_p50", "ctrl_launch_lag_us_p99", "ctrl_launch_late_us_mean", "clock_sync",
+           "clock_uncertainty_us"]
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
        "gpu_energy_j", "j_per_output_token", "nvml"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "driver_version", "transformers_version",

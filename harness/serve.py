@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TextIO
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -46,27 +47,11 @@ def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s
             "finish_reason": out["finish_reason"]}
 
 
-class RequestLog:
-    """The per-request JSONL (``save_requests``): a line per request as it finishes, flushed, so a failed run
-    keeps them. ``path`` None: keeps nothing."""
-
-    def __init__(self, path: str | None):
-        self.file = open(path, "w") if path else None  # noqa: SIM115 (open for the run, closed by close())
-
-    def write(self, record: dict) -> None:
-        if self.file:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-
-
 def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
-               log: RequestLog | None = None) -> tuple[list[dict], list, float, float, float]:
+               log: TextIO | None = None) -> tuple[list[dict], list, float, float, float]:
     """The requests sent at their arrival times to a reset engine, stepped until all finish. ``plan``:
-    admissions to replay (``control=ideal``); ``log``: where each finished request's record goes.
+    admissions to replay (``control=ideal``); ``log``: the per-request JSONL (``save_requests``), a line per
+    request as it finishes, flushed, so a failed run keeps them.
 
     Returns:
         (records in trace order, step records, start s, last token s, the loop's own cost in us per step:
@@ -96,7 +81,8 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
             i = index.pop(out["request_id"])
             records[i], last = request_record(i, out, work, start, sent_at[i]), max(last, out["token_times_s"][-1])
             if log:
-                log.write(records[i])
+                log.write(json.dumps(records[i]) + "\n")
+                log.flush()
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
     bar.close()
