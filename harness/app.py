@@ -12,13 +12,12 @@ from typing import TextIO
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from engine import LLM, ConfigError, SamplingParams, WorkerError
+from engine import LLM, ConfigError, EngineConfig, SamplingParams, WorkerError, serve_worker
 from runtime.launch import Launch
+from runtime.worker import serve
 
-from . import metrics
-from .broadcast import run_broadcast_job
-from .engine_cache import get_engine
-from .engine_cache import release as release_engine
+from . import engine_cache, metrics
+from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
 from .hf_job import run_hf_job
 from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
@@ -28,7 +27,6 @@ from .results_csv import run_path
 from .serve import check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
-from .torchrun_worker import run_worker_rank
 from .workloads import Workload
 
 
@@ -53,9 +51,8 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
               requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
-    """One timed pass from a reset engine: (metric columns, trace files written). Under ``control=ideal`` an
-    untimed recording pass comes first, and the timed pass replays it (``backends/ideal.py``). ``step_log``,
-    ``requests``, ``trace``: the per-step CSV, per-request JSONL and trace prefix to write, or None."""
+    """One timed pass from a reset engine (under ``control=ideal`` replaying an untimed recording pass): (metric
+    columns, trace files written). ``step_log``, ``requests``, ``trace``: the files to write, or None."""
     replay, plan = llm.replays, None
     if replay:
         llm.start_recording()
@@ -86,6 +83,25 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
     return row, traces
+
+
+def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
+    """A rank other than 0 under torchrun: check the configuration as rank 0 does, then serve rank 0's run. Returns
+    the exit code: 0 after rank 0's exit message, 1 on a failure, 2 on bad input (here, or refused by rank 0)."""
+    try:
+        if cfg.workload.get("kind") == "broadcast":
+            check_broadcast(cfg, launch)
+            return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s)
+        if cfg.engine != "tp":
+            raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
+        device = resolve_device(cfg.device)
+        _, path, _ = prepare(cfg, device, results=False)
+        settings, _ = engine_settings(cfg, path, device)
+        config = EngineConfig(**settings)
+    except (ConfigError, ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return serve_worker(config)
 
 
 def run_job(cfg: DictConfig) -> int:
@@ -141,7 +157,7 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
         settings, async_scheduling = engine_settings(cfg, path, device)
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
-        llm, reused = get_engine(settings, reuse)
+        llm, reused = engine_cache.get_engine(settings, reuse)
         llm.set_async_scheduling(async_scheduling)
         if reused:
             print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
@@ -172,4 +188,4 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         return failed(results, row0, repeat, e)
     finally:
         if not ok or not reuse:
-            release_engine()
+            engine_cache.release()

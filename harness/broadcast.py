@@ -1,7 +1,5 @@
-"""``workload=broadcast``: the control plane alone, no model, one row per payload and repeat. Per payload (the
-engine's decode and prefill step messages, raw byte strings) a warm-up, then N messages, each paced as in the
-engine: a gloo barrier (its collectives), then ``gap_us`` on rank 0 (its sampling and scheduling).
-"""
+"""``workload=broadcast``: the control plane alone, no model, one row per payload and repeat. Per payload a
+warm-up, then N messages, each paced as in the engine: a gloo barrier, then ``gap_us`` on rank 0."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ JOINING = "barrier-joining"  # store stage: a worker is about to join the gloo b
 
 
 def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
-    """A worker's body: per message (its one-way latency recorded by the endpoint), meet rank 0 in a gloo
-    barrier. ``joined``: a ``runtime.worker.Joined``; returns the exit code."""
+    """A worker's body: per message, meet rank 0 in a gloo barrier. Returns the exit code."""
     joined.store.set(f"{JOINING}/{joined.rank}", "1")
     dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,
                             world_size=world_size, timeout=timedelta(seconds=timeout_s))
@@ -45,8 +42,7 @@ def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
 
 
 def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int) -> tuple:
-    """``("run", step_bytes)`` as the engine sends it for ``num_seqs`` sequences of ``num_tokens`` tokens each
-    (all new in prefill, only the last in decode)."""
+    """``("run", step_bytes)`` as the engine sends it for ``num_seqs`` sequences of ``num_tokens`` tokens each."""
     rng = np.random.default_rng(0)
     seqs = [Sequence(rng.integers(0, 10000, num_tokens).tolist(), SamplingParams(), block_size)
             for _ in range(num_seqs)]
@@ -83,8 +79,8 @@ class BroadcastGroup(Cluster):
             raise
 
     def run(self, message: tuple, count: int, gap_s: float) -> None:
-        """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause. Raises
-        WorkerError (a worker died or failed), else DataPlaneError when a barrier failed (timed out)."""
+        """Send ``message`` ``count`` times, each followed by a barrier and ``gap_s`` of pause. Raises WorkerError
+        (a worker died or failed), else DataPlaneError (a barrier timed out)."""
         for _ in range(count):
             self.send(*message)
             try:
@@ -97,8 +93,7 @@ class BroadcastGroup(Cluster):
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
     """Yields per payload of workload ``w``: ``payload``, ``payload_bytes`` and the latency columns."""
-    for name, message in tqdm(payloads(w), desc=f"broadcast {group.control.name} tp={group.tp}",
-                              disable=not progress):
+    for name, message in tqdm(payloads(w), desc=f"broadcast {group.control.name} tp={group.tp}", disable=not progress):
         group.run(message, w["warmup"], w["gap_us"] / 1e6)
         nbytes = group.collect_stats()["send"]["nbytes"][0]
         count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))
@@ -108,8 +103,7 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
 
 
 def check_broadcast(cfg: DictConfig, launch: Launch | None) -> dict:
-    """The broadcast workload as a dict, checked on every rank (its keys, tp >= 2 and control=ideal: up front).
-    Raises ConfigError: tp other than torchrun's world size."""
+    """The broadcast workload as a dict. Raises ConfigError: tp other than torchrun's world size."""
     if launch is not None and cfg.tp != launch.world_size:
         raise ConfigError(f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: they must be equal")
     return OmegaConf.to_container(cfg.workload)

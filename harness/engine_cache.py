@@ -1,7 +1,5 @@
-"""One engine kept between a sweep's jobs (one process runs them in turn): a job reuses it when every setting
-but ``llm.async_scheduling`` is equal, saving 10-60 s; each timed pass starts from ``LLM.reset()``, so it
-measures what a fresh one would. Hydra varies the last override fastest: name control, tp and model first.
-"""
+"""One engine kept between a sweep's jobs: a job reuses it when every setting but ``llm.async_scheduling`` is
+equal (each timed pass starts from ``LLM.reset()``). Hydra varies the last override fastest: name control first."""
 
 from __future__ import annotations
 
@@ -13,16 +11,14 @@ _kept: tuple[str, LLM] | None = None
 
 
 def get_engine(settings: dict, reuse: bool) -> tuple[LLM, bool]:
-    """(the kept engine when ``reuse`` and it was made of the same ``settings``, everything that shapes an engine
-    (``async_scheduling`` left out by the caller), else ``LLM(**settings)`` after releasing it; reused)."""
+    """(the kept engine if ``reuse`` and it was made of the same ``settings``, else ``LLM(**settings)``; reused)."""
     global _kept
     key = json.dumps(settings, sort_keys=True, default=str)
     if reuse and _kept is not None and _kept[0] == key and not _kept[1]._closed:
         return _kept[1], True
     release()
-    llm = LLM(**settings)
-    _kept = (key, llm)
-    return llm, False
+    _kept = (key, LLM(**settings))
+    return _kept[1], False
 
 
 def release() -> None:

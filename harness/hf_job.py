@@ -1,8 +1,6 @@
-"""``engine=hf``: the workload through transformers' ``generate`` on one device, one row per repeat. Requests go
-in left-padded batches of ``hf_batch_size``; a batch runs to its largest ``max_tokens`` (ignore_eos), and only
-each request's own count as output (the rest is waste). No per-token times: TTFT, TPOT and ITL stay empty, E2EL
-is the batch's end.
-"""
+"""``engine=hf``: the workload through transformers' ``generate`` on one device, one row per repeat, in
+left-padded batches of ``hf_batch_size`` run to their largest ``max_tokens``; only each request's own tokens
+count as output. TTFT, TPOT and ITL stay empty; E2EL is the batch's end."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ def percentiles(values, name: str, ps=(50, 99)) -> dict[str, float | None]:
 
 
 def summarize(values_ms, name: str) -> dict[str, float | None]:
-    """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, as vLLM's);
-    None when there are no values."""
+    """``{name_mean, name_p50, name_p90, name_p99, name_std}`` of ``values_ms`` (std: population, as vLLM's)."""
     v = np.asarray(values_ms, dtype=np.float64)
     return {f"{name}_mean": float(v.mean()) if v.size else None, **percentiles(v, name, (50, 90, 99)),
             f"{name}_std": float(v.std()) if v.size else None}
@@ -28,8 +27,7 @@ def throughput(requests: int, in_tokens: int, out_tokens: int, duration: float) 
 
 
 def latencies(out: dict) -> dict:
-    """``ttft_ms``, ``tpot_ms`` (None for one token), ``itl_ms`` (every gap, a list) and ``e2el_ms`` of one
-    engine output (``token_times_s`` not empty, ``arrival_s``; s), in ms from its arrival."""
+    """``ttft_ms``, ``tpot_ms`` (None for one token), ``itl_ms`` (a list) and ``e2el_ms`` of one engine output."""
     times, sent = out["token_times_s"], out["arrival_s"]
     ttft, e2el = (times[0] - sent) * 1e3, (times[-1] - sent) * 1e3
     return {"ttft_ms": ttft, "tpot_ms": (e2el - ttft) / (len(times) - 1) if len(times) > 1 else None,
@@ -46,8 +44,7 @@ def latency_columns(records: list[dict], names=("ttft_ms", "tpot_ms", "itl_ms", 
 
 
 def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float, end_s: float) -> dict:
-    """Throughput (tok/s, req/s) and latency percentiles (ms) of one timed ``LLM.generate`` call: its ``outputs``,
-    each request's prompt length (tokens) and ``perf_counter()`` around the call (s)."""
+    """Throughput and latency columns of one timed ``LLM.generate`` call; ``start_s``, ``end_s``: perf_counter()."""
     row = throughput(len(outputs), sum(prompt_lens), sum(len(o["token_ids"]) for o in outputs), end_s - start_s)
     return {**row, **latency_columns([latencies(o) for o in outputs if o["token_times_s"]])}
 
@@ -80,8 +77,7 @@ def step_metrics(steps) -> dict:
 
 
 def message_metrics(send: dict, recv: dict) -> dict:
-    """The message columns (docs/REFERENCE.md) from rank 0's send and every worker's receive samples
-    (``{"nbytes": [...], "ns": [...]}``, ``LLM.collect_control_stats``)."""
+    """The message columns from rank 0's send and the workers' receive samples (``{"nbytes": [...], "ns": [...]}``)."""
     nbytes = send.get("nbytes", [])
     oneway_ns = [np.asarray(r["ns"], dtype=np.float64) for r in recv.values()]
     return {"ctrl_calls": len(nbytes), "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,

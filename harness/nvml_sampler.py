@@ -24,8 +24,7 @@ def pci_address(cuda_index: int) -> tuple[int, int, int]:
 
 
 def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[list, str]:
-    """(NVML handles of the CUDA devices ``cuda_indices`` by PCI address, "pci"); ([], why) when one has none:
-    never another GPU's numbers."""
+    """(NVML handles of the CUDA devices ``cuda_indices`` by PCI address, "pci"); ([], why) when one has none."""
     by_address = {}
     for h in map(nvml.nvmlDeviceGetHandleByIndex, range(nvml.nvmlDeviceGetCount())):
         info = nvml.nvmlDeviceGetPciInfo(h)
@@ -117,12 +116,10 @@ class NvmlSampler:
 
     def summary(self) -> dict:
         util = np.asarray(self.util, dtype=np.float64)
-        return {
-            "gpu_util_pct_mean": float(util.mean()) if util.size else None,
-            "gpu_util_pct_max": float(util.max()) if util.size else None,
-            "gpu_util_pct_by_gpu": ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None,
-            "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
-            "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
-            "gpu_energy_j": self.energy_j,
-            "nvml": f"{self.how}; {self.energy_problem}" if self.energy_problem else self.how,
-        }
+        by_gpu = ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None
+        return {"gpu_util_pct_mean": float(util.mean()) if util.size else None,
+                "gpu_util_pct_max": float(util.max()) if util.size else None, "gpu_util_pct_by_gpu": by_gpu,
+                "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
+                "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
+                "gpu_energy_j": self.energy_j,
+                "nvml": f"{self.how}; {self.energy_problem}" if self.energy_problem else self.how}

@@ -1,7 +1,5 @@
-"""``workload=serve``: requests arriving over time through the engine's ``add_request`` / ``step``, as
-``vllm bench serve`` sends them. With ``max_concurrency`` a request waits on the client side (vLLM's
-semaphore) and its latencies start when it is sent (docs/SERVE.md).
-"""
+"""``workload=serve``: requests arriving over time through the engine's ``add_request`` / ``step``, as ``vllm bench
+serve`` sends them; with ``max_concurrency`` a request waits on the client side (docs/SERVE.md)."""
 
 from __future__ import annotations
 
@@ -39,7 +37,7 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
     """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms from
-    the engine's arrival time (``control=ideal``'s replay may put it before the sending)."""
+    the engine's arrival time."""
     sent = out["arrival_s"]
     return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
@@ -49,14 +47,9 @@ def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s
 
 def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
                log: TextIO | None = None) -> tuple[list[dict], list, float, float, float]:
-    """The requests sent at their arrival times to a reset engine, stepped until all finish. ``plan``:
-    admissions to replay (``control=ideal``); ``log``: the per-request JSONL (``save_requests``), a line per
-    request as it finishes, flushed, so a failed run keeps them.
-
-    Returns:
-        (records in trace order, step records, start s, last token s, the loop's own cost in us per step:
-        sending and bookkeeping plus the engine's admission, not its waits).
-    """
+    """The requests sent at their arrival times to a reset engine, stepped until all finish. ``plan``: admissions
+    to replay (``control=ideal``); ``log``: the per-request JSONL, a line per request as it finishes, flushed.
+    Returns (records in trace order, step records, start s, last token s, the loop's own cost in us per step)."""
     llm.reset()
     llm.replay_admissions(plan)
     n = len(work.prompts)

@@ -1,7 +1,5 @@
 """Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, reported as an interruption even when a C
-extension swallowed the ``KeyboardInterrupt`` or turned it into another error: the handler records each
-signal, and :func:`as_interrupt` turns any failure that follows one into the interruption.
-"""
+extension swallowed the ``KeyboardInterrupt`` or turned it into another error (:func:`as_interrupt`)."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ POLL_S = 0.02
 
 
 def _torch_importing() -> bool:
-    """Whether a torch module is being imported: a ``KeyboardInterrupt`` raised in the Python that torch's C++
-    initialisation calls aborts the process (``terminate called after throwing ... error_already_set``)."""
+    """Whether a torch module is being imported (a ``KeyboardInterrupt`` raised then aborts the process)."""
     return any(getattr(getattr(m, "__spec__", None), "_initializing", False)
                for name, m in list(sys.modules.items()) if name == "torch" or name.startswith("torch."))
 
@@ -44,7 +41,7 @@ def _interrupt(signum, frame):
 
 def _redeliver(signum: int) -> None:
     """Raise the owed interruption in the main thread until the harness has taken it in hand: once torch's
-    import is over, and again every ``REDELIVER_S``, as C code that clears Python errors can swallow it."""
+    import is over, and again every ``REDELIVER_S`` (C code that clears Python errors can swallow it)."""
     due = time.monotonic() + REDELIVER_S
     while not _HANDLED.wait(POLL_S):
         if time.monotonic() >= due:
@@ -60,8 +57,7 @@ def interrupted_line() -> str:
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; also re-arms a SIGINT that a
-    shell's background job inherited as ignored)."""
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; re-arms an ignored SIGINT)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 
@@ -79,15 +75,14 @@ def as_interrupt(e: BaseException) -> BaseException:
 
 
 def from_torchrun_agent() -> bool:
-    """Whether the first stop signal was a SIGTERM under torchrun, whose agent sends one to every rank of its
-    node when one rank dies: then a dead worker is the cause to report."""
+    """Whether the first stop signal was a SIGTERM under torchrun (its agent's, sent when a rank dies)."""
     return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def exit_interrupted() -> None:
-    """Exit with 128 + the first stop signal's number, as a shell reports a process that signal ended (130
-    SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none was recorded), after the atexit handlers: after a
-    ``KeyboardInterrupt`` escaped torch's import, CPython would end ``sys.exit(130)`` with SIGINT (-2) instead."""
+    """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none was
+    recorded) after the atexit handlers: ``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import ends
+    with SIGINT (-2) instead."""
     import atexit
 
     _HANDLED.set()

@@ -1,12 +1,10 @@
-"""Per-step timings of a timed run (``step_log=true``), ``<results_dir>/steps/<run_id>.csv``: which steps were
-late and why, which the row's percentiles cannot show. ``python -m harness.step_log FILE...`` sums a file up.
-
-Columns, a line per engine step (us; empty where not measured: replayed ``ideal`` steps have no message,
-tp=1 no worker): ``step``, ``prefill`` (0/1), ``num_seqs``, ``num_tokens``, ``duration_us`` (previous step's
-tokens to this one's), ``message_bytes``, ``send_us`` (rank 0 serialising and writing the message); from the
-start of the send: ``r0_launch_us`` (rank 0's ``run()`` returned), per worker rank K ``rK_oneway_us`` (it
-received the message) and ``rK_launch_us`` (its ``run()`` returned). How launch lag splits: docs/METHOD.md.
-"""
+"""Per-step timings of a timed run (``step_log=true``), ``<results_dir>/steps/<run_id>.csv``; ``python -m
+harness.step_log FILE...`` sums a file up. Columns, a line per engine step (us; empty where not measured: replayed
+``ideal`` steps have no message, tp=1 no worker): ``step``, ``prefill`` (0/1), ``num_seqs``, ``num_tokens``,
+``duration_us`` (previous step's tokens to this one's), ``message_bytes``, ``send_us`` (rank 0 serialising and
+writing the message); from the start of the send: ``r0_launch_us`` (rank 0's ``run()`` returned), per worker rank K
+``rK_oneway_us`` (it received the message) and ``rK_launch_us`` (its ``run()`` returned). How launch lag splits:
+docs/METHOD.md."""
 
 from __future__ import annotations
 
@@ -23,8 +21,8 @@ def step_log_path(results_dir: str, run_id: str) -> str:
 
 
 def write_step_log(path: str, steps, stats: dict) -> None:
-    """Write the step log ``path`` (and its directory) from the run's ``StepRecord`` list and its control-plane
-    samples (``LLM.collect_control_stats()``: step i is message i). Raises OSError."""
+    """Write the step log ``path`` from the run's ``StepRecord`` list and ``LLM.collect_control_stats()`` (step
+    i is message i). Raises OSError."""
     recv = stats.get("recv") or {}
     ranks = sorted(recv)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -83,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(summarize(path))
         except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
-            print(f"error: {path}: not a readable step log ({type(e).__name__}: {e})".splitlines()[0],
-                  file=sys.stderr)
+            print(f"error: {path}: not a readable step log ({type(e).__name__}: {e})".splitlines()[0], file=sys.stderr)
             code = 2
     return code
 

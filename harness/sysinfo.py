@@ -16,20 +16,19 @@ from .nvml_sampler import pynvml
 
 
 def git_commit(repo_dir: str) -> str | None:
-    """``$TPCP_GIT_COMMIT`` when set (a copy of the tree on a remote GPU machine, whose .git may lag);
-    else the short commit of ``repo_dir`` with ``-dirty`` when the tree has changes; else None."""
+    """``$TPCP_GIT_COMMIT`` when set (a copy of the tree on a remote machine, whose .git may lag); else the short
+    commit of ``repo_dir`` with ``-dirty`` when tracked files changed; else None."""
     if os.environ.get("TPCP_GIT_COMMIT"):
         return os.environ["TPCP_GIT_COMMIT"]
     if not os.path.isdir(os.path.join(repo_dir, ".git")):
         return None
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo_dir, capture_output=True, text=True, timeout=10).stdout.strip()
+
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo_dir, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        if not sha:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo_dir,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
+        sha = git("rev-parse", "--short=12", "HEAD")
+        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if sha else None
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -54,23 +53,20 @@ def package_version(*names: str) -> str | None:
 def driver_version(nvml=None) -> str | None:
     """The NVIDIA driver's version from ``nvml`` (default nvidia-ml-py); None where NVML is missing or unusable."""
     nvml = nvml or pynvml
-    try:
+    with contextlib.suppress(Exception):  # pynvml.NVMLError: no driver here; AttributeError: no nvidia-ml-py (None)
         nvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError: no driver here; AttributeError: no nvidia-ml-py (None)
-        return None
-    try:
-        version = nvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        try:
+            version = nvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        finally:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+    return None
 
 
 def metadata(device: str = "cpu") -> dict:
     """Provenance columns of a row: versions (None where not installed; the driver's on CUDA runs), commit,
-    host; on CPU also the machine's load (the numbers depend on it)."""
+    host; on CPU also the machine's load."""
     nccl = None
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):

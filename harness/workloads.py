@@ -35,10 +35,9 @@ class Workload:
 
 
 def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
-    """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone (every plane of a sweep serves
-    the same trace): 0, then gaps drawn as vLLM's ``bench serve`` draws them, Gamma(shape=burstiness,
-    scale=1 / (request_rate * burstiness)), scaled to a mean of exactly 1 / request_rate (vLLM does not: n
-    arrivals are then off by ~1 / sqrt(n)). All at 0 for ``request_rate=inf``."""
+    """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone: 0, then vLLM ``bench serve``'s
+    Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)) gaps, scaled to a mean of exactly
+    1 / request_rate (vLLM's are off by ~1 / sqrt(n)). All at 0 for ``request_rate=inf``."""
     if math.isinf(request_rate):
         return [0.0] * num
     gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num - 1)
@@ -49,10 +48,9 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 def draw_requests(w: dict, seed: int, vocab_size: int) -> Workload:
     """The requests of a random, fixed or serve workload config ``w``: prompts of random token ids in
-    ``[0, max_token_id]``. random (serve: ``num_prompts`` of them, arriving at :func:`arrival_offsets`): nano-vllm's
-    bench.py recipe, lengths and ``max_tokens`` uniform in their [min, max]; ignore_eos, so throughput does not
-    depend on the weights. fixed: ``input_len`` tokens, ``output_len`` greedy ones (ignore_eos), submitted
-    ``iterations`` times: the latency-bound case."""
+    ``[0, max_token_id]``. random and serve: nano-vllm's bench.py recipe, lengths and ``max_tokens`` uniform in
+    their [min, max] (serve: arriving at :func:`arrival_offsets`). fixed: ``input_len`` tokens, ``output_len``
+    greedy ones (ignore_eos), submitted ``iterations`` times."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
     _, n, _, _ = request_shape(w)
@@ -114,8 +112,8 @@ INT_KEYS = {
 
 
 def request_shape(w: dict) -> tuple[str, int, int, int]:
-    """(the key counting the requests, their number, the longest prompt, the longest output) of a random, fixed or
-    serve workload config, as configured (not drawn)."""
+    """(the key counting the requests, their number, the longest prompt, the longest output) of a random, fixed
+    or serve workload config."""
     if w["kind"] == "fixed":
         return "num_seqs", w["num_seqs"], w["input_len"], w["output_len"]
     key = "num_prompts" if w["kind"] == "serve" else "num_seqs"
@@ -131,7 +129,7 @@ def unread_keys(w: dict) -> list[str]:
 
 
 def check_workload(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key to fix, also with its ``cpu`` block applied (then named
+    """Raises ValueError naming the ``workload.`` key to fix, also with its ``cpu`` block applied (then
     ``workload.cpu.KEY``)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
@@ -156,8 +154,7 @@ def check_workload(w: dict) -> None:
             if not all(is_int(x) and x >= least for x in w.get(key) or []):
                 raise ValueError(f"workload.{key} must be a list of integers >= {least}, got {w.get(key)!r}")
         pairs = w.get("prefill_batches") or []
-        if not all(isinstance(p, list) and len(p) == 2 and all(is_int(x) and x >= 1 for x in p)
-                   for p in pairs):
+        if not all(isinstance(p, list) and len(p) == 2 and all(is_int(x) and x >= 1 for x in p) for p in pairs):
             raise ValueError(f"workload.prefill_batches must be a list of [num_seqs, tokens] pairs >= 1, got {pairs!r}")
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
@@ -172,8 +169,7 @@ def check_workload(w: dict) -> None:
 
 
 def given_workload(w: dict, overrides: list[str]) -> dict:
-    """Workload config ``w`` with the keys the command sets (``overrides``) dropped from its ``cpu`` scale-down:
-    what the user sets wins."""
+    """Workload config ``w`` with the keys the command sets (``overrides``) dropped from its ``cpu`` scale-down."""
     w = {**w, "cpu": dict(w["cpu"])} if isinstance(w.get("cpu"), dict) else dict(w)
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
