@@ -1,12 +1,10 @@
-"""``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps).
-
-A sweep runs every job even when some fail (each failure is a row and a message); the process exits with
-the worst job's code: 0 ok, 1 a run failed, 2 bad input, 128 + the signal's number when interrupted (130
-Ctrl-C, 143 SIGTERM; it also stops the sweep).
-"""
+"""``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps). A sweep runs every job
+even when some fail; the process exits with the worst job's code: 0 ok, 1 a run failed, 2 bad input, 128 + the
+signal's number when interrupted (130 Ctrl-C, 143 SIGTERM; it also stops the sweep)."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -51,14 +49,12 @@ def main(cfg: DictConfig) -> None:
 
 
 def release_engine() -> None:
-    """Shut the sweep's kept engine down. A stop signal during it (the workers are still joined and the plane
-    closed: ``Cluster.close``) ends the run as interrupted, in one line, not in a traceback and exit 1."""
+    """Shut the sweep's kept engine down; a stop signal during it ends the run as interrupted, in one line."""
     # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
     engine_cache = sys.modules.get("harness.engine_cache")
-    if engine_cache is None:
-        return
     try:
-        engine_cache.release()
+        if engine_cache is not None:
+            engine_cache.release()
     except KeyboardInterrupt:
         if 130 not in EXIT_CODES:
             print(interrupted_line(), file=sys.stderr)
@@ -93,7 +89,7 @@ if __name__ == "__main__":
         # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
         sweep = "-m" in sys.argv or "--multirun" in sys.argv
         if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
-            try:
+            with contextlib.suppress(KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
                 from .analyze import print_sweep_summary
                 from .report import SWEEP_ROWS
 
@@ -105,8 +101,6 @@ if __name__ == "__main__":
                     after = preflight.JOB_COUNT - stopped - 1
                     print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"
                                                                      if after > 0 else " (its last job)"))
-            except (KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
-                pass
     if 130 in EXIT_CODES:
         exit_interrupted()
     sys.exit(max(EXIT_CODES, default=0))

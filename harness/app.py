@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -63,14 +64,12 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.start_replay()
-    log = open(requests, "w") if requests else None  # noqa: SIM115 (closed in the finally below)
-    sampler.start()
-    try:
-        row, steps = measured_pass(llm, work, progress, plan, log)
-    finally:
-        sampler.stop()
-        if log:
-            log.close()
+    with open(requests, "w") if requests else contextlib.nullcontext() as log:
+        sampler.start()
+        try:
+            row, steps = measured_pass(llm, work, progress, plan, log)
+        finally:
+            sampler.stop()
     if replay:
         llm.finish_replay()
     stats = llm.collect_control_stats()

@@ -14,8 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed import PrefixStore
 from tqdm.auto import tqdm
 
-from engine import ConfigError
-from engine.sampling_params import SamplingParams
+from engine import ConfigError, SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
 from runtime.cluster import Cluster
@@ -51,18 +50,9 @@ def step_message(num_seqs: int, num_tokens: int, prefill: bool, block_size: int)
     return ("run", StepBatch.from_sequences(seqs, prefill).to_bytes())
 
 
-def payloads(w: dict) -> list[tuple[str, tuple]]:
-    """``(name, (method, *args))`` for every payload of the workload config ``w``."""
-    bs = w["kvcache_block_size"]
-    out = [(f"decode-{b}", step_message(b, w["decode_context"], False, bs)) for b in w["decode_batches"]]
-    out += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
-    out += [(f"raw-{n}B", ("noop", os.urandom(n))) for n in w["raw_bytes"]]
-    return out
-
-
 class BroadcastGroup(Cluster):
-    """rank 0 of a model-less group: a control plane, ``tp - 1`` workers (spawned, or torchrun's: ``launch``)
-    and a gloo barrier group. Raises ConfigError: a bad plane option, or one that cannot reach the ranks."""
+    """Rank 0 of a model-less group: a control plane, ``tp - 1`` workers and a gloo barrier group. Raises
+    ConfigError: a bad plane option, or one that cannot reach the ranks."""
 
     def __init__(self, control: str, tp: int, options: dict, timeout_s: float, startup_timeout_s: float = 600.0,
                  launch=None):
@@ -93,7 +83,11 @@ class BroadcastGroup(Cluster):
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
     """Yields per payload of workload ``w``: ``payload``, ``payload_bytes`` and the latency columns."""
-    for name, message in tqdm(payloads(w), desc=f"broadcast {group.control.name} tp={group.tp}", disable=not progress):
+    bs = w["kvcache_block_size"]
+    payloads = [(f"decode-{b}", step_message(b, w["decode_context"], False, bs)) for b in w["decode_batches"]]
+    payloads += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
+    payloads += [(f"raw-{n}B", ("noop", os.urandom(n))) for n in w["raw_bytes"]]
+    for name, message in tqdm(payloads, desc=f"broadcast {group.control.name} tp={group.tp}", disable=not progress):
         group.run(message, w["warmup"], w["gap_us"] / 1e6)
         nbytes = group.collect_stats()["send"]["nbytes"][0]
         count = int(min(w["messages"], max(w["min_messages"], w["max_bytes_per_payload"] // max(nbytes, 1))))

@@ -1,25 +1,20 @@
-"""The physical floor of a decode-heavy workload (the method of results/h200/NOTES.md, "The two floors").
-
-Each decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's
-context, and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler, each
-at least ``ALL_REDUCE_FLOOR_S`` (an NVLink round trip and a barrier: the fastest symmetric-memory one-shot
-measured on the H200 pair takes ~5 us; 3 us is a floor below any kernel we know). With all requests running
-together (the bench fits: 256 <= max_num_seqs and the KV cache holds them), the steps number
-max(output lengths) and request i at its j-th generated token reads (prompt_i + j) tokens of K/V.
-Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S: no schedule can beat it.
+"""The physical floor of a decode-heavy workload (the method of results/h200/NOTES.md, "The two floors"). Each
+decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's context,
+and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler. With all requests
+running together, the steps number max(output lengths) and request i at its j-th generated token reads
+(prompt_i + j) tokens of K/V. Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S.
 """
 
 from __future__ import annotations
 
 H200_COPY_BANDWIDTH = 4.3e12  # bytes/s: a device-to-device copy on the H200 machines (the device tool's KINDS.md)
-ALL_REDUCE_FLOOR_S = 3e-6  # seconds per all-reduce (see the module docstring)
+ALL_REDUCE_FLOOR_S = 3e-6  # s per all-reduce: below the fastest measured on the H200 pair (~5 us, symmetric memory)
 
 
 def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int,
                  bandwidth: float = H200_COPY_BANDWIDTH) -> dict:
-    """Returns the bytes of weights and KV that decode must read per GPU (``weight_bytes``, ``kv_bytes``),
-    the all-reduces per decode step, and the floor: ``floor_s`` (s), ``floor_tok_s`` (output tok/s) and
-    ``step_floor_ms`` (the mean decode step, ms: a TPOT floor when the batch runs together)."""
+    """Per GPU, the bytes decode must read (``weight_bytes``, ``kv_bytes``), ``all_reduces_per_step`` and the floor:
+    ``floor_s`` (s), ``floor_tok_s`` (output tok/s), ``step_floor_ms`` (the mean decode step, ms: a TPOT floor)."""
     H, L, D = hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"]
     q, kv = hf["num_attention_heads"] * D, hf["num_key_value_heads"] * D
     inter, V = hf["intermediate_size"], hf["vocab_size"]

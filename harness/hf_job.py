@@ -21,13 +21,13 @@ from .report import print_summary, show_progress
 from .workloads import Workload
 
 
-def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, seed: int,
-           progress: bool) -> tuple[dict, int]:
+def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) -> tuple[dict, int]:
     """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included)."""
     from transformers import Qwen3ForCausalLM
 
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()
-    torch.manual_seed(seed)
+    torch.manual_seed(cfg.seed)
+    batch_size = cfg.hf_batch_size
 
     def generate(prompts: list[list[int]], max_new: int, temperature: float) -> None:
         width = max(len(p) for p in prompts)
@@ -43,7 +43,7 @@ def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, 
     generate([work.prompts[0][:32]], 8, 0.0)  # warm-up
     start = time.perf_counter()
     e2el, generated = [], 0
-    for i in tqdm(range(0, len(work.prompts), batch_size), desc="hf generate", disable=not progress):
+    for i in tqdm(range(0, len(work.prompts), batch_size), desc="hf generate", disable=not show_progress(cfg.progress)):
         prompts, params = work.prompts[i:i + batch_size], work.params[i:i + batch_size]
         max_new = max(p.max_tokens for p in params)
         generate(prompts, max_new, params[0].temperature)
@@ -57,7 +57,6 @@ def run_hf(path: str, work: Workload, device: str, dtype: str, batch_size: int, 
 def run_hf_job(cfg: DictConfig) -> int:
     """Exit code 0, 1 (a failed row), 2 (bad input: no row), 130."""
     device = resolve_device(cfg.device)
-    gpu = [0] if device == "cuda" else []
     dtype = resolve_dtype(cfg.dtype, device)
     row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
     try:
@@ -69,10 +68,9 @@ def run_hf_job(cfg: DictConfig) -> int:
     repeat = 0
     try:
         for repeat in range(cfg.repeat):
-            sampler = NvmlSampler(gpu, cfg.nvml_interval_s).start()
+            sampler = NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s).start()
             try:
-                metrics_row, generated = run_hf(path, work, device, dtype, cfg.hf_batch_size, cfg.seed,
-                                                show_progress(cfg.progress))
+                metrics_row, generated = run_hf(cfg, path, work, device, dtype)
             finally:
                 sampler.stop()
             nvml = sampler.summary()

@@ -50,9 +50,8 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
 
 
 def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> dict:
-    """The columns of one ``workload=serve`` run from its ``serve.request_record`` records, by vLLM's ``bench
-    serve`` formulas (docs/REFERENCE.md): ``achieved_rate_req_s`` = (n - 1) / (last send - first send);
-    ``goodput_req_s`` = requests meeting every SLO set (one token meets TPOT's) per second, None without one."""
+    """The columns of one ``workload=serve`` run by vLLM's ``bench serve`` formulas: ``achieved_rate_req_s`` = (n - 1)
+    / (last send - first send); ``goodput_req_s`` = requests meeting every SLO set (one token meets TPOT's) per s."""
     duration = last_s - start_s
     sent = sorted(r["sent_s"] for r in records)
     in_tokens, out_tokens = sum(r["input_len"] for r in records), sum(r["output_len"] for r in records)
@@ -87,8 +86,7 @@ def message_metrics(send: dict, recv: dict) -> dict:
 
 
 def slowest_worker(recv: dict, key: str, num_steps: int) -> np.ndarray | None:
-    """Per step, the largest of the workers' ``recv[rank][key]`` samples (ns, ``[num_steps]`` float64); None
-    when there is no worker or one of them has fewer samples than steps."""
+    """Per step, the largest of the workers' ``recv[rank][key]`` samples (ns, ``[num_steps]``); None when short."""
     workers = [np.asarray(r.get(key, []), dtype=np.float64) for r in recv.values()]
     if not workers or any(len(w) < num_steps for w in workers):
         return None
@@ -113,9 +111,8 @@ def control_metrics(stats: dict, steps) -> dict:
 
 
 def launch_lag(recv: dict, steps) -> dict:
-    """The ``ctrl_launch_lag_us_*`` columns (us, docs/REFERENCE.md): over decode steps, how much later than rank 0
-    the slowest worker returned from the step's ``run()``; ``ctrl_launch_late_us_mean`` the mean of max(lag, 0),
-    so early steps do not cancel late ones. None at tp=1, under ``control=ideal`` or when samples are missing."""
+    """The ``ctrl_launch_lag_us_*`` columns (us): over decode steps, how much later than rank 0 the slowest worker
+    returned from the step's ``run()``; ``ctrl_launch_late_us_mean``: the mean of max(lag, 0). None without samples."""
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     latest = slowest_worker(recv, "launch_ns", len(steps))
     if latest is None or not decode_idx or any(steps[i].launch_ns is None for i in decode_idx):

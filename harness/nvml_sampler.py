@@ -1,6 +1,5 @@
-"""GPU utilisation, memory and power sampled by a background thread through NVML (nvidia-ml-py), and the
-GPUs' energy over the run from NVML's total-energy counter. CUDA devices are matched to NVML handles by PCI
-address, never by index (NVML numbers GPUs in its own order); where none matches, nothing is read."""
+"""GPU utilisation, memory and power sampled by a background thread through NVML, and the energy from NVML's
+counter. CUDA devices are matched to NVML handles by PCI address, never by index (NVML has its own order)."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ class NvmlSampler:
                 self.power_w.append(sum(power))
 
     def read_energy_mj(self) -> list[int] | None:
-        """Each GPU's total-energy counter (mJ since the driver loaded); None, why in ``energy_problem``, where
-        one cannot be read (before Volta, some virtual GPUs)."""
+        """Each GPU's total-energy counter (mJ); None, why in ``energy_problem``, where one cannot be read."""
         try:
             return [int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles]
         except Exception as e:  # pynvml.NVMLError_NotSupported and friends

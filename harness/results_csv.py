@@ -1,8 +1,6 @@
-"""Appending one row per run to a CSV, each row one whole line written under ``<file>.lock``. A file with another
-schema's header is never touched: the row goes to ``<stem>.schema<N>-<hash>.csv`` beside it. A row that cannot be
-written goes to a fallback file (``Results``); a failed write leaves no partial line. Per-run files beside the CSV:
-``runs/<run_id>.json``, ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``.
-"""
+"""Appending one row per run to a CSV, each row one whole line written under ``<file>.lock``; a file with another
+schema's header is never touched (the row goes to ``<stem>.schema<N>-<hash>.csv``). Per-run files beside the CSV:
+``runs/<run_id>.json``, ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from filelock import FileLock, Timeout
 
 def _line(values: list) -> str:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(["" if v is None else v for v in values])
+    csv.writer(buf, lineterminator="\n").writerow(values)  # None: an empty cell
     return buf.getvalue()
 
 
@@ -37,27 +35,22 @@ VLLM_ALIASES |= {f"{stat}_{m}_ms": f"{m}_ms_{col}" for m in ("ttft", "tpot", "it
 LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
 
 
-def _acquire(lock_path: str):
-    """The results file's lock, for a ``with`` block; a wait over a second says so on stderr (a silent 60 s looks
-    like a hang). Raises filelock.Timeout after ``LOCK_WAIT_S``."""
-    lock = FileLock(lock_path)
-    try:
-        return lock.acquire(timeout=1.0)
-    except Timeout:
-        print(f"waiting for {lock_path} (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
-              file=sys.stderr, flush=True)
-        return lock.acquire(timeout=LOCK_WAIT_S - 1.0)
-
-
 def append_row(path: str, columns: list[str], row: dict, schema_version: int) -> str:
     """Append ``row`` (keys from ``columns``; missing keys are empty cells) to ``path``; returns the path written
-    (another when ``path`` has another header). Raises KeyError on a key not in ``columns`` (the schema's)."""
-    unknown = set(row) - set(columns)
-    if unknown:
+    (another when ``path`` has another header). Raises KeyError on a key not in ``columns`` (the schema's),
+    filelock.Timeout after ``LOCK_WAIT_S`` (a wait over 1 s says so on stderr)."""
+    if unknown := set(row) - set(columns):
         raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     header, line = _line(columns), _line([row.get(c) for c in columns])
-    with _acquire(path + ".lock"):
+    lock = FileLock(path + ".lock")
+    try:
+        held = lock.acquire(timeout=1.0)
+    except Timeout:
+        print(f"waiting for {path}.lock (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
+              file=sys.stderr, flush=True)
+        held = lock.acquire(timeout=LOCK_WAIT_S - 1.0)
+    with held:
         text = header + line
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="") as f:
@@ -129,8 +122,7 @@ def run_path(directory: str, folder: str, name: str) -> str:
 
 class Results:
     """Where a job's rows go: ``path``; failing that ``<stem>.unwritten-<run_id>.csv`` beside it, else in the working
-    directory, else stderr, the why kept in ``problem`` (the job then exits 1). With ``config`` (the job's), each
-    row also goes to its run JSON (``write_run_json``; not written: a problem too)."""
+    directory, else stderr, the why kept in ``problem``. With ``config``, each row also goes to its run JSON."""
 
     def __init__(self, path: str, columns: list[str], schema_version: int, config: dict | None = None):
         self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config
@@ -155,8 +147,7 @@ class Results:
         return written
 
     def _fallback(self, row: dict, why: str) -> str:
-        stem = os.path.splitext(os.path.basename(self.path))[0]
-        name = f"{stem}.unwritten-{row['run_id']}.csv"
+        name = f"{os.path.splitext(os.path.basename(self.path))[0]}.unwritten-{row['run_id']}.csv"
         text = _line(self.columns) + _line([row.get(c) for c in self.columns])
         for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
             target = os.path.join(directory, name)

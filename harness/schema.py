@@ -32,9 +32,8 @@ COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 
 
 def normalize_overrides(text) -> str | None:
-    """The ``overrides`` cell in one spelling per configuration (when a row is written and read, so old rows group
-    with new): items sorted, without Hydra's ``+`` / ``++``, ``True``/``False`` (a sweep's spelling) lower-case;
-    None for no overrides."""
+    """The ``overrides`` cell in one spelling per configuration: items sorted, without Hydra's ``+`` / ``++``,
+    ``True``/``False`` lower-case; None for no overrides."""
     if not isinstance(text, str) or not text.strip():
         return None
     items = [item.lstrip("+").partition("=") for item in text.split()]

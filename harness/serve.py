@@ -26,8 +26,7 @@ def serve_columns(work: Workload) -> dict:
 
 
 def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> None:
-    """Raises ConfigError: under ``control=ideal`` at tp > 1 (whose workers wait out an idle gap inside a
-    collective), a gap between arrivals of ``timeout_s`` (s) or more."""
+    """Raises ConfigError: under ``control=ideal`` at tp > 1, a gap between arrivals of ``timeout_s`` (s) or more."""
     gaps = np.diff(work.arrivals) if work.arrivals is not None and len(work.arrivals) > 1 else np.zeros(1)
     if control == "ideal" and tp > 1 and gaps.max() >= timeout_s:
         raise ConfigError(f"control=ideal: the trace has a {gaps.max():.0f} s gap between arrivals, and ideal's "
@@ -36,8 +35,7 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
-    """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms from
-    the engine's arrival time."""
+    """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms."""
     sent = out["arrival_s"]
     return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
@@ -79,6 +77,4 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
     bar.close()
-    steps = llm.steps
-    overhead_us = (loop_ns + llm.admit_ns) / 1e3 / max(len(steps), 1)
-    return records, steps, start, last, overhead_us
+    return records, llm.steps, start, last, (loop_ns + llm.admit_ns) / 1e3 / max(len(llm.steps), 1)

@@ -80,9 +80,8 @@ def from_torchrun_agent() -> bool:
 
 
 def exit_interrupted() -> None:
-    """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none was
-    recorded) after the atexit handlers: ``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import ends
-    with SIGINT (-2) instead."""
+    """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none) after
+    the atexit handlers (``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import would end with -2)."""
     import atexit
 
     _HANDLED.set()

@@ -21,8 +21,7 @@ def step_log_path(results_dir: str, run_id: str) -> str:
 
 
 def write_step_log(path: str, steps, stats: dict) -> None:
-    """Write the step log ``path`` from the run's ``StepRecord`` list and ``LLM.collect_control_stats()`` (step
-    i is message i). Raises OSError."""
+    """Write the step log ``path`` from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
     recv = stats.get("recv") or {}
     ranks = sorted(recv)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -37,9 +36,7 @@ def write_step_log(path: str, steps, stats: dict) -> None:
         for i, s in enumerate(steps):
             line = [i, int(s.is_prefill), s.num_seqs, s.num_tokens, f"{s.duration_s * 1e6:.1f}", s.message_bytes,
                     f"{s.send_ns / 1e3:.1f}", "" if s.launch_ns is None else f"{s.launch_ns / 1e3:.1f}"]
-            for r in ranks:
-                line += [us(recv[r].get("ns"), i), us(recv[r].get("launch_ns"), i)]
-            out.writerow(line)
+            out.writerow(line + [us(recv[r].get(key), i) for r in ranks for key in ("ns", "launch_ns")])
 
 
 def summarize(path: str) -> str:

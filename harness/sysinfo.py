@@ -1,5 +1,4 @@
-"""Run metadata for the results row: git commit, library and driver versions, host, and the machine info
-pytest-benchmark records (CPU model, cores; on CPU runs the load average)."""
+"""Run metadata for the results row: git commit, library and driver versions, host, CPU model and cores, load."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from .nvml_sampler import pynvml
 
 
 def git_commit(repo_dir: str) -> str | None:
-    """``$TPCP_GIT_COMMIT`` when set (a copy of the tree on a remote machine, whose .git may lag); else the short
-    commit of ``repo_dir`` with ``-dirty`` when tracked files changed; else None."""
+    """``$TPCP_GIT_COMMIT`` when set; else the short commit of ``repo_dir`` (``-dirty``: tracked files changed)."""
     if os.environ.get("TPCP_GIT_COMMIT"):
         return os.environ["TPCP_GIT_COMMIT"]
     if not os.path.isdir(os.path.join(repo_dir, ".git")):
@@ -65,8 +63,7 @@ def driver_version(nvml=None) -> str | None:
 
 
 def metadata(device: str = "cpu") -> dict:
-    """Provenance columns of a row: versions (None where not installed; the driver's on CUDA runs), commit,
-    host; on CPU also the machine's load."""
+    """Provenance columns of a row: versions (the driver's on CUDA runs), commit, host; on CPU the load."""
     nccl = None
     if torch.cuda.is_available():
         with contextlib.suppress(Exception):

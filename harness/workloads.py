@@ -47,10 +47,9 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 
 def draw_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """The requests of a random, fixed or serve workload config ``w``: prompts of random token ids in
-    ``[0, max_token_id]``. random and serve: nano-vllm's bench.py recipe, lengths and ``max_tokens`` uniform in
-    their [min, max] (serve: arriving at :func:`arrival_offsets`). fixed: ``input_len`` tokens, ``output_len``
-    greedy ones (ignore_eos), submitted ``iterations`` times."""
+    """The requests of workload config ``w``, token ids in ``[0, max_token_id]``. random and serve: nano-vllm's
+    bench.py recipe, lengths and ``max_tokens`` uniform in [min, max] (serve: at :func:`arrival_offsets`). fixed:
+    ``input_len`` tokens, ``output_len`` greedy ones, ``iterations`` times."""
     rng = random.Random(seed)
     top = min(w["max_token_id"], vocab_size - 1)
     _, n, _, _ = request_shape(w)
@@ -100,20 +99,15 @@ def check_serve(w: dict) -> None:
             raise ValueError(f"workload.slo.{key} must be null (no bound) or a number > 0 (ms), got {bound!r}")
 
 
-# Per workload kind: the integer keys and their least allowed value.
 _DRAWN = {"min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1, "max_token_id": 0}
-INT_KEYS = {
-    "random": {"num_seqs": 1, **_DRAWN},
-    "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
-    "serve": {"num_prompts": 1, **_DRAWN},
-    "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1, "max_bytes_per_payload": 1,
-                  "kvcache_block_size": 1, "gap_us": 0},
-}
+INT_KEYS = {"random": {"num_seqs": 1, **_DRAWN}, "serve": {"num_prompts": 1, **_DRAWN},  # kind: {key: least value}
+            "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
+            "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1,
+                          "max_bytes_per_payload": 1, "kvcache_block_size": 1, "gap_us": 0}}
 
 
 def request_shape(w: dict) -> tuple[str, int, int, int]:
-    """(the key counting the requests, their number, the longest prompt, the longest output) of a random, fixed
-    or serve workload config."""
+    """(the key counting the requests, their number, the longest prompt, the longest output) of workload ``w``."""
     if w["kind"] == "fixed":
         return "num_seqs", w["num_seqs"], w["input_len"], w["output_len"]
     key = "num_prompts" if w["kind"] == "serve" else "num_seqs"
@@ -129,8 +123,7 @@ def unread_keys(w: dict) -> list[str]:
 
 
 def check_workload(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key to fix, also with its ``cpu`` block applied (then
-    ``workload.cpu.KEY``)."""
+    """Raises ValueError naming the ``workload.`` key to fix (``workload.cpu.KEY``: in its ``cpu`` block)."""
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -159,8 +152,7 @@ def check_workload(w: dict) -> None:
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
                              "all empty")
-    cpu = w.get("cpu") or {}
-    if cpu:
+    if cpu := w.get("cpu"):
         try:
             check_workload({**w, **cpu, "cpu": None})
         except ValueError as e:
