@@ -2,8 +2,7 @@
 decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's context,
 and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler. With all requests
 running together, the steps number max(output lengths) and request i at its j-th generated token reads
-(prompt_i + j) tokens of K/V. Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S.
-"""
+(prompt_i + j) tokens of K/V. Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S."""
 
 from __future__ import annotations
 

@@ -65,11 +65,10 @@ def install() -> None:
 def as_interrupt(e: BaseException) -> BaseException:
     """``e``, or a ``KeyboardInterrupt`` naming the first signal when one arrived before ``e`` was handled. Not
     a worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
-    if _RECEIVED:
-        _HANDLED.set()
-    if isinstance(e, KeyboardInterrupt) or not _RECEIVED:
+    if not _RECEIVED:
         return e
-    if from_torchrun_agent() and type(e).__name__ == "WorkerError":
+    _HANDLED.set()
+    if isinstance(e, KeyboardInterrupt) or (from_torchrun_agent() and type(e).__name__ == "WorkerError"):
         return e
     return KeyboardInterrupt(_RECEIVED[0])
 

@@ -68,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m harness.step_log FILE...``: ``summarize`` each; exit 2 if any is not a readable step log."""
     p = argparse.ArgumentParser(prog="python -m harness.step_log", description=summarize.__doc__)
     p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
-    args = p.parse_args(argv)
     code = 0
-    for path in args.files:
+    for path in p.parse_args(argv).files:
         if not os.path.isfile(path):
             print(f"error: {path}: {'a directory' if os.path.isdir(path) else 'no such file'}", file=sys.stderr)
             code = 2

@@ -172,10 +172,7 @@ def given_workload(w: dict, overrides: list[str]) -> dict:
 
 def effective_workload(w: dict, device: str) -> dict:
     """A copy of workload config ``w``, its ``cpu`` block applied on CPU when ``scale_on_cpu``."""
-    w = dict(w)
-    if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu"):
-        w.update(w["cpu"])
-    return w
+    return {**w, **w["cpu"]} if device == "cpu" and w.get("scale_on_cpu") and w.get("cpu") else dict(w)
 
 
 def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload:
