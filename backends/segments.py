@@ -1,11 +1,9 @@
-"""Shared-memory segments of the control planes, named ``tpcp_<creator pid>_<random>``: the pid lets a later
-run recognise a segment as stale (its creator is gone). The named semaphores a plane creates through
-multiprocessing are listed in a registry segment ``tpcp_<pid>_sems<random>``, so they go with the segments.
+"""Shared-memory segments of the control planes, named ``tpcp_<creator pid>_<random>`` (a dead creator's are
+stale), and registry segments ``tpcp_<pid>_sems<random>`` listing the named semaphores a plane creates.
 
-They are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it
-holds "leaked" on stderr whoever removes it. Instead the creator unlinks at release (or exit), spawned workers
-unlink a dead rank 0's (:func:`remove_segments_of`), and the next run those of a run that died whole
-(:func:`remove_stale_segments`).
+All are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it holds
+"leaked" whoever removes it. The creator unlinks at release (or exit), spawned workers a dead rank 0's
+(:func:`remove_segments_of`), the next run those of a run that died whole (:func:`remove_stale_segments`).
 """
 
 from __future__ import annotations
@@ -37,16 +35,18 @@ def remove_stale_segments() -> list[str]:
 
 
 def remove_segments_of(pid: int) -> list[str]:
-    """Unlink every ``tpcp_<pid>_*`` segment and the semaphores its registries list, for a creator ``pid``
-    known to be dead (a spawned worker's rank 0 that is gone, not yet reaped). Returns the names removed."""
+    """Unlink every ``tpcp_<pid>_*`` segment, and the semaphores its registries list, of a dead creator ``pid``;
+    quietly skips what fails. Returns the names removed."""
     removed = []
-    for creator, name in _segments():
-        if creator == pid:
-            if name.split("_")[2].startswith("sems"):  # a registry: the semaphores it lists first
-                with contextlib.suppress(OSError), open(os.path.join(SHM_DIR, name), "rb") as f:
-                    sems = f.read().rstrip(b"\0").decode().split()
-                    removed += _unlink_files(["sem." + sem.lstrip("/") for sem in sems])
-            removed += _unlink_files([name])
+    for name in [name for creator, name in _segments() if creator == pid]:
+        files = [name]
+        if name.split("_")[2].startswith("sems"):  # a registry: the semaphores it lists first
+            with contextlib.suppress(OSError), open(os.path.join(SHM_DIR, name), "rb") as f:
+                files = ["sem." + sem.lstrip("/") for sem in f.read().rstrip(b"\0").decode().split()] + files
+        for file in files:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, file))
+                removed.append(file)
     return removed
 
 
@@ -60,43 +60,26 @@ def _segments() -> list[tuple[int, str]]:
     return [(int(p[1]), name) for name, p in parts if len(p) == 3 and p[0] == PREFIX and p[1].isdigit()]
 
 
-def _unlink_files(names: list[str]) -> list[str]:
-    """Unlink ``names`` in SHM_DIR, quietly skipping those that fail; returns those unlinked."""
-    removed = []
-    for name in names:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(SHM_DIR, name))
-            removed.append(name)
-    return removed
-
-
 def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
-    """List the named semaphores of multiprocessing objects (``Semaphore``, ``Lock``...) in a registry segment
-    (names separated by newlines, zero-padded); returns it, or None where there is nothing to list or no
-    /dev/shm. The semaphores are taken from the resource tracker and their own finalizers:
-    ``release_segment(registry, unlink=True)``, or this process's exit, unlinks them with the registry."""
+    """List the named semaphores of multiprocessing objects (``Lock``...) in a registry segment (one name a line,
+    zero-padded), taken from the resource tracker; returns it, or None where there is nothing to list or no
+    /dev/shm. ``release_segment(registry, unlink=True)``, or this process's exit, unlinks them with it."""
     names = [getattr(getattr(s, "_semlock", None), "name", None) for s in semaphores]
     payload = "".join(n + "\n" for n in names if n).encode()
     if not payload or not os.path.isdir(SHM_DIR):
         return None
     registry = _untracked(f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True, size=len(payload))
     registry.buf[:len(payload)] = payload
-    owned = [n for n in names if n and _take_over_semaphore(n)]
+    # Each one's multiprocessing finalizer, cancelled (its unregister would make the tracker print an error), and
+    # unregistered here; one whose finalizer is not found stays the tracker's.
+    wanted, cleanup, owned = {(n,) for n in names if n}, getattr(synchronize.SemLock, "_cleanup", None), []
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup and finalizer._args in wanted:
+            owned.append(finalizer._args[0])
+            finalizer.cancel()
+            resource_tracker.unregister(owned[-1], "semaphore")
     _OWNED[registry.name] = util.Finalize(None, _unlink, args=(registry._name, tuple(owned)), exitpriority=0)
     return registry
-
-
-def _take_over_semaphore(name: str) -> bool:
-    """Take the named semaphore ``name`` (created by this process) from the resource tracker: cancel the
-    finalizer multiprocessing gave it (it would unregister it from the tracker, which then prints an error)
-    and unregister it. False, and nothing changed, where that finalizer cannot be found."""
-    registry, cleanup = getattr(util, "_finalizer_registry", {}), getattr(synchronize.SemLock, "_cleanup", None)
-    for finalizer in list(registry.values()):
-        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup and finalizer._args == (name,):
-            finalizer.cancel()
-            resource_tracker.unregister(name, "semaphore")
-            return True
-    return False
 
 
 def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
@@ -111,8 +94,8 @@ def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
 
 
 def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:
-    """``SharedMemory(name, create, size)`` kept out of multiprocessing's resource tracker. Raises
-    FileNotFoundError: (``create=False``) no such segment; FileExistsError: (``create=True``) one exists."""
+    """``SharedMemory(name, create, size)`` kept out of the resource tracker. Raises FileNotFoundError /
+    FileExistsError."""
     try:
         return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
     except TypeError:  # Python < 3.13: no track argument; the tracker registered it (created or attached)
@@ -122,8 +105,7 @@ def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMe
 
 
 def create_segment(size: int) -> shared_memory.SharedMemory:
-    """A new segment of ``size`` bytes named ``tpcp_<pid>_<random>``, after removing the stale segments of
-    dead runs. Unlinked by :func:`release_segment` (``unlink=True``), else at this process's exit."""
+    """A new segment of ``size`` bytes (stale ones removed first), unlinked by :func:`release_segment` or at exit."""
     remove_stale_segments()
     shm = _untracked(f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
     _OWNED[shm.name] = util.Finalize(None, _unlink, args=(shm._name,), exitpriority=0)
@@ -140,7 +122,6 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:
-    """Open an existing segment created by another process, kept out of this process's resource tracker
-    (which at exit would unlink it under its creator, or call it leaked). Raises FileNotFoundError: no such
-    segment on this host (e.g. created on another node)."""
+    """Open another process's segment ``name``, untracked (the tracker would unlink it at exit). Raises
+    FileNotFoundError: no such segment on this host."""
     return _untracked(name, create=False)
