@@ -1,11 +1,8 @@
-"""The control-plane interface: rank 0 broadcasts (method, args) messages to ranks 1..world_size-1.
-
-A backend is a :class:`ControlPlane` (rank 0's side) and, per worker, a picklable :class:`WorkerEndpoint` from
-``ControlPlane.endpoint(rank)``. Backends move opaque bytes; framing, time stamps and statistics live here, so
-every backend is measured the same way. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank
-0's ``time.monotonic_ns()`` before serialising: CLOCK_MONOTONIC is one clock per host, so ``recv_ns - send_ns``
-on a worker is the one-way latency (minus ``clock_offset_ns`` on another host). Every blocking wait calls the
-owner's ``liveness_check`` at least every ``POLL_S`` and stops with its error.
+"""The control-plane interface: rank 0 (a :class:`ControlPlane`) broadcasts (method, args) messages to ranks
+1..world_size-1 (each a picklable :class:`WorkerEndpoint`). Backends move opaque bytes; framing, time stamps and
+statistics live here. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank 0's
+``time.monotonic_ns()`` before serialising, so ``recv_ns - send_ns`` on a worker is the one-way latency (minus
+``clock_offset_ns`` on another host). Every blocking wait calls ``liveness_check`` at least every POLL_S.
 """
 from __future__ import annotations
 
@@ -69,7 +66,6 @@ class ControlStats:
         return len(self.ns)
 
     def last(self) -> tuple[int, int]:
-        """(bytes, ns) of the latest sample."""
         return self.nbytes[-1], self.ns[-1]
 
     def drop_last(self) -> ControlStats:
@@ -84,9 +80,8 @@ class ControlStats:
 
 
 class ControlPlane(ABC):
-    """Driver (rank 0) side of a control plane for ``world_size`` ranks, rank 0 included (with 1 nothing is
-    ever sent). ``timeout_s``: longest wait for a worker to take a message before :class:`ControlPlaneError`
-    (s); ``context``: where the ranks run (default: one host, spawned workers)."""
+    """Rank 0's side, for ``world_size`` ranks (rank 0 included). ``timeout_s``: longest wait for a worker to
+    take a message before :class:`ControlPlaneError` (s); ``context``: default one host, spawned workers."""
 
     name = "base"
     scope = SPAWN  # SPAWN, HOST or NETWORK: where this plane works
@@ -107,12 +102,11 @@ class ControlPlane(ABC):
 
     @classmethod
     def check_options(cls, world_size: int, **options) -> None:
-        """Raises ValueError for an option value this plane refuses, building nothing (the harness calls it
-        before a sweep; the constructor, first). ``options``: every option of the plane by name."""
+        """Raises ValueError for an option value this plane refuses (``options``: all of them, by name)."""
 
     def send(self, method: str, *args: Any) -> int:
-        """Broadcast ``method(*args)`` to every worker; returns the message size in bytes. Raises
-        ControlPlaneError: a worker did not take the message in time, or the liveness check failed."""
+        """Broadcast ``method(*args)``; returns the message size (bytes). Raises ControlPlaneError: not taken in
+        time, or from the liveness check."""
         if not self.num_workers:  # tp=1: there is nobody to tell
             self.send_stats.add(0, 0)
             return 0
@@ -123,7 +117,7 @@ class ControlPlane(ABC):
         return len(payload)
 
     def ns_since_send(self) -> int | None:
-        """Nanoseconds since the latest :meth:`send` began; None before the first send or at tp=1."""
+        """ns since the latest :meth:`send` began; None before the first send or at tp=1."""
         return None if self.last_send_start_ns is None else time.monotonic_ns() - self.last_send_start_ns
 
     def take_send_stats(self) -> ControlStats:
@@ -145,14 +139,14 @@ class ControlPlane(ABC):
         """Deliver ``payload`` to every worker, intact and in order."""
 
     def workers_started(self) -> None:
-        """Called once the workers hold their endpoints (drop the driver's copies, or start connecting)."""
+        """Called once the workers hold their endpoints."""
 
     def wait_ready(self) -> None:
-        """Block (checking liveness, at most ``startup_timeout_s``) until the workers have joined a plane that
-        connects, before anything may block rank 0 holding the GIL. Raises ControlPlaneError: not in time."""
+        """Block (at most ``startup_timeout_s``) until the workers have joined a plane that connects. Raises
+        ControlPlaneError: not in time."""
 
     def close(self) -> None:
-        """Release what the driver owns (segments, pipes, groups). Idempotent."""
+        """Release what the driver owns. Idempotent."""
 
     def _deadline_wait(self, ready: Callable[[float], bool], what: str, timeout_s: float | None = None) -> None:
         """``wait_until`` with this plane's liveness check; ControlPlaneError after ``timeout_s`` (default its own)."""
@@ -162,8 +156,8 @@ class ControlPlane(ABC):
 
 
 class WorkerEndpoint(ABC):
-    """Worker ``rank``'s side: receives the messages rank 0 sends, in order. ``conn``: the transport's
-    picklable worker end, for backends that have one (a queue, a pipe's end)."""
+    """Worker ``rank``'s side: receives rank 0's messages in order. ``conn``: the transport's picklable worker
+    end, where it has one."""
 
     def __init__(self, rank: int, conn: Any = None) -> None:
         self.rank, self.conn = rank, conn
@@ -181,8 +175,8 @@ class WorkerEndpoint(ABC):
         return stats
 
     def recv(self) -> tuple[str, tuple]:
-        """Block until the next message; return ``(method, args)``. Raises PeerGone / ControlPlaneError: from
-        the liveness check while waiting (the driver died)."""
+        """Block until the next message; returns ``(method, args)``. Raises PeerGone / ControlPlaneError: from
+        the liveness check."""
         payload = self._recv_bytes()
         send_ns, method, args = pickle.loads(payload)
         self.last_send_ns = send_ns
@@ -190,8 +184,7 @@ class WorkerEndpoint(ABC):
         return method, args
 
     def ns_since_send(self) -> int | None:
-        """Nanoseconds from rank 0's start of sending the latest message to now, on rank 0's clock; None
-        when the latest message did not travel (``ideal``'s replay)."""
+        """ns since rank 0 began sending the latest message; None when it did not travel (``ideal``'s replay)."""
         return None if self.last_send_ns is None else time.monotonic_ns() - self.clock_offset_ns - self.last_send_ns
 
     @abstractmethod
