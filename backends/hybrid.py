@@ -8,25 +8,23 @@ the republish. Nodes come from the context's ``node_of``; on one node this is a 
 
 from __future__ import annotations
 
-import zmq
-
 from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
 from .ring import RingControlPlane, RingEndpoint
 from .ring_buffer import RingWriter
-from .zmq import ZmqEndpoint, push_socket, send_all
+from .zmq import ZmqControlPlane, ZmqEndpoint
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
 
 
-class HybridControlPlane(RingControlPlane):
-    """Driver side. Args: see :class:`ControlPlane`; ``nslots``, ``slot_bytes``, ``spin_us``, ``idle_ms``,
-    ``sleep_us``: every node's ring (``ring_buffer.py``); ``hwm``: the zmq queue of each leader. Raises
-    ValueError: a bad option, or several nodes without a store in the context."""
+class HybridControlPlane(RingControlPlane, ZmqControlPlane):
+    """Driver side: a ring's (its options: every node's ring) and a zmq PUSH socket's per other node (``hwm``: a
+    leader's queue). Raises ValueError: a bad option, or several nodes without a store in the context."""
 
     name = "hybrid"
     scope = NETWORK
+    peer = "node leader rank"
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm) -> None:
@@ -45,9 +43,7 @@ class HybridControlPlane(RingControlPlane):
             raise ValueError("hybrid across nodes needs the run's store in its context")
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)
         self._open_ring(self.groups[self.node_of[0]][1:], (nslots, slot_bytes, (spin_us, idle_ms, sleep_us)))
-        self.ctx = zmq.Context()
-        self.leaders: dict[int, tuple[zmq.Socket, int]] = {  # leader rank -> (socket, port)
-            ranks[0]: push_socket(self.ctx, hwm) for node, ranks in self.groups.items() if node != self.node_of[0]}
+        self._open_pushes([ranks[0] for node, ranks in self.groups.items() if node != self.node_of[0]], hwm)
 
     def endpoint(self, rank: int) -> WorkerEndpoint:
         node = self.node_of[rank]
@@ -55,22 +51,18 @@ class HybridControlPlane(RingControlPlane):
         if rank in self.readers:
             return super().endpoint(rank)
         if rank == ranks[0]:
-            return LeaderEndpoint(rank, self.context.host, self.leaders[rank][1], KEY.format(node), self.ring_args,
+            return LeaderEndpoint(rank, self.context.host, self.pushes[rank][1], KEY.format(node), self.ring_args,
                                   len(ranks) - 1, self.timeout_s)
         return RingEndpoint(rank, None, self.ring_args, len(ranks) - 1, ranks.index(rank) - 1, key=KEY.format(node),
                             timeout_s=self.context.startup_timeout_s)
 
     def _send_bytes(self, payload: bytes) -> None:
-        for leader, (sock, _) in self.leaders.items():  # remote nodes first: their hop is the longer one
-            send_all(sock, payload, self.liveness_check, self.timeout_s, f"node leader rank {leader}")
-        super()._send_bytes(payload)
+        ZmqControlPlane._send_bytes(self, payload)  # remote nodes first: their hop is the longer one
+        RingControlPlane._send_bytes(self, payload)
 
     def close(self) -> None:
-        for sock, _ in self.leaders.values():
-            sock.close(linger=0)
-        self.leaders = {}
-        self.ctx.term()
-        super().close()
+        ZmqControlPlane.close(self)
+        RingControlPlane.close(self)
 
 
 class LeaderEndpoint(ZmqEndpoint):
