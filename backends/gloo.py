@@ -1,10 +1,9 @@
-"""``gloo``: torch.distributed broadcast over a gloo process group of its own, apart from the data plane
-(SGLang's and TensorRT-LLM's design): the size as one int64, then the bytes as uint8. Works across hosts.
+"""``gloo``: torch.distributed broadcast over a gloo process group of its own (SGLang's and TensorRT-LLM's
+design): the size as one int64, then the bytes as uint8. Works across hosts.
 
-It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free port.
-A dead driver closes its sockets, which ends the workers' wait with an error. The driver joins in a background
-thread and waits for it checking liveness, so a worker that dies before joining is reported instead of
-stalling the rendezvous.
+It rendezvouses on the run's store under a prefix of its own, else on a TCPStore rank 0 hosts on a free port. A
+dead driver's closed sockets end the workers' wait with an error. The driver joins in a thread it waits for
+checking liveness, so a worker that dies before joining is reported instead of stalling the rendezvous.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from datetime import timedelta
 
 from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
-# torch is imported inside the methods: the harness reads the constructor for its config schema, and a refused
-# command should not pay torch's import (~2 s).
+# torch is imported inside the methods: the harness reads the constructor for its config schema without it.
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
 CONNECT_TRY_S = 1.0  # a worker's probe of rank 0's own TCPStore port; between probes it checks rank 0 lives
 PREFIX = "control/gloo"
@@ -37,9 +35,7 @@ class GlooControlPlane(ControlPlane):
         if self.num_workers and self.context.store is None:
             self.own_store = TCPStore("0.0.0.0", 0, world_size, is_master=True, wait_for_workers=False,
                                       timeout=self.join_timeout)
-        self.pg = None
-        self._connect_error: BaseException | None = None
-        self._connector: threading.Thread | None = None
+        self.pg = self._connect_error = self._connector = None  # the group; what joining raised; the joining thread
 
     def endpoint(self, rank: int) -> GlooEndpoint:
         port = self.own_store.port if self.own_store is not None else None
@@ -112,9 +108,8 @@ class GlooEndpoint(WorkerEndpoint):
         self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
 
     def _connect(self):
-        """A client of rank 0's own TCPStore, its port probed first (``liveness_check`` between tries): TCPStore
-        would retry a dead driver's port for its whole timeout. Raises PeerGone (from the check);
-        ControlPlaneError: no answer within ``join_timeout_s``."""
+        """A client of rank 0's own TCPStore, its port probed first (TCPStore would retry a dead driver's port for
+        its whole timeout). Raises PeerGone (from the check); ControlPlaneError: no answer in ``join_timeout_s``."""
         import socket
         import time
 

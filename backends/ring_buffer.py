@@ -1,12 +1,11 @@
-"""A lock-free ring of slots in one shared-memory segment: one writer, ``num_readers`` polling readers
-(vLLM's shm_broadcast design), for ``ring`` and ``hybrid``.
+"""A lock-free ring of slots in one shared-memory segment: one writer, ``num_readers`` polling readers (vLLM's
+shm_broadcast design), for ``ring`` and ``hybrid``.
 
-Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian u64 unless said): ``seq`` (the
-"written" marker: the chunk number it holds, 1, 2, 3, ... across the run), total message length, chunk
-offset, chunk length, crc32 of the chunk (u32); from MARKERS_AT one "read" marker per reader (the last
-``seq`` it consumed here); then the data. Chunk ``s`` lives in slot ``(s - 1) % nslots``; a message larger
-than a slot spans consecutive chunks. The writer reuses a slot once every read marker there equals the chunk
-it held (``s - nslots``), and stores ``seq`` after the data; a reader polls until ``seq`` is the chunk it
+Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian u64 unless said): ``seq`` (the "written"
+marker: the chunk number it holds, 1, 2, 3, ...), total message length, chunk offset, chunk length, crc32 of the
+chunk (u32); from MARKERS_AT one "read" marker per reader (the last ``seq`` it consumed here); then the data.
+Chunk ``s`` lives in slot ``(s - 1) % nslots``. The writer reuses a slot once every read marker there equals the
+chunk it held (``s - nslots``), and stores ``seq`` after the data; a reader polls until ``seq`` is the chunk it
 expects, copies the data, checks the crc, then stores its read marker.
 
 Memory ordering. On x86-64 (TSO) stores become visible in program order and loads are not reordered with
@@ -17,12 +16,10 @@ read-marker store depends on the crc comparison, hence on every loaded byte, and
 prior loads is not made visible before them, so the writer (its data stores depend on its check of the
 markers) never overwrites a slot being copied.
 
-Waiting. Readers spin for ``spin_us``, then ``sched_yield`` until ``idle_ms`` pass without a message, then
-sleep ``sleep_us`` between polls, calling a liveness check at least every POLL_S; the writer's waits have the
-same shape and a timeout. Where runnable processes outnumber cores a yielding reader takes turns with the
-ranks that do the work (``results/cpu/CONTROL.md``): after LATE_YIELDS late yields in a row on a host whose
-runnable tasks fill this process's cores (``host_contended``), the yield phase sleeps CONTENDED_SLEEP_S per
-poll for RECHECK_S. With idle cores a late yield is more likely a thread of this process: keep yielding.
+Waiting (readers and the writer alike, the writer with a timeout): spin for ``spin_us``, then ``sched_yield``
+until ``idle_ms`` pass without a message, then sleep ``sleep_us`` between polls. After LATE_YIELDS late yields
+in a row on a host whose runnable tasks fill this process's cores (``host_contended``), yielding only takes
+turns with the ranks that do the work, so the yield phase sleeps CONTENDED_SLEEP_S per poll for RECHECK_S.
 """
 
 from __future__ import annotations
@@ -42,20 +39,19 @@ HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
 MARKERS_AT = 64
 CONTENDED_YIELD_S = 50e-6  # a sched_yield longer than this ran another task: the host has no idle core
-CONTENDED_SLEEP_S = 100e-6  # the yield phase's poll period on such a host (100 beat 20 us: CONTROL.md)
+CONTENDED_SLEEP_S = 100e-6  # the yield phase's poll period on such a host (results/cpu/CONTROL.md)
 LATE_YIELDS = 3  # this many late yields in a row make the verdict (one can be a stray thread on an idle host)
 RECHECK_S = 1.0  # how long the verdict stands before yielding is tried again
 
 
 def data_offset(num_readers: int) -> int:
-    """Byte offset of the first slot in the segment: the header and one 8-byte read marker per reader,
-    rounded up to a 64-byte cache line."""
+    """Byte offset of a slot's data: header and read markers, rounded up to a 64-byte cache line."""
     return (MARKERS_AT + 8 * num_readers + 63) // 64 * 64
 
 
 def check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, num_readers: int, owner: str) -> None:
-    """Raises ValueError (naming ``owner``'s option) for a ring that cannot hold a chunk or is too large, or a
-    readers' waiting policy (us, ms, us) that is not numbers >= 0."""
+    """Raises ValueError (naming ``owner``): a ring that cannot hold a chunk or is too large, or waits (us, ms,
+    us) that are not numbers >= 0."""
     for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
         check_int(f"{owner} option", key, value, 1)
     if slot_bytes <= data_offset(num_readers):
@@ -68,8 +64,7 @@ def check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, num_readers: int,
 
 
 def host_contended() -> bool:
-    """True when the host's runnable tasks (``/proc/loadavg``'s running count, this process included) are at
-    least the cores this process may run on; True also where that cannot be read (the late yields decide)."""
+    """Whether ``/proc/loadavg``'s runnable tasks are at least the cores this process may use (True: unreadable)."""
     try:
         with open("/proc/loadavg") as f:
             running = int(f.read().split()[3].split("/")[0])
@@ -80,8 +75,8 @@ def host_contended() -> bool:
 
 
 class Poller:
-    """Spin, then yield, then sleep: ``wait(ready)`` returns ``ready()``'s value once it is true, calling
-    ``check()`` every POLL_S and raising ``ControlPlaneError`` after ``timeout_s`` (None: wait forever)."""
+    """``wait(ready, ...)`` returns ``ready()``'s value once true, calling ``check()`` every POLL_S; raises
+    ControlPlaneError after ``timeout_s`` (s; None: no bound)."""
 
     def __init__(self, spin_us: float, idle_ms: float, sleep_us: float):
         self.spin_s, self.idle_s, self.sleep_s = spin_us / 1e6, idle_ms / 1e3, sleep_us / 1e6
@@ -113,7 +108,6 @@ class Poller:
                     raise ControlPlaneError(f"ring: timed out after {timeout_s:.0f} s waiting for {what}")
 
     def _yield(self) -> None:
-        """Give up the core once: ``sched_yield``, or a short sleep while the host is contended."""
         before = time.monotonic()
         if before < self.contended_until:
             time.sleep(CONTENDED_SLEEP_S)
@@ -127,7 +121,7 @@ class Poller:
 
 
 class RingWriter:
-    """The writer of a ring for ``num_readers``, in a new segment ``name`` of ``nslots * slot_bytes`` bytes."""
+    """The writer, in a new segment ``name`` of ``nslots * slot_bytes`` bytes."""
 
     def __init__(self, num_readers: int, nslots: int, slot_bytes: int, poll_args: tuple[float, float, float]):
         self.shm = create_segment(nslots * slot_bytes)
@@ -142,8 +136,7 @@ class RingWriter:
         return all(SEQ.unpack_from(buf, base + MARKERS_AT + 8 * r)[0] >= previous for r in range(self.num_readers))
 
     def write(self, payload: bytes, check, timeout_s: float) -> None:
-        """Publish ``payload`` (any size), waiting for readers to free slots (``check`` every POLL_S). Raises
-        ControlPlaneError: a slot stayed busy for ``timeout_s``, or from ``check``."""
+        """Publish ``payload``. Raises ControlPlaneError: a slot stayed busy for ``timeout_s``, or from ``check``."""
         total, view, buf = len(payload), memoryview(payload), self.shm.buf
         for offset in range(0, max(total, 1), self.capacity):  # an empty message is one empty chunk
             seq = self.next_seq
@@ -174,7 +167,6 @@ class RingReader:
         self.expected = 1
 
     def _read_chunk(self, base: int) -> tuple[int, int, bytes] | None:
-        """(total, offset, data) of the chunk in the slot at ``base``, or None while it is inconsistent."""
         buf = self.shm.buf
         seq, total, offset, n, crc = HEADER.unpack_from(buf, base)
         if seq != self.expected:
@@ -183,7 +175,7 @@ class RingReader:
         return (total, offset, data) if zlib.crc32(data) == crc else None
 
     def read(self, check) -> bytes:
-        """The next message, waiting without bound (``check`` every POLL_S; it raises to stop the wait)."""
+        """The next message, waiting without bound (``check`` raises to stop it)."""
         out = None
         while True:
             base = ((self.expected - 1) % self.nslots) * self.slot_bytes
