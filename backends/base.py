@@ -189,14 +189,11 @@ class WorkerEndpoint(ABC):
 
     @abstractmethod
     def _recv_bytes(self) -> bytes:
-        """Block (calling ``liveness_check`` every ``POLL_S``) until one whole message has arrived."""
+        """Block (calling ``liveness_check`` every POLL_S; without a bound, as an idle engine may send nothing for
+        long) until one whole message has arrived."""
 
     def close(self) -> None:
         """Detach from the transport. Idempotent."""
-
-    def _wait(self, ready: Callable[[float], bool]) -> None:
-        """``wait_until`` without a bound while the driver lives (an idle engine may send nothing for long)."""
-        wait_until(ready, self.liveness_check)
 
 
 def wait_until(ready: Callable[[float], Any], check: Callable[[], None], timeout_s: float | None = None,

@@ -1,11 +1,11 @@
 """``ideal``: the zero-transport baseline: every other plane's decode step minus ideal's is what it exposes.
 
-Two passes over the same requests. In the untimed recording pass messages travel over an ordinary plane
-(``inner``) and rank 0 records them; rank 0 then ships the recording to every worker, and in the timed pass
-sends nothing: each worker takes the next recorded message from memory, while rank 0 checks that every step
-equals the recorded one byte for byte (else :class:`ScheduleMismatch`). Messages outside a replay travel
-over the inner plane. The owner drives ``start_recording()``, the recording pass, ``stop_recording()``,
-``start_replay()``, the timed pass, ``finish_replay()``, with the engine reset (``LLM.reset()``) before each.
+In an untimed recording pass messages travel over an ordinary plane (``inner``) and rank 0 records them; it then
+ships the recording to every worker, and in the timed pass sends nothing: each worker takes the next recorded
+message from memory, while rank 0 checks that every step equals the recorded one byte for byte (else
+:class:`ScheduleMismatch`). Messages outside a replay travel over the inner plane. The owner calls
+``start_recording()``, the recording pass, ``stop_recording()``, ``start_replay()``, the timed pass,
+``finish_replay()``, with ``LLM.reset()`` before each pass.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class _WrapsInner:
 
 
 class IdealControlPlane(_WrapsInner, ControlPlane):
-    """Driver side. Args: see :class:`ControlPlane`; ``inner``: the plane that carries every message
-    outside a replay; ``inner_options``: its options. Raises ValueError: ``inner`` is ideal itself or unknown."""
+    """Driver side; ``inner``: the plane that carries every message outside a replay; ``inner_options``: its
+    options. Raises ValueError: ``inner`` is ideal itself or unknown."""
 
     name = "ideal"
 
@@ -94,8 +94,8 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
         return len(self._recorded or [])
 
     def start_replay(self) -> int:
-        """Ship the recording to the workers (over the inner plane; untimed); from now on :meth:`send`
-        checks each message against it and sends nothing. Returns the number of recorded messages."""
+        """Ship the recording to the workers; from now on :meth:`send` checks each message against it and sends
+        nothing. Returns the number of recorded messages."""
         if self._recorded is None:
             raise ControlPlaneError("ideal: start_replay() without a recording")
         recording, self._recorded = self._recorded, None
@@ -140,8 +140,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
 
 
 class IdealEndpoint(_WrapsInner, WorkerEndpoint):
-    """Worker side: the inner plane's endpoint, plus a queue of preloaded messages that ``recv`` takes
-    first (no transport: a replayed message has no one-way latency, and adds no receive sample)."""
+    """Worker side: the inner plane's endpoint, and preloaded messages ``recv`` takes first (no receive sample)."""
 
     def __init__(self, rank: int, inner: WorkerEndpoint):
         super().__init__(rank)

@@ -1,9 +1,7 @@
-"""``pipe``: one one-way multiprocessing Pipe per worker; the driver writes the message to each in turn.
-
-A pipe holds ~64 KiB, so a large message waits for the worker to drain it (part of this design's cost). The
-driver writes non-blocking, waiting with ``select`` in steps of POLL_S, so a dead worker (broken pipe) or one
-that stops reading (``timeout_s``) cannot block it forever. The framing is ``multiprocessing.Connection``'s.
-Once the workers start, the driver closes its copies of the read ends so that a dead reader breaks the pipe.
+"""``pipe``: one one-way multiprocessing Pipe per worker, written in turn (``multiprocessing.Connection``'s
+framing). A pipe holds ~64 KiB, so a large message waits for the worker to drain it. The driver writes
+non-blocking, waiting with ``select`` in steps of POLL_S, so a dead worker (broken pipe: the driver closes its
+copies of the read ends once the workers start) or one that stops reading (``timeout_s``) cannot block it forever.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import select
 import struct
 import time
 
-from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint, wait_until
 
 
 class PipeControlPlane(ControlPlane):
@@ -42,16 +40,14 @@ class PipeControlPlane(ControlPlane):
         while data:
             try:
                 data = data[os.write(fd, data):]
-                continue
-            except BlockingIOError:
-                pass
+            except BlockingIOError:  # the pipe is full
+                select.select([], [fd], [], POLL_S)
+                self.liveness_check()
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"pipe: rank {rank} read nothing for {self.timeout_s:.0f} s") from None
             except (BrokenPipeError, ConnectionResetError) as e:
                 self.liveness_check()
                 raise PeerGone(f"pipe to rank {rank} is broken: {e}") from None
-            select.select([], [fd], [], POLL_S)
-            self.liveness_check()
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"pipe: rank {rank} read nothing for {self.timeout_s:.0f} s")
 
     def _send_bytes(self, payload: bytes) -> None:
         n = len(payload)  # multiprocessing.Connection's header: 4-byte big-endian length, or -1 and 8 over 2 GiB
@@ -72,7 +68,7 @@ class PipeEndpoint(WorkerEndpoint):
     """Worker side of :class:`PipeControlPlane`: reads each message from its end ``conn`` of a one-way pipe."""
 
     def _recv_bytes(self) -> bytes:
-        self._wait(self.conn.poll)
+        wait_until(self.conn.poll, self.liveness_check)
         try:
             return self.conn.recv_bytes()
         except (EOFError, OSError) as e:

@@ -1,5 +1,5 @@
-"""``queue``: one multiprocessing Queue per worker. The driver's ``put`` hands the bytes to the queue's feeder
-thread and returns at once; the worker polls ``get`` with a short timeout so that it notices a dead driver."""
+"""``queue``: one multiprocessing Queue per worker. ``put`` hands the bytes to the queue's feeder thread and
+returns at once; the worker polls ``get`` every POLL_S so that it notices a dead driver."""
 
 from __future__ import annotations
 

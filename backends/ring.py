@@ -1,26 +1,36 @@
-"""``ring``: a lock-free ring of slots in one shared-memory segment, rank 0 writing, every worker polling
-(vLLM's design: ``ring_buffer.py``). The segment is found by name, so it works for the ranks of one host
-however they were started."""
+"""``ring``: a lock-free ring of slots in one shared-memory segment (``ring_buffer.py``), found by name: it works
+for the ranks of one host however they were started."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from common import check_int, is_number
+
 from .base import HOST, ControlPlane, WorkerEndpoint
-from .ring_buffer import RingReader, RingWriter, check_ring
+from .ring_buffer import RingReader, RingWriter, data_offset
+from .segments import MAX_SEGMENT_BYTES
 
 
 class RingControlPlane(ControlPlane):
-    """Driver side. Args: see :class:`ControlPlane`; ``nslots`` / ``slot_bytes``: ring geometry (slot_bytes
-    includes the slot header); ``spin_us`` / ``idle_ms`` / ``sleep_us``: the readers' waiting policy
-    (``ring_buffer.py``). Raises ValueError: a bad option."""
+    """Driver side; ``nslots`` / ``slot_bytes``: ring geometry (slot_bytes includes the slot header); ``spin_us`` /
+    ``idle_ms`` / ``sleep_us``: the readers' waits (``ring_buffer.py``). Raises ValueError: a bad option."""
 
     name = "ring"
     scope = HOST
 
     @classmethod
     def check_options(cls, world_size: int, nslots, slot_bytes, spin_us, idle_ms, sleep_us) -> None:
-        check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, world_size - 1, cls.name)
+        owner, num_readers = cls.name, world_size - 1
+        for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
+            check_int(f"{owner} option", key, value, 1)
+        if slot_bytes <= data_offset(num_readers):
+            raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
+        if nslots * slot_bytes > MAX_SEGMENT_BYTES:
+            raise ValueError(f"{owner}: a ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
+        for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
+            if not is_number(value) or value < 0:
+                raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):

@@ -30,10 +30,8 @@ import time
 import zlib
 from functools import partial
 
-from common import check_int, is_number
-
 from .base import POLL_S, ControlPlaneError
-from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, release_segment
+from .segments import attach_segment, create_segment, release_segment
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -47,20 +45,6 @@ RECHECK_S = 1.0  # how long the verdict stands before yielding is tried again
 def data_offset(num_readers: int) -> int:
     """Byte offset of a slot's data: header and read markers, rounded up to a 64-byte cache line."""
     return (MARKERS_AT + 8 * num_readers + 63) // 64 * 64
-
-
-def check_ring(nslots, slot_bytes, spin_us, idle_ms, sleep_us, num_readers: int, owner: str) -> None:
-    """Raises ValueError (naming ``owner``): a ring that cannot hold a chunk or is too large, or waits (us, ms,
-    us) that are not numbers >= 0."""
-    for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
-        check_int(f"{owner} option", key, value, 1)
-    if slot_bytes <= data_offset(num_readers):
-        raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
-    if nslots * slot_bytes > MAX_SEGMENT_BYTES:
-        raise ValueError(f"{owner}: a ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
-    for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
-        if not is_number(value) or value < 0:
-            raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
 
 
 def host_contended() -> bool:

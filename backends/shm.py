@@ -1,9 +1,8 @@
 """``shm``: one SharedMemory segment plus, per worker, a "ready" and an "ack" semaphore (nano-vllm's design).
 
-Every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before writing again; a
-message larger than the segment goes as consecutive chunks. The signals are semaphores, not ``Event``, whose
-``set()`` waits without a timeout for every process asleep in ``wait()``: a worker stopped there would block
-rank 0 forever (``release()`` never blocks; every ``acquire`` here has a timeout and a liveness check).
+Every worker acknowledges each chunk after copying it out, and rank 0 waits for all acks before writing the next;
+a message larger than the segment goes as consecutive chunks. Semaphores, not ``Event``, whose ``set()`` waits
+without a timeout for every process in ``wait()``: ``release()`` never blocks, every ``acquire`` here times out.
 
 Segment layout: total message length, chunk offset, chunk length (little-endian u64), data from byte 64.
 """
@@ -15,7 +14,7 @@ import struct
 
 from common import check_int
 
-from .base import ControlPlane, WorkerEndpoint
+from .base import ControlPlane, WorkerEndpoint, wait_until
 from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, register_semaphores, release_segment
 
 HEADER = struct.Struct("<QQQ")
@@ -70,9 +69,7 @@ class ShmEndpoint(WorkerEndpoint):
 
     def __init__(self, rank: int, segment_name: str, ready, ack):
         super().__init__(rank)
-        self.segment_name = segment_name
-        self.ready, self.ack = ready, ack
-        self.shm = None
+        self.segment_name, self.ready, self.ack, self.shm = segment_name, ready, ack, None
 
     def open(self, store=None) -> None:
         self.shm = attach_segment(self.segment_name)
@@ -80,7 +77,7 @@ class ShmEndpoint(WorkerEndpoint):
     def _recv_bytes(self) -> bytes:
         buf, out = self.shm.buf, None
         while True:
-            self._wait(lambda t: self.ready.acquire(True, t))
+            wait_until(lambda t: self.ready.acquire(True, t), self.liveness_check)
             total, offset, n = HEADER.unpack_from(buf, 0)
             if out is None:
                 if offset == 0 and n == total:  # the common case: one chunk, one copy

@@ -80,7 +80,7 @@ class ZmqEndpoint(WorkerEndpoint):
         self.sock.connect(f"tcp://{self.host}:{self.port}")
 
     def _recv_bytes(self) -> bytes:
-        self._wait(lambda t: self.sock.poll(int(t * 1000), zmq.POLLIN))
+        wait_until(lambda t: self.sock.poll(int(t * 1000), zmq.POLLIN), self.liveness_check)
         try:
             return self.sock.recv(copy=True)
         except zmq.ZMQError as e:
