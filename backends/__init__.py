@@ -1,5 +1,4 @@
-"""Control-plane backends, found by name: ``backends/<name>.py`` defines ``CONTROL_PLANE``, a
-:class:`backends.base.ControlPlane` subclass. Adding a backend is one file here (plus its Hydra yaml)."""
+"""Control-plane backends, found by name: ``backends/<name>.py`` defines ``CONTROL_PLANE``, a ControlPlane."""
 
 from __future__ import annotations
 

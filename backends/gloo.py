@@ -100,36 +100,31 @@ class GlooEndpoint(WorkerEndpoint):
         self.store = self.pg = None
 
     def open(self, store=None) -> None:
-        from torch.distributed import PrefixStore, ProcessGroupGloo
-
-        if self.port is not None:
-            store = self._connect()
-        self.store = store
-        self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
-
-    def _connect(self):
-        """A client of rank 0's own TCPStore, its port probed first (TCPStore would retry a dead driver's port for
-        its whole timeout). Raises PeerGone (from the check); ControlPlaneError: no answer in ``join_timeout_s``."""
+        """Without the run's store, rank 0's own TCPStore's port is probed first, ``liveness_check`` between tries
+        (TCPStore would retry a dead driver's port for its whole timeout). Raises PeerGone (from the check);
+        ControlPlaneError: no answer in ``join_timeout_s``."""
         import socket
         import time
 
-        from torch.distributed import TCPStore
+        from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
 
         deadline = time.monotonic() + self.join_timeout_s
-        while True:
+        while self.port is not None:
             try:
                 socket.create_connection((self.host, self.port), timeout=CONNECT_TRY_S).close()
-                break
             except OSError as e:
                 self.liveness_check()
                 if time.monotonic() > deadline:
                     raise ControlPlaneError(f"gloo: rank {self.rank} could not reach rank 0's store at {self.host}:"
                                             f"{self.port} in {self.join_timeout_s:.0f} s ({e.strerror or e})") from None
                 time.sleep(POLL_S)
-        store = TCPStore(self.host, self.port, self.world_size, is_master=False,
-                         timeout=timedelta(seconds=self.join_timeout_s))
-        store.set_timeout(WORKER_WAIT)
-        return store
+                continue
+            store = TCPStore(self.host, self.port, self.world_size, is_master=False,
+                             timeout=timedelta(seconds=self.join_timeout_s))
+            store.set_timeout(WORKER_WAIT)
+            break
+        self.store = store
+        self.pg = ProcessGroupGloo(PrefixStore(PREFIX, store), self.rank, self.world_size, WORKER_WAIT)
 
     def _recv_bytes(self) -> bytes:
         import torch

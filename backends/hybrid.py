@@ -1,9 +1,8 @@
 """``hybrid``: a shared-memory ring inside each node, and one network hop (zmq) per other node.
 
 Rank 0 writes each message into its node's ring and pushes it over zmq to the leader (lowest rank) of every
-other node, which republishes the bytes into its own node's ring (its name goes to the node's ranks through
-the run's store). So the network carries one copy per node. A follower's one-way latency includes the hop and
-the republish. Nodes come from the context's ``node_of``; on one node this is a plain ring (``ring_buffer.py``).
+other node, which republishes it into its own node's ring (named to the node's ranks through the run's store):
+the network carries one copy per node. Nodes come from the context's ``node_of``; on one node this is a ring.
 """
 
 from __future__ import annotations
@@ -36,9 +35,7 @@ class HybridControlPlane(RingControlPlane, ZmqControlPlane):
                  context=None):
         ControlPlane.__init__(self, world_size, timeout_s, context)
         self.node_of = list(self.context.node_of) or [0] * world_size
-        self.groups: dict[int, list[int]] = {}
-        for rank, node in enumerate(self.node_of):
-            self.groups.setdefault(node, []).append(rank)
+        self.groups = {node: [r for r, n in enumerate(self.node_of) if n == node] for node in self.node_of}
         if len(self.groups) > 1 and self.context.store is None:
             raise ValueError("hybrid across nodes needs the run's store in its context")
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)

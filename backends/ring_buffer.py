@@ -1,5 +1,4 @@
-"""A lock-free ring of slots in one shared-memory segment: one writer, ``num_readers`` polling readers (vLLM's
-shm_broadcast design), for ``ring`` and ``hybrid``.
+"""A lock-free ring of slots in one shared-memory segment, one writer, polling readers (vLLM's shm_broadcast).
 
 Layout: ``nslots`` slots of ``slot_bytes``. Slot header (little-endian u64 unless said): ``seq`` (the "written"
 marker: the chunk number it holds, 1, 2, 3, ...), total message length, chunk offset, chunk length, crc32 of the
