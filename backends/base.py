@@ -87,9 +87,7 @@ class ControlPlane(ABC):
     scope = SPAWN  # SPAWN, HOST or NETWORK: where this plane works
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
-        self.world_size = world_size
-        self.num_workers = world_size - 1
-        self.timeout_s = timeout_s
+        self.world_size, self.num_workers, self.timeout_s = world_size, world_size - 1, timeout_s
         self.context = context or ControlContext(node_of=(0,) * world_size)
         self.liveness_check: Callable[[], None] = _no_check
         self.send_stats = ControlStats()  # per send: the message size (bytes), serialise + write (ns)
@@ -105,8 +103,7 @@ class ControlPlane(ABC):
         """Raises ValueError for an option value this plane refuses (``options``: all of them, by name)."""
 
     def send(self, method: str, *args: Any) -> int:
-        """Broadcast ``method(*args)``; returns the message size (bytes). Raises ControlPlaneError: not taken in
-        time, or from the liveness check."""
+        """Broadcast ``method(*args)``; returns its size (bytes). Raises ControlPlaneError (timeout, liveness)."""
         if not self.num_workers:  # tp=1: there is nobody to tell
             self.send_stats.add(0, 0)
             return 0
@@ -142,8 +139,7 @@ class ControlPlane(ABC):
         """Called once the workers hold their endpoints."""
 
     def wait_ready(self) -> None:
-        """Block (at most ``startup_timeout_s``) until the workers have joined a plane that connects. Raises
-        ControlPlaneError: not in time."""
+        """Block until the workers have joined a plane that connects; ControlPlaneError after ``startup_timeout_s``."""
 
     def close(self) -> None:
         """Release what the driver owns. Idempotent."""
@@ -175,8 +171,7 @@ class WorkerEndpoint(ABC):
         return stats
 
     def recv(self) -> tuple[str, tuple]:
-        """Block until the next message; returns ``(method, args)``. Raises PeerGone / ControlPlaneError: from
-        the liveness check."""
+        """The next message's ``(method, args)``. Raises PeerGone / ControlPlaneError: from the liveness check."""
         payload = self._recv_bytes()
         send_ns, method, args = pickle.loads(payload)
         self.last_send_ns = send_ns

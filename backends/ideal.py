@@ -16,6 +16,7 @@ from collections import deque
 from .base import ControlPlane, ControlPlaneError, WorkerEndpoint
 
 REPLAY = "control_replay"  # inner-plane message carrying the recording to the workers
+NO_BASELINE = "the schedule did not reproduce, so this run has no zero-transport baseline"
 
 
 class ScheduleMismatch(ControlPlaneError):
@@ -106,10 +107,9 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
     def finish_replay(self) -> None:
         """End the replay. Raises :class:`ScheduleMismatch` when fewer steps ran than were recorded."""
         expected, self._expected = self._expected, None
-        if expected is not None and self._replayed != len(expected):
-            raise ScheduleMismatch(f"ideal: the timed pass sent {self._replayed} messages where the recording has "
-                                   f"{len(expected)} (the next was {_describe(expected[self._replayed])}): the "
-                                   f"schedule did not reproduce, so this run has no zero-transport baseline")
+        if expected is not None and (i := self._replayed) != len(expected):
+            raise ScheduleMismatch(f"ideal: the timed pass sent {i} messages where the recording has {len(expected)} "
+                                   f"(the next was {_describe(expected[i])}): {NO_BASELINE}")
 
     def send(self, method: str, *args) -> int:
         if self._expected is None:
@@ -124,8 +124,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
         if i >= len(self._expected) or self._expected[i] != (method, args):
             want = _describe(self._expected[i]) if i < len(self._expected) else "nothing (the recording ended)"
             raise ScheduleMismatch(f"ideal: step {i} of the timed pass is {_describe((method, args))} where the "
-                                   f"recording has {want}: the schedule did not reproduce, so this run has no "
-                                   f"zero-transport baseline")
+                                   f"recording has {want}: {NO_BASELINE}")
         self._replayed += 1
         n = sum(len(a) for a in args if isinstance(a, (bytes, bytearray)))
         self.send_stats.add(n, time.monotonic_ns() - t0)
@@ -144,8 +143,7 @@ class IdealEndpoint(_WrapsInner, WorkerEndpoint):
 
     def __init__(self, rank: int, inner: WorkerEndpoint):
         super().__init__(rank)
-        self.inner = inner
-        self.preloaded: deque = deque()
+        self.inner, self.preloaded = inner, deque()
 
     def open(self, store=None) -> None:
         self.inner.open(store)

@@ -64,8 +64,7 @@ class RingEndpoint(WorkerEndpoint):
                  key: str | None = None, timeout_s: float = 60.0):
         super().__init__(rank)
         self.segment, self.geometry = segment, (num_readers, index, *ring_args)
-        self.key, self.timeout_s = key, timeout_s
-        self.reader = None
+        self.key, self.timeout_s, self.reader = key, timeout_s, None
 
     def open(self, store=None) -> None:
         if self.key is not None:

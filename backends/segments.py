@@ -94,8 +94,7 @@ def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
 
 
 def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:
-    """``SharedMemory(name, create, size)`` kept out of the resource tracker. Raises FileNotFoundError /
-    FileExistsError."""
+    """``SharedMemory(name, create, size)`` kept out of the resource tracker (raising as SharedMemory does)."""
     try:
         return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
     except TypeError:  # Python < 3.13: no track argument; the tracker registered it (created or attached)
@@ -122,6 +121,5 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:
-    """Open another process's segment ``name``, untracked (the tracker would unlink it at exit). Raises
-    FileNotFoundError: no such segment on this host."""
+    """Another process's segment ``name``, untracked. Raises FileNotFoundError: no such segment on this host."""
     return _untracked(name, create=False)

@@ -14,8 +14,7 @@ from .base import NETWORK, ControlPlane, ControlPlaneError, PeerGone, WorkerEndp
 
 
 class ZmqControlPlane(ControlPlane):
-    """Driver side. Args: see :class:`ControlPlane`; ``hwm``: messages a worker's queue holds before rank 0's
-    send waits. Raises ValueError: a bad option."""
+    """Driver side; ``hwm``: messages a worker's queue holds before the send waits. Raises ValueError: bad hwm."""
 
     name = "zmq"
     scope = NETWORK
