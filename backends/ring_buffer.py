@@ -165,7 +165,7 @@ class RingReader:
             total, offset, data = self.poller.wait(partial(self._read_chunk, base), check, None, "a message")
             SEQ.pack_into(self.shm.buf, base + MARKERS_AT + 8 * self.index, self.expected)
             self.expected += 1
-            if out is None and offset == 0 and len(data) == total:
+            if len(data) == total:  # the whole message in one chunk
                 return data
             if out is None:
                 out = bytearray(total)

@@ -79,11 +79,11 @@ class ShmEndpoint(WorkerEndpoint):
         while True:
             wait_until(lambda t: self.ready.acquire(True, t), self.liveness_check)
             total, offset, n = HEADER.unpack_from(buf, 0)
+            if n == total:  # the common case, the whole message in one chunk: one copy
+                data = bytes(buf[DATA_OFFSET:DATA_OFFSET + n])
+                self.ack.release()
+                return data
             if out is None:
-                if offset == 0 and n == total:  # the common case: one chunk, one copy
-                    data = bytes(buf[DATA_OFFSET:DATA_OFFSET + n])
-                    self.ack.release()
-                    return data
                 out = bytearray(total)
             out[offset:offset + n] = buf[DATA_OFFSET:DATA_OFFSET + n]
             self.ack.release()
