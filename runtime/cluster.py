@@ -1,5 +1,4 @@
-"""Rank 0's side of a run, whatever the workers' body (the engine's, ``workload=broadcast``'s): the control plane
-for where the ranks run, the body started on every other rank, commands, blame, statistics and close."""
+"""Rank 0's side of a run, whatever the workers' body: control plane, workers, commands, blame, statistics."""
 
 from __future__ import annotations
 
@@ -36,10 +35,9 @@ def make_control_plane(name: str, options: dict, world_size: int, timeout_s: flo
 
 
 class Cluster:
-    """Rank 0 and ranks 1..world_size-1 (spawned by :meth:`start`, or started by torchrun: ``launch``) over the
-    plane ``control`` with ``options``: ``self.group`` (a :class:`WorkerGroup`) and ``self.control``;
-    ``teardown()``: rank 0's part of the body, for :meth:`close` (its errors ignored). Raises ConfigError
-    (torchrun's waiting ranks are told; they exit with code 2), TimeoutError / WorkerError (a rank failed)."""
+    """Rank 0 and ranks 1..world_size-1 (spawned, or started by torchrun: ``launch``) over the plane ``control``;
+    ``teardown()``: rank 0's part of the body, for :meth:`close`. Raises ConfigError (torchrun's waiting ranks
+    are told; they exit with code 2), TimeoutError / WorkerError (a rank failed)."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None,
                  control: str, options: dict, teardown=None):

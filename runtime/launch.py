@@ -1,12 +1,7 @@
-"""How the ranks of a run come to exist, and where they are. Two launchers, one worker lifecycle
-(``worker_group.py`` on rank 0, ``worker.py`` on the others):
-
-* ``spawn`` (one host): rank 0 hosts a TCPStore on a port the OS picks and spawns ranks 1..tp-1.
-* ``torchrun`` (one host or several): torchrun's agent starts every rank with RANK, WORLD_SIZE, LOCAL_RANK,
-  MASTER_ADDR and MASTER_PORT set; the store comes from the ``env://`` rendezvous, every key of a run under
-  a namespace of its own. The agent (``--max-restarts=0``) stops its node's processes when one fails; the
-  lifelines (``lifeline.py``) cover ranks on other nodes and rank 0's death.
-"""
+"""How the ranks of a run come to exist, and where they are. ``spawn`` (one host): rank 0 hosts a TCPStore on a
+port the OS picks and spawns ranks 1..tp-1. ``torchrun``: its agent starts every rank (``TORCHRUN_VARS`` set); the
+store comes from the ``env://`` rendezvous, a run's keys under a namespace of their own. The agent
+(``--max-restarts=0``) stops its node's processes when one fails; the lifelines cover other nodes and rank 0."""
 
 from __future__ import annotations
 
@@ -40,9 +35,9 @@ class Launch:
     @classmethod
     def from_env(cls) -> Launch | None:
         """The torchrun launch described by the environment, or None when torchrun's variables are not set."""
-        if not all(os.environ.get(v) for v in TORCHRUN_VARS):
-            return None
         env = os.environ
+        if not all(env.get(v) for v in TORCHRUN_VARS):
+            return None
         return cls("torchrun", int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]),
                    int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), env["MASTER_ADDR"],
                    env.get("TORCHELASTIC_RUN_ID", "none"))
@@ -52,8 +47,7 @@ _runs_in_process = 0  # engines started in this process: every rank of a sweep c
 
 
 def torchrun_store(launch: Launch, timeout_s: float) -> Store:
-    """The env:// rendezvous store, under a namespace of this run and of this engine (a sweep starts one
-    engine per job, on every rank in the same order)."""
+    """The env:// rendezvous store, under a namespace of this run and of this engine (one per job of a sweep)."""
     import torch.distributed as dist
 
     global _runs_in_process
@@ -63,10 +57,9 @@ def torchrun_store(launch: Launch, timeout_s: float) -> Store:
 
 
 def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, check=lambda: None) -> list[int]:
-    """Which ranks share a node (/dev/shm), found by shared memory rather than host names: every rank (each
-    calls this) creates a small segment, publishes its name, and tries to open every other rank's. Returns
-    ``node_of``, the same on every rank (rank 0's node is 0, the others numbered by their lowest rank).
-    Raises TimeoutError: a rank did not take part within ``timeout_s``; or whatever ``check`` raises."""
+    """Which ranks share a node: every rank creates a small /dev/shm segment, publishes its name and tries to
+    open every other rank's. Returns ``node_of``, the same on every rank (rank 0's node is 0, the others numbered
+    by their lowest rank). Raises TimeoutError: a rank did not take part in ``timeout_s``; or what ``check`` does."""
     mine = create_segment(64)
     try:
         store.set(f"probe/name/{rank}", mine.name)
@@ -89,8 +82,8 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
 
 
 def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None) -> list[bytes]:
-    """The values of ``keys``, waiting for them (``wait_until``, calling ``check``) for at most ``timeout_s``.
-    Raises TimeoutError: a key did not appear in time; or whatever ``check`` raises."""
+    """The values of ``keys``, waited for (``wait_until``). Raises TimeoutError: not all within ``timeout_s``;
+    or what ``check`` raises."""
 
     def timed_out():
         missing = [k for k in keys if not store.check([k])]

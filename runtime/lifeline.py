@@ -1,14 +1,8 @@
-"""Lifelines: one TCP connection from every worker to rank 0, for the whole run, under both launchers.
-
-* Death, both ways, wherever the other side is blocked: the kernel closes a dead process's sockets, so end of
-  file on rank 0's reading thread means that rank is gone, and a worker's watch thread calls ``os._exit`` as
-  soon as rank 0's end closes. TCP keepalive (2 s idle, every 1 s, 3 misses) covers a host that vanishes.
-* Reports: a worker's traceback when it fails and its control-plane samples when asked (framed pickles).
-* Stalls: a worker sends a heartbeat every ``BEAT_S``; one stopped (SIGSTOP) or stuck holding the GIL sends
-  none while its socket stays open, so a collective that timed out on a healthy rank is blamed on it.
-* Clocks: a remote worker's clock offset is its time minus the midpoint of the fastest of ``PINGS`` round
-  trips, uncertain by half of it (Cristian 1989).
-"""
+"""Lifelines: one TCP connection from every worker to rank 0 for the whole run. End of file is the other side's
+death (the kernel closes a dead process's sockets; keepalive covers a vanished host). Workers send framed
+pickles: a traceback, control-plane samples, a heartbeat every ``BEAT_S`` (none from a stopped rank or one
+holding the GIL: stalled). A remote clock's offset is its time minus the midpoint of the fastest of ``PINGS``
+round trips, uncertain by half of it (Cristian 1989)."""
 
 from __future__ import annotations
 

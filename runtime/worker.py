@@ -1,6 +1,5 @@
-"""A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the
-node probe and its control-plane end), then run a body, which runs rank 0's commands in ``command_loop``
-(the engine's in ``engine/model_worker.py``; ``workload=broadcast``'s)."""
+"""A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the node
+probe and its control-plane end), then run a body, which runs rank 0's commands in ``command_loop``."""
 
 from __future__ import annotations
 
@@ -50,11 +49,10 @@ class Joined:
 
 
 def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
-    """Join the run (``boot``; ``endpoint`` when spawned, else, with ``launch`` (torchrun), through the store),
-    then run ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the
-    body's, 1 when anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0
-    refused to start the run. A spawned worker watches its parent from its first instruction, and every
-    worker its lifeline once connected, so it leaves when rank 0 dies, wherever it is blocked."""
+    """Join the run (``boot``; ``endpoint`` when spawned, else through the store of ``launch``), then run
+    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1 when
+    anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused the run. A
+    spawned worker watches its parent from its first instruction, every worker its lifeline once connected."""
     spawned = launch is None
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
@@ -109,8 +107,7 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
 
 def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
     """Rank 0's commands until EXIT (returns 0). ``REPORT`` sends rank 0 this worker's control-plane samples
-    since the last (not its own) and ``report()``'s entries; any other command goes to ``handle(method, args)``,
-    and what it raises ends the loop (``worker_entry`` reports it)."""
+    since the last (not its own) and ``report()``'s entries; any other goes to ``handle(method, args)``."""
     while True:
         method, args = endpoint.recv()
         if method == EXIT:
@@ -129,8 +126,7 @@ def _remove_dead_drivers_segments() -> None:
 
 
 def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
-    """(torchrun) This worker's control-plane end, published by rank 0; None (after printing rank 0's one
-    line) when rank 0 refused to start the run."""
+    """(torchrun) This worker's control-plane end, published by rank 0; None (rank 0's line printed) when refused."""
 
     def refused() -> None:
         if store.check(["abort"]):
