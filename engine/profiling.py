@@ -1,9 +1,6 @@
-"""``profile=torch``: a Chrome trace per rank of a window of a pass's steps (torch.profiler), and NVTX ranges
-on CUDA for each step's phases (Nsight Systems). ``LLM.start_profile`` arms every rank before a pass,
-``LLM.finish_profile`` ends it; in between each rank counts its ``run`` steps from 0, records the
-``profile_steps`` window and writes ``<prefix>_rank<k>.json``. NVTX ranges: rank 0 ``send``, ``step launch``,
-``step end``; workers ``recv``, ``step launch`` and a ``step end`` mark.
-"""
+"""``profile=torch``: a Chrome trace per rank of the ``profile_steps`` window of a pass (``LLM.start_profile`` to
+``LLM.finish_profile``; steps counted from 0), and on CUDA NVTX ranges: rank 0 ``send``, ``step launch``, ``step
+end``; workers ``recv``, ``step launch`` and a ``step end`` mark."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ PROFILE = "profile"  # control message: ("arm", prefix) before a pass, ("finish"
 
 def profile_problem(profile) -> str | None:
     """Why ``profile`` is not a profiling mode, or None when it is one."""
-    if profile in PROFILE_MODES:
-        return None
-    return f"profile must be one of {', '.join(PROFILE_MODES)}, got {'' if profile is None else str(profile)!r}"
+    return None if profile in PROFILE_MODES else (f"profile must be one of {', '.join(PROFILE_MODES)}, got "
+                                                  f"{'' if profile is None else str(profile)!r}")
 
 
 def parse_window(profile_steps) -> tuple[int, int] | None:
@@ -47,28 +43,23 @@ def trace_path(prefix: str, rank: int) -> str:
 
 
 class StepProfiler:
-    """One rank's profiling for ``profile=torch``: ``window`` (first, last) steps to record (``parse_window``;
-    None: all), CUDA activity and NVTX ranges when ``device`` is "cuda". ``prefix`` / ``path``: the armed
-    pass's (None: not armed); ``step``: its ``run`` steps so far; ``prof``: its torch.profiler once started."""
+    """One rank's profiling: ``window`` (first, last) steps to record (None: all), CUDA activity and NVTX ranges
+    on "cuda". ``prefix`` / ``path``: the armed pass's (None: not armed); ``step``: its ``run`` steps so far."""
 
     def __init__(self, window: tuple[int, int] | None, rank: int, device: str):
         self.first, self.last = window if window is not None else (0, sys.maxsize)
         self.rank, self.cuda = rank, device == "cuda"
-        self.prefix: str | None = None
-        self.path: str | None = None
-        self.step = 0
-        self.prof = None
-        self.recording = False
+        self.prefix = self.path = self.prof = None
+        self.step, self.recording = 0, False
 
     def arm(self, prefix: str) -> None:
-        """Count the coming pass's steps from 0 and record the window into ``trace_path(prefix, rank)``,
-        dropping a previous pass's recording still open."""
+        """Count the coming pass's steps from 0, to record the window into ``trace_path(prefix, rank)``."""
         self._stop()
         self.prefix, self.path, self.step, self.prof = prefix, trace_path(prefix, self.rank), 0, None
 
     def before_step(self) -> None:
-        """Before step ``self.step``'s ``run()``: start recording at the window's first step, mark each later
-        one (``ProfilerStep#<step>`` spans one launch to the next), stop after the last."""
+        """Before step ``self.step``'s ``run()``: start recording at the window's first, mark each later one
+        (``ProfilerStep#<step>``), stop after the last."""
         if self.path is None:
             return
         if self.step == self.first:
@@ -79,8 +70,8 @@ class StepProfiler:
             self._stop()
 
     def finish(self) -> str | None:
-        """End the armed pass: stop recording and write the trace. Returns its path, or None when the pass never
-        reached the window or the file cannot be written (one line on stderr: the run goes on)."""
+        """End the armed pass, writing the trace. Returns its path; None: no step recorded, or the file cannot be
+        written (one line on stderr: the run goes on)."""
         path, prof = self.path, self.prof
         self.close()
         if path is None or prof is None:
@@ -99,8 +90,7 @@ class StepProfiler:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        # acc_events: one cycle from start() to stop(); without it torch warns on CUDA that cycles clear events.
-        # A schedule (record every step) makes it label steps ``ProfilerStep#<n>``.
+        # acc_events: one cycle from start() to stop() (else torch warns on CUDA); the schedule labels the steps.
         self.prof = torch.profiler.profile(activities=activities, acc_events=True,
                                            schedule=lambda step: torch.profiler.ProfilerAction.RECORD)
         self.prof.step_num = self.first  # ProfilerStep#<n> carries the pass's own step numbers
@@ -117,15 +107,10 @@ class StepProfiler:
         """An NVTX range ``name`` (CUDA), and inside the window a label of the same name in the trace."""
         import torch
 
+        nvtx = torch.cuda.nvtx.range(name) if self.cuda else contextlib.nullcontext()
         label = torch.profiler.record_function(name) if self.recording else contextlib.nullcontext()
-        if self.cuda:
-            torch.cuda.nvtx.range_push(name)
-        try:
-            with label:
-                yield
-        finally:
-            if self.cuda:
-                torch.cuda.nvtx.range_pop()
+        with nvtx, label:
+            yield
 
     def mark(self, name: str) -> None:
         """An NVTX mark ``name`` (an instant; CUDA only)."""
@@ -142,14 +127,12 @@ class StepProfiler:
 
 def make_profiler(config, rank: int) -> StepProfiler | None:
     """This rank's :class:`StepProfiler` for ``config`` (an ``EngineConfig``), None when ``profile`` is none."""
-    if config.profile == "none":
-        return None
-    return StepProfiler(parse_window(config.profile_steps), rank, config.device)
+    return None if config.profile == "none" else StepProfiler(parse_window(config.profile_steps), rank, config.device)
 
 
 class ProfiledRunner:
-    """A ``ModelRunner`` whose ``run()`` steps ``profiler`` counts and records (a ``step launch`` range, then
-    a ``step end`` mark with ``end_mark``); every other attribute is the runner's."""
+    """A ``ModelRunner`` whose ``run()`` steps ``profiler`` counts and records (a ``step launch`` range, then a
+    ``step end`` mark with ``end_mark``)."""
 
     def __init__(self, runner, profiler: StepProfiler, end_mark: bool):
         self._runner, self._profiler, self._end_mark = runner, profiler, end_mark
@@ -170,7 +153,7 @@ class ProfiledRunner:
 
 class ProfiledEndpoint:
     """A worker's control-plane end whose ``recv()`` waits in a ``recv`` range and carries out ``PROFILE``
-    messages itself (the command loop never sees them); every other attribute is the endpoint's."""
+    messages itself (the command loop never sees them)."""
 
     def __init__(self, endpoint, profiler: StepProfiler):
         self._endpoint, self._profiler = endpoint, profiler

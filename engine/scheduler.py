@@ -11,24 +11,17 @@ from .sequence import Sequence, SequenceStatus
 
 
 class Scheduler:
-    """Chooses each step's batch: a prefill of the waiting sequences that fit in ``max_num_batched_tokens``
-    and the free KV blocks (at most ``max_num_seqs`` running) or, when none can, a decode of every running
-    sequence. A decode out of blocks preempts the most recently started sequence: its blocks are freed and it
-    goes back to the front of the queue, to be recomputed.
-
-    A step's life: :meth:`schedule`, launch, :meth:`on_launch` (one placeholder token per sequence),
-    :meth:`postprocess` (the sampled tokens written in). Async scheduling schedules the next step between
-    the last two, so a sequence may be one placeholder ahead; one whose placeholder reaches ``max_tokens`` or
-    ``max_model_len`` waits in ``finishing`` (keeping its blocks) until its step finishes.
-    """
+    """Each step's batch: a prefill of the waiting sequences that fit in ``max_num_batched_tokens`` and the free
+    KV blocks (at most ``max_num_seqs`` running), else a decode of every running sequence; a decode out of blocks
+    preempts the latest started one (recomputed later). A step: :meth:`schedule`, launch, :meth:`on_launch` (a
+    placeholder token each), :meth:`postprocess` (the sampled tokens). Async scheduling schedules the next step
+    between the last two; a sequence whose placeholder reaches ``max_tokens`` or ``max_model_len`` waits in
+    ``finishing`` (keeping its blocks) until its step finishes."""
 
     def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  block_manager: BlockManager, eos_token_ids: frozenset[int] = frozenset()):
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_model_len = max_model_len
-        self.block_manager = block_manager
-        self.eos_token_ids = eos_token_ids
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.max_model_len, self.block_manager, self.eos_token_ids = max_model_len, block_manager, eos_token_ids
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
         self.finishing: set[Sequence] = set()
@@ -41,9 +34,8 @@ class Scheduler:
         return not self.waiting and not self.running and not self.finishing
 
     def schedule(self) -> tuple[list[Sequence], bool]:
-        """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes
-        (or right after preempting the only running sequence: the next call prefills it). Every request fits
-        the KV cache alone (``LLM._check_requests``)."""
+        """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes (or
+        right after preempting the only running sequence: the next call prefills it)."""
         scheduled, num_tokens = [], 0
         while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]
@@ -79,8 +71,7 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def on_launch(self, seqs: list[Sequence]) -> list[int]:
-        """The step over ``seqs`` was launched: append to each the placeholder of its row's token; returns
-        their positions (for :meth:`postprocess`)."""
+        """The step over ``seqs`` was launched: append each row's placeholder; returns their positions."""
         positions = []
         for row, seq in enumerate(seqs):
             positions.append(seq.append_placeholder(row))
@@ -92,9 +83,8 @@ class Scheduler:
     def postprocess(self, seqs: list[Sequence], positions: list[int], token_ids: list[int],
                     now_s: float) -> list[Sequence]:
         """A launched step finished: write its sampled ``token_ids`` over the placeholders at ``positions``;
-        finish sequences at an EOS id (unless ignore_eos), max_tokens or max_model_len, and return them. A row
-        of a sequence that finished at EOS in an earlier step (scheduled once more before that was known) is
-        dropped."""
+        finish sequences at an EOS id (unless ignore_eos), max_tokens or max_model_len, and return them. The row
+        of a sequence already finished (at EOS, scheduled once more before that was known) is dropped."""
         finished = []
         for seq, pos, token_id in zip(seqs, positions, token_ids, strict=True):
             if seq.status == SequenceStatus.FINISHED:
@@ -125,14 +115,12 @@ class Scheduler:
 
 
 class Arrivals:
-    """Requests added but not yet admitted, in arrival order (ties: the order added): each waits until its
-    arrival time, then goes to the scheduler at the next step boundary. ``log[n]``: (requests admitted when the
-    engine launched step ``n``, whether the last of them while idle), for this pass. ``plan``: a log to follow
-    (None: admit by arrival time alone). Under a plan (``control=ideal``'s timed pass) each is admitted before the
-    same launch as in the recorded pass, in the same state: one the recording admitted while idle waits for idle
-    and then for its arrival; one admitted while busy is admitted while busy, never holding a running batch back
-    (arriving, if early, at its admission: at most what the timed pass gained on the recording since it was last
-    idle)."""
+    """Requests added but not yet admitted, in arrival order (ties: the order added), each admitted at the first
+    step boundary after its arrival. ``log[n]``: (requests admitted by the launch of step ``n``, whether the last
+    of them while idle). ``plan``: a log to follow (``control=ideal``'s timed pass; None: by arrival alone): each
+    request is admitted before the same launch as recorded, in the same state: one admitted while idle waits
+    for idle, then its arrival; one admitted while busy never holds a running batch back (arriving, if early,
+    at its admission)."""
 
     def __init__(self, plan: list[tuple[int, bool]] | None = None):
         self._pending: list[tuple[float, int, Sequence]] = []
