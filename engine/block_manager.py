@@ -1,8 +1,6 @@
-"""Paged KV-cache bookkeeping on rank 0: block allocation, reference counts and prefix caching (vLLM's
-automatic prefix caching, simplified): a full block is identified by hash(previous block's hash, its token
-ids), so equal hashes mean equal prefixes (token ids compared too, against collisions). A freed block keeps
-its hash and contents until handed out again, so a later request with that prefix can take it back.
-"""
+"""Paged KV-cache bookkeeping on rank 0: block allocation, reference counts and prefix caching (vLLM's, simplified):
+a full block is identified by hash(previous block's hash, its token ids), its token ids compared too. A freed
+block keeps its hash and contents until handed out again, for a later request with that prefix."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ def block_hash(token_ids: list[int], prefix_hash: int) -> int:
 
 
 class Block:
-    """One KV-cache block: its id, how many sequences hold it and the hash of its full content (NO_HASH
-    while not full)."""
+    """One KV-cache block: its id, how many sequences hold it, the hash of its full content (NO_HASH: not full)."""
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_count = 0
@@ -71,8 +68,7 @@ class BlockManager:
             full = len(tokens) == self.block_size
             h = block_hash(tokens, h) if full else NO_HASH
             block_id = self.hash_to_block.get(h, -1) if full else -1
-            if block_id == -1 or self.blocks[block_id].token_ids != tokens:
-                cache_miss = True
+            cache_miss = cache_miss or block_id == -1 or self.blocks[block_id].token_ids != tokens
             if cache_miss:
                 block = self._take_fresh()
                 if full:
@@ -105,8 +101,8 @@ class BlockManager:
         return self.num_free_blocks >= (len(seq) % self.block_size == 1)
 
     def may_append(self, seq: Sequence) -> None:
-        """Before a decode step: give ``seq`` a new block if its last token starts one, or register its full
-        last block (if that token is still a placeholder, :meth:`register_full_block` does once it is known)."""
+        """Before a decode step: give ``seq`` a new block if its last token starts one, or register its full last
+        block (a placeholder's: later, :meth:`register_full_block`)."""
         if len(seq) % self.block_size == 1:
             seq.block_table.append(self._take_fresh().block_id)
         elif len(seq) % self.block_size == 0 and seq.token_ids[-1] >= 0:

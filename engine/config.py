@@ -63,22 +63,14 @@ class EngineConfig:
     max_model_len: int = 4096  # longest sequence, prompt + output (tokens); capped by max_position_embeddings
     enforce_eager: bool = False  # never capture CUDA graphs (nor compile)
     compile: bool = True  # on CUDA without enforce_eager, fuse the small elementwise functions with torch.compile
-    # Launch step N+1 before reading step N's sampled tokens (they reach it on the device), so the CPU's work
-    # overlaps the GPU's (vLLM's async scheduling).
-    async_scheduling: bool = True
-    # CUDA: auto (symmetric memory where every rank can set it up, else NCCL), nccl, or symm_mem (fail if
-    # unavailable); CPU runs use gloo whatever this says (layers/all_reduce.py).
-    all_reduce: str = "auto"
-    # CUDA: auto (a Triton GEMV at batch 1 where Triton imports, else cuBLAS; layers/gemm.py), triton (the same,
-    # fail without Triton) or cublas; CPU runs use torch whatever this says.
-    gemm: str = "auto"
+    async_scheduling: bool = True  # launch step N+1 before reading step N's tokens (vLLM's async scheduling)
+    all_reduce: str = "auto"  # CUDA: auto (symm_mem where every rank can, else nccl), nccl or symm_mem; CPU: gloo
+    gemm: str = "auto"  # CUDA: auto (a Triton GEMV at batch 1 if Triton imports, else cublas), triton or cublas
     pdl: bool = True  # programmatic dependent launch of the Triton decode kernels where the GPU has it (pdl.py)
     timeout_s: float = 60.0  # longest wait on another process in a step: control-plane acks, collectives
     startup_timeout_s: float = 600.0  # longest wait for the workers to start and load their shards
     seed: int = 0  # seed of rank 0's sampling generator
-    # auto (torchrun when this process was started by it, else spawn), spawn (rank 0 spawns the workers on this
-    # host) or torchrun (every rank started by torchrun; runtime/launch.py)
-    launcher: str = "auto"
+    launcher: str = "auto"  # auto (torchrun if it started this process, else spawn), spawn or torchrun
     cpu_threads: int = 0  # torch threads per rank on CPU; 0: the host's cores / tp
     fault_injection: bool = False  # allow LLM.inject_fault drills (tests, chaos runs)
     profile: str = "none"  # or "torch": a Chrome trace per rank of each armed pass, NVTX ranges (profiling.py)
@@ -112,8 +104,7 @@ class EngineConfig:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """Every end-of-sequence id of config.json and generation_config.json (an int or a list in either;
-        Qwen3 lists two in the latter), as transformers' generate stops on."""
+        """Every end-of-sequence id of config.json and generation_config.json, as transformers' generate stops on."""
         ids = set()
         for eos in (self.hf_config.get("eos_token_id"), self.hf_config.get("generation_eos_token_id")):
             ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
@@ -203,9 +194,8 @@ class EngineConfig:
 
     @classmethod
     def check_settings(cls, **settings) -> None:
-        """The checks of ``settings`` over the defaults that need no checkpoint (types, ranges, kernels, dtype),
-        so that a sweep's bad value is refused before its first job. Raises ConfigError: the first setting the
-        engine would refuse; TypeError: an unknown name."""
+        """The checks of ``settings`` over the defaults that need no checkpoint (types, ranges, kernels, dtype).
+        Raises ConfigError: the first setting the engine would refuse; TypeError: an unknown name."""
         if unknown := set(settings) - {f.name for f in fields(cls)}:
             raise TypeError(f"unknown EngineConfig settings: {sorted(unknown)}")
         cfg = object.__new__(cls)

@@ -1,8 +1,5 @@
-"""CUDA graphs for decode steps: one per batch-size bucket (and split count, ``decode_splits``), replayed with
-the batch padded up to it: a graph replays the whole step, token ids to sampled tokens, in one launch instead
-of hundreds of short kernels launched from Python. Padding rows point at a spare "trash" KV block (context
-length 1), never a real sequence's cache.
-"""
+"""CUDA graphs for decode steps, token ids to sampled tokens: one per batch-size bucket (and split count,
+``decode_splits``), replayed with the batch padded up to it; padding rows point at a spare "trash" KV block."""
 
 from __future__ import annotations
 
@@ -20,8 +17,8 @@ from .step_inputs import StepInputs, resolve_placeholders, slot_mapping
 def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, block_size: int, trash_block: int,
                        greedy: bool) -> tuple[list[str], bool]:
     """Write the decode ``batch``'s inputs into host arrays ``h`` (``DecodeGraphs.static``'s fields), padded to
-    ``bs`` rows of length-1 contexts in the trash block. ``greedy``: the device's temperatures and seed are 0
-    now. Returns (the fields to copy to the device, whether those are all 0 after it)."""
+    ``bs`` rows of length-1 contexts in the trash block. ``greedy``: the device's temperatures and seed are 0.
+    Returns (the fields to copy to the device, whether those are all 0 after it)."""
     n = batch.num_seqs
     tables = batch.block_tables()
     h["input_ids"][:n] = batch.token_ids
@@ -45,8 +42,7 @@ def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, bloc
 
 class StagedInputs:
     """The static device buffers a set of CUDA graphs reads (``fields``: name -> (shape, dtype, fill value)),
-    refilled before each replay from two pinned host copies used in turn, each by one async copy per field (a
-    pageable copy may wait for the GPU)."""
+    refilled before each replay from two pinned host copies used in turn (a pageable copy may wait for the GPU)."""
 
     def __init__(self, fields: dict, device: torch.device):
         self.static = {k: torch.full(shape, v, dtype=dt, device=device) for k, (shape, dt, v) in fields.items()}

@@ -31,10 +31,9 @@ log = logging.getLogger("engine")
 
 
 class LLM(LLMTools):
-    """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers. ``options``: the other
-    :class:`EngineConfig` fields (its defaults). Use as a context manager, or call :meth:`shutdown` (also run at
-    exit). Raises ConfigError: bad configuration or checkpoint, found before any process is spawned; WorkerError:
-    a worker failed while starting."""
+    """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers; ``options``: the other
+    :class:`EngineConfig` fields. A context manager; :meth:`shutdown` also runs at exit. Raises ConfigError: bad
+    configuration or checkpoint (before any process is spawned); WorkerError: a worker failed while starting."""
 
     def __init__(self, model: str, **options):
         self.config = EngineConfig(model=model, **options)
@@ -72,9 +71,8 @@ class LLM(LLMTools):
         self.reset()
 
     def reset(self) -> None:
-        """Back to the state right after start-up (empty scheduler, cold prefix cache, sampling generator
-        reseeded), so the same requests give the same steps, byte for byte (what ``control=ideal`` replays).
-        Raises RuntimeError: a generate() is in progress."""
+        """Back to the state right after start-up (empty scheduler, cold prefix cache, generator reseeded), so the
+        same requests give the same steps (``control=ideal`` replays). Raises RuntimeError: requests in progress."""
         if hasattr(self, "scheduler") and self.has_unfinished_requests():
             raise RuntimeError("reset() while requests are in progress")
         self.block_manager = BlockManager(self.runner.num_kvcache_blocks, self.config.kvcache_block_size)
@@ -96,8 +94,7 @@ class LLM(LLMTools):
         return self.runner.num_kvcache_blocks
 
     def call(self, method: str, *args):
-        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker
-        failed (its traceback in the message)."""
+        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker failed."""
         if self.profiler is None:  # profile=none: this test is all profiling costs a call
             self.cluster.send(method, *args)
         else:
@@ -112,8 +109,8 @@ class LLM(LLMTools):
 
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                     arrival_s: float | None = None) -> int:
-        """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s;
-        None: now). Returns its ``request_id``. Raises ConfigError: it can never be served (``_check_requests``)."""
+        """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s; None:
+        now). Returns its ``request_id``. Raises ConfigError: it can never be served (``_check_requests``)."""
         self._check_requests([prompt_token_ids], [sampling_params])
         return self._add(prompt_token_ids, sampling_params, arrival_s)
 
@@ -159,9 +156,9 @@ class LLM(LLMTools):
 
     def generate(self, prompt_token_ids: list[list[int]], sampling_params: SamplingParams | list[SamplingParams],
                  use_tqdm: bool = False, arrival_s: list[float] | None = None) -> list[dict]:
-        """:meth:`add_request` every prompt (now, or at ``arrival_s``, perf_counter() s), then :meth:`step` until
-        nothing is unfinished. Returns :meth:`step`'s outputs in input order; the step records go to ``self.steps``.
-        Raises ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed."""
+        """:meth:`add_request` every prompt (now, or at ``arrival_s``), then :meth:`step` until nothing is
+        unfinished. Returns :meth:`step`'s outputs in input order; the step records go to ``self.steps``. Raises
+        ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed."""
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
         self._check_requests(prompt_token_ids, sampling_params)
@@ -183,11 +180,9 @@ class LLM(LLMTools):
     def step(self) -> list[dict]:
         """Admit the requests that have arrived (while idle, first wait for the next one), launch a step, then
         finish the one before it (async scheduling) or this one. Returns the finished requests as dicts:
-        ``request_id``, ``token_ids`` (generated), ``finish_reason`` ("stop": an EOS id; "length": max_tokens or
-        max_model_len), ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter() s of arrival,
-        first scheduled step, each token) and ``num_preemptions``. Raises RuntimeError: nothing to schedule with
-        nothing in flight (a scheduler bug); DataPlaneError / WorkerError: as :meth:`call`; TimeoutError: no
-        tokens within ``timeout_s``."""
+        ``request_id``, ``token_ids`` (generated), ``finish_reason`` ("stop": an EOS id; "length"), ``arrival_s``,
+        ``first_scheduled_s``, ``token_times_s`` (perf_counter() s) and ``num_preemptions``. Raises RuntimeError:
+        nothing to schedule, nothing in flight; DataPlaneError / WorkerError: as :meth:`call`; TimeoutError."""
         self._admit()
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
@@ -201,10 +196,9 @@ class LLM(LLMTools):
             self._last_done_s = None  # the next step's time starts at its launch, not at the last one's end
         until = self.arrivals.wait_until(time.perf_counter(), launches, idle)
         t1 = time.perf_counter_ns()
-        if until is not None:
-            while (left := until - time.perf_counter()) > 0:
-                time.sleep(min(left, 0.5))
-                self.cluster.check()
+        while until is not None and (left := until - time.perf_counter()) > 0:
+            time.sleep(min(left, 0.5))
+            self.cluster.check()
         t2 = time.perf_counter_ns()
         for seq in self.arrivals.due(time.perf_counter(), launches, idle):
             self.scheduler.add(seq)
@@ -223,8 +217,7 @@ class LLM(LLMTools):
         return finished
 
     def finish_step(self) -> list[Sequence]:
-        """Finish the step in flight, if any, handing its sampled tokens to the scheduler; returns the sequences
-        that finished."""
+        """Finish the step in flight, if any, handing its tokens to the scheduler; returns the finished sequences."""
         step, self._in_flight = self._in_flight, None
         if step is None:
             return []
@@ -262,8 +255,8 @@ class LLM(LLMTools):
         return InFlightStep(seqs, positions, host, done, t0, record)
 
     def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop the workers (terminated, then killed, if still alive after ``grace_s`` s), the process group and
-        the control plane. Idempotent; never raises."""
+        """Stop the workers (terminated, then killed, after ``grace_s`` s), the process group and the control plane.
+        Idempotent; never raises."""
         if self._closed:
             return
         self._closed = True

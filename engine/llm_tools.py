@@ -1,5 +1,5 @@
-"""What benchmarks need of :class:`LLM` beyond the request API, mixed into it: the ideal plane's record and
-replay, control-plane statistics, traces, the workers' health and settings, and fault drills."""
+"""What benchmarks need of :class:`LLM` beyond the request API: the ideal plane's record and replay, statistics,
+traces, the workers' health and settings, fault drills."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from .profiling import PROFILE, trace_path
 class LLMTools:
     @property
     def replays(self) -> bool:
-        """Whether the control plane replays a recording (``control=ideal``): run the workload while recording,
-        then time it between :meth:`start_replay` and :meth:`finish_replay`."""
+        """Whether the control plane replays a recording (``control=ideal``)."""
         return hasattr(self.control, "start_replay")
 
     def start_recording(self) -> None:
@@ -26,7 +25,7 @@ class LLMTools:
 
     def replay_admissions(self, log: list[tuple[int, bool]] | None) -> None:
         """Admit each request of the coming pass before the same launch as in the pass that wrote ``log``
-        (``Arrivals.log``; None: by arrival time alone), so that an ideal replay schedules the recorded steps."""
+        (``Arrivals.log``; None: by arrival time alone)."""
         self.arrivals.plan = log
 
     def start_replay(self) -> None:
@@ -48,30 +47,27 @@ class LLMTools:
         self.config.async_scheduling = on
 
     def describe(self) -> dict:
-        """What runs: ``dtype``, ``all_reduce``, ``gemm``, ``launcher``, ``nodes``, ``cpu_threads`` and the
-        one-way latencies' clock (``clock_sync``, ``clock_uncertainty_us``)."""
+        """``dtype``, ``all_reduce``, ``gemm``, ``cpu_threads`` and ``WorkerGroup.describe``'s entries."""
         return {"dtype": self.config.dtype, "all_reduce": self.runner.all_reduce, "gemm": self.runner.gemm,
                 "cpu_threads": self.runner.cpu_threads, **self.cluster.group.describe()}
 
     def inject_fault(self, rank: int, message: str) -> None:
-        """A fault drill (``fault_injection=True``): rank ``rank`` raises ``RuntimeError(message)`` at once; the
-        next step reports it (``WorkerError``). Raises RuntimeError: ``rank`` is 0, or fault injection is off."""
+        """A fault drill: rank ``rank`` raises ``RuntimeError(message)`` at once; the next step reports it
+        (``WorkerError``). Raises RuntimeError: ``rank`` is 0, or ``fault_injection`` is off."""
         self.cluster.send(FAULT_DRILL, rank, message)
         fault_drill(self.config, 0, rank, message)
 
     def start_profile(self, prefix: str) -> None:
-        """(``profile=torch``; else nothing) Profile the coming pass on every rank: its ``profile_steps`` window
-        goes to ``<prefix>_rank<k>.json`` at :meth:`finish_profile`. Call before the pass, outside an ideal
-        replay and before the statistics are reset (its message is one of theirs)."""
+        """(``profile=torch``; else nothing) Profile the coming pass on every rank, into ``<prefix>_rank<k>.json``.
+        Call it outside an ideal replay, before the statistics are reset (its message is one of theirs)."""
         if self.profiler is None:
             return
         self.cluster.send(PROFILE, "arm", prefix)
         self.profiler.arm(prefix)
 
     def finish_profile(self) -> list[str]:
-        """(``profile=torch``) End the profiled pass and wait until every rank has written its trace (this also
-        restarts the control-plane statistics: collect them first). Returns the trace files, rank 0's first,
-        each on its rank's node ([]: the pass ended before the window, or ``profile`` is none). Raises
+        """(``profile=torch``) End the profiled pass, waiting for every rank's trace (this restarts the statistics:
+        collect them first). Returns the trace files, rank 0's first, each on its node ([]: none written). Raises
         WorkerError / TimeoutError: a worker failed or did not answer."""
         if self.profiler is None:
             return []
@@ -84,7 +80,6 @@ class LLMTools:
         return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
 
     def collect_control_stats(self) -> dict:
-        """Control-plane samples since the last collection (``Cluster.collect_stats``), with each worker's
-        ``launch_ns`` (``model_worker``). Raises WorkerError / TimeoutError: a worker failed or is silent."""
+        """``Cluster.collect_stats``, each worker's ``launch_ns`` added. Raises WorkerError / TimeoutError."""
         return self.cluster.collect_stats()
 

@@ -1,5 +1,4 @@
-"""Loading a Hugging Face safetensors checkpoint into the tensor-parallel model, each rank reading only its
-shard (safetensors slices read just the requested rows/columns of the memory-mapped file)."""
+"""Loading a Hugging Face safetensors checkpoint into the tensor-parallel model, each rank reading only its shard."""
 
 from __future__ import annotations
 
@@ -40,7 +39,8 @@ def checkpoint_files(path: str) -> list[str]:
 def check_checkpoint(path: str, hf: dict) -> None:
     """Check, from the safetensors headers only, that every expected tensor is there with its shape. Raises
     ConfigError (one line, naming it): a file is unreadable, a tensor is missing, in two files, of the wrong
-    shape, or not one the config describes (``num_hidden_layers`` too low: transformers refuses it too)."""
+    shape, or not one the config describes. Beside the weights a checkpoint may hold RoPE's ``inv_freq``
+    buffers (older exports) and ``lm_head.weight`` although the embeddings are tied."""
     found: dict[str, tuple[int, ...]] = {}
     where: dict[str, str] = {}
     for file in checkpoint_files(path):
@@ -62,15 +62,11 @@ def check_checkpoint(path: str, hf: dict) -> None:
         if found[name] != shape:
             raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
                               f"expected {list(shape)}")
-    if unused := sorted(n for n in found if n not in expected and not _ignorable(n, hf)):
+    tied = hf.get("tie_word_embeddings")
+    if unused := sorted(n for n in found if n not in expected and not n.endswith("rotary_emb.inv_freq")
+                        and not (n == "lm_head.weight" and tied)):
         raise ConfigError(f"checkpoint {path} holds {len(unused)} tensor(s) its config.json does not describe, "
                           f"e.g. {unused[0]} (num_hidden_layers={hf['num_hidden_layers']}: is it right?)")
-
-
-def _ignorable(name: str, hf: dict) -> bool:
-    """Tensors a Qwen3 checkpoint may hold beside its weights: RoPE's ``inv_freq`` buffers (older exports)
-    and ``lm_head.weight`` saved although the embeddings are tied."""
-    return name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and hf.get("tie_word_embeddings"))
 
 
 def default_weight_loader(param: nn.Parameter, src) -> None:

@@ -35,25 +35,17 @@ log = logging.getLogger("engine")
 
 
 class ModelRunner:
-    """Builds rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same arguments
-    each step (SPMD) so the collectives inside the forward line up.
-
-    Args:
-        store: the run's TCPStore (rendezvous for the data-plane process group).
-        sync: called with "joining" (before the process group forms) and "loaded" (before the first
-            collective): workers announce the stage and rank 0 waits for them, watching that they are alive,
-            so a worker that dies while starting is reported instead of hanging rank 0.
-        local_rank: this rank's GPU on its node (default: ``rank``).
-        num_nodes: nodes the ranks run on (symmetric memory only within one node).
-    """
+    """Rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same arguments each step
+    (SPMD). ``store``: the run's TCPStore; ``sync(stage)``: called with "joining" (before the process group
+    forms) and "loaded" (before the first collective): workers announce it, rank 0 waits for them, watching that
+    they are alive. ``local_rank``: this rank's GPU (default: ``rank``); ``num_nodes``: nodes the ranks run on."""
 
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None],
                  local_rank: int | None = None, num_nodes: int = 1):
         self.config, self.rank = config, rank
         self.graphs = self.prefill_graphs = None
         self.sampled: torch.Tensor | None = None  # the last step's sampled token ids [B] int64 on the device
-        self.world_size = config.tensor_parallel_size
-        self.block_size = config.kvcache_block_size
+        self.world_size, self.block_size = config.tensor_parallel_size, config.kvcache_block_size
         if config.device == "cuda":
             self.device = torch.device("cuda", rank if local_rank is None else local_rank)
             torch.cuda.set_device(self.device)
@@ -84,8 +76,7 @@ class ModelRunner:
             log.info("linear layers: a Triton GEMV at batch 1, cuBLAS above")
         self.model = self._load_model()
         sync("loaded")
-        self.kv_heads = hf["num_key_value_heads"] // self.world_size
-        self.head_dim = hf["head_dim"]
+        self.kv_heads, self.head_dim = hf["num_key_value_heads"] // self.world_size, hf["head_dim"]
         self.num_layers = hf["num_hidden_layers"]
         if rank == 0:
             log.info("sizing the KV cache%s", " (a warm-up prefill measures the activations)" if
@@ -173,8 +164,8 @@ class ModelRunner:
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
     def _last_hidden(self, batch: StepBatch) -> torch.Tensor:
-        """The model's hidden state ``[B, hidden]`` of each sequence's last token, eager, the step's async
-        placeholders resolved from ``self.sampled`` (every rank sampled them itself: nothing travels)."""
+        """The hidden state ``[B, hidden]`` of each sequence's last token, eager, the placeholders resolved from
+        ``self.sampled`` (every rank sampled them itself)."""
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
@@ -190,9 +181,8 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, step: bytes) -> torch.Tensor:
         """One forward step, sampling included, over ``step`` (``StepBatch.to_bytes()``): returns the sampled
-        token ids ``[num_seqs]`` int64 on the device, the same on every rank (``layers.sampler``), also kept in
-        ``self.sampled``; CUDA graphs replay decode and short prefills unless eager. Raises ValueError: a
-        malformed message."""
+        token ids ``[num_seqs]`` int64 on the device, the same on every rank, also kept in ``self.sampled``.
+        Raises ValueError: a malformed message."""
         batch = StepBatch.from_bytes(step)
         if not batch.is_prefill and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
             tokens = self.graphs.run(batch, self.sampled)
@@ -215,9 +205,8 @@ class ModelRunner:
         return ParallelLMHead.gather(self.model.compute_logits(hidden))
 
     def exit(self) -> None:
-        """Free the CUDA graphs, the model and the KV cache, and leave the data-plane process group
-        (idempotent). Frees them even while this runner is still referenced (a harness's kept engine, a
-        traceback): the next engine in this process needs that memory."""
+        """Free the CUDA graphs, the model and the KV cache (even while this runner is still referenced: the next
+        engine in this process needs that memory), and leave the data-plane process group (idempotent)."""
         self.graphs = self.prefill_graphs = self.sampled = self.model = None
         gc.collect()  # each parameter's weight_loader refers back to its layer: a cycle
         if self.device.type == "cuda":

@@ -13,8 +13,8 @@ FAULT_DRILL = "fault_drill"  # (rank, message): that rank raises RuntimeError(me
 
 
 def fault_drill(config, rank: int, target: int, message: str) -> None:
-    """A drill (tests, chaos runs): rank ``target`` raises ``RuntimeError(message)``, as a worker failing
-    mid-run. Raises RuntimeError on rank ``target``, or on every rank without ``config.fault_injection``."""
+    """A drill: rank ``target`` raises ``RuntimeError(message)``, as a worker failing mid-run. Raises RuntimeError
+    on rank ``target``, or on every rank without ``config.fault_injection``."""
     if not config.fault_injection:
         raise RuntimeError("fault drill refused: the engine was built without fault_injection=True")
     if rank == target:
@@ -32,10 +32,9 @@ def serve_worker(config) -> int:
 
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
-    """A model runner for the joined rank (on ``cuda:local_rank``), then rank 0's commands until EXIT. Its
-    report adds ``launch_ns``: per ``run`` step, ns from rank 0's send to this rank's ``run()`` returning
-    (rank 0's clock; on CUDA the kernels are then queued, on CPU computed; none for steps ``ideal`` replays).
-    With profiling on, the endpoint and the runner are wrapped here (``profiling.py``)."""
+    """A model runner for the joined rank (on ``cuda:local_rank``), then rank 0's commands until EXIT. Its report
+    adds ``launch_ns``: per ``run`` step, ns from rank 0's send to this rank's ``run()`` returning (rank 0's
+    clock; none for steps ``ideal`` replays)."""
     from .model_runner import ModelRunner
 
     rank, store, endpoint = joined.rank, joined.store, joined.endpoint

@@ -1,12 +1,7 @@
-"""CUDA graphs for short prefills: one per bucket of new tokens (16, 32, ... up to ``MAX_TOKENS``), replayed with
-the step padded up to it: launched from Python, a short prefill costs the host far more than its GPU work
-(results/h200/NOTES.md, calls 63-64).
-
-Only prefills without a cached prefix and with 16-bit weights are graphed (one varlen flash-attention call per
-layer, whose grid comes from ``max_seqlen``: the bucket bounds it). Padding tokens belong to no sequence (the
-cumulative lengths stop at the real tokens) and write their K/V to the spare "trash" block; padding sequences are
-empty, and their sampled tokens are dropped.
-"""
+"""CUDA graphs for short prefills without a cached prefix, 16-bit weights (varlen flash attention, its grid
+bounded by the bucket): one per bucket of new tokens (16, 32, ... up to ``MAX_TOKENS``), replayed with the step
+padded up to it. Padding tokens belong to no sequence (the cumulative lengths stop at the real tokens) and write
+their K/V to the spare "trash" block; padding sequences are empty, their sampled tokens dropped."""
 
 from __future__ import annotations
 
@@ -61,8 +56,8 @@ class PrefillGraphs:
         self.tokens.copy_(self.model.sample(hidden, st["temperatures"], st["seed"]))
 
     def can_run(self, batch: StepBatch) -> bool:
-        """Whether ``batch`` is a prefill these graphs hold: no cached prefix, no placeholder token (a re-run
-        preempted sequence's last sample, still on the device), few enough tokens and sequences."""
+        """Whether ``batch`` is a prefill these graphs hold: no cached prefix, no placeholder token (a preempted
+        sequence's last sample), few enough tokens and sequences."""
         return (batch.is_prefill and batch.num_seqs <= MAX_SEQS and len(batch.token_ids) <= self.buckets[-1]
                 and np.array_equal(batch.num_new, batch.num_tokens) and int(batch.token_ids.min()) >= 0)
 

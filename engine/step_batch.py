@@ -1,13 +1,8 @@
-"""One step's sequences as flat int32 arrays: the control-plane message and every rank's model input. Rank 0
-flattens the step once, the wire carries one ``bytes``, and each rank reads it as zero-copy numpy views and
-builds its inputs vectorised (``step_inputs``) instead of looping over pickled lists (results/h200/RING.md).
-
-Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks, seed, has_temperatures]``, then
-``num_tokens[B]``, ``num_new[B]`` (prefill only; 1 each in decode), ``temperatures[B]`` (float32 bits; only
+"""One step's sequences as flat int32 arrays: the control-plane message (read as zero-copy numpy views) and
+every rank's model input. Wire layout, int32 little-endian: ``[is_prefill, B, N, total_blocks, seed,
+has_temperatures]``, ``num_tokens[B]``, ``num_new[B]`` (prefill only), ``temperatures[B]`` (float32 bits; only
 when a row samples at temperature > 0), ``token_ids[N]`` (negative: async placeholders), ``num_blocks[B]``,
-``block_ids[total_blocks]`` (the block tables, concatenated). Every rank samples its own vocabulary shard,
-so the step's sampling inputs (seed, temperatures) travel with it.
-"""
+``block_ids[total_blocks]`` (the block tables, concatenated). Every rank samples its own vocabulary shard."""
 
 from __future__ import annotations
 

@@ -43,8 +43,7 @@ def token_layout(batch: StepBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
-    """Prefill (and, on CPU, decode) inputs for ``batch``: the new tokens of each sequence are the last
-    ``num_new`` of its ``num_tokens``: its uncached tail in prefill, its last token in decode."""
+    """Prefill (and, on CPU, decode) inputs for ``batch``: each sequence's last ``num_new`` of its ``num_tokens``."""
     B, q_lens, k_lens = batch.num_seqs, batch.num_new.astype(np.int64), batch.num_tokens.astype(np.int64)
     max_q, max_k = int(q_lens.max()), int(k_lens.max())
     seq_of, offset, positions, ends = token_layout(batch)
@@ -52,8 +51,7 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
     slots = slot_mapping(tables, seq_of, positions, block_size)
     spans = mask = cu_seqlens = None
     if device.type == "cuda" and np.array_equal(q_lens, k_lens):
-        # No cached prefix on CUDA: causal attention over each sequence's own q/k/v (varlen flash, no padding,
-        # no gather, no mask); spans are each sequence's [start, end) in the flat token dimension.
+        # No cached prefix on CUDA: varlen flash over each sequence's own q/k/v; spans: its [start, end) in N.
         spans = list(zip((ends - q_lens).tolist(), ends.tolist(), strict=True))
         cu_seqlens = np.concatenate([[0], ends])
     else:

@@ -13,9 +13,8 @@ from .sequence import Sequence
 
 @dataclass
 class StepRecord:
-    """One engine step: kind, batch size, new tokens, wall time (s, from the previous step's tokens to this
-    one's), rank 0's control-plane send (ns) and message size (bytes), and ``launch_ns``: from that send's
-    start to rank 0's ``run()`` returning (ns; None at tp=1), the workers' launch lag's reference."""
+    """One engine step: kind, batch size, new tokens, wall time (s, from the previous step's tokens to this one's),
+    rank 0's send (ns), message size (bytes), ``launch_ns``: from the send to rank 0's ``run()`` returning (ns)."""
 
     is_prefill: bool
     num_seqs: int
@@ -28,8 +27,7 @@ class StepRecord:
 
 @dataclass
 class InFlightStep:
-    """A launched step whose sampled tokens (``tokens`` ``[B]`` int64, on the host once ``done``) are not
-    yet read; ``record``'s ``duration_s`` is set when it finishes."""
+    """A launched step whose sampled ``tokens`` (``[B]`` int64, on the host once ``done``) are not yet read."""
 
     seqs: list[Sequence]
     positions: list[int]
@@ -40,8 +38,7 @@ class InFlightStep:
 
     @staticmethod
     def copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-        """Start copying ``tokens`` to pinned host memory; returns (host tensor, the event marking the copy
-        done; on CPU the tokens themselves and None)."""
+        """Start copying ``tokens`` to pinned host memory; returns (host tensor, copy event) (CPU: tokens, None)."""
         if not tokens.is_cuda:
             return tokens, None
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
@@ -51,10 +48,9 @@ class InFlightStep:
         return host, done
 
     def wait_tokens(self, timeout_s: float, check: Callable[[], None]) -> list[int]:
-        """The step's sampled tokens, polled so that a dead worker or hung collective is reported (``check``
-        every 50 ms). Each poll releases the GIL (``time.sleep(0)``): a tight ``query()`` loop would starve a
-        control plane's threads on rank 0 (a multiprocessing Queue's feeder thread writes every message).
-        Raises TimeoutError: the tokens did not arrive within ``timeout_s``."""
+        """The step's sampled tokens, ``check`` called every 50 ms. Each poll releases the GIL (``time.sleep(0)``):
+        a tight ``query()`` loop would starve a control plane's threads on rank 0. Raises TimeoutError: the
+        tokens did not arrive within ``timeout_s``."""
         if self.done is not None:
             deadline = time.monotonic() + timeout_s
             next_check = time.monotonic() + 0.05

@@ -1,6 +1,5 @@
-"""Rank 0's view of ranks 1..world_size-1 (each ``worker.worker_entry`` running a body), however they were
-started (``launch.py``): the run's store, the lifelines, handing out the control-plane ends, liveness, shutdown.
-"""
+"""Rank 0's view of ranks 1..world_size-1, however they were started: the run's store, the lifelines, handing
+out the control-plane ends, liveness, shutdown."""
 
 from __future__ import annotations
 
@@ -40,10 +39,9 @@ class WorkerError(RuntimeError):
 
 
 class WorkerGroup:
-    """Rank 0's side of a run's ``world_size`` ranks (rank 0 included). ``timeout_s`` / ``startup_timeout_s``:
-    longest wait on a running / starting worker (s); ``launch``: how the ranks were started (None: spawn them
-    here). ``context``: the :class:`ControlContext` a control plane is built with; ``worker_stats``: ``{rank:
-    recv_stats}`` last reported. Raises TimeoutError: (torchrun) the workers did not all connect within
+    """Rank 0's side of a run's ``world_size`` ranks. ``timeout_s`` / ``startup_timeout_s``: longest wait on a
+    running / starting worker (s); ``launch``: how the ranks were started (None: spawn them here); ``context``:
+    what a control plane is built with. Raises TimeoutError: (torchrun) the workers did not all connect within
     ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
@@ -85,13 +83,13 @@ class WorkerGroup:
                    self.startup_timeout_s, timed_out)
 
     def node_name(self, rank: int) -> str:
-        """The host ``rank`` said it runs on; a spawned worker's is this host even before it said so."""
+        """The host ``rank`` said it runs on (a spawned worker's: this host, even before it said so)."""
         host = self.lifelines.hosts.get(rank) if self.lifelines else None
         return host or (socket.gethostname() if self.launch.launcher == "spawn" else "unknown: it never connected")
 
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
-        """Start the workers' bodies: spawn them, each with its control-plane end (spawn), or publish every
-        waiting worker's end under ``endpoint/<rank>`` (torchrun); then watch them from ``control``'s waits."""
+        """Spawn the workers with their control-plane ends, or (torchrun) publish each under ``endpoint/<rank>``;
+        then watch them from ``control``'s waits."""
         if self.launch.launcher == "spawn":
             ctx = mp.get_context("spawn")
             for rank in self.workers:
@@ -120,8 +118,8 @@ class WorkerGroup:
         return {**where, "clock_sync": "ping-pong min-RTT/2", "clock_uncertainty_us": uncertainty_us}
 
     def _drain(self, wait_s: float = 0.0) -> None:
-        """Take the workers' reports; wait up to ``wait_s`` for one when there are none (with 0, never wait:
-        this runs in every liveness check, i.e. on the send path of some planes)."""
+        """Take the workers' reports; wait up to ``wait_s`` for one when there are none (0: never wait, as every
+        liveness check does: it is on the send path of some planes)."""
         deadline = time.monotonic() + wait_s
         while True:
             left = deadline - time.monotonic()
@@ -142,8 +140,7 @@ class WorkerGroup:
         return {**ended, **self.lifelines.dead, **gone}  # the process's own exit code, then the lifeline's word
 
     def _exit_reason(self, rank: int, code: int | None) -> str:
-        """Why spawned ``rank`` is gone, from its exit code: :data:`NO_MAIN_GUARD` when it left with
-        :data:`RERAN_MAIN` before ever reaching rank 0 (the check atop :meth:`__init__`)."""
+        """Why spawned ``rank`` is gone, from its exit code (:data:`RERAN_MAIN` before it connected: no main guard)."""
         if code == RERAN_MAIN and rank not in self.lifelines.connected():
             return NO_MAIN_GUARD
         if code is not None and code < 0:  # multiprocessing's code for a signal: -N
@@ -177,9 +174,8 @@ class WorkerGroup:
             raise WorkerError(rank, dead[rank] + where)
 
     def _stalled(self, dead: dict, settle: bool) -> dict[int, float]:
-        """Live ranks silent on their lifeline (``LifelineServer.stalled``). ``settle``: a worker reported an
-        error, perhaps a collective that timed out on the stalled rank; give the stall up to ``STALL_S`` to
-        show before the reporter is blamed."""
+        """Live ranks silent on their lifeline. ``settle``: a worker reported an error, perhaps a collective that
+        timed out on the stalled rank: give the stall up to ``STALL_S`` to show before the reporter is blamed."""
         deadline = time.monotonic() + (STALL_S if settle else 0)
         while True:
             stalled = {r: age for r, age in self.lifelines.stalled().items() if r not in dead}
@@ -188,9 +184,8 @@ class WorkerGroup:
             time.sleep(POLL_S)
 
     def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
-        """Block until every worker has announced ``stage`` in the store, checking liveness. Raises
-        WorkerError: a worker died or failed first; TimeoutError: not within ``timeout_s`` (default:
-        startup_timeout_s)."""
+        """Block until every worker has announced ``stage`` in the store, checking liveness. Raises WorkerError: a
+        worker died or failed first; TimeoutError: not within ``timeout_s`` (default: startup_timeout_s)."""
         keys = [f"{stage}/{r}" for r in self.workers]
         timeout_s = timeout_s or self.startup_timeout_s
         start = said = time.monotonic()
@@ -217,16 +212,16 @@ class WorkerGroup:
                 + (f"; never connected: rank(s) {', '.join(map(str, never))}" if never else ""))
 
     def collect_stats(self) -> dict[int, dict]:
-        """Wait (checking liveness, at most ``timeout_s``) until every worker has reported its control-plane
-        samples after a ``worker.REPORT`` message; returns and forgets them."""
+        """Every worker's control-plane samples (after ``worker.REPORT``), then forgets them. Raises TimeoutError:
+        not all within ``timeout_s``; WorkerError: a worker failed."""
         wait_until(lambda t: len(self.worker_stats) >= len(self.workers) or self._drain(t), self.check, self.timeout_s,
                    lambda: TimeoutError("workers did not report their control-plane statistics in time"))
         stats, self.worker_stats = self.worker_stats, {}
         return stats
 
     def join(self, timeout_s: float = 5.0) -> None:
-        """Wait up to ``timeout_s`` for the workers to end (their lifelines closed, spawned processes exited),
-        then terminate and finally kill spawned ones left; close the lifelines. Idempotent."""
+        """Wait up to ``timeout_s`` for the workers to end, then terminate and finally kill spawned ones left;
+        close the lifelines. Idempotent."""
         deadline = time.monotonic() + timeout_s
         if self.lifelines is not None:
             for rank in self.lifelines.stalled():  # a stopped process ends only when killed: do not wait for it
@@ -248,11 +243,9 @@ class WorkerGroup:
 
 
 def start_ignoring_sigint(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT from its first instruction (a Ctrl-C at the terminal goes to
-    every process of the group; rank 0 handles it and stops the workers). An ignored disposition survives fork
-    and exec, and Python keeps an inherited SIG_IGN, so the child's imports cannot die of it (a blocked mask
-    does not survive multiprocessing's spawn). SIGINT is blocked meanwhile: one that comes now stays pending
-    for rank 0's own handler."""
+    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) from its first instruction: an
+    inherited SIG_IGN survives spawn, a blocked mask does not. SIGINT is blocked meanwhile: one that comes now
+    stays pending for rank 0's own handler."""
     main = threading.current_thread() is threading.main_thread()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
