@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from .config import EngineConfig
-from .cuda_graphs import DecodeGraphs
+from .cuda_graphs import MAX_PREFILL_TOKENS, DecodeGraphs, PrefillGraphs
 from .layers.all_reduce import make_all_reduce
 from .layers.attention import varlen_causal
 from .layers.decode_splits import num_splits
@@ -26,8 +26,6 @@ from .layers.parallel import set_all_reduce
 from .layers.pdl import set_pdl
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
-from .prefill_graphs import MAX_TOKENS as MAX_PREFILL_TOKENS
-from .prefill_graphs import PrefillGraphs
 from .step_batch import StepBatch
 from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
 

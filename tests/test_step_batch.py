@@ -115,7 +115,8 @@ def test_prefill_graph_inputs_agree_with_the_prefill_builder():
     sequences are empty. The graphs take no placeholder and no cached prefix (``can_run``)."""
     import torch
 
-    from engine.prefill_graphs import MAX_SEQS, PrefillGraphs, fill_prefill_inputs
+    from engine.cuda_graphs import MAX_PREFILL_SEQS as MAX_SEQS
+    from engine.cuda_graphs import PrefillGraphs, fill_prefill_inputs
     from engine.step_inputs import build_step_inputs
 
     seqs = seqs_with_tables([3, 16, 17], temperature=0.5)
