@@ -10,8 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
-from engine.config import resolve_device
-from engine.hf_config import read_hf_config
+from engine.config import read_hf_config, resolve_device
 
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of

@@ -11,8 +11,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
 from engine import ConfigError
-from engine.config import resolve_device  # noqa: F401 (re-exported)
-from engine.hf_config import read_hf_config
+from engine.config import read_hf_config, resolve_device  # noqa: F401 (resolve_device re-exported)
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize

@@ -6,7 +6,7 @@ import os
 
 from common import is_int, is_number
 from engine import ConfigError
-from engine.hf_config import read_hf_config, split_problem
+from engine.config import read_hf_config, split_problem
 
 from .conf_schema import problem_of
 
