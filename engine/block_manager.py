@@ -19,9 +19,7 @@ def block_hash(token_ids: list[int], prefix_hash: int) -> int:
 class Block:
     """One KV-cache block: its id, how many sequences hold it, the hash of its full content (NO_HASH: not full)."""
     def __init__(self, block_id: int):
-        self.block_id = block_id
-        self.ref_count = 0
-        self.hash = NO_HASH
+        self.block_id, self.ref_count, self.hash = block_id, 0, NO_HASH
         self.token_ids: list[int] = []
 
 

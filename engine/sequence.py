@@ -29,9 +29,7 @@ class Sequence:
         self.num_cached_tokens = 0  # leading tokens whose KV is already in the cache (prefix-cache hits)
         self.block_table: list[int] = []  # KV-cache block ids, one per block_size tokens
         self.block_size = block_size
-        self.temperature = params.temperature
-        self.max_tokens = params.max_tokens
-        self.ignore_eos = params.ignore_eos
+        self.temperature, self.max_tokens, self.ignore_eos = params.temperature, params.max_tokens, params.ignore_eos
         self.num_preemptions = 0
         self.finish_reason: str | None = None  # "stop" (an EOS id) or "length" (max_tokens, max_model_len)
         self.arrival_s = 0.0  # perf_counter() of arrival, first scheduled step, each token (rank 0 only)

@@ -110,11 +110,9 @@ class LifelineServer:
                 continue
             for sock in ready:
                 if sock is self.listener:
-                    try:
+                    with contextlib.suppress(OSError):
                         conn, _ = self.listener.accept()
-                    except OSError:
-                        continue
-                    threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+                        threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
                     continue
                 rank = by_sock[sock]
                 frame = recv_frame(sock)
@@ -198,12 +196,10 @@ class Lifeline:
                 _die(on_death)
 
         def beat():
-            while not self._closing:
-                try:
+            with contextlib.suppress(OSError):  # rank 0's end is gone: run() handles it
+                while not self._closing:
                     self.send("beat", None)
-                except OSError:
-                    return
-                time.sleep(BEAT_S)
+                    time.sleep(BEAT_S)
 
         threading.Thread(target=run, name="lifeline-watch", daemon=True).start()
         threading.Thread(target=beat, name="lifeline-beat", daemon=True).start()

@@ -113,8 +113,7 @@ class WorkerGroup:
         where = {"launcher": self.launch.launcher, "nodes": self.context.num_nodes}
         if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
             return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
-        remote = [r for r in self.workers if self.context.node_of[r] != 0]
-        uncertainty_us = max(self.lifelines.offsets[r][1] for r in remote) / 1e3
+        uncertainty_us = max(self.lifelines.offsets[r][1] for r in self.workers if self.context.node_of[r]) / 1e3
         return {**where, "clock_sync": "ping-pong min-RTT/2", "clock_uncertainty_us": uncertainty_us}
 
     def _drain(self, wait_s: float = 0.0) -> None:
@@ -124,8 +123,7 @@ class WorkerGroup:
         while True:
             left = deadline - time.monotonic()
             try:
-                kind, rank, payload = (self.lifelines.reports.get(timeout=left) if left > 0
-                                       else self.lifelines.reports.get_nowait())
+                kind, rank, payload = self.lifelines.reports.get(block=left > 0, timeout=max(left, 0))
             except queue.Empty:
                 return
             (self.errors if kind == "error" else self.worker_stats)[rank] = payload
