@@ -178,11 +178,10 @@ class LLM(LLMTools):
         return [done[i] for i in ids]
 
     def step(self) -> list[dict]:
-        """Admit the requests that have arrived (while idle, first wait for the next one), launch a step, then
-        finish the one before it (async scheduling) or this one. Returns the finished requests as dicts:
-        ``request_id``, ``token_ids`` (generated), ``finish_reason`` ("stop": an EOS id; "length"), ``arrival_s``,
-        ``first_scheduled_s``, ``token_times_s`` (perf_counter() s) and ``num_preemptions``. Raises RuntimeError:
-        nothing to schedule, nothing in flight; DataPlaneError / WorkerError: as :meth:`call`; TimeoutError."""
+        """Admit the arrived requests (while idle, first wait for one), launch a step, finish the one before it
+        (async scheduling) or this one. Returns the finished requests: ``request_id``, ``token_ids`` (generated),
+        ``finish_reason`` ("stop" or "length"), ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter()
+        s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; RuntimeError: a scheduler bug."""
         self._admit()
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,

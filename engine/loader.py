@@ -39,8 +39,7 @@ def checkpoint_files(path: str) -> list[str]:
 def check_checkpoint(path: str, hf: dict) -> None:
     """Check, from the safetensors headers only, that every expected tensor is there with its shape. Raises
     ConfigError (one line, naming it): a file is unreadable, a tensor is missing, in two files, of the wrong
-    shape, or not one the config describes. Beside the weights a checkpoint may hold RoPE's ``inv_freq``
-    buffers (older exports) and ``lm_head.weight`` although the embeddings are tied."""
+    shape, or not one the config describes."""
     found: dict[str, tuple[int, ...]] = {}
     where: dict[str, str] = {}
     for file in checkpoint_files(path):
@@ -62,7 +61,7 @@ def check_checkpoint(path: str, hf: dict) -> None:
         if found[name] != shape:
             raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
                               f"expected {list(shape)}")
-    tied = hf.get("tie_word_embeddings")
+    tied = hf.get("tie_word_embeddings")  # beside the weights: older exports' RoPE inv_freq, a tied lm_head
     if unused := sorted(n for n in found if n not in expected and not n.endswith("rotary_emb.inv_freq")
                         and not (n == "lm_head.weight" and tied)):
         raise ConfigError(f"checkpoint {path} holds {len(unused)} tensor(s) its config.json does not describe, "

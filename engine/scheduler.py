@@ -11,12 +11,10 @@ from .sequence import Sequence, SequenceStatus
 
 
 class Scheduler:
-    """Each step's batch: a prefill of the waiting sequences that fit in ``max_num_batched_tokens`` and the free
-    KV blocks (at most ``max_num_seqs`` running), else a decode of every running sequence; a decode out of blocks
-    preempts the latest started one (recomputed later). A step: :meth:`schedule`, launch, :meth:`on_launch` (a
-    placeholder token each), :meth:`postprocess` (the sampled tokens). Async scheduling schedules the next step
-    between the last two; a sequence whose placeholder reaches ``max_tokens`` or ``max_model_len`` waits in
-    ``finishing`` (keeping its blocks) until its step finishes."""
+    """Each step's batch: a prefill of the waiting sequences that fit (tokens, KV blocks, ``max_num_seqs``), else a
+    decode of every running one, preempting the latest started when out of blocks. A step: :meth:`schedule`,
+    launch, :meth:`on_launch` (placeholders), :meth:`postprocess` (tokens); async scheduling schedules the next
+    between the last two. A sequence at its length limit waits in ``finishing`` until its step finishes."""
 
     def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  block_manager: BlockManager, eos_token_ids: frozenset[int] = frozenset()):
@@ -82,9 +80,8 @@ class Scheduler:
 
     def postprocess(self, seqs: list[Sequence], positions: list[int], token_ids: list[int],
                     now_s: float) -> list[Sequence]:
-        """A launched step finished: write its sampled ``token_ids`` over the placeholders at ``positions``;
-        finish sequences at an EOS id (unless ignore_eos), max_tokens or max_model_len, and return them. The row
-        of a sequence already finished (at EOS, scheduled once more before that was known) is dropped."""
+        """A launched step finished: write its sampled ``token_ids`` over the placeholders at ``positions``; return
+        the sequences finished (EOS unless ignore_eos, max_tokens, max_model_len). A finished one's row is dropped."""
         finished = []
         for seq, pos, token_id in zip(seqs, positions, token_ids, strict=True):
             if seq.status == SequenceStatus.FINISHED:
@@ -115,12 +112,10 @@ class Scheduler:
 
 
 class Arrivals:
-    """Requests added but not yet admitted, in arrival order (ties: the order added), each admitted at the first
-    step boundary after its arrival. ``log[n]``: (requests admitted by the launch of step ``n``, whether the last
-    of them while idle). ``plan``: a log to follow (``control=ideal``'s timed pass; None: by arrival alone): each
-    request is admitted before the same launch as recorded, in the same state: one admitted while idle waits
-    for idle, then its arrival; one admitted while busy never holds a running batch back (arriving, if early,
-    at its admission)."""
+    """Requests not yet admitted, in arrival order (ties: the order added), each admitted at the first step
+    boundary after its arrival. ``log[n]``: (requests admitted by the launch of step ``n``, whether the last of
+    them while idle). ``plan``: a log to follow (None: by arrival): each request is admitted before the recorded
+    launch, in the recorded state (idle: it waits for idle, then its arrival; busy: it holds no batch back)."""
 
     def __init__(self, plan: list[tuple[int, bool]] | None = None):
         self._pending: list[tuple[float, int, Sequence]] = []

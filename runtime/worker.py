@@ -51,8 +51,7 @@ class Joined:
 def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
     """Join the run (``boot``; ``endpoint`` when spawned, else through the store of ``launch``), then run
     ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1 when
-    anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused the run. A
-    spawned worker watches its parent from its first instruction, every worker its lifeline once connected."""
+    anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused the run."""
     spawned = launch is None
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers

@@ -40,9 +40,8 @@ class WorkerError(RuntimeError):
 
 class WorkerGroup:
     """Rank 0's side of a run's ``world_size`` ranks. ``timeout_s`` / ``startup_timeout_s``: longest wait on a
-    running / starting worker (s); ``launch``: how the ranks were started (None: spawn them here); ``context``:
-    what a control plane is built with. Raises TimeoutError: (torchrun) the workers did not all connect within
-    ``startup_timeout_s``; WorkerError: a worker died or failed while starting."""
+    running / starting worker (s); ``launch``: how the ranks were started (None: spawn them here). Raises
+    TimeoutError: (torchrun) not all connected in time; WorkerError: a worker died or failed while starting."""
 
     def __init__(self, world_size: int, timeout_s: float, startup_timeout_s: float, launch: Launch | None = None):
         # A spawned process re-running a main script without the ``__main__`` guard: leave quietly, rank 0 says why
