@@ -69,12 +69,6 @@ class StagedInputs:
         copied.record()
 
 
-def batch_buckets(max_num_seqs: int) -> list[int]:
-    """1, 2, 4, 8, then every multiple of 16, and ``max_num_seqs`` itself (any value is allowed)."""
-    sizes = [b for b in (1, 2, 4, 8) if b < max_num_seqs] + list(range(16, max_num_seqs, 16))
-    return sorted(set(sizes + [max_num_seqs]))
-
-
 class DecodeGraphs:
     """Captures ``model``'s decode step (KV caches allocated, a spare block at ``trash_block``) at every bucket
     up to ``max_num_seqs``; ``max_blocks``: block-table width (ceil(max_model_len / block_size))."""
@@ -92,7 +86,8 @@ class DecodeGraphs:
         self.static = self.inputs.static
         self.tokens = torch.zeros(n, dtype=torch.int64, device=device)  # the last replay's sampled tokens
         self._greedy = True  # temperatures are all 0 and the seed 0: a greedy step copies neither
-        self.buckets = batch_buckets(max_num_seqs)
+        sizes = [b for b in (1, 2, 4, 8) if b < n] + list(range(16, n, 16))  # then every multiple of 16, and n
+        self.buckets = sorted(set(sizes + [n]))
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (batch size, KV splits) -> graph
         self.pool = None
         self.kv_heads, self.device = model.attention_layers()[0].num_kv_heads, device

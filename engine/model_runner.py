@@ -132,26 +132,22 @@ class ModelRunner:
         """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use, the peak of
         a warm-up prefill of ``max_num_batched_tokens`` tokens and 1 GiB for the decode graphs' activations."""
         cfg = self.config
+        seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
+        num_seqs = max(1, min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len))
+        nb = math.ceil(seq_len / self.block_size)
+        warmup = StepBatch(True, np.full(num_seqs, seq_len, np.int32), np.full(num_seqs, seq_len, np.int32),
+                           np.zeros(num_seqs * seq_len, np.int32), np.full(num_seqs, nb, np.int32),
+                           np.arange(num_seqs * nb, dtype=np.int32))
         torch.cuda.synchronize()
         self._allocate_kv_cache(math.ceil(cfg.max_num_batched_tokens / self.block_size) + cfg.max_num_seqs)
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        self._warmup()
+        self.run(warmup.to_bytes())
         activation_peak = torch.cuda.max_memory_allocated() - base
         self._allocate_kv_cache(0)
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info()
         return int(total * cfg.gpu_memory_utilization - (total - free) - activation_peak - (1 << 30))
-
-    def _warmup(self) -> None:
-        cfg = self.config
-        seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
-        num_seqs = max(1, min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len))
-        nb = math.ceil(seq_len / self.block_size)
-        batch = StepBatch(True, np.full(num_seqs, seq_len, np.int32), np.full(num_seqs, seq_len, np.int32),
-                          np.zeros(num_seqs * seq_len, np.int32), np.full(num_seqs, nb, np.int32),
-                          np.arange(num_seqs * nb, dtype=np.int32))
-        self.run(batch.to_bytes())
 
     def _allocate_kv_cache(self, num_blocks: int) -> None:
         # On CUDA one spare block more: the "trash" block that padded CUDA-graph rows write to.
