@@ -50,17 +50,12 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    """SwiGLU MLP: gate/up column-parallel (called by the layer, fused with its norm and SiLU-and-mul), then
-    forward: ``silu(gate) * up [N, intermediate / tp]`` -> row-parallel down ``[N, hidden]``."""
-    def __init__(self, hf: dict, ops: ElementwiseOps):
+    """SwiGLU MLP's parameters: gate/up column-parallel, down row-parallel (run by the decoder layer)."""
+    def __init__(self, hf: dict):
         super().__init__()
-        self.ops = ops
         inter = hf["intermediate_size"]
         self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
         self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
-
-    def forward(self, act):
-        return self.down_proj(act)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -69,7 +64,8 @@ class Qwen3DecoderLayer(nn.Module):
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.self_attn = Qwen3Attention(hf, ops)
-        self.mlp = Qwen3MLP(hf, ops)
+        self.mlp = Qwen3MLP(hf)
+        self.ops = ops
         self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
         self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
 
@@ -80,8 +76,8 @@ class Qwen3DecoderLayer(nn.Module):
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
         h = attn(qkv, cos_sin, inputs)
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
-                                    swiglu=mlp.ops.silu_and_mul)
-        return mlp(act), residual
+                                    swiglu=self.ops.silu_and_mul)
+        return mlp.down_proj(act), residual
 
 
 class Qwen3Model(nn.Module):
