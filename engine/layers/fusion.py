@@ -1,9 +1,7 @@
-"""The model's small elementwise functions (RMSNorm with and without the residual add, q/k RMSNorm with
-RoPE, SiLU-and-mul), fusable with torch.compile: eager, each is several tiny kernels (RMSNorm alone: cast,
-square, mean, rsqrt, two multiplies, cast back), ~100 per layer per decode step, launch-bound on a GPU.
-Each model holds its own :class:`ElementwiseOps`; the model runner switches it to torch.compile'd versions
-(one Triton kernel each) on CUDA unless ``enforce_eager``. Also the modules holding their parameters:
-:class:`RMSNorm` and :class:`RotaryEmbedding`.
+"""The model's small elementwise functions, and the modules holding their parameters (:class:`RMSNorm`,
+:class:`RotaryEmbedding`). Eager, each is several tiny kernels (launch-bound on a GPU); the model runner
+switches a model's :class:`ElementwiseOps` to torch.compile'd versions (one Triton kernel each) on CUDA unless
+``enforce_eager``.
 """
 
 from __future__ import annotations
@@ -31,21 +29,17 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 
 def qk_norm_rotary(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
                    cos: torch.Tensor, sin: torch.Tensor):
-    """Qwen3's per-head RMSNorm of q ``[N, Hq, D]`` and k ``[N, Hkv, D]``, then RoPE at cos/sin ``[N, D]``."""
-    return apply_rotary(rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps), cos, sin)
+    """Qwen3's per-head RMSNorm of q ``[N, Hq, D]`` and k ``[N, Hkv, D]``, then RoPE (Su et al. 2021) at cos/sin
+    ``[N, D]`` -> (q, k), same shapes and dtype."""
+    q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
+    cos, sin = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``[..., d]`` -> ``[..., d]``: the halves (x1, x2) become (-x2, x1), RoPE's rotation (HF layout)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """RoPE (Su et al. 2021): ``q [N, heads, d]``, ``k [N, kv_heads, d]``, ``cos``/``sin [N, d]`` -> rotated
-    (q, k), same shapes and dtype."""
-    cos, sin = cos.unsqueeze(1).to(q.dtype), sin.unsqueeze(1).to(q.dtype)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -74,9 +68,8 @@ class ElementwiseOps:
 
 
 class RMSNorm(nn.Module):
-    """x ``[..., dim]`` -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype (``rms_norm``). With
-    ``residual``, normalises ``x + residual`` and returns ``(normed, x + residual)`` (one fused kernel on CUDA).
-    ``ops``: the model's elementwise functions (its own eager set when not given)."""
+    """x ``[..., dim]`` -> ``rms_norm(x)``, same shape and dtype; with ``residual``, ``(rms_norm(x + residual),
+    x + residual)``. ``ops``: the model's elementwise functions (its own eager set when not given)."""
 
     def __init__(self, dim: int, eps: float, ops: ElementwiseOps | None = None):
         super().__init__()
@@ -92,8 +85,7 @@ class RMSNorm(nn.Module):
 
 class RotaryEmbedding(nn.Module):
     """RoPE's cos/sin ("rotate half" layout, as transformers' Qwen3: inv_freq_i = theta^(-2i / head_dim)),
-    precomputed in float32 for positions ``[0, max_positions)``; forward gives cos and sin ``[N, D]`` float32 at
-    ``positions`` ``[N]`` (once per step; each layer applies them, ``apply_rotary``)."""
+    precomputed in float32 for positions ``[0, max_positions)``: positions ``[N]`` -> cos, sin ``[N, D]``."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float):
         super().__init__()
