@@ -1,12 +1,8 @@
-"""Attention over the paged KV cache (slot = block_id * block_size + offset), three paths:
-
-- CUDA decode: ``paged_decode``'s Triton kernel, which also stores the new token's K/V (and may apply q/k
-  norm and RoPE first).
-- CUDA prefill without cached prefix: store K/V, then one varlen flash-attention call for the whole batch
-  (``varlen_causal``; float32 or torch < 2.10: one SDPA call per sequence).
-- Else (CPU; prefix-cache hits): store K/V, gather each context from the cache, pad queries to ``[B, Lq_max]``
-  and contexts to ``[B, Lk_max]``, SDPA with a mask allowing key j for query i when j <= position(i) and j <
-  context length.
+"""Attention over the paged KV cache (slot = block_id * block_size + offset): CUDA decode through
+``paged_decode``'s Triton kernel (which also stores the new K/V); CUDA prefill without cached prefix through
+varlen flash attention (float32 or torch < 2.10: SDPA per sequence); else (CPU, prefix-cache hits) SDPA over
+queries padded to ``[B, Lq_max]`` and gathered contexts ``[B, Lk_max]``, key j allowed for query i when j <=
+position(i) and j < context length.
 """
 
 from __future__ import annotations
@@ -77,22 +73,17 @@ class Attention(nn.Module):
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
 
     def _prefill_per_sequence(self, q, k, v, spans) -> torch.Tensor:
-        """float32 on CUDA (flash kernels take 16-bit only): one causal SDPA call per sequence."""
+        """float32 on CUDA (flash kernels take 16-bit only): one causal SDPA call per sequence [s, e) of
+        ``spans``. K/V heads are repeated for grouped queries (on the H200 ``enable_gqa`` took a slow path)."""
         group = self.num_heads // self.num_kv_heads
-        # Flash / memory-efficient kernels only: cuDNN's attention builds a plan per new sequence length
-        # (measured on the H200: ~7 s of plan building across the bench's ~250 prompt lengths).
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        q, k, v = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))  # [1, H, N, D]
+        # Not cuDNN: it builds a plan per new sequence length (~7 s over the bench's prompt lengths on the H200).
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-            return torch.cat([_causal_one(q[s:e], k[s:e], v[s:e], self.scale, group) for s, e in spans])
-
-
-def _causal_one(q, k, v, scale: float, group: int) -> torch.Tensor:
-    """One sequence, no cached prefix: q ``[L, Hq, D]``, k/v ``[L, Hkv, D]`` -> ``[L, Hq, D]``. K/V heads are
-    repeated for grouped queries (measured on the H200: ``enable_gqa`` left SDPA on a slow path here)."""
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                                         v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale)
-    return out[0].transpose(0, 1)
+            out = [F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True,
+                                                  scale=self.scale) for s, e in spans]
+        return torch.cat([o[0].transpose(0, 1) for o in out])
 
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -109,21 +100,19 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
     return ctx.transpose(1, 2)
 
 
-def _varlen_kwargs() -> dict:
-    params = inspect.signature(varlen_attn).parameters
-    # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
-    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    return causal | ({"enable_gqa": True} if "enable_gqa" in params else {})
-
-
 def _varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
                    scale: float) -> torch.Tensor:
-    """Causal prefill of a whole batch in one flash-attention call (torch.nn.attention.varlen, torch >= 2.10),
-    without padding, grouped K/V heads read in place: q ``[N, Hq, D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA;
-    Hkv divides Hq), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence in N, ``max_len`` the longest ->
-    ``[N, Hq, D]``: each token attends to its own sequence's tokens up to itself."""
+    """Causal prefill of a whole batch in one flash-attention call, grouped K/V heads read in place: q ``[N, Hq,
+    D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence in N,
+    ``max_len`` the longest -> ``[N, Hq, D]``."""
     return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, **_VARLEN_KWARGS)
 
 
-_VARLEN_KWARGS = _varlen_kwargs() if varlen_attn is not None else {}
-varlen_causal = _varlen_causal if varlen_attn is not None else None  # None: torch < 2.10
+varlen_causal = None  # torch < 2.10
+if varlen_attn is not None:
+    _params = inspect.signature(varlen_attn).parameters
+    # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
+    _VARLEN_KWARGS = {"window_size": (-1, 0)} if "window_size" in _params else {"is_causal": True}
+    if "enable_gqa" in _params:
+        _VARLEN_KWARGS["enable_gqa"] = True
+    varlen_causal = _varlen_causal
