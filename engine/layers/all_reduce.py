@@ -1,11 +1,8 @@
-"""The tensor-parallel layers' all-reduce (``llm.all_reduce``): torch.distributed (NCCL on CUDA, gloo on CPU),
-or PyTorch's symmetric-memory kernels on CUDA: every rank maps its peers' copies of one buffer (set up once,
-before CUDA-graph capture) and an all-reduce is one kernel reading them over NVLink, no NCCL proxy or
-handshake: about half NCCL's latency on small messages. A row-parallel GEMM writes its partial sum straight
-into the buffer. By size (bytes), never the ``multimem`` (NVLink multicast) ops: ``<= one_shot_max`` one-shot
-(each rank reads every peer's buffer: one pass), ``<=`` the buffer two-shot (reduce-scatter + all-gather),
-larger, float16 or not a multiple of 4 bytes: NCCL. Thresholds: measured at tp=2 (``scripts/all_reduce_sizes.py``,
-results/h200x2/all_reduce_default.md), halved per doubling of tp (each rank reads tp - 1 whole buffers).
+"""The tensor-parallel layers' all-reduce (``llm.all_reduce``): torch.distributed (NCCL; gloo on CPU) or, on
+CUDA, PyTorch's symmetric-memory kernels: one kernel reads the peers' copies of a buffer mapped once (before
+CUDA-graph capture) over NVLink, about half NCCL's latency on small messages; never NVLink multicast. By size
+(bytes): ``<= one_shot_max`` one-shot, ``<=`` the buffer two-shot, larger, float16 or not a multiple of 4
+bytes NCCL. Thresholds measured at tp=2 (``scripts/all_reduce_sizes.py``), halved per doubling of tp.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import torch.distributed as dist
 
 from .gemm import linear
 
-# Largest message (bytes) sent one-shot, by tp size (module docstring).
+# Largest message (bytes) sent one-shot (each rank reads every peer's buffer), by tp size.
 ONE_SHOT_MAX_BYTES = {2: 1 << 20, 4: 512 << 10, 8: 256 << 10}
 SYMM_MAX_BYTES = 64 << 20  # the symmetric buffer's size cap; larger messages go through NCCL
 SYMM_DTYPES = (torch.bfloat16, torch.float32)  # what PyTorch's symmetric-memory kernels reduce
@@ -95,9 +92,8 @@ class SymmMemAllReduce(TorchAllReduce):
 def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int,
                     num_nodes: int = 1):
     """The group's all-reduce for ``mode`` (auto, nccl or symm_mem), or None at tp=1. ``auto``: symm_mem on
-    CUDA for bf16/float32 where every rank can set it up and all are on one node (it maps peers' GPU memory
-    over NVLink), else NCCL; CPU: gloo. ``numel``: the largest message worth a symmetric buffer (elements,
-    capped at ``SYMM_MAX_BYTES``). Every rank takes the same decision (all_reduce of MIN). Raises
+    CUDA for bf16/float32 where every rank, all on one node, can set it up, else NCCL; CPU: gloo. ``numel``:
+    the largest message worth a symmetric buffer (elements, capped at ``SYMM_MAX_BYTES``). Raises
     RuntimeError: ``mode="symm_mem"`` and symmetric memory could not be set up on some rank."""
     if world_size == 1:
         return None
