@@ -1,8 +1,6 @@
 """Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
-GEMV (``gemv.py``, nearer HBM bandwidth than cuBLAS on small shards). ``norm_linear`` fuses the RMSNorm before
-a column-parallel layer (and SwiGLU after gate/up) into that GEMV (``norm_gemv.py``), or for long rows runs
-the norm as a Triton kernel of its own, so that no torch kernel breaks the PDL chain.
-Chosen once per process by the model runner (``set_gemm``): process-wide state.
+GEMV (``gemv.py``), which ``norm_linear`` fuses with the RMSNorm before it (``norm_gemv.py``) so that no torch
+kernel breaks the PDL chain. Chosen once per process by the model runner (``set_gemm``): process-wide state.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ import torch.nn.functional as F
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
 _norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
 _rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
-# Longer rows take the norm and the GEMV apart: each program of the fused kernel re-reads the row and sums its
-# squares (faster at K = 1024, slower at 4096 on the H200: calls 36-41, results/h200/NOTES.md).
+# Longer rows take the norm and the GEMV apart: each program of the fused kernel re-sums the row's squares.
 NORM_GEMV_MAX_K = 2048
 
 

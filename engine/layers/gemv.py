@@ -1,8 +1,5 @@
-"""y = x W^T for one row of x (decode at batch 1; a batch-8 tile lost to cuBLAS): a Triton GEMV that reads W
-once, at full width, in true float32 (no TF32); nearer HBM bandwidth than cuBLAS on small shards
-(results/h200x2/NOTES.md, calls 8-10).
-
-CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
+"""y = x W^T for one row of x (decode at batch 1): a Triton GEMV that reads W once, at full width, in true
+float32 (no TF32). CUDA machines only; ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -13,9 +10,7 @@ import triton.language as tl
 
 from . import pdl
 
-# Default tiles (call 38, results/h200/NOTES.md): the whole row at once up to MAX_BLOCK_K columns, ~TILE weights
-# per program, 2 warps for rows of <= 1,024.
-MAX_BLOCK_K = 4096
+MAX_BLOCK_K = 4096  # columns: the whole row at once up to this
 TILE = 8192  # weights per program
 
 
@@ -40,7 +35,8 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
 
 
 def tiles(n: int, k: int) -> tuple[int, int, int]:
-    """The default (block_n, block_k, num_warps) of an ``[n, k]`` weight (see above)."""
+    """The default (block_n, block_k, num_warps) of an ``[n, k]`` weight: ~``TILE`` weights per program, 2 warps
+    for rows of <= 1,024 (the H200's fastest, results/h200/NOTES.md)."""
     block_k = min(triton.next_power_of_2(k), MAX_BLOCK_K)
     block_n = min(16, triton.next_power_of_2(triton.cdiv(TILE, min(k, block_k))))
     return block_n, block_k, 2 if block_k <= 1024 else 4

@@ -1,14 +1,8 @@
-"""RMSNorm (with the residual add) fused into the GEMV after it, for decode at batch 1.
-
-``y = rms_norm(h + residual) @ W^T`` in one launch instead of a norm kernel (mostly launch and tail) per
-layer: every program walks its weight rows as ``gemv.py`` does, reading the short activation row from L2 and
-summing its squares in the same pass, then scales by ``1 / rms`` at the end (``W (w * x / rms) =
-(W (w * x)) / rms``), so the weight loads never wait for the sum. With ``swiglu`` it reads the gate and up
-rows of a merged ``[2 * I, K]`` weight and writes ``silu(gate) * up`` ``[1, I]``. Rounding: the residual sum
-and gate/up as unfused; the normalised row is not rounded before the products (transformers rounds it
-twice): about one bf16 rounding apart.
-
-CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
+"""``y = rms_norm(h + residual) @ W^T`` in one launch, for decode at batch 1: every program walks its weight
+rows as ``gemv.py`` does, summing the activation row's squares in the same pass, then scales by ``1 / rms``
+at the end (``W (w * x / rms) = (W (w * x)) / rms``), so the weight loads never wait for the sum. Rounding:
+the residual sum and gate/up as unfused; the normalised row is not rounded before the products (transformers
+rounds it twice): about one bf16 rounding apart. CUDA only; ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -91,10 +85,9 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
               num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` (None: h is already normalised, residual
     None), weight ``[N, K]`` (gate then up ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K,
-    shapes checked by the caller (``gemm.py``) -> (``rms_norm(h + residual) @ weight.T`` ``[1, N]`` or
-    ``silu(gate) * up`` ``[1, I]``; the new residual ``[1, K]``, h itself when ``residual`` is None).
-    ``block_n`` / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s (with ``swiglu`` a program reads ``block_n``
-    gate and up rows each: default half the GEMV's). PDL when ``pdl.ENABLED``."""
+    checked by ``gemm.py`` -> (``rms_norm(h + residual) @ weight.T`` ``[1, N]`` or ``silu(gate) * up`` ``[1, I]``;
+    the new residual ``[1, K]``, h itself when ``residual`` is None). ``block_n`` (gate and up rows each with
+    ``swiglu``: default half the GEMV's) / ``block_k`` / ``num_warps`` as ``gemv.gemv``'s."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
@@ -127,10 +120,9 @@ def _add_rms_norm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, y_ptr, K, eps, H
 
 def add_rms_norm(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``fusion.add_rms_norm`` (``rms_norm`` when ``residual`` is None) of one row in one program, with PDL
-    so the GEMVs' chain is unbroken (for rows too long for ``norm_gemv``, whose programs would each sum the
-    squares). h, residual ``[1, K]``, norm_weight ``[K]``, one dtype, contiguous -> (normalised ``[1, K]``,
-    ``h + residual``, or h when ``residual`` is None)."""
+    """``fusion.add_rms_norm`` (``rms_norm`` when ``residual`` is None) of a row too long for ``norm_gemv``, in
+    the GEMVs' PDL chain: h, residual ``[1, K]``, norm_weight ``[K]``, one dtype, contiguous -> (normalised
+    ``[1, K]``, ``h + residual``, or h when ``residual`` is None)."""
     k = h.shape[-1]
     y = torch.empty_like(h)
     res_out = torch.empty_like(h) if residual is not None else h
