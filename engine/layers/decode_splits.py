@@ -1,7 +1,6 @@
 """How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile
-of the longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS``; a second
-kernel merges the partial outputs. Each count is a CUDA graph of its own, so counts go up in powers of two.
-The cap and one tile per program: measured on the H200 (calls 44 and 49, results/h200/NOTES.md).
+of the longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS`` (the H200's
+fastest, results/h200/NOTES.md). Each count is a CUDA graph of its own, so counts go up in powers of two.
 """
 
 from __future__ import annotations
@@ -28,16 +27,14 @@ def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
 
 
 def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[int]:
-    """Every split count a decode step at this batch size may use: 1, the powers of two below the cap, the
-    cap (``max_splits``)."""
+    """Every split count a decode step at this batch size may use: 1, the powers of two below the cap, the cap."""
     cap = max_splits(batch, num_kv_heads, device)
     return [1] + [1 << i for i in range(1, cap.bit_length()) if 1 << i < cap] + ([cap] if cap > 1 else [])
 
 
 def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
-    """The split count for a decode step whose longest context is ``max_context`` tokens (the new one
-    included): the fewest of ``split_counts`` that give each program at most one tile of cached tokens, or
-    the cap."""
+    """The split count for a longest context of ``max_context`` tokens (the new one included): the fewest of
+    ``split_counts`` that give each program at most one tile of cached tokens, or the cap."""
     tile = min(TILE_TOKENS, block_size)
     tiles = -(-(max_context - 1) // tile)
     counts = split_counts(batch, num_kv_heads, device)

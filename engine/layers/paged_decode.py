@@ -1,16 +1,11 @@
-"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split).
-
-A program holds the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walks its
-share of the block table ``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022,
-algorithm 1), so K and V are read once. The new token's K/V come in registers (the recurrence's last step, in
-split 0) and that program stores them into the cache: no separate cache-write kernel. Split-KV (flash-decoding,
-Dao et al. 2023): with too few programs, each context is cut into ``num_splits`` runs (``decode_splits``) whose
-partial outputs and log-sum-exps a second kernel merges.
-
-With ``qk_norm`` the program also applies Qwen3's per-head RMSNorm and RoPE to q and the new k (one kernel
-fewer per layer), rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
-
-CUDA machines only (Triton is not a CPU dependency); ``TRITON_INTERPRET=1`` runs it on the CPU.
+"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split),
+holding the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walking its share
+of the block table ``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022,
+algorithm 1). Split 0 takes the new token's K/V from registers last and stores them into the cache.
+Split-KV (flash-decoding, Dao et al. 2023): ``num_splits`` runs per context (``decode_splits``), merged by a
+second kernel. With ``qk_norm`` it also applies Qwen3's per-head RMSNorm and RoPE to q and the new k,
+rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
+CUDA only; ``TRITON_INTERPRET=1`` runs it on the CPU.
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ from . import decode_splits, pdl
 
 @triton.jit
 def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM: tl.constexpr):
-    """Rows of x (``[R, D]``, row r at ``x_ptr + row_offs[r]``, rows not ``row_ok`` read as 0) RMS-normalised
-    over D, scaled by w ``[D]``, rounded to x's dtype, then rotated by RoPE at cos/sin ``[D]`` (float32,
-    rounded to x's dtype first, as transformers does): float32 ``[R, D]`` holding x-dtype values."""
+    """Rows of x (``[R, D]``, row r at ``x_ptr + row_offs[r]``, 0 where not ``row_ok``) RMS-normalised, scaled
+    by w ``[D]``, rotated by RoPE at cos/sin ``[D]``, each rounded to x's dtype: float32 ``[R, D]``."""
     half = HEAD_DIM // 2
     rot = (dims + half) % HEAD_DIM
     x = tl.load(x_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
@@ -45,8 +39,7 @@ def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD
 @triton.jit
 def _query(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, dtype, HEAD_DIM: tl.constexpr,
            QK_NORM: tl.constexpr):
-    """The query rows ``[R, D]`` (row r at ``q_ptr + row_offs[r]``, 0 where not ``row_ok``) in ``dtype``,
-    normalised and rotated with ``QK_NORM``."""
+    """The query rows ``[R, D]`` in ``dtype`` (as ``_norm_rope``'s), normalised and rotated with ``QK_NORM``."""
     if QK_NORM:
         return _norm_rope(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM).to(dtype)
     return tl.load(q_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
@@ -77,8 +70,7 @@ def _step(q, k, v, m, denom, acc, scale):
 @triton.jit
 def _tile(k_ptr, v_ptr, table_ptr, start, hi, stride_cb, stride_ct, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
           HEAD_DIM: tl.constexpr):
-    """Cached tokens [start, start + BLOCK_N) of one sequence, those < hi (k_ptr / v_ptr: the caches at its KV
-    head, its block table at ``table_ptr``): k, v ``[BLOCK_N, D]`` (0 past hi)."""
+    """Cached tokens [start, start + BLOCK_N) of one sequence and KV head: k, v ``[BLOCK_N, D]`` (0 from hi)."""
     toks = tl.arange(0, BLOCK_N)
     block = tl.load(table_ptr + start // BLOCK_SIZE, mask=start < hi, other=0)
     tok_ok = start + toks < hi
@@ -90,8 +82,7 @@ def _tile(k_ptr, v_ptr, table_ptr, start, hi, stride_cb, stride_ct, BLOCK_SIZE: 
 
 @triton.jit
 def _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N: tl.constexpr):
-    """One tile (k, v ``[BLOCK_N, D]``, tokens from ``start``, those < hi) more of the online softmax of the
-    rows of q ``[R, D]``: the running max, denominator and unnormalised output."""
+    """One tile (k, v ``[BLOCK_N, D]``, tokens from ``start``, those < hi) more of ``_step``'s recurrence."""
     tok_ok = start + tl.arange(0, BLOCK_N) < hi
     s = tl.where(tok_ok[None, :], tl.dot(q, tl.trans(k)) * scale, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -103,9 +94,8 @@ def _accumulate(q, k, v, start, hi, m, denom, acc, scale, BLOCK_N: tl.constexpr)
 @triton.jit
 def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD: tl.constexpr,
           HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRELOAD: tl.constexpr):
-    """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) of one sequence, ``BLOCK_N``
-    tokens at a time (with ``PRELOAD`` the first tile is k0, v0, already loaded): the running max,
-    denominator and unnormalised output."""
+    """The online softmax of q ``[GROUP_PAD, D]`` over cached tokens [lo, hi) (with ``PRELOAD`` the first tile
+    is k0, v0): the running max, denominator and unnormalised output."""
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -206,9 +196,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. PDL when ``pdl.ENABLED``. ``block_n``
-    (tokens per iteration, capped at the block size), ``num_warps``, ``num_stages``: the H200's fastest at
-    the 8B shapes (results/h200/NOTES.md)."""
+    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. ``block_n`` (tokens per iteration, at most
+    the block size), ``num_warps``, ``num_stages``: the H200's fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
