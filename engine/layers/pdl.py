@@ -1,10 +1,6 @@
-"""Programmatic dependent launch (PDL) for the Triton decode kernels: the next kernel starts while this one
-finishes, so a batch-1 step's ~180 short kernels do not each wait for the one before to drain (issue 27).
-
-With PDL (compute capability >= 9.0) a kernel's programs launch once every program of the one before has
-started, and wait (``griddepcontrol.wait``) for its end before touching what it writes.
-The weights, which no kernel of the step writes, are loaded before the wait (CUTLASS example 63's prefetch).
-
+"""Programmatic dependent launch (PDL, compute capability >= 9.0) for the Triton decode kernels: a kernel's
+programs launch once every program of the one before has started, load the weights (which no kernel of the
+step writes; CUTLASS example 63's prefetch), then wait (``griddepcontrol.wait``) for its end.
 Rule for every kernel launched with ``launch_pdl=ENABLED``: each program calls ``gdc_wait`` before it reads
 an activation or writes anything, and none returns before it. The wait covers the whole previous kernel
 (which waited for its own), so a later non-PDL kernel sees every result as in a plain stream.

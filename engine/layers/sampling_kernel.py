@@ -1,11 +1,8 @@
-"""``sampler``'s draw in one Triton pass over a rank's logits shard (CUDA machines only).
-
+"""``sampler``'s draw in one Triton pass over a rank's logits shard, read once in its own dtype (CUDA only).
 Each program takes one row and one chunk of global columns (the shard's own masked in) and keeps the best
 score and its column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one
 call per four columns (which keeps the kernel memory-bound). Chunks align to global columns, so a column's
-noise does not depend on tp. A tiny second step picks each row's best chunk. The logits are read once in
-their own dtype: the torch version's float32 softmax, noise and quotient (~1.7 GB per step at batch 256 and
-a 152k vocabulary) never exist. The seed is read from device memory, so a CUDA graph replays with new seeds.
+noise does not depend on tp. The seed is read from device memory, so a CUDA graph replays with new seeds.
 """
 
 from __future__ import annotations
