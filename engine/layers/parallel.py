@@ -39,13 +39,6 @@ def matmul_all_reduce(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return linear(x, weight) if tp_size() == 1 else _ALL_REDUCE.matmul(x, weight)
 
 
-def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
-    """Element-wise maximum of ``x`` (int64) over the ranks, in place (NCCL or gloo)."""
-    if tp_size() > 1:
-        dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    return x
-
-
 def shard_range(full: int, what: str) -> tuple[int, int]:
     """``[start, end)`` of this rank's equal share of ``full`` rows. Raises ValueError: tp does not divide it."""
     size = tp_size()

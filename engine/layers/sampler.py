@@ -1,19 +1,17 @@
-"""Token sampling on every rank over its own vocabulary shard, then one small collective.
-
-Each rank keeps, per row of its logits shard ``[B, V/tp]``, its best (score, global column): greedy rows
-(temperature 0) score the logit, sampled rows ``logit / t - log(E)`` with ``E ~ Exp(1)`` drawn per (seed,
-row, global column), independent of tp. Its argmax is a draw from softmax(logits / t) (the exponential race,
-equivalent to Gumbel-max: Gumbel 1954; Maddison et al. 2014, "A* Sampling"). Each pair is packed into an
-int64 ordered by (score, then smaller column), so one all_reduce(MAX) of ``[B]`` int64 gives every rank every
-row's winner (ties: the first column, as ``torch.argmax``): no vocabulary gather, and the next step's async
-placeholders resolve locally.
+"""Token sampling on every rank over its own vocabulary shard: per row of its logits ``[B, V/tp]`` the best
+(score, global column), greedy rows (temperature 0) scoring the logit, sampled rows ``logit / t - log(E)``
+with ``E ~ Exp(1)`` drawn per (seed, row, global column), independent of tp: the argmax is a draw from
+softmax(logits / t) (the exponential race, equivalent to Gumbel-max: Gumbel 1954; Maddison et al. 2014).
+Each pair is packed into an int64 ordered by (score, then smaller column), so one all_reduce(MAX) of ``[B]``
+int64 gives every rank every row's winner (ties: the first column, as ``torch.argmax``).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
-from .parallel import all_reduce_max
+from .parallel import tp_size
 
 _LOW32 = (1 << 32) - 1
 
@@ -36,9 +34,7 @@ def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures
     """logits ``[B, V/tp]`` (this rank's columns ``[vocab_start, vocab_start + V/tp)`` of a ``vocab_size``
     vocabulary, any float dtype), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (keys the
     noise; 0 <= seed < 2**31), all on the logits' device -> token ids ``[B]`` int64, the same on every rank.
-    Never synchronises the device. CUDA: one Triton pass (``sampling_kernel``); CPU: torch, the noise drawn
-    for the whole vocabulary from a generator seeded with ``seed`` and sliced to the shard (tp-independent).
-    """
+    Never synchronises the device. CPU: the noise drawn for the whole vocabulary and sliced to the shard."""
     if logits.is_cuda:
         from .sampling_kernel import sample_shard_triton  # Triton: CUDA machines only
 
@@ -53,4 +49,6 @@ def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures
             scores = torch.where(t > 0, scores / t.clamp(min=1e-5) - noise, scores)
         col = scores.argmax(dim=1, keepdim=True)
         best = pack(scores.gather(1, col).squeeze(1), col.squeeze(1) + vocab_start)
-    return unpack(all_reduce_max(best))
+    if tp_size() > 1:
+        dist.all_reduce(best, op=dist.ReduceOp.MAX)  # NCCL or gloo, in place
+    return unpack(best)
