@@ -57,7 +57,8 @@ class Attention(nn.Module):
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
                                           meta.context_lens, self.scale, num_splits=meta.num_splits or 1,
                                           qk_norm=qk_norm)
-        store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        self.k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)  # store the new K/V
+        self.v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
         if meta.prefill_spans is not None:
             if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
                 return varlen_causal(q, k, v, meta.cu_seqlens, meta.max_q_len, self.scale)
@@ -84,13 +85,6 @@ class Attention(nn.Module):
             out = [F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], is_causal=True,
                                                   scale=self.scale) for s, e in spans]
         return torch.cat([o[0].transpose(0, 1) for o in out])
-
-
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    """Write k/v ``[N, Hkv, D]`` into the caches at ``slot_mapping`` ``[N]``."""
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
 
 
 def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
