@@ -37,10 +37,8 @@ class Qwen3Attention(nn.Module):
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
 
     def forward(self, qkv, cos_sin, inputs: StepInputs):
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q, k = q.view(-1, self.num_heads, self.head_dim), k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        heads = [self.num_heads, self.num_kv_heads, self.num_kv_heads]
+        q, k, v = qkv.view(-1, sum(heads), self.head_dim).split(heads, dim=1)
         qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
         if inputs.attn.context_lens is not None:  # CUDA decode: the kernel normalises and rotates q and k
             out = self.attn(q, k, v, inputs.attn, qk_norm)
