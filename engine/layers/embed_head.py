@@ -13,9 +13,8 @@ from .parallel import all_reduce, shard_range, tp_rank, tp_size
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Each rank holds rows ``[rank * V/tp, (rank+1) * V/tp)`` of the ``[V, hidden]`` table.
-    Token ids ``[N]`` -> embeddings ``[N, hidden]``: ids outside the shard look up zeros, then one
-    all_reduce sums the ranks' partial results."""
+    """Each rank holds rows ``[vocab_start, vocab_end)`` of the ``[V, hidden]`` table: token ids ``[N]`` ->
+    embeddings ``[N, hidden]`` (ids outside the shard look up zeros; one all_reduce sums the ranks')."""
 
     def __init__(self, vocab_size: int, hidden_size: int):
         super().__init__()
@@ -38,9 +37,8 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class ParallelLMHead(VocabParallelEmbedding):
-    """Logits over this rank's vocabulary shard: hidden ``[B, hidden]`` -> ``[B, V/tp]`` in the model's
-    dtype, columns ``[vocab_start, vocab_end)``; the sampler works on the shard (no gather). With tied
-    embeddings the weight is the embedding's shard (set by the model)."""
+    """Logits over this rank's vocabulary shard: hidden ``[B, hidden]`` -> ``[B, V/tp]`` in the model's dtype,
+    columns ``[vocab_start, vocab_end)``. With tied embeddings the weight is the embedding's (set by the model)."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(hidden, self.weight)

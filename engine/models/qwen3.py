@@ -79,8 +79,7 @@ class Qwen3DecoderLayer(nn.Module):
 
 
 class Qwen3Model(nn.Module):
-    """Embedding (vocabulary-parallel), the decoder layers and the final norm: StepInputs -> hidden
-    ``[N, hidden]``."""
+    """Embedding (vocabulary-parallel), the decoder layers and the final norm: StepInputs -> ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(hf["vocab_size"], hf["hidden_size"])
