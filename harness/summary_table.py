@@ -7,20 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import plane_order
-from .text_tables import (
-    fitting_sections,
-    header_lines,
-    key_cells,
-    left_out_note,
-    markdown,
-    num4,
-    number,
-    ratio,
-    section_lines,
-    sections,
-    spread_cell,
-    widest_fitting,
-)
+from .text_tables import fitting_sections, header_lines, key_cells, left_out_note, num4, number, ratio, spread_cell
 
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
@@ -193,24 +180,18 @@ def size(n: float) -> str:
 def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
     """``summary()``'s table of broadcast rows as two tables, one-way p50 then p99 (us), a row per (tp, payload) by
     size, a column per plane that fits in 120 columns; sections."""
-    parts = sections(table, [k for k in keys if k not in ("control", "tp", "payload")])
+    at = [k for k in keys if k not in ("control", "tp", "payload")] + ["tp", "payload"]
+    nbytes = table.groupby(at, sort=False).payload_bytes_median.first().rename("nbytes")  # in order of appearance
 
-    def render(metric: str, planes: list) -> list[str]:
-        out = []
-        for label, rows in parts:
-            lines = []
-            for (tp, payload), by in rows.groupby(["tp", "payload"], sort=False):
-                at = by.set_index("control")[f"{metric}_median"]
-                nbytes = by.payload_bytes_median.dropna()
-                lines.append({"tp": tp, "payload": payload, "size": size(nbytes.iloc[0]) if len(nbytes) else "",
-                              **{p: number(at[p]) if p in at.index and pd.notna(at[p]) else "" for p in planes}})
-            out.append((label, markdown(lines)))
-        return section_lines(out)
+    def row(r, rows, planes):
+        return {"tp": r["tp"], "payload": r["payload"], "size": size(r["nbytes"]) if pd.notna(r["nbytes"]) else "",
+                **{p: number(r[p]) if pd.notna(r[p]) else "" for p in planes}}
 
     repeats = sorted(set(table.repeats))
     n = repeats[0] if len(repeats) == 1 else f"{repeats[0]}-{repeats[-1]}"
     for metric, name in (("ctrl_oneway_us_p50", "p50"), ("ctrl_oneway_us_p99", "p99")):
-        lines, left_out = widest_fitting(lambda shown, m=metric: render(m, shown), plane_order(table.control))
+        wide = nbytes.to_frame().join(table.pivot(index=at, columns="control", values=f"{metric}_median"))
+        lines, left_out, _ = fitting_sections(wide.reset_index(), at[:-2], row, plane_order(table.control))
         text = (f"workload=broadcast: one-way latency {name} (us) per plane, median over ok repeats (n={n}); "
                 "size = payload_bytes")
         print("\n".join(header_lines(text + left_out_note(left_out)) + lines))

@@ -61,28 +61,29 @@ def markdown(rows: list[dict]) -> list[str]:
     return df.to_markdown(index=False, disable_numparse=True, colalign=align).splitlines()
 
 
-def widest_fitting(render, columns: list, keep: int = 1) -> tuple[list[str], list]:
-    """(``render(columns[:n])``, ``columns[n:]``) for the largest n >= ``keep`` whose lines fit in WIDTH bytes
-    ("±" counts 2), at ``keep`` even if too wide."""
-    for n in range(len(columns), keep - 1, -1):
+def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns: list, keep: int = 1):
+    """``table`` as ``markdown`` tables of ``row(r, rows, shown)`` per row ``r``, a section (``section_label``
+    above it) per value of ``section_keys`` in order of appearance, ``shown`` the most of ``columns`` (at least
+    ``keep``) whose lines fit in WIDTH bytes ("±" counts 2): (the lines, the columns left out, the overrides every
+    row has where there are several sections)."""
+    common = common_overrides(table.overrides) if "overrides" in section_keys else set()
+    parts = [(section_label(dict(zip(section_keys, values)), common), rows)
+             for values, rows in config_groups(table, section_keys, sort=False)] if len(table) else [("", table)]
+
+    def render(shown: list) -> list[str]:  # each label wrapped, a blank line between sections
+        out = []
+        for label, rows in parts:
+            if out:
+                out.append("")
+            if label:
+                out += textwrap.wrap("-- " + label, WIDTH - 2, subsequent_indent="   ")
+            out += markdown([row(r, rows, shown) for _, r in rows.iterrows()])
+        return out
+
+    for n in range(len(columns), min(keep, len(columns)) - 1, -1):  # at least once
         lines = render(columns[:n])
         if n <= keep or all(len(line.encode()) <= WIDTH for line in lines):
-            return lines, columns[n:]
-    return render(columns), []
-
-
-def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns: list, keep: int = 1):
-    """``widest_fitting`` of ``table``'s ``sections`` as ``markdown`` tables of ``row(r, rows, shown)`` per row ``r``,
-    ``shown`` as many of ``columns`` as fit: (the lines, the columns left out, the overrides every row has where
-    there are several sections)."""
-    parts = sections(table, section_keys)
-    common = common_overrides(table.overrides) if "overrides" in section_keys and len(parts) > 1 else set()
-
-    def render(shown):
-        return section_lines([(label, markdown([row(r, rows, shown) for _, r in rows.iterrows()]))
-                              for label, rows in parts])
-
-    return *widest_fitting(render, columns, keep), common
+            return lines, columns[n:], common if len(parts) > 1 else set()
 
 
 def left_out_note(names: list[str]) -> str:
@@ -106,30 +107,9 @@ def section_label(values: dict, common: set[str] = frozenset()) -> str:
     return text
 
 
-def sections(table: pd.DataFrame, section_keys: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """(``section_label``, rows) per value of ``section_keys`` in order of appearance; ("", table) without."""
-    if not section_keys or table.empty:
-        return [("", table)]
-    common = common_overrides(table["overrides"]) if "overrides" in section_keys else set()
-    return [(section_label(dict(zip(section_keys, values)), common), rows)
-            for values, rows in config_groups(table, section_keys, sort=False)]
-
-
 def header_lines(text: str, common: set[str] = frozenset()) -> list[str]:
     """A table's explanation wrapped to 110 characters, and the overrides every row has, if any."""
     lines = textwrap.wrap(text, 110)
     if common:
         lines += textwrap.wrap("every row: overrides " + " ".join(sorted(common)), 110)
     return lines
-
-
-def section_lines(parts: list[tuple[str, list[str]]]) -> list[str]:
-    """Sections (label, table lines) as printed: each label wrapped, a blank line between sections."""
-    out = []
-    for label, lines in parts:
-        if out:
-            out.append("")
-        if label:
-            out += textwrap.wrap("-- " + label, WIDTH - 2, subsequent_indent="   ")
-        out += lines
-    return out
