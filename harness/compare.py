@@ -48,8 +48,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
             metrics: list[str] | None = None) -> int:
     """Print every change beyond the gate and every missing or failed configuration of ``old`` and ``new`` (key
     cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has)."""
-    known = HIGHER_IS_BETTER + LOWER_IS_BETTER
-    asked, metrics = metrics, [m for m in (metrics or known) if old[m].notna().any()]
+    asked, metrics = metrics, [m for m in (metrics or HIGHER_IS_BETTER + LOWER_IS_BETTER) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new, good_old, good_new = (set(map(tuple, d[keys].values)) for d in (old, new, ok_old, ok_new))
     every = cfg_old | cfg_new

@@ -27,8 +27,6 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
     others = [k for k in keys if k != "control"]
     out = []
-    if "ideal" not in set(df.control):
-        return pd.DataFrame()
     df = _options_to_plane(df)
     for cfg, rows in config_groups(df, others):
         ideal = rows[rows.control == "ideal"]

@@ -81,8 +81,7 @@ def _read_one(path: str) -> pd.DataFrame:
     if missing:  # before any warning about its lines: another tool's CSV is not a damaged results CSV
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
     if truncated:
-        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)",
-              file=sys.stderr)
+        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
     good = [r for r in records if len(r) == len(records[0])]
     if len(good) < len(records):
         print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",

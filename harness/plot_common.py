@@ -20,9 +20,8 @@ def plane_colours(planes) -> dict[str, str]:
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10"]
-    known = {p: cmap(i % 10) for i, p in enumerate(PLANE_ORDER)}
-    extra = sorted({base_plane(p) for p in planes} - set(known))
-    known.update({p: cmap((len(PLANE_ORDER) + i) % 10) for i, p in enumerate(extra)})
+    extra = sorted({base_plane(p) for p in planes} - set(PLANE_ORDER))
+    known = {p: cmap(i % 10) for i, p in enumerate(PLANE_ORDER + extra)}
     return {**known, **{p: known[base_plane(p)] for p in planes}}
 
 

@@ -47,19 +47,6 @@ def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     target.set_minor_formatter(ticker.NullFormatter())
 
 
-def kind(payload: str) -> str:
-    """decode-8 -> decode, raw-256B -> raw, prefill-1x1024 -> prefill."""
-    return str(payload).split("-")[0]
-
-
-def size(value: float, _=None) -> str:
-    """A size in bytes as a tick: 100 B, 1 kB, 10 MB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:g} {unit}"
-    return f"{value:g} B"
-
-
 def size_axis(ax, xs: list) -> None:
     """A log x-axis of sizes, a third of the smallest ``xs`` to thrice the largest, ticks labelled 100 B, 1 kB."""
     xs = np.asarray([x for x in xs if x > 0], dtype=float)
@@ -68,7 +55,7 @@ def size_axis(ax, xs: list) -> None:
         ax.set_xlim(xs.min() / 3, xs.max() * 3)
     wide = len(xs) and xs.max() / xs.min() > 100
     ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1,) if wide else (1, 2, 5)))
-    ax.xaxis.set_major_formatter(ticker.FuncFormatter(size))
+    ax.xaxis.set_major_formatter(ticker.EngFormatter(unit="B"))
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
 
 
@@ -76,7 +63,7 @@ def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per payload of ``rows`` (one plane and tp), by size: bytes, kind, ``metric``'s median, min, max."""
     out = rows.dropna(subset=[metric, "payload_bytes"]).groupby("payload").agg(
         x=("payload_bytes", "median"), median=(metric, "median"), min=(metric, "min"), max=(metric, "max"))
-    return out.assign(kind=[kind(p) for p in out.index]).sort_values("x")
+    return out.assign(kind=[str(p).split("-")[0] for p in out.index]).sort_values("x")
 
 
 def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
@@ -108,7 +95,7 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
     df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
-    kinds = sorted({kind(p) for p in df.payload})
+    kinds = sorted({str(p).split("-")[0] for p in df.payload})
     return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
                          draw_panel, out, col_w=4.6, panel_h=2.8)
 

@@ -121,8 +121,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
                  for _, _, key, _ in rows]
     under = [ticks(bars)[2] for _, bars, _, _ in rows]
     below = [t + (0.1 + 0.13 * (k.count("\n") + 1) if k else 0) for t, k in zip(under, keys_text)]
-    fig, axes = stack(round(width / 3.6), [(len(r[3]), label_space(t), b) for r, t, b in zip(rows, texts, below)],
-                      top)
+    fig, axes = stack(round(width / 3.6), [(len(r[3]), label_space(t), b) for r, t, b in zip(rows, texts, below)], top)
     for row_axes, (_label, bars, _, panels), text, key, tick in zip(axes, rows, texts, keys_text, under):
         for ax, (p50, p99, title) in zip(row_axes, panels):
             draw_bars(ax, bars, p50, p99, colours)
