@@ -15,12 +15,6 @@ from .text_tables import fitting_sections, header_lines, key_cell, num4
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
 
-def send_late_us(plane: pd.DataFrame) -> float:
-    """Median over the plane's repeats of send p50 + launch late mean (us); NaN where either is missing."""
-    columns = ["ctrl_send_us_p50", "ctrl_launch_late_us_mean"]
-    return float(plane[columns].apply(pd.to_numeric, errors="coerce").sum(axis=1, min_count=2).median())
-
-
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
     ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,
@@ -33,6 +27,8 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         if ideal.empty:
             continue
         for control, plane in rows[rows.control != "ideal"].groupby("control"):
+            # per repeat send p50 + launch late mean (us), NaN where either is missing
+            late = plane[["ctrl_send_us_p50", "ctrl_launch_late_us_mean"]].apply(pd.to_numeric, errors="coerce")
             for metric, label in EXPOSED_METRICS:
                 i, p = ideal[metric].dropna(), plane[metric].dropna()
                 if i.empty or p.empty:
@@ -46,7 +42,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
                             "repeats": f"{len(p)}/{len(i)}", "verdict": verdict,
-                            "send_late_us": send_late_us(plane)})
+                            "send_late_us": float(late.sum(axis=1, min_count=2).median())})
     return pd.DataFrame(out)
 
 

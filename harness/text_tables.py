@@ -66,7 +66,9 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
     above it) per value of ``section_keys`` in order of appearance, ``shown`` the most of ``columns`` (at least
     ``keep``) whose lines fit in WIDTH bytes ("±" counts 2): (the lines, the columns left out, the overrides every
     row has where there are several sections)."""
-    common = common_overrides(table.overrides) if "overrides" in section_keys else set()
+    overrides = table.overrides if "overrides" in section_keys else []
+    items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in overrides]
+    common = set.intersection(*items) if items else set()  # every row's overrides: said above, not in the sections
     parts = [(section_label(dict(zip(section_keys, values)), common), rows)
              for values, rows in config_groups(table, section_keys, sort=False)] if len(table) else [("", table)]
 
@@ -89,12 +91,6 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
 def left_out_note(names: list[str]) -> str:
     """What a table's explanation says of the ``names`` of its columns left out to fit; "" without one."""
     return f"; left out to fit: {', '.join(names)} (all: --format markdown)" if names else ""
-
-
-def common_overrides(values) -> set[str]:
-    """The ``overrides`` items every row has (shown once above the table, not in each section's line)."""
-    items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in values]
-    return set.intersection(*items) if items else set()
 
 
 def section_label(values: dict, common: set[str] = frozenset()) -> str:
