@@ -10,8 +10,7 @@ H200_COPY_BANDWIDTH = 4.3e12  # bytes/s: a device-to-device copy on the H200 mac
 ALL_REDUCE_FLOOR_S = 3e-6  # s per all-reduce: below the fastest measured on the H200 pair (~5 us, symmetric memory)
 
 
-def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int,
-                 bandwidth: float = H200_COPY_BANDWIDTH) -> dict:
+def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int) -> dict:
     """Per GPU, the bytes decode must read (``weight_bytes``, ``kv_bytes``), ``all_reduces_per_step`` and the floor:
     ``floor_s`` (s), ``floor_tok_s`` (output tok/s), ``step_floor_ms`` (the mean decode step, ms: a TPOT floor)."""
     H, L, D = hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"]
@@ -24,7 +23,7 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
     steps = max(output_lens)
     all_reduces = 2 * L + 2 if tp > 1 else 0
     total = weights * steps + kv_per_token * kv_tokens
-    seconds = total / (tp * bandwidth) + steps * all_reduces * ALL_REDUCE_FLOOR_S
+    seconds = total / (tp * H200_COPY_BANDWIDTH) + steps * all_reduces * ALL_REDUCE_FLOOR_S
     return {"weight_bytes": weights * steps / tp, "kv_bytes": kv_per_token * kv_tokens / tp, "floor_s": seconds,
             "floor_tok_s": sum(output_lens) / seconds, "all_reduces_per_step": all_reduces,
             "step_floor_ms": seconds / steps * 1e3}
