@@ -27,10 +27,8 @@ LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"
 
 def tp_handles(tps: list) -> list:
     """A legend entry per tp of ``tps`` (sorted) with its line style; none for a single tp."""
-    if len(tps) < 2:
-        return []
     return [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-            for i, tp in enumerate(tps)]
+            for i, tp in enumerate(tps) if len(tps) > 1]
 
 
 def log_if_spread(ax, axis: str, values, ratio: float) -> None:
