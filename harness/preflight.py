@@ -19,7 +19,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 
-from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
+from .conf_paths import CONF_DIR, GROUPS, cannot_write
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
 
@@ -164,9 +164,9 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
     """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key that
     ``+`` adds but exists, a value of the wrong type (in its own check's words), else Hydra's first line."""
     text = str(e).strip()
-    m = re.search(r"Could not find '(\w+)/([^']*)'", text)
-    if m:
-        return f"unknown {m[1]} {m[2]!r}; available: {', '.join(group_options(m[1]))}"
+    m = re.search(r"Could not find '([^']*)'\s+Available options in '([^']*)':((?:\n\t.*)+)", text)
+    if m:  # a group of conf/ or of Hydra's own (hydra/launcher, ...)
+        return f"unknown {m[2]} {m[1][len(m[2]) + 1:]!r}; available: {', '.join(m[3].split())}"
     m = re.match(r"Could not override '([^']+)'", text)
     if m and isinstance(e.__cause__, (ConfigAttributeError, ConfigKeyError)):
         key = m[1]

@@ -128,11 +128,14 @@ BAD_INPUT = [
     # a new-user trial: Hydra's lexer refused a non-ASCII value without saying that quotes take it
     (["tag=ünïcødé"], "LexerNoViableAltException: tag=ünïcødé; 'ü' needs quotes: \"tag='ünïcødé'\" in a shell"),
     (["-m", "tag=a,b&c"], "tag=a,b&c; '&' needs quotes: quote the item with it"),
+    # a group of Hydra's own: FileNotFoundError for conf/hydra (a traceback, exit 1)
+    (["hydra/launcher=nope"], "unknown hydra/launcher 'nope'; available: basic"),
+    (["-m", "hydra/job_logging=none,nope"], "unknown hydra/job_logging 'nope'; available: default, disabled, none"),
 ]
 # a few of each kind, end to end through ``python -m harness``
 END_TO_END = {"llm.max_model_len=8", "device=cuda", "results_dir=/proc/forbidden", "control=nope", "tp=3", "foo=1",
               "tp=[1", "tag=ünïcødé", "llm.max_num_seqs=8,0", "repeat=0", "model.path=/nonexistent/ckpt",
-              "workload.num_prompts=1000000000"}
+              "workload.num_prompts=1000000000", "hydra/launcher=nope"}
 
 
 def _argv(overrides: list[str], *first: str) -> list[str]:
