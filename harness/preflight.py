@@ -81,8 +81,7 @@ def check_options(parsed: list) -> None:
             continue
         if value in ("", None):
             raise ValueError(f"{key} is empty: give a directory (or leave it out: Hydra's default)")
-        reason = cannot_write(str(value))  # Hydra creates it when the job starts; a refused command leaves none
-        if reason:
+        if reason := cannot_write(str(value)):  # Hydra creates it when the job starts; a refused command leaves none
             raise ValueError(f"{key}={value}: cannot create the directory: {reason}")
 
 
@@ -117,12 +116,9 @@ def _quote_hint(arg: str, lines: list[str]) -> str:
 @contextlib.contextmanager
 def hydra_compose():
     """Hydra's compose API over ``conf/``: yields ``compose(overrides) -> DictConfig``."""
-    GlobalHydra.instance().clear()
-    try:
-        with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            yield lambda overrides: hydra.compose("config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    GlobalHydra.instance().clear()  # initialize_config_dir puts this cleared state back on exit
+    with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        yield lambda overrides: hydra.compose("config", overrides=list(overrides))
 
 
 def jobs_of(parsed: list) -> list[list[str]]:
@@ -164,24 +160,20 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
     """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key that
     ``+`` adds but exists, a value of the wrong type (in its own check's words), else Hydra's first line."""
     text = str(e).strip()
-    m = re.search(r"Could not find '([^']*)'\s+Available options in '([^']*)':((?:\n\t.*)+)", text)
-    if m:  # a group of conf/ or of Hydra's own (hydra/launcher, ...)
+    if m := re.search(r"Could not find '([^']*)'\s+Available options in '([^']*)':((?:\n\t.*)+)", text):
         return f"unknown {m[2]} {m[1][len(m[2]) + 1:]!r}; available: {', '.join(m[3].split())}"
     m = re.match(r"Could not override '([^']+)'", text)
     if m and isinstance(e.__cause__, (ConfigAttributeError, ConfigKeyError)):
         key = m[1]
         head, _, rest = key.partition(".")
-        if head == "workload":
-            having = options_having("workload", rest, compose)
-            if having:
-                return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
-                        f"e.g. workload={having[0]}, or add it with ++{key}=...)")
+        if head == "workload" and (having := options_having("workload", rest, compose)):
+            return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
+                    f"e.g. workload={having[0]}, or add it with ++{key}=...)")
         if key.startswith("control.options."):
             return no_option(_choice(job, "control", compose), key.split(".", 2)[2], compose)
         chosen = compose([a for a in job if a.split("=", 1)[0] in GROUPS])
         return f"unknown config key {key!r}{_suggest(key, chosen)} (the keys: harness/conf_schema.py, conf/)"
-    m = re.match(r"Could not append to config. An item is already at '([^']+)'", text)
-    if m:
+    if m := re.match(r"Could not append to config. An item is already at '([^']+)'", text):
         head = m[1].split(".", 1)[0]
         where = f" in {head}={_choice(job, head, compose)}" if head in GROUPS else ""
         value = next((a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == m[1]), "...")
@@ -189,22 +181,19 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
                 f"the selected options lack it")
     m = re.match(r"Error merging override ([^=]+)=(.*)", text)
     if m and isinstance(e.__cause__, ValidationError):  # a value of the wrong type for the schema
-        key = m[1].lstrip("+")
-        if key.startswith("control.options."):  # in the plane's own words
-            plane = _choice(job, "control", compose)
-            options = {**compose([f"control={plane}"]).control.options, key.split(".", 2)[2]: m[2]}
-            problem = problem_of(ValueError, get_control_plane(plane).check_options, 2, **options)
-            if problem:
-                return problem
-        return _type_message(key, m[2], e.__cause__)
+        return _type_message(m[1].lstrip("+"), m[2], e.__cause__, job, compose)
     return _first_line(e) or type(e).__name__
 
 
-def _type_message(key: str, raw: str, error: Exception) -> str:
-    """A value the schema's type refuses, in the key's own check's words (the engine's, ``VALUE_CHECKS``)."""
+def _type_message(key: str, raw: str, error: Exception, job: list[str], compose) -> str:
+    """A value the schema's type refuses, in its own check's words (the engine's, the plane's, ``VALUE_CHECKS``)."""
     if key.startswith("llm."):
         problem = problem_of(ConfigError, EngineConfig.check_settings, **{key[4:]: None if raw == "null" else raw})
         problem = problem and cli_message(problem, {key[4:]})
+    elif key.startswith("control.options."):
+        plane = _choice(job, "control", compose)
+        options = {**compose([f"control={plane}"]).control.options, key.split(".", 2)[2]: raw}
+        problem = problem_of(ValueError, get_control_plane(plane).check_options, 2, **options)
     else:
         problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
     if problem:
@@ -218,17 +207,8 @@ def _type_message(key: str, raw: str, error: Exception) -> str:
     return f"{key} must be {kind}, got {raw!r}"
 
 
-def _deleted_llm_keys(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``argv`` without its ``~llm.KEY`` deletions, a note for each: the engine's default applies)."""
-    deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]
-    notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
-             for k in (a[5:].split("=", 1)[0] for a in deleted)]
-    return [a for a in argv if a not in deleted], notes
-
-
 def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
-    """The first problem of one job, composed, as one line (any error on the way too), else its notes appended to
-    ``notes``."""
+    """One job's first problem as one line (an error composing or checking it too), else its notes onto ``notes``."""
     deleted = next((a[1:].split("=", 1)[0] for a in job if a.startswith("~")), None)  # ~llm.KEY: taken out before
     try:
         if deleted is not None and not has_key(compose([a for a in job if not a.startswith("~")]), deleted):
@@ -253,7 +233,10 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it)."""
     try:
         overrides = overrides_of(argv)
-        argv, notes = _deleted_llm_keys(argv)
+        deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]
+        notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
+                 for k in (a[5:].split("=", 1)[0] for a in deleted)]
+        argv = [a for a in argv if a not in deleted]
         overrides = [a for a in overrides if a in argv]
         parsed = [parse(a) for a in overrides]
         check_options(parsed)
@@ -273,8 +256,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         for job in jobs:
             job = [f"++{a}" if a.startswith("model.preset.") and _choice(job, "model", compose) == "auto" else a
                    for a in job]  # model=auto has no preset: job_setup puts these onto its pick
-            problem = _check_job(job, compose, notes)
-            if problem:
+            if problem := _check_job(job, compose, notes):
                 return problem, argv
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
