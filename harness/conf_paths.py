@@ -23,12 +23,9 @@ def group_options(group: str) -> list[str]:
 
 def task_overrides() -> list[str]:
     """This job's command-line overrides (``key=value``), [] when not running under Hydra."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig
 
-        return list(HydraConfig.get().overrides.task)
-    except Exception:  # not under Hydra (called from Python)
-        return []
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def user_path(path: str) -> str:
@@ -66,8 +63,7 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
     if os.path.exists(blocking) and not os.path.isdir(blocking):
         return (f"results_dir={results_dir} is a file, not a directory" if blocking == directory
                 else f"results_dir={results_dir} cannot be created: {blocking} is a file, not a directory")
-    reason = cannot_write(directory)
-    if reason:
+    if reason := cannot_write(directory):
         return f"cannot write results to {directory}: {reason}"
     if os.path.isdir(os.path.join(directory, results_file)):
         return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"

@@ -17,8 +17,7 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
     configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
     if group:
-        bad = [g for g in group if g not in CONFIG_KEYS or g not in df.columns]
-        if bad:
+        if bad := [g for g in group if g not in CONFIG_KEYS or g not in df.columns]:
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
         if len(set(group)) < len(group):
@@ -39,18 +38,13 @@ def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], li
     file's schema predates (``schema.ADDED_IN``) is left out where the other holds one value in it on every row."""
     keys, dropped = [], []
     for k in CONFIG_KEYS:
-        if k == "tag":  # labels the runs on each side (tag=baseline against tag=pr-123), not a configuration
-            continue
         in_old, in_new = old[k].notna().any(), new[k].notna().any()
-        if not (in_old or in_new):
+        if k == "tag" or not (in_old or in_new):  # tag labels the runs on each side (tag=baseline, tag=pr-123)
             continue
-        if in_old != in_new:
-            filled, lacking = (old, new) if in_old else (new, old)
-            predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
-            if predates and filled[k].nunique(dropna=False) == 1:
-                dropped.append(k)
-                continue
-        keys.append(k)
+        filled, lacking = (old, new) if in_old else (new, old)
+        predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
+        one_sided = in_old != in_new and predates and filled[k].nunique(dropna=False) == 1
+        (dropped if one_sided else keys).append(k)
     return keys, dropped
 
 

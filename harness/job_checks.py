@@ -69,8 +69,7 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     names = [k.split(".", 1)[1] for k in given if k.startswith("llm.")]  # each one of LLM_DEFAULTS by now
     checks = [{"dtype": cfg.dtype, "cpu_threads": cfg.cpu_threads or 0}] + [{name: cfg.llm[name]} for name in names]
     for settings in checks:
-        problem = problem_of(ConfigError, EngineConfig.check_settings, device=cfg.device, **settings)
-        if problem:
+        if problem := problem_of(ConfigError, EngineConfig.check_settings, device=cfg.device, **settings):
             return cli_message(problem, set(names) & set(settings))
     return None
 

@@ -65,17 +65,14 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         shape = read_hf_config(path) if path else model.get("preset") or {}
     except ConfigError as e:
         return str(e)
-    problem = check_preset(shape) if preset_given and not path else None
-    if problem:
+    if preset_given and not path and (problem := check_preset(shape)):
         return problem
-    problem = split_problem(shape, tp, label) if tp is not None else None
-    if problem:
+    if tp is not None and (problem := split_problem(shape, tp, label)):
         return problem.replace("tensor_parallel_size=", "tp=", 1)
     if path:
         from engine.loader import check_checkpoint  # imports torch: only for a checkpoint given by path
 
-        problem = problem_of(ConfigError, check_checkpoint, path, shape)  # its safetensors headers
-        if problem:
+        if problem := problem_of(ConfigError, check_checkpoint, path, shape):  # its safetensors headers
             return problem
     return memory_problem(shape, label, device, building=not path)
 

@@ -54,12 +54,11 @@ def overrides_of(argv: list[str]) -> list[str]:
             raise ValueError(f"{arg} goes before the overrides (python -m harness {arg} {rest})")
         elif name in _VALUE_FLAGS and "=" not in arg:
             choices, given = _VALUE_FLAGS[name], argv[i + 1] if i + 1 < len(argv) else None
-            if name in ("--info", "-i") and (given is None or given.startswith("-")):
-                i += 1  # its value is optional (all); argparse would take an override as one
-                continue
-            if given is None or choices is not None and given not in choices:
-                raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
-            i += 1  # the flag's value, not an override
+            # --info's value is optional (all), yet argparse would take an override for it
+            if not (name in ("--info", "-i") and (given is None or given.startswith("-"))):
+                if given is None or choices is not None and given not in choices:
+                    raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
+                i += 1  # the flag's value, not an override
         i += 1
     return overrides
 
