@@ -1,5 +1,4 @@
-"""Where the Hydra configuration lives and what its groups offer; the paths a user gives, and whether files
-can be written there."""
+"""Where the Hydra configuration lives and what its groups offer; the user's paths, and whether files can be written."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What Hydra cannot know about one composed job, checked for every job before the first runs; and the notes a
-job gets."""
+"""What Hydra cannot know about a composed job, checked for every job before the first runs; and its notes."""
 
 from __future__ import annotations
 
