@@ -20,8 +20,7 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
         if bad := [g for g in group if g not in CONFIG_KEYS or g not in df.columns]:
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
-        if len(set(group)) < len(group):
-            twice = sorted({g for g in group if group.count(g) > 1})
+        if twice := sorted({g for g in group if group.count(g) > 1}):
             raise InputError(f"--group: {', '.join(twice)} given twice")
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")

@@ -34,8 +34,7 @@ def check_preset(preset: dict) -> str | None:
         return "model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)"
     from transformers import Qwen3Config
 
-    unknown = sorted(set(preset) - set(Qwen3Config().to_dict()) - {"rope_theta"})
-    if unknown:
+    if unknown := sorted(set(preset) - set(Qwen3Config().to_dict()) - {"rope_theta"}):
         return f"model.preset.{unknown[0]} is not a transformers.Qwen3Config field"
     try:
         Qwen3Config(**preset)
