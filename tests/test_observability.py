@@ -304,7 +304,7 @@ def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
 def test_every_hf_repeat_samples_the_same_gpus(tmp_path, model_cache, monkeypatch):
     """engine=hf with repeat=2: the second repeat's sampler got the first one's summary (a dict) as its GPU
     list, so its row read NVML for the summary's keys, not for the run's GPUs (a helper's review)."""
-    from harness import hf_job
+    from harness import app
     from harness.preflight import hydra_compose
 
     seen = []
@@ -314,10 +314,10 @@ def test_every_hf_repeat_samples_the_same_gpus(tmp_path, model_cache, monkeypatc
             seen.append(list(indices))
             super().__init__(indices, *args, **kwargs)
 
-    monkeypatch.setattr(hf_job, "NvmlSampler", Recording)
+    monkeypatch.setattr(app, "NvmlSampler", Recording)
     monkeypatch.setenv("TPCP_CACHE", model_cache)
     with hydra_compose() as compose:
         cfg = compose(["engine=hf", "model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "repeat=2",
                        "progress=false", f"results_dir={tmp_path}"])
-    assert hf_job.run_hf_job(cfg) == 0
+    assert app.run_hf_job(cfg) == 0
     assert seen == [[], []] and len(pd.read_csv(tmp_path / "runs.csv")) == 2
