@@ -15,14 +15,14 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError, EngineConfig, SamplingParams, WorkerError, serve_worker
-from engine.config import resolve_dtype, torch_dtype
+from engine.config import resolve_device, resolve_dtype, torch_dtype
 from runtime.launch import Launch
 from runtime.worker import serve
 
 from . import engine_cache, metrics
 from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
 from .job_checks import cli_message
-from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_device, resolve_model
+from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_model
 from .nvml_sampler import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path

@@ -19,7 +19,7 @@ from helpers import harness
 from engine import LLM, ConfigError, EngineConfig, SamplingParams
 from engine.model_runner import ModelRunner
 from engine.profiling import PROFILE, ProfiledEndpoint, ProfiledRunner, StepProfiler, parse_window, trace_path
-from harness import nvml_sampler, sysinfo
+from harness import job_setup, nvml_sampler
 from harness.metrics import energy_per_token
 from harness.nvml_sampler import NvmlSampler
 from harness.preflight import check_command
@@ -138,9 +138,9 @@ class DriverNvml:
 
 def test_the_driver_version_comes_from_nvml_and_is_empty_without_a_driver():
     nvml = DriverNvml()
-    assert sysinfo.driver_version(nvml) == "570.124.06" and nvml.shut
-    assert sysinfo.driver_version(DriverNvml("580.65")) == "580.65"
-    assert sysinfo.driver_version(DriverNvml(starts=False)) is None
+    assert job_setup.driver_version(nvml) == "570.124.06" and nvml.shut
+    assert job_setup.driver_version(DriverNvml("580.65")) == "580.65"
+    assert job_setup.driver_version(DriverNvml(starts=False)) is None
 
 
 def installed(name: str) -> str | None:
@@ -152,14 +152,14 @@ def installed(name: str) -> str | None:
 
 def test_a_row_names_the_versions_of_what_ran(monkeypatch):
     """transformers and Triton as installed (empty where not), the driver only on a CUDA run."""
-    row = sysinfo.metadata("cpu")
+    row = job_setup.metadata("cpu")
     assert row["driver_version"] is None and row["transformers_version"] == installed("transformers")
     assert row["triton_version"] == (installed("triton") or installed("pytorch-triton")
                                      or installed("pytorch-triton-rocm"))
-    assert sysinfo.package_version("no-such-package-tpcp") is None
-    assert sysinfo.package_version("no-such-package-tpcp", "transformers") == installed("transformers")
-    monkeypatch.setattr(sysinfo, "driver_version", lambda: "570.124.06")
-    assert sysinfo.metadata("cuda")["driver_version"] == "570.124.06"
+    assert job_setup.package_version("no-such-package-tpcp") is None
+    assert job_setup.package_version("no-such-package-tpcp", "transformers") == installed("transformers")
+    monkeypatch.setattr(job_setup, "driver_version", lambda: "570.124.06")
+    assert job_setup.metadata("cuda")["driver_version"] == "570.124.06"
 
 
 # --- profile=torch: the window, the trace files, the settings' checks -------------------------------------
