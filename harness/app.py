@@ -26,10 +26,9 @@ from .job_setup import base_row, engine_settings, failed, model_label, prepare, 
 from .nvml_sampler import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path
-from .serve import check_idle_gaps, serve_columns, serve_pass
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import step_log_path, write_step_log
-from .workloads import Workload
+from .workloads import Workload, check_idle_gaps, serve_columns, serve_pass
 
 
 def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,

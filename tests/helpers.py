@@ -101,7 +101,7 @@ def wait_until(predicate, timeout: float, what: str) -> float:
 
 def vllm_metrics(records, duration, slo):
     """vLLM's calculate_metrics (benchmarks/serve.py), written out again from per-request records
-    (``harness/serve.py``'s JSONL lines): goodput counts a request meeting every bound in ``slo`` (ms), a
+    (``harness/workloads.py``'s JSONL lines): goodput counts a request meeting every bound in ``slo`` (ms), a
     one-token request's TPOT being 0; duration in s."""
     ttfts = [r["ttft_ms"] for r in records]
     tpots = [(r["e2el_ms"] - r["ttft_ms"]) / (r["output_len"] - 1) for r in records if r["output_len"] > 1]

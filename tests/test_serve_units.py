@@ -14,8 +14,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Arrivals
 from engine.sequence import Sequence
 from harness.metrics import serve_metrics
-from harness.serve import serve_columns, serve_pass
-from harness.workloads import arrival_offsets, build_workload, check_workload
+from harness.workloads import arrival_offsets, build_workload, check_workload, serve_columns, serve_pass
 
 SERVE = dict(name="serve", kind="serve", num_prompts=8, min_input_len=4, max_input_len=16, min_output_len=2,
              max_output_len=8, max_token_id=100, temperature=0.0, ignore_eos=True, request_rate=4.0, burstiness=1.0,
