@@ -1,6 +1,5 @@
-"""Workloads: the requests of one run, drawn reproducibly from the workload config and the seed; ``workload=serve``'s
-pass, sending them over time through the engine's ``add_request`` / ``step`` as ``vllm bench serve`` does
-(docs/SERVE.md)."""
+"""Workloads: the requests of one run, drawn reproducibly from the workload config and the seed, and
+``workload=serve``'s pass, sending them at their arrival times as ``vllm bench serve`` does (docs/SERVE.md)."""
 
 from __future__ import annotations
 
@@ -222,9 +221,9 @@ def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s
 def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
                log: TextIO | None = None) -> tuple[list[dict], list, float, float, float]:
     """The requests sent at their arrival times to a reset engine, stepped until all finish; with ``max_concurrency``
-    a request waits on the client side. ``plan``: admissions
-    to replay (``control=ideal``); ``log``: the per-request JSONL, a line per request as it finishes, flushed.
-    Returns (records in trace order, step records, start s, last token s, the loop's own cost in us per step)."""
+    a request waits on the client side. ``plan``: admissions to replay (``control=ideal``); ``log``: the per-request
+    JSONL, a line per request as it finishes, flushed. Returns (records in trace order, step records, start s, last
+    token s, the loop's own cost in us per step)."""
     llm.reset()
     llm.replay_admissions(plan)
     n = len(work.prompts)
