@@ -23,7 +23,7 @@ from . import engine_cache, metrics
 from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
 from .job_checks import cli_message
 from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_model
-from .nvml_sampler import NvmlSampler
+from .metrics import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path
 from .signals import as_interrupt, from_torchrun_agent

@@ -23,8 +23,8 @@ from runtime.launch import Launch
 from .checkpoint import cache_dir, materialize
 from .conf_paths import task_overrides, user_path
 from .job_checks import picked_model
+from .metrics import pynvml
 from .model_checks import check_preset
-from .nvml_sampler import pynvml
 from .report import one_line, print_summary
 from .results_csv import Results
 from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides

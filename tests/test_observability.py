@@ -19,9 +19,8 @@ from helpers import harness
 from engine import LLM, ConfigError, EngineConfig, SamplingParams
 from engine.model_runner import ModelRunner
 from engine.profiling import PROFILE, ProfiledEndpoint, ProfiledRunner, StepProfiler, parse_window, trace_path
-from harness import job_setup, nvml_sampler
-from harness.metrics import energy_per_token
-from harness.nvml_sampler import NvmlSampler
+from harness import job_setup, metrics
+from harness.metrics import NvmlSampler, energy_per_token
 from harness.preflight import check_command
 from harness.report import gpu_lines, print_summary, trace_lines
 
@@ -63,8 +62,8 @@ class EnergyNvml:
 @pytest.fixture
 def two_gpus(monkeypatch):
     """cuda:0 and cuda:1 at the fake's PCI addresses (no CUDA needed)."""
-    real = nvml_sampler.match_handles
-    monkeypatch.setattr(nvml_sampler, "match_handles",
+    real = metrics.match_handles
+    monkeypatch.setattr(metrics, "match_handles",
                         lambda indices, nvml: real(indices, nvml, address=lambda i: (0, 0x1A + i, 0)))
 
 

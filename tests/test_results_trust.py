@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from helpers import ROOT, harness
 
-from harness.nvml_sampler import NvmlSampler, match_handles
+from harness.metrics import NvmlSampler, match_handles
 
 
 class FakeNvml:
