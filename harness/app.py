@@ -27,7 +27,7 @@ from .metrics import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path
 from .signals import as_interrupt, from_torchrun_agent
-from .step_log import step_log_path, write_step_log
+from .step_log import write_step_log
 from .workloads import Workload, check_idle_gaps, serve_columns, serve_pass
 
 
@@ -95,8 +95,7 @@ def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
             raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
         device = resolve_device(cfg.device)
         _, path, _ = prepare(cfg, device, results=False)
-        settings, _ = engine_settings(cfg, path, device)
-        config = EngineConfig(**settings)
+        config = EngineConfig(**engine_settings(cfg, path, device)[0])
     except (ConfigError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -126,7 +125,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
     run_id = uuid.uuid4().hex[:12]
     directory = os.path.dirname(results.path)
-    steps = step_log_path(directory, run_id) if cfg.step_log else None
+    steps = run_path(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
     saves = cfg.save_requests and work.arrivals is not None
     requests = run_path(directory, "requests", f"{run_id}.jsonl") if saves else None
     trace = run_path(directory, "traces", run_id) if cfg.profile != "none" else None

@@ -16,15 +16,10 @@ import sys
 import numpy as np
 
 
-def step_log_path(results_dir: str, run_id: str) -> str:
-    return os.path.join(results_dir, "steps", f"{run_id}.csv")
-
-
 def write_step_log(path: str, steps, stats: dict) -> None:
-    """Write the step log ``path`` from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
+    """Write ``path`` (its folder exists) from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
     recv = stats.get("recv") or {}
     ranks = sorted(recv)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def us(values, i):
         return f"{values[i] / 1e3:.1f}" if values is not None and i < len(values) else ""
