@@ -71,8 +71,7 @@ def model_path(cfg: DictConfig) -> str:
     if cfg.model.get("path"):
         return user_path(cfg.model.path)
     preset = OmegaConf.to_container(cfg.model.preset)
-    problem = check_preset(preset)
-    if problem:
+    if problem := check_preset(preset):
         raise ConfigError(problem)
     try:
         return materialize(cfg.model.name, preset, seed=cfg.seed)

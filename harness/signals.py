@@ -4,6 +4,7 @@ extension swallowed the ``KeyboardInterrupt`` or turned it into another error (:
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import os
 import signal
@@ -81,8 +82,6 @@ def from_torchrun_agent() -> bool:
 def exit_interrupted() -> None:
     """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none) after
     the atexit handlers (``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import would end with -2)."""
-    import atexit
-
     _HANDLED.set()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
