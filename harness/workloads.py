@@ -53,31 +53,6 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
     return [0.0] + np.cumsum(gaps).tolist()
 
 
-def draw_requests(w: dict, seed: int, vocab_size: int) -> Workload:
-    """The requests of workload config ``w``, token ids in ``[0, max_token_id]``. random and serve: nano-vllm's
-    bench.py recipe, lengths and ``max_tokens`` uniform in [min, max] (serve: at :func:`arrival_offsets`). fixed:
-    ``input_len`` tokens, ``output_len`` greedy ones, ``iterations`` times."""
-    rng = random.Random(seed)
-    top = min(w["max_token_id"], vocab_size - 1)
-    _, n, _, _ = request_shape(w)
-    if w["kind"] == "fixed":
-        prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(n)]
-        params = [SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=w["output_len"])] * n
-        return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
-    # bench.py's draw order (prompts, then output lengths): seed 0 gives its exact requests (133,966 tokens out)
-    prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
-               for _ in range(n)]
-    params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
-                             max_tokens=rng.randint(w["min_output_len"], w["max_output_len"])) for _ in range(n)]
-    work = Workload(w["name"], prompts, params, bool(w.get("warmup", True)))
-    if w["kind"] != "serve":
-        return work
-    rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
-    slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
-    return dataclasses.replace(work, arrivals=arrival_offsets(n, rate, burstiness, seed), request_rate=rate,
-                               burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
-
-
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 MAX_PROMPT_TOKENS = 50_000_000  # every prompt is drawn before the run, as Python ints: ~2 GB at this bound
 MAX_ARRIVAL_SPAN_S = 86_400.0  # a serve trace longer than a day is a typo (request_rate=1e-6), not a benchmark
@@ -183,12 +158,33 @@ def effective_workload(w: dict, device: str) -> dict:
 
 
 def build_workload(w: dict, device: str, seed: int, vocab_size: int) -> Workload:
-    """The workload of config ``w`` on ``device``. Raises ValueError: a bad one, or one that runs no requests."""
+    """The workload of config ``w`` on ``device``, token ids in ``[0, max_token_id]``. random and serve: nano-vllm's
+    bench.py recipe, lengths and ``max_tokens`` uniform in [min, max] (serve: at :func:`arrival_offsets`). fixed:
+    ``input_len`` tokens, ``output_len`` greedy ones, ``iterations`` times. Raises ValueError: a bad one, or one
+    that runs no requests."""
     w = effective_workload(w, device)
     check_workload(w)
     if w.get("kind") not in ("random", "fixed", "serve"):
         raise ValueError(f"workload {w.get('name')!r} of kind {w.get('kind')!r} runs no requests through the engine")
-    return draw_requests(w, seed, vocab_size)
+    rng = random.Random(seed)
+    top = min(w["max_token_id"], vocab_size - 1)
+    _, n, _, _ = request_shape(w)
+    if w["kind"] == "fixed":
+        prompts = [[rng.randint(0, top) for _ in range(w["input_len"])] for _ in range(n)]
+        params = [SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=w["output_len"])] * n
+        return Workload(w["name"], prompts, params, bool(w.get("warmup", True)), int(w.get("iterations", 1)))
+    # bench.py's draw order (prompts, then output lengths): seed 0 gives its exact requests (133,966 tokens out)
+    prompts = [[rng.randint(0, top) for _ in range(rng.randint(w["min_input_len"], w["max_input_len"]))]
+               for _ in range(n)]
+    params = [SamplingParams(temperature=w["temperature"], ignore_eos=w["ignore_eos"],
+                             max_tokens=rng.randint(w["min_output_len"], w["max_output_len"])) for _ in range(n)]
+    work = Workload(w["name"], prompts, params, bool(w.get("warmup", True)))
+    if w["kind"] != "serve":
+        return work
+    rate, burstiness = float(w["request_rate"]), float(w.get("burstiness", 1.0))
+    slo = {k: (float(v) if v is not None else None) for k, v in (w.get("slo") or {}).items()}
+    return dataclasses.replace(work, arrivals=arrival_offsets(n, rate, burstiness, seed), request_rate=rate,
+                               burstiness=burstiness, max_concurrency=w.get("max_concurrency"), slo=slo)
 
 
 def serve_columns(work: Workload) -> dict:
