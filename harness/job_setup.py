@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
@@ -153,12 +154,7 @@ def metadata(device: str = "cpu") -> dict:
 
 def hydra_dir() -> str | None:
     """This job's Hydra output directory (None outside Hydra)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return HydraConfig.get().runtime.output_dir
-    except Exception:
-        return None
+    return HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
 
 
 def base_row(cfg: DictConfig, device: str) -> dict:
