@@ -8,7 +8,7 @@ Under torchrun every rank but 0 calls ``serve_worker(EngineConfig(...))`` with t
 """
 
 from .config import ConfigError, EngineConfig
-from .sampling_params import SamplingParams
+from .sequence import SamplingParams
 
 # The rest on first use (PEP 562): reading a config imports neither torch nor the runtime.
 _LAZY = {"LLM": ".llm_engine", "serve_worker": ".model_worker", "WorkerError": "runtime.worker_group",

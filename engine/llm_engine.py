@@ -21,9 +21,8 @@ from .loader import check_checkpoint
 from .model_runner import ModelRunner
 from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
-from .sampling_params import SamplingParams
 from .scheduler import Arrivals, Scheduler
-from .sequence import Sequence
+from .sequence import SamplingParams, Sequence
 from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord
 

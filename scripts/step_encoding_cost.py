@@ -11,8 +11,7 @@ import time
 
 import numpy as np
 
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.sequence import SamplingParams, Sequence
 from engine.step_batch import StepBatch
 
 

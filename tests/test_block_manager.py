@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine.block_manager import BlockManager
-from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import Sequence
+from engine.sequence import SamplingParams, Sequence
 
 BS = 16
 

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from helpers import vllm_metrics
 
-from engine.sampling_params import SamplingParams
 from engine.scheduler import Arrivals
-from engine.sequence import Sequence
+from engine.sequence import SamplingParams, Sequence
 from harness.metrics import serve_metrics
 from harness.workloads import arrival_offsets, build_workload, check_workload, serve_columns, serve_pass
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
+from engine.sequence import SamplingParams, Sequence
 from engine.step_batch import StepBatch
 
 
