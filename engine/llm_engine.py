@@ -14,14 +14,13 @@ from tqdm.auto import tqdm
 from common import is_int
 from runtime.cluster import Cluster
 
-from .block_manager import BlockManager
 from .config import ConfigError, EngineConfig
 from .llm_tools import LLMTools
 from .loader import check_checkpoint
 from .model_runner import ModelRunner
 from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
-from .scheduler import Arrivals, Scheduler
+from .scheduler import Arrivals, BlockManager, Scheduler
 from .sequence import SamplingParams, Sequence
 from .step_batch import StepBatch
 from .step_records import InFlightStep, StepRecord

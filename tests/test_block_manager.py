@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.block_manager import BlockManager
-from engine.scheduler import Scheduler
+from engine.scheduler import BlockManager, Scheduler
 from engine.sequence import SamplingParams, Sequence
 
 BS = 16
