@@ -83,8 +83,5 @@ class StepBatch:
         read: past every context length or masked)."""
         width = int(self.num_blocks.max()) if width is None else width
         tables = np.zeros((self.num_seqs, width), np.int32)
-        rows = np.repeat(np.arange(self.num_seqs), self.num_blocks)
-        starts = np.cumsum(self.num_blocks) - self.num_blocks
-        cols = np.arange(len(self.block_ids)) - np.repeat(starts, self.num_blocks)
-        tables[rows, cols] = self.block_ids
+        tables[np.arange(width) < self.num_blocks[:, None]] = self.block_ids  # row-major: row i's first num_blocks[i]
         return tables
