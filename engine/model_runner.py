@@ -113,20 +113,16 @@ class ModelRunner:
         load_weights(model, self.config.model)
         return model.eval()
 
-    @property
-    def block_bytes(self) -> int:
-        """Bytes of one KV block on this rank: K and V, all layers, local KV heads."""
-        elt = torch.empty(0, dtype=self.config.torch_dtype).element_size()
-        return 2 * self.num_layers * self.block_size * self.kv_heads * self.head_dim * elt
-
     def _local_num_blocks(self) -> int:
         cfg = self.config
         if cfg.num_kvcache_blocks > 0:
             return cfg.num_kvcache_blocks
         useful = cfg.max_num_seqs * math.ceil(cfg.max_model_len / self.block_size)
+        # bytes of one KV block on this rank: K and V, all layers, local KV heads
+        block_bytes = 2 * self.num_layers * self.block_size * self.kv_heads * self.head_dim * cfg.torch_dtype.itemsize
         if cfg.device == "cpu":
-            return max(1, min(useful, cfg.cpu_kvcache_bytes // self.block_bytes))
-        return min(useful, self._cuda_budget_bytes() // self.block_bytes)
+            return max(1, min(useful, cfg.cpu_kvcache_bytes // block_bytes))
+        return min(useful, self._cuda_budget_bytes() // block_bytes)
 
     def _cuda_budget_bytes(self) -> int:
         """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use, the peak of
