@@ -112,13 +112,6 @@ class StepProfiler:
         with nvtx, label:
             yield
 
-    def mark(self, name: str) -> None:
-        """An NVTX mark ``name`` (an instant; CUDA only)."""
-        import torch
-
-        if self.cuda:
-            torch.cuda.nvtx.mark(name)
-
     def close(self) -> None:
         """Stop a recording left open (a run that failed mid-window); nothing is written."""
         self._stop()
@@ -141,12 +134,14 @@ class ProfiledRunner:
         return getattr(self._runner, name)
 
     def run(self, step: bytes):
+        import torch
+
         profiler = self._profiler
         profiler.before_step()
         with profiler.range("step launch"):
             tokens = self._runner.run(step)
-        if self._end_mark:
-            profiler.mark("step end")
+        if self._end_mark and profiler.cuda:
+            torch.cuda.nvtx.mark("step end")  # an instant
         profiler.step += 1
         return tokens
 
