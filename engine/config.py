@@ -42,9 +42,7 @@ def resolve_device(device: str) -> str:
 
 def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` -> ``bfloat16`` on CUDA, ``float32`` on CPU; other values unchanged."""
-    if dtype == "auto":
-        return "bfloat16" if device == "cuda" else "float32"
-    return dtype
+    return ("bfloat16" if device == "cuda" else "float32") if dtype == "auto" else dtype
 
 
 def split_problem(hf: dict, tp: int, where: str) -> str | None:
@@ -165,7 +163,6 @@ class EngineConfig:
 
     @property
     def torch_dtype(self):
-        """The model's torch dtype."""
         return torch_dtype(self.dtype)
 
     @property
