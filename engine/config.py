@@ -1,5 +1,4 @@
-"""Engine configuration, validated in the calling process before anything is spawned, and a Qwen3 checkpoint's
-config.json as the engine reads it."""
+"""EngineConfig, validated before anything is spawned, and a Qwen3 checkpoint's config.json as the engine reads it."""
 
 from __future__ import annotations
 
@@ -58,10 +57,9 @@ def split_problem(hf: dict, tp: int, where: str) -> str | None:
 
 
 def read_hf_config(path: str) -> dict:
-    """``path/config.json`` of a Qwen3 checkpoint as a dict, with ``head_dim`` and ``rope_theta`` filled in
-    (transformers 5 keeps the latter in ``rope_parameters``) and generation_config.json's eos ids. Raises
-    ConfigError: missing directory, config.json or safetensors file, not Qwen3, a required key missing or of
-    the wrong type, or RoPE scaling (unsupported)."""
+    """``path/config.json`` of a Qwen3 checkpoint, ``head_dim`` and ``rope_theta`` filled in (transformers 5 keeps
+    the latter in ``rope_parameters``), and generation_config.json's eos ids. Raises ConfigError: a missing directory,
+    config.json or safetensors file, not Qwen3, a required key missing or mistyped, RoPE scaling (unsupported)."""
     if os.path.isfile(path):
         raise ConfigError(f"{path} is a file, not a checkpoint directory")
     if not os.path.isdir(path):

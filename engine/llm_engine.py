@@ -113,9 +113,8 @@ class LLM(LLMTools):
         return self._add(prompt_token_ids, sampling_params, arrival_s)
 
     def _check_requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
-        """Raises ConfigError (one line, naming the prompt) for: no prompts, a params/prompts count mismatch, a
-        prompt that is not a list of ints, empty, at least ``max_model_len`` tokens long, with a token id
-        outside the vocabulary, or needing more KV blocks than the cache has."""
+        """Raises ConfigError (one line, naming the prompt): no prompts, a params/prompts count mismatch, a prompt
+        not a list of ints, empty, ``max_model_len`` tokens or more, out of the vocabulary, or over the KV cache."""
         cfg, num_blocks = self.config, self.num_kvcache_blocks
         if not prompts:
             raise ConfigError("generate() needs at least one prompt")

@@ -1,5 +1,4 @@
-"""What benchmarks need of :class:`LLM` beyond the request API: the ideal plane's record and replay, statistics,
-traces, the workers' health and settings, fault drills."""
+"""Beyond requests, what benchmarks need of :class:`LLM`: ideal's replays, stats, traces, settings, fault drills."""
 
 from __future__ import annotations
 

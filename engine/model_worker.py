@@ -1,5 +1,4 @@
-"""The engine's worker body: a model runner on the joined rank, then rank 0's commands until exit
-(``runtime/worker.py`` joins the run and calls it)."""
+"""The engine's worker body (``runtime/worker.py`` joins the run and calls it), its fault drill, torchrun's entry."""
 
 from __future__ import annotations
 
