@@ -251,8 +251,7 @@ class LLM(LLMTools):
         return InFlightStep(seqs, positions, host, done, t0, record)
 
     def shutdown(self, grace_s: float = 5.0) -> None:
-        """Stop the workers (terminated, then killed, after ``grace_s`` s), the process group and the control plane.
-        Idempotent; never raises."""
+        """Stop the workers (terminated, then killed, after ``grace_s`` s), process group, control plane; idempotent."""
         if self._closed:
             return
         self._closed = True

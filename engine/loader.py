@@ -37,9 +37,8 @@ def checkpoint_files(path: str) -> list[str]:
 
 
 def check_checkpoint(path: str, hf: dict) -> None:
-    """Check, from the safetensors headers only, that every expected tensor is there with its shape. Raises
-    ConfigError (one line, naming it): a file is unreadable, a tensor is missing, in two files, of the wrong
-    shape, or not one the config describes."""
+    """From the safetensors headers alone: every expected tensor is there, with its shape. Raises ConfigError (one
+    line, naming it): a file unreadable, a tensor missing, in two files, of the wrong shape, or not in config.json."""
     found: dict[str, tuple[int, ...]] = {}
     where: dict[str, str] = {}
     for file in checkpoint_files(path):

@@ -154,8 +154,7 @@ class ModelRunner:
             attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
 
     def _last_hidden(self, batch: StepBatch) -> torch.Tensor:
-        """The hidden state ``[B, hidden]`` of each sequence's last token, eager, the placeholders resolved from
-        ``self.sampled`` (every rank sampled them itself)."""
+        """Each sequence's last-token hidden state ``[B, hidden]``, eager; placeholders read from ``self.sampled``."""
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
@@ -170,9 +169,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, step: bytes) -> torch.Tensor:
-        """One forward step, sampling included, over ``step`` (``StepBatch.to_bytes()``): returns the sampled
-        token ids ``[num_seqs]`` int64 on the device, the same on every rank, also kept in ``self.sampled``.
-        Raises ValueError: a malformed message."""
+        """One forward step with sampling over ``step`` (``StepBatch.to_bytes()``): the sampled token ids ``[num_seqs]``
+        int64 on the device, equal on every rank, kept in ``self.sampled``. Raises ValueError: a malformed message."""
         batch = StepBatch.from_bytes(step)
         if not batch.is_prefill and self.graphs is not None and self.graphs.can_run(batch.num_seqs):
             tokens = self.graphs.run(batch, self.sampled)

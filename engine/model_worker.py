@@ -31,9 +31,8 @@ def serve_worker(config) -> int:
 
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:
-    """A model runner for the joined rank (on ``cuda:local_rank``), then rank 0's commands until EXIT. Its report
-    adds ``launch_ns``: per ``run`` step, ns from rank 0's send to this rank's ``run()`` returning (rank 0's
-    clock; none for steps ``ideal`` replays)."""
+    """A model runner for the joined rank (``cuda:local_rank``), then rank 0's commands until EXIT; its report adds
+    ``launch_ns``: per ``run`` step, rank 0's send to this ``run()`` returning (ns, rank 0's clock; not in replays)."""
     from .model_runner import ModelRunner
 
     rank, store, endpoint = joined.rank, joined.store, joined.endpoint

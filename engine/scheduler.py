@@ -1,8 +1,7 @@
 """Rank 0's admission of requests as they arrive, continuous batching (prefill first, then batched decode,
-preemption by recompute) and paged KV-cache bookkeeping: block allocation, reference counts and prefix caching
-(vLLM's, simplified): a full block is identified by hash(previous block's hash, its token ids), its token ids
-compared too. A freed block keeps its hash and contents until handed out again, for a later request with that
-prefix."""
+preemption by recompute) and paged KV-cache bookkeeping: block allocation, reference counts, prefix caching (vLLM's,
+simplified): a full block is identified by hash(previous block's hash, its token ids), its token ids compared too.
+A freed block keeps its hash and contents until handed out again, for a later request with that prefix."""
 
 from __future__ import annotations
 

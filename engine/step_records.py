@@ -48,9 +48,8 @@ class InFlightStep:
         return host, done
 
     def wait_tokens(self, timeout_s: float, check: Callable[[], None]) -> list[int]:
-        """The step's sampled tokens, ``check`` called every 50 ms. Each poll releases the GIL (``time.sleep(0)``):
-        a tight ``query()`` loop would starve a control plane's threads on rank 0. Raises TimeoutError: the
-        tokens did not arrive within ``timeout_s``."""
+        """The step's sampled tokens, ``check`` called every 50 ms; each poll releases the GIL (``time.sleep(0)``: a
+        tight ``query()`` loop starves rank 0's control-plane threads). Raises TimeoutError: none in ``timeout_s``."""
         if self.done is not None:
             deadline = time.monotonic() + timeout_s
             next_check = time.monotonic() + 0.05
