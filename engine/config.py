@@ -166,10 +166,8 @@ class EngineConfig:
     @property
     def eos_token_ids(self) -> frozenset[int]:
         """Every end-of-sequence id of config.json and generation_config.json, as transformers' generate stops on."""
-        ids = set()
-        for eos in (self.hf_config.get("eos_token_id"), self.hf_config.get("generation_eos_token_id")):
-            ids.update(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        return frozenset(int(i) for i in ids)
+        found = (self.hf_config.get("eos_token_id"), self.hf_config.get("generation_eos_token_id"))
+        return frozenset(int(i) for eos in found if eos is not None for i in (eos if isinstance(eos, list) else [eos]))
 
     def _check_values(self) -> None:
         """Types and the ranges that need no checkpoint (the others: ``__post_init__``)."""
