@@ -75,7 +75,7 @@ class ModelRunner:
         self.model = self._load_model()
         sync("loaded")
         self.kv_heads, self.head_dim = hf["num_key_value_heads"] // self.world_size, hf["head_dim"]
-        self.num_layers = hf["num_hidden_layers"]
+        self.num_layers, self.max_blocks = hf["num_hidden_layers"], math.ceil(config.max_model_len / self.block_size)
         if rank == 0:
             log.info("sizing the KV cache%s", " (a warm-up prefill measures the activations)" if
                      config.device == "cuda" and config.num_kvcache_blocks < 0 else "")
@@ -86,7 +86,6 @@ class ModelRunner:
             raise RuntimeError("no memory left for the KV cache (lower max_num_batched_tokens / max_num_seqs "
                                "or raise gpu_memory_utilization)")
         self._allocate_kv_cache(self.num_kvcache_blocks)
-        self.max_blocks = math.ceil(config.max_model_len / self.block_size)
         if config.device == "cuda" and not config.enforce_eager:
             if rank == 0:
                 log.info("compiling the fused kernels and capturing CUDA graphs (decode batch sizes up to %d, "
@@ -117,7 +116,7 @@ class ModelRunner:
         cfg = self.config
         if cfg.num_kvcache_blocks > 0:
             return cfg.num_kvcache_blocks
-        useful = cfg.max_num_seqs * math.ceil(cfg.max_model_len / self.block_size)
+        useful = cfg.max_num_seqs * self.max_blocks
         # bytes of one KV block on this rank: K and V, all layers, local KV heads
         block_bytes = 2 * self.num_layers * self.block_size * self.kv_heads * self.head_dim * cfg.torch_dtype.itemsize
         if cfg.device == "cpu":
