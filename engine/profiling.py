@@ -87,9 +87,8 @@ class StepProfiler:
     def _start(self) -> None:
         import torch  # here, not at the top: EngineConfig's checks import this module without torch
 
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.cuda:
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        kinds = torch.profiler.ProfilerActivity
+        activities = [kinds.CPU, kinds.CUDA] if self.cuda else [kinds.CPU]
         # acc_events: one cycle from start() to stop() (else torch warns on CUDA); the schedule labels the steps.
         self.prof = torch.profiler.profile(activities=activities, acc_events=True,
                                            schedule=lambda step: torch.profiler.ProfilerAction.RECORD)
