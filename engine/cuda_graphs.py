@@ -188,11 +188,10 @@ class PrefillGraphs:
     def run(self, batch: StepBatch) -> torch.Tensor:
         """Replay the smallest graph that holds ``batch`` (``can_run``). Returns the sampled token ids ``[B]``
         int64 (a view of a static buffer: valid until the next replay)."""
-        n, total = batch.num_seqs, len(batch.token_ids)
-        t = next(b for b in self.buckets if b >= total)
+        t = next(b for b in self.buckets if b >= len(batch.token_ids))
         self.inputs.stage(lambda h: fill_prefill_inputs(h, batch, t, self.block_size, self.trash_block))
         self.graphs[t].replay()
-        return self.tokens[:n]
+        return self.tokens[:batch.num_seqs]
 
 
 def fill_prefill_inputs(h: dict[str, np.ndarray], batch: StepBatch, t: int, block_size: int,

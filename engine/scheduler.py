@@ -221,8 +221,7 @@ class Arrivals:
 
     def __init__(self, plan: list[tuple[int, bool]] | None = None):
         self._pending: list[tuple[float, int, Sequence]] = []
-        self.admitted = 0
-        self._admitted_idle = False
+        self.admitted, self._admitted_idle = 0, False
         self.log: list[tuple[int, bool]] = []
         self.plan = plan
 
