@@ -22,8 +22,7 @@ from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
 from .scheduler import Arrivals, BlockManager, Scheduler
 from .sequence import SamplingParams, Sequence
-from .step_batch import StepBatch
-from .step_records import InFlightStep, StepRecord
+from .step_batch import InFlightStep, StepBatch, StepRecord
 
 log = logging.getLogger("engine")
 

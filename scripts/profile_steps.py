@@ -49,7 +49,7 @@ def anatomy(llm, steps: int) -> str:
     and rank 0's decode CUDA graph replayed alone back to back (its GPU time with no host in the way)."""
     from gpu_only import graph_ms
 
-    from engine.step_records import InFlightStep
+    from engine.step_batch import InFlightStep
 
     spent = {"launch": 0.0, "wait": 0.0}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.step_records import StepRecord
+from engine.step_batch import StepRecord
 from harness.metrics import launch_lag
 
 

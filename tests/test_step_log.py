@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from helpers import harness
 
-from engine.step_records import StepRecord
+from engine.step_batch import StepRecord
 from harness.results_csv import run_path
 from harness.step_log import main, summarize, write_step_log
 
