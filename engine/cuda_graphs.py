@@ -112,8 +112,7 @@ class DecodeGraphs:
         attn = AttentionMetadata(slot_mapping=st["slot_mapping"][:bs], block_tables=st["block_tables"][:bs],
                                  q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
                                  context_lens=st["context_lens"][:bs], num_splits=splits)
-        return StepInputs(input_ids=st["input_ids"][:bs], positions=st["positions"][:bs], logits_index=None,
-                          attn=attn)
+        return StepInputs(input_ids=st["input_ids"][:bs], positions=st["positions"][:bs], logits_index=None, attn=attn)
 
     def can_run(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]

@@ -58,8 +58,7 @@ def check_checkpoint(path: str, hf: dict) -> None:
         if name not in found:
             raise ConfigError(f"checkpoint {path} lacks tensor {name}")
         if found[name] != shape:
-            raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, "
-                              f"expected {list(shape)}")
+            raise ConfigError(f"checkpoint {path}: tensor {name} has shape {list(found[name])}, expected {list(shape)}")
     tied = hf.get("tie_word_embeddings")  # beside the weights: older exports' RoPE inv_freq, a tied lm_head
     if unused := sorted(n for n in found if n not in expected and not n.endswith("rotary_emb.inv_freq")
                         and not (n == "lm_head.weight" and tied)):

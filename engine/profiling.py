@@ -32,8 +32,7 @@ def parse_window(profile_steps) -> tuple[int, int] | None:
                           f"got {text!r}")
     window = (int(first), int(last) if sep else int(first))
     if window[0] > window[1]:
-        raise ConfigError(f"profile_steps={text}: the first step is after the last (give FIRST-LAST, "
-                          f"FIRST <= LAST)")
+        raise ConfigError(f"profile_steps={text}: the first step is after the last (give FIRST-LAST, FIRST <= LAST)")
     return window
 
 
