@@ -8,7 +8,9 @@ checking liveness, so a worker that dies before joining is reported instead of s
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 import warnings
 from datetime import timedelta
 
@@ -103,9 +105,6 @@ class GlooEndpoint(WorkerEndpoint):
         """Without the run's store, rank 0's own TCPStore's port is probed first, ``liveness_check`` between tries
         (TCPStore would retry a dead driver's port for its whole timeout). Raises PeerGone (from the check);
         ControlPlaneError: no answer in ``join_timeout_s``."""
-        import socket
-        import time
-
         from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
 
         deadline = time.monotonic() + self.join_timeout_s

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from . import available, get_control_plane
 from .base import ControlPlane, ControlPlaneError, WorkerEndpoint
 
 REPLAY = "control_replay"  # inner-plane message carrying the recording to the workers
@@ -25,8 +26,6 @@ class ScheduleMismatch(ControlPlaneError):
 
 def _inner_class(inner: str):
     """Raises ValueError unless ``inner`` names another registered plane."""
-    from . import available, get_control_plane
-
     if inner == IdealControlPlane.name or inner not in available():
         raise ValueError(f"ideal option inner must be another control plane "
                          f"({', '.join(n for n in available() if n != 'ideal')}), got {inner!r}")

@@ -8,6 +8,7 @@ All are kept out of multiprocessing's resource tracker, which outlives a SIGKILL
 
 from __future__ import annotations
 
+import _multiprocessing
 import _posixshmem
 import contextlib
 import os
@@ -84,8 +85,6 @@ def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
 
 def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
     """Unlink ``segment`` and ``semaphores`` by name, quietly when already gone (never via the tracker)."""
-    import _multiprocessing
-
     for sem in semaphores:
         with contextlib.suppress(OSError):
             _multiprocessing.sem_unlink(sem)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+import torch.distributed as dist
 from torch.distributed import PrefixStore, Store
 
 from backends.base import wait_until
@@ -48,8 +49,6 @@ _runs_in_process = 0  # engines started in this process: every rank of a sweep c
 
 def torchrun_store(launch: Launch, timeout_s: float) -> Store:
     """The env:// rendezvous store, under a namespace of this run and of this engine (one per job of a sweep)."""
-    import torch.distributed as dist
-
     global _runs_in_process
     _runs_in_process += 1
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))

@@ -7,6 +7,7 @@ round trips, uncertain by half of it (Cristian 1989)."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import pickle
 import queue
@@ -216,8 +217,6 @@ class Lifeline:
 
 def watch_parent(on_death=None) -> None:
     """A spawned process: ``os._exit(1)`` as soon as its parent is gone, even before its lifeline exists."""
-    import multiprocessing as mp
-
     parent = mp.parent_process()
     if parent is None:
         return
