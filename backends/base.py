@@ -70,9 +70,7 @@ class ControlStats:
 
     def drop_last(self) -> ControlStats:
         """Forget the latest sample (the report message that asked for these); returns self."""
-        if self.ns:
-            self.nbytes.pop()
-            self.ns.pop()
+        del self.nbytes[-1:], self.ns[-1:]  # nothing when there is none
         return self
 
     def as_dict(self) -> dict[str, list[int]]:
