@@ -53,12 +53,10 @@ def remove_segments_of(pid: int) -> list[str]:
 
 def _segments() -> list[tuple[int, str]]:
     """(creator pid, name) of the ``tpcp_<pid>_<random>`` segments in SHM_DIR ([] when unreadable)."""
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return []
-    parts = [(name, name.split("_")) for name in names]
-    return [(int(p[1]), name) for name, p in parts if len(p) == 3 and p[0] == PREFIX and p[1].isdigit()]
+    with contextlib.suppress(OSError):
+        parts = [(name, name.split("_")) for name in os.listdir(SHM_DIR)]
+        return [(int(p[1]), name) for name, p in parts if len(p) == 3 and p[0] == PREFIX and p[1].isdigit()]
+    return []
 
 
 def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
