@@ -61,12 +61,8 @@ class GlooControlPlane(ControlPlane):
             return
         if self._connector is None:
             self.workers_started()
-
-        def joined(timeout: float) -> bool:
-            self._connector.join(timeout)
-            return not self._connector.is_alive()
-
-        self._deadline_wait(joined, "the workers to join the gloo control group", self.join_timeout.total_seconds())
+        self._deadline_wait(lambda t: self._connector.join(t) or not self._connector.is_alive(),
+                            "the workers to join the gloo control group", self.join_timeout.total_seconds())
         if self._connect_error is not None:
             raise ControlPlaneError(f"gloo control group: {self._connect_error}")
 
