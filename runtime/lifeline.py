@@ -134,11 +134,6 @@ class LifelineServer:
         with self._lock:
             return set(self.conns) | set(self.dead)
 
-    def open_ranks(self) -> set[int]:
-        """Ranks whose lifeline is still open."""
-        with self._lock:
-            return set(self.conns)
-
     def stalled(self) -> dict[int, float]:
         """{rank: seconds since its last frame} of the open lifelines silent for more than STALL_S."""
         now = time.monotonic()

@@ -224,7 +224,7 @@ class WorkerGroup:
             for rank in self.lifelines.stalled():  # a stopped process ends only when killed: do not wait for it
                 if rank in self.procs and self.procs[rank].is_alive():
                     self.procs[rank].kill()
-            while (self.lifelines.open_ranks() or any(p.is_alive() for p in self.procs.values())) \
+            while (self.lifelines.conns or any(p.is_alive() for p in self.procs.values())) \
                     and time.monotonic() < deadline:
                 time.sleep(POLL_S)
         for sig in ("terminate", "kill"):
