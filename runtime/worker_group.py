@@ -180,32 +180,31 @@ class WorkerGroup:
                 return stalled
             time.sleep(POLL_S)
 
-    def wait_for(self, stage: str, timeout_s: float | None = None) -> None:
+    def wait_for(self, stage: str) -> None:
         """Block until every worker has announced ``stage`` in the store, checking liveness. Raises WorkerError: a
-        worker died or failed first; TimeoutError: not within ``timeout_s`` (default: startup_timeout_s)."""
+        worker died or failed first; TimeoutError: not within ``startup_timeout_s``."""
         keys = [f"{stage}/{r}" for r in self.workers]
-        timeout_s = timeout_s or self.startup_timeout_s
         start = said = time.monotonic()
         while keys and not self.store.check(keys):
             self.check()
             now = time.monotonic()
-            if now > start + timeout_s:
+            if now > start + self.startup_timeout_s:
                 missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
                 raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage {stage!r} "
-                                   f"within {timeout_s:.0f} s")
+                                   f"within {self.startup_timeout_s:.0f} s")
             if now - said >= PROGRESS_S:
                 said = now
-                print(self._waiting(stage, now - start, timeout_s), file=sys.stderr, flush=True)
+                print(self._waiting(stage, now - start), file=sys.stderr, flush=True)
             time.sleep(POLL_S)
 
-    def _waiting(self, stage: str, waited_s: float, timeout_s: float) -> str:
+    def _waiting(self, stage: str, waited_s: float) -> str:
         """One line: the ranks not yet at ``stage`` after ``waited_s``, and which of them are silent."""
         missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
         stalled = self.lifelines.stalled()
         silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
         never = [r for r in missing if r not in self.lifelines.connected()]
-        return (f"note: waiting {waited_s:.0f} s (of {timeout_s:.0f}) for rank(s) {', '.join(map(str, missing))} to "
-                f"reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
+        return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:.0f}) for rank(s) "
+                f"{', '.join(map(str, missing))} to reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
                 + (f"; never connected: rank(s) {', '.join(map(str, never))}" if never else ""))
 
     def collect_stats(self) -> dict[int, dict]:
