@@ -7,7 +7,7 @@ import pkgutil
 
 from .base import EXIT, HOST, SPAWN, ControlContext, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
-_NOT_BACKENDS = {"base", "segments", "ring_buffer"}  # helpers, not planes
+_NOT_BACKENDS = {"base", "segments"}  # helpers, not planes
 
 
 def available() -> list[str]:

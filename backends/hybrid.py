@@ -10,8 +10,7 @@ from __future__ import annotations
 from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
-from .ring import RingControlPlane, RingEndpoint
-from .ring_buffer import RingWriter
+from .ring import RingControlPlane, RingEndpoint, RingWriter
 from .zmq import ZmqControlPlane, ZmqEndpoint
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)

@@ -89,7 +89,7 @@ def test_world_size_one_sends_nothing(name):
 
 @pytest.mark.parametrize("count", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
 def test_ring_stress_random_sizes_with_checksums(count):
-    """ring_buffer.py's ordering argument, exercised: ``count`` messages of random sizes (some spanning
+    """ring.py's ordering argument, exercised: ``count`` messages of random sizes (some spanning
     several slots), every one checked, through a small ring so slots are reused constantly."""
     from backends.ring import RingControlPlane
 
@@ -147,20 +147,20 @@ def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(mon
     """Late sched_yields in a row (another task had the core) on a host whose runnable tasks fill its cores
     switch the yield phase to short sleeps for RECHECK_S; prompt yields (an idle core) never do, nor late ones
     on a host with idle cores (a thread of the same process held the GIL)."""
-    from backends import ring_buffer
+    from backends import ring
 
     contended = {"on": True}
-    monkeypatch.setattr(ring_buffer, "host_contended", lambda: contended["on"])
+    monkeypatch.setattr(ring, "host_contended", lambda: contended["on"])
     calls = {"yield": 0, "sleep": 0}
     late = {"on": False}
 
     def fake_yield():
         calls["yield"] += 1
         if late["on"] == "always" or (late["on"] == "alternate" and calls["yield"] % 2):
-            time.sleep(ring_buffer.CONTENDED_YIELD_S * 4)
+            time.sleep(ring.CONTENDED_YIELD_S * 4)
 
     def fake_sleep(s):
-        if s == ring_buffer.CONTENDED_SLEEP_S:
+        if s == ring.CONTENDED_SLEEP_S:
             calls["sleep"] += 1
 
     def wait_once(poller):
@@ -172,8 +172,8 @@ def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(mon
 
         poller.wait(ready, lambda: None, None, "test")
 
-    monkeypatch.setattr(ring_buffer.os, "sched_yield", fake_yield)
-    poller = ring_buffer.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
+    monkeypatch.setattr(ring.os, "sched_yield", fake_yield)
+    poller = ring.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
     wait_once(poller)
     assert calls["yield"] >= 19 and calls["sleep"] == 0  # prompt yields: yielding goes on
 
@@ -184,17 +184,17 @@ def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(mon
 
     late["on"] = "always"
     real_sleep = time.sleep
-    monkeypatch.setattr(ring_buffer.time, "sleep", lambda s: (fake_sleep(s), real_sleep(s)))
+    monkeypatch.setattr(ring.time, "sleep", lambda s: (fake_sleep(s), real_sleep(s)))
     contended["on"] = False  # idle cores: late yields are this process's own threads, yielding goes on
     calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
     assert calls["yield"] >= 19 and calls["sleep"] == 0 and poller.contended_until == 0.0
 
     contended["on"] = True
-    poller = ring_buffer.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
+    poller = ring.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
     calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
-    assert calls["yield"] == ring_buffer.LATE_YIELDS and calls["sleep"] >= 16  # late yields, then short sleeps
+    assert calls["yield"] == ring.LATE_YIELDS and calls["sleep"] >= 16  # late yields, then short sleeps
     assert poller.contended_until > time.monotonic()
 
 
@@ -202,7 +202,7 @@ def test_host_contended_reads_runnable_tasks_against_usable_cores(monkeypatch, t
     """``/proc/loadavg``'s running count against the cores this process may use; unreadable: True."""
     import builtins
 
-    from backends import ring_buffer
+    from backends import ring
 
     real_open = builtins.open
     loadavg = tmp_path / "loadavg"
@@ -211,13 +211,13 @@ def test_host_contended_reads_runnable_tasks_against_usable_cores(monkeypatch, t
         return real_open(loadavg if path == "/proc/loadavg" else path, *a, **k)
 
     monkeypatch.setattr(builtins, "open", fake_open)
-    monkeypatch.setattr(ring_buffer.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(ring.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     loadavg.write_text("0.50 0.40 0.30 1/77 16368\n")
-    assert ring_buffer.host_contended() is False
+    assert ring.host_contended() is False
     loadavg.write_text("3.90 3.10 2.00 4/81 16368\n")
-    assert ring_buffer.host_contended() is True
+    assert ring.host_contended() is True
     loadavg.write_text("garbage\n")
-    assert ring_buffer.host_contended() is True
+    assert ring.host_contended() is True
 
 
 def _refused_port() -> int:
