@@ -210,14 +210,11 @@ class Lifeline:
         self.sock.close()
 
 
-def watch_parent(on_death=None) -> None:
+def watch_parent(on_death) -> None:
     """A spawned process: ``os._exit(1)`` as soon as its parent is gone, even before its lifeline exists."""
-    parent = mp.parent_process()
-    if parent is None:
-        return
 
     def run():
-        select.select([parent.sentinel], [], [])
+        select.select([mp.parent_process().sentinel], [], [])
         _die(on_death)
 
     threading.Thread(target=run, name="parent-watch", daemon=True).start()
