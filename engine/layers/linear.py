@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .gemm import linear
 from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
@@ -19,37 +18,20 @@ def check_shape(src, expected: tuple[int, ...]) -> None:
         raise ValueError(f"shape {list(shape)} in the checkpoint, expected {list(expected)}")
 
 
-class ColumnParallelLinear(nn.Module):
-    """y = x W^T with W's output rows split over ranks: in ``[N, in]``, out ``[N, out / tp]`` (no
-    communication; the next RowParallelLinear consumes the shard)."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = False):
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        start, end = shard_range(out_features, "ColumnParallelLinear out_features")
-        self.weight = nn.Parameter(torch.empty(end - start, in_features), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
-        self.bias = None
-        if bias:
-            self.bias = nn.Parameter(torch.empty(end - start), requires_grad=False)
-            self.bias.weight_loader = self.weight_loader
-
-    def weight_loader(self, param: nn.Parameter, src) -> None:
-        check_shape(src, (self.out_features, *param.shape[1:]))
-        start, end = shard_range(self.out_features, "ColumnParallelLinear out_features")
-        param.data.copy_(src[start:end])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
-
-
-class MergedColumnParallelLinear(ColumnParallelLinear):
-    """Several column-parallel projections of one input fused into one matmul (gate_proj + up_proj).
-    Each rank's weight is the concatenation of its shard of every part: ``[sum(out_i) / tp, in]``."""
+class MergedColumnParallelLinear(nn.Module):
+    """Column-parallel projections of one input fused into one matmul (gate_proj + up_proj; no communication, the
+    next RowParallelLinear consumes the shard): each rank's weight ``[sum(out_i) / tp, in]`` is the concatenation
+    of its shard of every part's output rows."""
 
     def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False):
+        super().__init__()
         self.output_sizes = list(output_sizes)
-        super().__init__(in_features, sum(output_sizes), bias)
+        start, end = shard_range(sum(output_sizes), "ColumnParallelLinear out_features")
+        self.weight = nn.Parameter(torch.empty(end - start, in_features), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = nn.Parameter(torch.empty(end - start), requires_grad=False) if bias else None
+        if bias:
+            self.bias.weight_loader = self.weight_loader
 
     def weight_loader(self, param: nn.Parameter, src, shard_id: int,
                       what: str = "MergedColumnParallelLinear part") -> None:
