@@ -94,14 +94,6 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
     return ctx.transpose(1, 2)
 
 
-def _varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
-                   scale: float) -> torch.Tensor:
-    """Causal prefill of a whole batch in one flash-attention call, grouped K/V heads read in place: q ``[N, Hq,
-    D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence in N,
-    ``max_len`` the longest -> ``[N, Hq, D]``."""
-    return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, **_VARLEN_KWARGS)
-
-
 varlen_causal = None  # torch < 2.10
 if varlen_attn is not None:
     _params = inspect.signature(varlen_attn).parameters
@@ -109,4 +101,10 @@ if varlen_attn is not None:
     _VARLEN_KWARGS = {"window_size": (-1, 0)} if "window_size" in _params else {"is_causal": True}
     if "enable_gqa" in _params:
         _VARLEN_KWARGS["enable_gqa"] = True
-    varlen_causal = _varlen_causal
+
+    def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
+                      scale: float) -> torch.Tensor:
+        """Causal prefill of a whole batch in one flash-attention call, grouped K/V heads read in place: q ``[N,
+        Hq, D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence
+        in N, ``max_len`` the longest -> ``[N, Hq, D]``."""
+        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, **_VARLEN_KWARGS)

@@ -35,7 +35,6 @@ def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[in
 def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
     """The split count for a longest context of ``max_context`` tokens (the new one included): the fewest of
     ``split_counts`` that give each program at most one tile of cached tokens, or the cap."""
-    tile = min(TILE_TOKENS, block_size)
-    tiles = -(-(max_context - 1) // tile)
+    tiles = -(-(max_context - 1) // min(TILE_TOKENS, block_size))
     counts = split_counts(batch, num_kv_heads, device)
     return next((c for c in counts if c >= tiles), counts[-1])

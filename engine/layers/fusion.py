@@ -14,10 +14,8 @@ from torch import nn
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm (Zhang & Sennrich 2019, as Qwen3 computes it: in float32, scaled in the input dtype):
     ``x [..., d]``, ``weight [d]`` -> ``[..., d]``."""
-    dtype = x.dtype
     x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
@@ -50,7 +48,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 EAGER = {"rms_norm": rms_norm, "add_rms_norm": add_rms_norm, "qk_norm_rotary": qk_norm_rotary,
          "silu_and_mul": silu_and_mul}
-_compiled: dict | None = None  # torch.compile'd versions, made once per process (compiling is slow)
+_COMPILED: dict = {}  # torch.compile'd versions, made once per process (compiling is slow)
 
 
 class ElementwiseOps:
@@ -61,10 +59,9 @@ class ElementwiseOps:
         self.__dict__.update(EAGER)
 
     def use_compiled(self) -> None:
-        global _compiled
-        if _compiled is None:
-            _compiled = {name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()}
-        self.__dict__.update(_compiled)
+        if not _COMPILED:
+            _COMPILED.update({name: torch.compile(fn, dynamic=True) for name, fn in EAGER.items()})
+        self.__dict__.update(_COMPILED)
 
 
 class RMSNorm(nn.Module):

@@ -13,12 +13,10 @@ _ALL_REDUCE = None  # the group's all-reduce, installed by the model runner befo
 
 
 def tp_rank() -> int:
-    """This process's rank in the tensor-parallel group (0 without torch.distributed)."""
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def tp_size() -> int:
-    """The tensor-parallel size (1 without torch.distributed)."""
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
