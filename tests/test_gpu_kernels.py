@@ -74,7 +74,7 @@ def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, w
 def test_norm_gemv_matches_the_unfused_path(dtype, k, n, swiglu, with_residual):
     """Qwen3-0.6B's and 8B's QKV and gate/up at tp=1, and an odd shape; the residual out is exact."""
     from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
-    from engine.layers.norm_gemv import norm_gemv
+    from engine.layers.gemv import norm_gemv
 
     torch.manual_seed(k + n)
     cuda = dict(device="cuda", dtype=dtype)
@@ -97,8 +97,8 @@ def test_long_rows_norm_then_gemv_match_the_unfused_path(dtype, with_residual):
     bit for bit, the normalised row within one rounding), and the GEMV with SwiGLU and no norm matches
     matmul then SiLU-and-mul."""
     from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
-    from engine.layers.norm_gemv import add_rms_norm as triton_norm
-    from engine.layers.norm_gemv import norm_gemv
+    from engine.layers.gemv import add_rms_norm as triton_norm
+    from engine.layers.gemv import norm_gemv
 
     torch.manual_seed(4)
     k, n = 4096, 2 * 12288
@@ -135,8 +135,7 @@ def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
     reading the one before) launched with PDL in a CUDA graph gives bit for bit the plain launches' result:
     no kernel reads an activation before the kernel that writes it has finished."""
     from engine.layers import pdl
-    from engine.layers.gemv import gemv
-    from engine.layers.norm_gemv import norm_gemv
+    from engine.layers.gemv import gemv, norm_gemv
     from engine.layers.paged_decode import paged_decode_attention
 
     q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, [300])

@@ -1,7 +1,6 @@
-"""Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton
-GEMV (``gemv.py``), which ``norm_linear`` fuses with the RMSNorm before it (``norm_gemv.py``) so that no torch
-kernel breaks the PDL chain. Chosen once per process by the model runner (``set_gemm``): process-wide state.
-"""
+"""Every linear layer's matmul (``llm.gemm``): cuBLAS through ``F.linear``, or on CUDA at batch 1 the Triton GEMV
+(``gemv.py``), which ``norm_linear`` fuses with the RMSNorm before it (``gemv.norm_gemv``) so that no torch kernel
+breaks the PDL chain. Chosen once per process by the model runner (``set_gemm``): process-wide state."""
 
 from __future__ import annotations
 
@@ -9,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 _gemv = None  # gemv.gemv when on; None: cuBLAS for every matmul
-_norm_gemv = None  # norm_gemv.norm_gemv, on with _gemv
-_rms_norm = None  # norm_gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
+_norm_gemv = None  # gemv.norm_gemv, on with _gemv
+_rms_norm = None  # gemv.add_rms_norm: the norm of a row too long to fuse, in the GEMVs' PDL chain
 # Longer rows take the norm and the GEMV apart: each program of the fused kernel re-sums the row's squares.
 NORM_GEMV_MAX_K = 2048
 
@@ -24,8 +23,7 @@ def set_gemm(mode: str, device: torch.device) -> str:
     if device.type != "cuda" or mode == "cublas":
         return "torch" if device.type != "cuda" else "cublas"
     try:
-        from .gemv import gemv
-        from .norm_gemv import add_rms_norm, norm_gemv
+        from .gemv import add_rms_norm, gemv, norm_gemv
     except ImportError as e:
         if mode == "triton":
             raise RuntimeError(f"llm.gemm=triton: Triton is not importable here ({e})") from e
