@@ -1,9 +1,8 @@
-"""``sampler``'s draw in one Triton pass over a rank's logits shard, read once in its own dtype (CUDA only).
-Each program takes one row and one chunk of global columns (the shard's own masked in) and keeps the best
-score and its column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one
-call per four columns (which keeps the kernel memory-bound). Chunks align to global columns, so a column's
-noise does not depend on tp. The seed is read from device memory, so a CUDA graph replays with new seeds.
-"""
+"""``sampler``'s draw in one Triton pass over a rank's logits shard, read once in its own dtype (CUDA only). Each
+program takes one row and one chunk of global columns (the shard's own masked in) and keeps the best score and its
+column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one call per four columns
+(which keeps the kernel memory-bound). Chunks align to global columns, so a column's noise does not depend on tp. The
+seed is read from device memory, so a CUDA graph replays with new seeds."""
 
 from __future__ import annotations
 
@@ -17,18 +16,14 @@ MIN_PROGRAMS = 256  # ~2 per SM: a small batch takes smaller chunks (batch 1: 14
 
 
 @triton.jit
-def _score(logits_ptr, cols, start, end, t, u):
-    """One quarter-block of global columns ``cols`` (the shard holds [start, end)): the logit (greedy) or
-    the logit / t - log(-log(u)) (u = 0 gives -inf: never wins)."""
+def _keep_best(best, best_col, logits_ptr, cols, start, end, t, u):
+    """Global columns ``cols`` (the shard holds [start, end)) scored, the logit (greedy) or logit / t - log(-log(u))
+    (u = 0 gives -inf: never wins), kept per lane where above ``best`` (a lane keeps its first of equal scores)."""
     ok = (cols >= start) & (cols < end)
     x = tl.load(logits_ptr + cols - start, mask=ok, other=float("-inf")).to(tl.float32)
     x = tl.where(t > 0, x / t - tl.log(-tl.log(u)), x)
-    return tl.where(ok, x, float("-inf"))
-
-
-@triton.jit
-def _keep_best(best, best_col, x, cols):
-    better = x > best  # strict: among equal scores in a lane the first column stays
+    x = tl.where(ok, x, float("-inf"))
+    better = x > best
     return tl.where(better, x, best), tl.where(better, cols, best_col)
 
 
@@ -50,12 +45,10 @@ def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed_ptr, best_ptr, 
         # global column while base + lane < vocab, which holds for every column that is not masked).
         u0, u1, u2, u3 = tl.rand4x(seed, row * vocab + base + lane)
         c0 = base + lane
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0, vocab_start, vocab_end, t, u0), c0)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + Q, vocab_start, vocab_end, t, u1), c0 + Q)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 2 * Q, vocab_start, vocab_end, t, u2),
-                                    c0 + 2 * Q)
-        best, best_col = _keep_best(best, best_col, _score(row_ptr, c0 + 3 * Q, vocab_start, vocab_end, t, u3),
-                                    c0 + 3 * Q)
+        best, best_col = _keep_best(best, best_col, row_ptr, c0, vocab_start, vocab_end, t, u0)
+        best, best_col = _keep_best(best, best_col, row_ptr, c0 + Q, vocab_start, vocab_end, t, u1)
+        best, best_col = _keep_best(best, best_col, row_ptr, c0 + 2 * Q, vocab_start, vocab_end, t, u2)
+        best, best_col = _keep_best(best, best_col, row_ptr, c0 + 3 * Q, vocab_start, vocab_end, t, u3)
     top = tl.max(best, 0)
     col = tl.min(tl.where(best == top, best_col, vocab), 0)  # the first column among equal maxima
     tl.store(best_ptr + row * num_chunks + chunk, top)
