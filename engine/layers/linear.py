@@ -1,7 +1,6 @@
-"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3). A sharded parameter
-carries a ``weight_loader(param, src, *shard_id)`` that reads only this rank's rows or columns of ``src``, a
-safetensors slice (``get_shape()``, ``src[a:b]``, ``src[:, a:b]``): a rank never reads other ranks' shards.
-"""
+"""Column- and row-parallel linear layers (Megatron-LM, Shoeybi et al. 2019, section 3). A sharded parameter carries a
+``weight_loader(param, src, *shard_id)`` that reads only this rank's rows or columns of ``src``, a safetensors slice
+(``get_shape()``, ``src[a:b]``, ``src[:, a:b]``): a rank never reads other ranks' shards."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ def check_shape(src, expected: tuple[int, ...]) -> None:
 
 
 class MergedColumnParallelLinear(nn.Module):
-    """Column-parallel projections of one input fused into one matmul (gate_proj + up_proj; no communication, the
-    next RowParallelLinear consumes the shard): each rank's weight ``[sum(out_i) / tp, in]`` is the concatenation
-    of its shard of every part's output rows."""
+    """Column-parallel projections of one input fused into one matmul (gate_proj + up_proj; no communication, the next
+    RowParallelLinear consumes the shard): each rank's weight ``[sum(out_i) / tp, in]`` holds its shard of each part."""
 
     def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False):
         super().__init__()
@@ -61,15 +59,14 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        start, end = shard_range(in_features, "RowParallelLinear in_features")
-        self.weight = nn.Parameter(torch.empty(out_features, end - start), requires_grad=False)
+        self.in_start, self.in_end = shard_range(in_features, "RowParallelLinear in_features")
+        self.weight = nn.Parameter(torch.empty(out_features, self.in_end - self.in_start), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
 
     def weight_loader(self, param: nn.Parameter, src) -> None:
         check_shape(src, (self.out_features, self.in_features))
-        start, end = shard_range(self.in_features, "RowParallelLinear in_features")
-        param.data.copy_(src[:, start:end])
+        param.data.copy_(src[:, self.in_start:self.in_end])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = matmul_all_reduce(x, self.weight)

@@ -47,22 +47,15 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(out.flatten(1))
 
 
-class Qwen3MLP(nn.Module):
-    """SwiGLU MLP's parameters: gate/up column-parallel, down row-parallel (run by the decoder layer)."""
-    def __init__(self, hf: dict):
-        super().__init__()
-        inter = hf["intermediate_size"]
-        self.gate_up_proj = MergedColumnParallelLinear(hf["hidden_size"], [inter, inter])
-        self.down_proj = RowParallelLinear(inter, hf["hidden_size"])
-
-
 class Qwen3DecoderLayer(nn.Module):
     """One transformer block: RMSNorm, attention, RMSNorm, MLP, with the residual adds inside the norms and
     each norm fused with the projection after it (``gemm.norm_linear``: one kernel at batch 1 on CUDA)."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.self_attn = Qwen3Attention(hf, ops)
-        self.mlp = Qwen3MLP(hf)
+        inter = hf["intermediate_size"]  # the SwiGLU MLP's parameters (run by forward): gate/up, down
+        self.mlp = nn.ModuleDict({"gate_up_proj": MergedColumnParallelLinear(hf["hidden_size"], [inter, inter]),
+                                  "down_proj": RowParallelLinear(inter, hf["hidden_size"])})
         self.ops = ops
         self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
         self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
@@ -99,10 +92,8 @@ class Qwen3ForCausalLM(nn.Module):
     """forward: StepInputs -> hidden ``[N, hidden]``; compute_logits: hidden ``[B, hidden]`` -> this rank's
     logits shard ``[B, vocab / tp]`` (columns ``lm_head.vocab_start`` onwards) in the model's dtype."""
 
-    packed_modules_mapping = {
-        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
-        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
-    }
+    packed_modules_mapping = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+                              "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
     def __init__(self, hf: dict):
         super().__init__()
