@@ -1,9 +1,8 @@
-"""The tensor-parallel layers' all-reduce (``llm.all_reduce``): torch.distributed (NCCL; gloo on CPU) or, on
-CUDA, PyTorch's symmetric-memory kernels: one kernel reads the peers' copies of a buffer mapped once (before
-CUDA-graph capture) over NVLink, about half NCCL's latency on small messages; never NVLink multicast. By size
-(bytes): ``<= one_shot_max`` one-shot, ``<=`` the buffer two-shot, larger, float16 or not a multiple of 4
-bytes NCCL. Thresholds measured at tp=2 (``scripts/all_reduce_sizes.py``), halved per doubling of tp.
-"""
+"""The tensor-parallel layers' all-reduce (``llm.all_reduce``): torch.distributed (NCCL; gloo on CPU) or, on CUDA,
+PyTorch's symmetric-memory kernels: one kernel reads the peers' copies of a buffer mapped once (before CUDA-graph
+capture) over NVLink, about half NCCL's latency on small messages; never NVLink multicast. By size (bytes):
+``<= one_shot_max`` one-shot, up to the buffer's size two-shot; larger, float16 or not a multiple of 4 bytes: NCCL.
+Thresholds measured at tp=2 (``scripts/all_reduce_sizes.py``), halved per doubling of tp."""
 
 from __future__ import annotations
 

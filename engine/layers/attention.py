@@ -1,9 +1,7 @@
-"""Attention over the paged KV cache (slot = block_id * block_size + offset): CUDA decode through
-``paged_decode``'s Triton kernel (which also stores the new K/V); CUDA prefill without cached prefix through
-varlen flash attention (float32 or torch < 2.10: SDPA per sequence); else (CPU, prefix-cache hits) SDPA over
-queries padded to ``[B, Lq_max]`` and gathered contexts ``[B, Lk_max]``, key j allowed for query i when j <=
-position(i) and j < context length.
-"""
+"""Attention over the paged KV cache (slot = block_id * block_size + offset): CUDA decode through ``paged_decode``'s
+Triton kernel (which also stores the new K/V); CUDA prefill without cached prefix through varlen flash attention
+(float32 or torch < 2.10: SDPA per sequence); else (CPU, prefix-cache hits) SDPA over queries padded to ``[B, Lq_max]``
+and gathered contexts ``[B, Lk_max]``, key j allowed for query i when j <= position(i) and j < context length."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile
-of the longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS`` (the H200's
-fastest, results/h200/NOTES.md). Each count is a CUDA graph of its own, so counts go up in powers of two.
-"""
+"""How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile of the
+longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS`` (the H200's fastest,
+results/h200/NOTES.md). Each count is a CUDA graph of its own, so counts go up in powers of two."""
 
 from __future__ import annotations
 

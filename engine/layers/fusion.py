@@ -1,8 +1,6 @@
-"""The model's small elementwise functions, and the modules holding their parameters (:class:`RMSNorm`,
-:class:`RotaryEmbedding`). Eager, each is several tiny kernels (launch-bound on a GPU); the model runner
-switches a model's :class:`ElementwiseOps` to torch.compile'd versions (one Triton kernel each) on CUDA unless
-``enforce_eager``.
-"""
+"""The model's small elementwise functions and the modules holding their parameters (:class:`RMSNorm`,
+:class:`RotaryEmbedding`). Eager, each is several tiny kernels (launch-bound on a GPU); on CUDA unless ``enforce_eager``
+the model runner switches a model's :class:`ElementwiseOps` to torch.compile'd versions (one Triton kernel each)."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ _COMPILED: dict = {}  # torch.compile'd versions, made once per process (compili
 
 
 class ElementwiseOps:
-    """The elementwise functions a model's layers call (``ops.rms_norm(...)`` and so on): eager until
-    :meth:`use_compiled` switches this model's to torch.compile'd ones."""
+    """The elementwise functions a model's layers call (``ops.rms_norm(...)``): eager until :meth:`use_compiled`."""
 
     def __init__(self):
         self.__dict__.update(EAGER)

@@ -1,12 +1,10 @@
-"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split),
-holding the ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walking its share
-of the block table ``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022,
-algorithm 1). Split 0 takes the new token's K/V from registers last and stores them into the cache.
-Split-KV (flash-decoding, Dao et al. 2023): ``num_splits`` runs per context (``decode_splits``), merged by a
-second kernel. With ``qk_norm`` it also applies Qwen3's per-head RMSNorm and RoPE to q and the new k,
-rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once.
-CUDA only; ``TRITON_INTERPRET=1`` runs it on the CPU.
-"""
+"""Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split), holding the
+``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walking its share of the block table
+``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022, algorithm 1). Split 0 takes the new
+token's K/V from registers last and stores them into the cache. Split-KV (flash-decoding, Dao et al. 2023):
+``num_splits`` runs per context (``decode_splits``), merged by a second kernel. With ``qk_norm`` it also applies Qwen3's
+per-head RMSNorm and RoPE to q and the new k, rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum
+round once. CUDA only; ``TRITON_INTERPRET=1`` runs it on the CPU."""
 
 from __future__ import annotations
 

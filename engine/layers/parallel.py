@@ -1,6 +1,5 @@
-"""This process's tensor-parallel rank and size (from torch.distributed; rank 0 of 1 without it) and the
-group's all-reduce, chosen once per process by the model runner (``set_all_reduce``): process-wide state.
-"""
+"""This process's tensor-parallel rank and size (from torch.distributed; rank 0 of 1 without it) and the group's
+all-reduce, chosen once per process by the model runner (``set_all_reduce``): process-wide state."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""Token sampling on every rank over its own vocabulary shard: per row of its logits ``[B, V/tp]`` the best
-(score, global column), greedy rows (temperature 0) scoring the logit, sampled rows ``logit / t - log(E)``
-with ``E ~ Exp(1)`` drawn per (seed, row, global column), independent of tp: the argmax is a draw from
-softmax(logits / t) (the exponential race, equivalent to Gumbel-max: Gumbel 1954; Maddison et al. 2014).
-Each pair is packed into an int64 ordered by (score, then smaller column), so one all_reduce(MAX) of ``[B]``
-int64 gives every rank every row's winner (ties: the first column, as ``torch.argmax``).
-"""
+"""Token sampling on every rank over its own vocabulary shard: per row of its logits ``[B, V/tp]`` the best (score,
+global column), greedy rows (temperature 0) scoring the logit, sampled rows ``logit / t - log(E)`` with ``E ~ Exp(1)``
+drawn per (seed, row, global column), independent of tp: the argmax is a draw from softmax(logits / t) (the exponential
+race, equivalent to Gumbel-max: Gumbel 1954; Maddison et al. 2014). Each pair is packed into an int64 ordered by (score,
+then smaller column), so one all_reduce(MAX) of ``[B]`` int64 gives every rank every row's winner (ties: the first
+column, as ``torch.argmax``)."""
 
 from __future__ import annotations
 
