@@ -25,7 +25,8 @@ def expected_tensors(hf: dict) -> dict[str, tuple[int, ...]]:
              "self_attn.q_norm.weight": (D,), "self_attn.k_norm.weight": (D,),
              "mlp.gate_proj.weight": (inter, H), "mlp.up_proj.weight": (inter, H), "mlp.down_proj.weight": (H, inter)}
     if hf.get("attention_bias", False):
-        layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)})
+        layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,),
+                      "self_attn.o_proj.bias": (H,)})
     for i in range(hf["num_hidden_layers"]):
         shapes.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
     return shapes

@@ -148,3 +148,24 @@ def test_seeded_sampling_does_not_depend_on_tp(tiny_untied):
             outs.append([o["token_ids"] for o in llm.generate(prompts, params)])
     assert outs[0] == outs[1]
     assert outs[0][1] == hf_greedy(tiny_untied, prompts[1:2], 12)[0]  # the greedy row among sampled ones
+
+
+@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_attention_biases_load_and_match_transformers(tp, tmp_path):
+    """Qwen3 with ``attention_bias``: transformers gives q/k/v *and* o_proj a bias (zero at init, so drawn here)."""
+    import torch
+    from helpers import TINY
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM(Qwen3Config(**TINY, attention_bias=True))
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            torch.nn.init.normal_(p, std=0.3)
+    model.save_pretrained(tmp_path)
+    prompts = prompts_of_lengths([3, 17, 40])
+    want = hf_greedy(str(tmp_path), prompts, MAX_NEW)
+    with LLM(str(tmp_path), tensor_parallel_size=tp, device="cpu", dtype="float32", kvcache_block_size=16,
+             max_model_len=256, max_num_batched_tokens=256) as llm:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
+    assert [g["token_ids"] for g in got] == want
