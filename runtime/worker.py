@@ -74,7 +74,8 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
             node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
             endpoint = _wait_endpoint(store, rank, timeout_s)
             if endpoint is None:
-                return REFUSED
+                code = REFUSED  # the goodbye on the lifeline carries the code the process exits with
+                return code
         parent = mp.parent_process()
 
         def driver_alive() -> None:
