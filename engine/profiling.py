@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 
 from common import ConfigError
@@ -26,11 +27,11 @@ def parse_window(profile_steps) -> tuple[int, int] | None:
     if profile_steps is None:
         return None
     text = str(profile_steps).strip().lower()
-    first, sep, last = text.partition("-")
-    if isinstance(profile_steps, bool) or not first.isdigit() or (sep and not last.isdigit()):
+    steps = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", text)  # not str.isdigit: it takes "²", which int() refuses
+    if isinstance(profile_steps, bool) or steps is None:
         raise ConfigError(f"profile_steps must be FIRST-LAST or N (step numbers of the timed run, from 0), "
                           f"got {text!r}")
-    window = (int(first), int(last) if sep else int(first))
+    window = (int(steps[1]), int(steps[2] or steps[1]))
     if window[0] > window[1]:
         raise ConfigError(f"profile_steps={text}: the first step is after the last (give FIRST-LAST, FIRST <= LAST)")
     return window

@@ -262,6 +262,14 @@ def test_the_engine_and_the_command_line_refuse_bad_profile_settings_alike(setti
     assert message in check_command(argv)[0]
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "1-\u0663"])  # digits to str.isdigit; "²" crashed int()
+def test_profile_steps_takes_ascii_digits_only(value):
+    message = "profile_steps must be FIRST-LAST or N"
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig.check_settings(profile_steps=value)
+    assert message in check_command([f"profile_steps='{value}'"])[0]  # quoted: Hydra's grammar refuses it bare
+
+
 def test_profile_none_leaves_the_step_path_alone(tiny_untied):
     """profile=none (the default): no profiler, the runner itself on the step path (no wrapper to call)."""
     with LLM(tiny_untied, tensor_parallel_size=1, device="cpu", num_kvcache_blocks=8, max_model_len=256,
