@@ -181,6 +181,8 @@ def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
     """``summary()``'s table of broadcast rows as two tables, one-way p50 then p99 (us), a row per (tp, payload) by
     size, a column per plane that fits in 120 columns; sections."""
     at = [k for k in keys if k not in ("control", "tp", "payload")] + ["tp", "payload"]
+    medians = [f"{m}_median" for m in BROADCAST_METRICS]  # summary() leaves out a metric no ok row has: empty cells
+    table = table.reindex(columns=[*table.columns.difference(medians, sort=False), *medians])
     nbytes = table.groupby(at, sort=False).payload_bytes_median.first().rename("nbytes")  # in order of appearance
 
     def row(r, rows, planes):

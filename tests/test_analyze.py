@@ -409,6 +409,19 @@ def test_broadcast_rows_grouped_without_a_key_of_their_table_get_the_generic_one
     assert "one-way latency p50" not in out and "1-way p50 us" in out
 
 
+@pytest.mark.parametrize("column", ["payload_bytes", "ctrl_oneway_us_p50"])
+def test_broadcast_rows_without_a_metric_leave_its_cells_empty(column, tmp_path, capsys):
+    """A metric that no ok row has (ideal's one-way latency, or payload_bytes of an older file) left summary()'s
+    table without its column: an AttributeError or KeyError traceback before."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = pd.read_csv(os.path.join(root, "results", "cpu", "broadcast_cpu.csv"))
+    rows[column] = float("nan")
+    rows.to_csv(tmp_path / "b.csv", index=False)
+    assert main([str(tmp_path / "b.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "one-way latency p50" in out and "| decode-1 " in out
+
+
 @pytest.mark.parametrize("extra", [["--plot", "x.png"], ["--group", "tp"], ["--baseline", "shm"],
                                    ["--format", "csv"]])
 def test_options_of_the_table_are_refused_with_compare(sweep, extra, capsys):
