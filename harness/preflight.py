@@ -52,13 +52,15 @@ def overrides_of(argv: list[str]) -> list[str]:
         elif name in ("-m", "--multirun") and overrides:
             rest = " ".join(a for a in argv if a != arg)
             raise ValueError(f"{arg} goes before the overrides (python -m harness {arg} {rest})")
-        elif name in _VALUE_FLAGS and "=" not in arg:
-            choices, given = _VALUE_FLAGS[name], argv[i + 1] if i + 1 < len(argv) else None
+        elif name in _VALUE_FLAGS:
+            attached = "=" in arg  # --cfg=job
+            choices = _VALUE_FLAGS[name]
+            given = arg.split("=", 1)[1] if attached else argv[i + 1] if i + 1 < len(argv) else None
             # --info's value is optional (all), yet argparse would take an override for it
-            if not (name in ("--info", "-i") and (given is None or given.startswith("-"))):
+            if attached or not (name in ("--info", "-i") and (given is None or given.startswith("-"))):
                 if given is None or choices is not None and given not in choices:
                     raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
-                i += 1  # the flag's value, not an override
+                i += not attached  # the flag's value, not an override
         i += 1
     return overrides
 

@@ -499,6 +499,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "hydra.launcher=foo", "tp=1,2"], "chosen with hydra/launcher=<name>"),
     (["--cfg", "bogus"], "--cfg takes one of job, hydra, all"),
     (["--cfg"], "--cfg takes one of job, hydra, all"),
+    (["--cfg=bogus"], "--cfg takes one of job, hydra, all"),  # the = form: argparse's 8-line usage, exit 2
+    (["-c=bogus"], "-c takes one of job, hydra, all"),
+    (["--info=bogus"], "--info takes one of all, config, defaults"),
     (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
     (["-m", "dtype=float32,int3"], "dtype 'int3' is not supported on "),  # before job 0, not at job 1
     (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or 1-1024, got -1"),
@@ -524,8 +527,8 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
     assert problem is not None and message in problem and "\n" not in problem, problem
 
 
-@pytest.mark.parametrize("argv", [["--cfg", "job"], ["--cfg", "job", "tp=2"], ["--info", "config"],
-                                  ["model.path=null"], ["tag=null"]])
+@pytest.mark.parametrize("argv", [["--cfg", "job"], ["--cfg", "job", "tp=2"], ["--info", "config"], ["--cfg=job"],
+                                  ["--info=defaults", "tp=2"], ["model.path=null"], ["tag=null"]])
 def test_hydras_flags_and_null_defaults_pass_the_up_front_checks(argv):
     from harness.preflight import check_command
 
