@@ -3,6 +3,7 @@ nothing left behind by a killed run, one-line errors for bad overrides."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from helpers import ROOT, harness
+from helpers import ROOT, children, harness
 
 from harness.metrics import NvmlSampler, match_handles
 
@@ -103,6 +104,16 @@ def semaphores() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
 
 
+def opened_by(proc) -> set[str]:
+    """The named semaphores that run ``proc`` (its process and children) has mapped: on a shared machine, other
+    runs create and remove theirs meanwhile, so what appeared in /dev/shm is not all this run's."""
+    names = set()
+    for pid in [proc.pid, *children(proc.pid)]:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            names |= {os.path.basename(line.split()[5]) for line in f if "/dev/shm/sem.mp-" in line}
+    return names
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_sigkilled_runs_semaphores_are_removed_by_the_next_run(tmp_path, model_cache):
@@ -115,21 +126,20 @@ def test_a_sigkilled_runs_semaphores_are_removed_by_the_next_run(tmp_path, model
                                  "repeat=50", "progress=false", f"results_dir={tmp_path}/{name}"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
-    def new_semaphores(since, at_least=1):
+    def new_semaphores(proc, at_least=1):
         deadline = time.monotonic() + 120
-        while len(semaphores() - since) < at_least and time.monotonic() < deadline:
+        while len(opened_by(proc)) < at_least and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2.0)  # whatever else the plane creates
-        return semaphores() - since
+        return opened_by(proc)
 
-    before = semaphores()
     live = start("queue", "live")
     victim = None
     try:
-        live_sems = new_semaphores(before)
+        live_sems = new_semaphores(live)
         assert live_sems, "the live run created no named semaphore"
         victim = start("shm", "victim")
-        victim_sems = new_semaphores(before | live_sems, at_least=2)
+        victim_sems = new_semaphores(victim, at_least=2)
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(timeout=30)
         time.sleep(1.0)
