@@ -90,7 +90,9 @@ def busy_note(df: pd.DataFrame) -> str | None:
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
     """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
-    print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} jobs, {len(rows)} ok rows ==")
+    ok = len(rows)
+    print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
+          f"{ok} ok row{'s' * (ok != 1)} ==")
     if not rows:
         return
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)

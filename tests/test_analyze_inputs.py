@@ -199,3 +199,11 @@ def test_the_gate_says_why_it_fails_or_passes(tmp_path, capsys):
         capsys.readouterr().out
     assert main(["--compare", old, new, "--allow-missing"]) == 0
     assert capsys.readouterr().out.strip().endswith("the gate passes")
+
+
+@pytest.mark.parametrize("rows, jobs, line", [([], 1, "== sweep (interrupted): 1 job, 0 ok rows =="),
+                                              ([{}], 2, "== sweep (interrupted): 2 jobs, 1 ok row ==")])
+def test_the_sweep_line_counts_in_the_singular_and_plural(rows, jobs, line, capsys, monkeypatch):
+    monkeypatch.setattr("harness.analyze.report", lambda *a, **k: None)  # the line alone, not the tables
+    print_sweep_summary(rows, jobs, interrupted=True)
+    assert line in capsys.readouterr().out
