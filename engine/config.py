@@ -56,6 +56,15 @@ def split_problem(hf: dict, tp: int, where: str) -> str | None:
     return None
 
 
+def batch_tokens_problem(max_num_batched_tokens: int, max_model_len: int, hf: dict) -> str | None:
+    """Why a prefill batch of ``max_num_batched_tokens`` cannot hold one sequence of ``max_model_len`` tokens
+    (capped by ``hf``'s max_position_embeddings): the scheduler would never admit that sequence."""
+    longest = min(max_model_len, hf["max_position_embeddings"])
+    if max_num_batched_tokens < longest:
+        return f"max_num_batched_tokens={max_num_batched_tokens} must be >= max_model_len={longest}"
+    return None
+
+
 def read_hf_config(path: str) -> dict:
     """``path/config.json`` of a Qwen3 checkpoint, ``head_dim`` and ``rope_theta`` filled in (transformers 5 keeps
     the latter in ``rope_parameters``), and generation_config.json's eos ids. Raises ConfigError: a missing directory,
@@ -154,10 +163,9 @@ class EngineConfig:
                               f"available: {', '.join(available_control_planes())}")
         self._check_launcher()
         self._check_device_and_dtype()
+        if problem := batch_tokens_problem(self.max_num_batched_tokens, self.max_model_len, self.hf_config):
+            raise ConfigError(problem)
         self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
-        if self.max_num_batched_tokens < self.max_model_len:
-            raise ConfigError(f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= "
-                              f"max_model_len={self.max_model_len}")
 
     @property
     def torch_dtype(self):

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
-from engine.config import read_hf_config, resolve_device
+from engine.config import batch_tokens_problem, read_hf_config, resolve_device
 
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
@@ -121,6 +121,12 @@ def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
             f"max_position_embeddings={shape['max_position_embeddings']})")
 
 
+def _check_batch_tokens(cfg: DictConfig, model: dict) -> str | None:
+    """``llm.max_num_batched_tokens`` below the longest sequence the engine admits, as the engine words it."""
+    problem = batch_tokens_problem(cfg.llm.max_num_batched_tokens, cfg.llm.max_model_len, model_shape(model))
+    return problem and cli_message(problem, {"max_num_batched_tokens"})
+
+
 def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
     """A switch set to anything but true or false: OmegaConf would read ``yes``, ``on`` or ``2`` as true."""
     for arg in job:
@@ -176,7 +182,8 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
-            or _check_control(cfg, compose) or _check_lengths(cfg, job, model))
+            or _check_control(cfg, compose) or (_check_batch_tokens(cfg, model) if builds_engine else None)
+            or _check_lengths(cfg, job, model))
 
 
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:

@@ -519,6 +519,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     # session 15's new-user trial: refused inside its job (4 s, an outputs/ directory left)
     (["workload=broadcast", "tp=1"], "workload=broadcast measures the control plane between ranks: needs engine=tp"),
     (["-m", "workload=broadcast", "tp=2,1"], "needs engine=tp and tp >= 2"),  # before job 0
+    # session 21: refused only inside its job, after a sweep's earlier jobs had run
+    (["-m", "llm.max_num_batched_tokens=16384,100", "llm.max_model_len=4096"],
+     "llm.max_num_batched_tokens=100 must be >= max_model_len=4096"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
