@@ -67,10 +67,9 @@ class SymmMemAllReduce(TorchAllReduce):
 
     def _reduce(self, view: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(view)
-        if view.numel() * view.element_size() <= self.one_shot_max:
-            self.ops.one_shot_all_reduce_out(view, "sum", self.group_name, out)
-        else:
-            self.ops.two_shot_all_reduce_out(view, "sum", self.group_name, out)
+        small = view.numel() * view.element_size() <= self.one_shot_max
+        op = self.ops.one_shot_all_reduce_out if small else self.ops.two_shot_all_reduce_out
+        op(view, "sum", self.group_name, out)
         return out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -88,8 +87,7 @@ class SymmMemAllReduce(TorchAllReduce):
         return self._reduce(view)
 
 
-def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int,
-                    num_nodes: int = 1):
+def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: torch.dtype, numel: int, num_nodes: int):
     """The group's all-reduce for ``mode`` (auto, nccl or symm_mem), or None at tp=1. ``auto``: symm_mem on
     CUDA for bf16/float32 where every rank, all on one node, can set it up, else NCCL; CPU: gloo. ``numel``:
     the largest message worth a symmetric buffer (elements, capped at ``SYMM_MAX_BYTES``). Raises
