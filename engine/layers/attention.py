@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 try:
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # torch < 2.10: one SDPA call per sequence instead
-    varlen_attn = None
+    varlen_attn = varlen_causal = None
 
 
 @dataclass
@@ -92,7 +92,6 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
     return ctx.transpose(1, 2)
 
 
-varlen_causal = None  # torch < 2.10
 if varlen_attn is not None:
     _params = inspect.signature(varlen_attn).parameters
     # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
