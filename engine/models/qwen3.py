@@ -24,21 +24,17 @@ class Qwen3Attention(nn.Module):
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
-        tp = tp_size()
-        self.head_dim = hf["head_dim"]
-        self.num_heads = hf["num_attention_heads"] // tp
-        self.num_kv_heads = hf["num_key_value_heads"] // tp
+        D, Hq, Hkv = hf["head_dim"], hf["num_attention_heads"], hf["num_key_value_heads"]
         bias = hf.get("attention_bias", False)
-        self.qkv_proj = QKVParallelLinear(hf["hidden_size"], self.head_dim, hf["num_attention_heads"],
-                                          hf["num_key_value_heads"], bias)
-        self.o_proj = RowParallelLinear(hf["num_attention_heads"] * self.head_dim, hf["hidden_size"], bias)
-        self.q_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
-        self.k_norm = RMSNorm(self.head_dim, hf["rms_norm_eps"], ops)
-        self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim ** -0.5)
+        self.qkv_proj = QKVParallelLinear(hf["hidden_size"], D, Hq, Hkv, bias)
+        self.o_proj = RowParallelLinear(Hq * D, hf["hidden_size"], bias)
+        self.q_norm = RMSNorm(D, hf["rms_norm_eps"], ops)
+        self.k_norm = RMSNorm(D, hf["rms_norm_eps"], ops)
+        self.attn = Attention(Hq // tp_size(), Hkv // tp_size(), D, D ** -0.5)
 
     def forward(self, qkv, cos_sin, inputs: StepInputs):
-        heads = [self.num_heads, self.num_kv_heads, self.num_kv_heads]
-        q, k, v = qkv.view(-1, sum(heads), self.head_dim).split(heads, dim=1)
+        heads = [self.attn.num_heads, self.attn.num_kv_heads, self.attn.num_kv_heads]
+        q, k, v = qkv.view(-1, sum(heads), self.attn.head_dim).split(heads, dim=1)
         qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
         if inputs.attn.context_lens is not None:  # CUDA decode: the kernel normalises and rotates q and k
             out = self.attn(q, k, v, inputs.attn, qk_norm)
