@@ -200,11 +200,9 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
     block_n = min(block_n, block_size)
-    out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)
-    part = lse = out  # unused at one split
-    if num_splits > 1:
-        part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
-        lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
+    out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)  # at one split also part and lse (unused)
+    part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
+    lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
     _paged_decode_kernel[(B, Hkv, num_splits)](
         q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, part, lse, qw, kw, cos,
