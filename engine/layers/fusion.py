@@ -44,8 +44,7 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-EAGER = {"rms_norm": rms_norm, "add_rms_norm": add_rms_norm, "qk_norm_rotary": qk_norm_rotary,
-         "silu_and_mul": silu_and_mul}
+EAGER = {fn.__name__: fn for fn in (rms_norm, add_rms_norm, qk_norm_rotary, silu_and_mul)}
 _COMPILED: dict = {}  # torch.compile'd versions, made once per process (compiling is slow)
 
 
