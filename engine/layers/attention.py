@@ -65,8 +65,7 @@ class Attention(nn.Module):
         qp = q.new_zeros(B * Lq, self.num_heads, D)
         qp[meta.q_pad_index] = q
         qp = qp.view(B, Lq, self.num_heads, D).transpose(1, 2)
-        kp = gather_context(self.k_cache, meta.block_tables, Lk)
-        vp = gather_context(self.v_cache, meta.block_tables, Lk)
+        kp, vp = (gather_context(cache, meta.block_tables, Lk) for cache in (self.k_cache, self.v_cache))
         out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=meta.mask, scale=self.scale,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
@@ -87,9 +86,7 @@ class Attention(nn.Module):
 
 def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
     """cache ``[num_blocks, bs, H, D]``, block_tables ``[B, nb]`` -> ``[B, H, max_len, D]``."""
-    B, nb = block_tables.shape
-    ctx = cache[block_tables].view(B, nb * cache.shape[1], *cache.shape[2:])[:, :max_len]
-    return ctx.transpose(1, 2)
+    return cache[block_tables].flatten(1, 2)[:, :max_len].transpose(1, 2)
 
 
 if varlen_attn is not None:
