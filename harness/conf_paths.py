@@ -1,4 +1,4 @@
-"""Where the Hydra configuration lives and what its groups offer; the user's paths, and whether files can be written."""
+"""Where the Hydra configuration lives and its groups; the user's paths, and whether files can be written."""
 
 from __future__ import annotations
 
@@ -13,11 +13,6 @@ if not os.path.isfile(os.path.join(CONF_DIR, "config.yaml")):
     _spec = importlib.util.find_spec("tpcp_conf")
     CONF_DIR = os.path.dirname(_spec.origin) if _spec and _spec.origin else CONF_DIR
 GROUPS = ("control", "model", "workload")
-
-
-def group_options(group: str) -> list[str]:
-    """The options of config group ``group``: its yaml files' names."""
-    return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
 
 
 def task_overrides() -> list[str]:
