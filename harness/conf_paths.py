@@ -63,9 +63,8 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
         return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"
     for name, what in folders.items():
         folder = os.path.join(directory, name)
-        reason = (cannot_write(folder) if os.path.isdir(folder)
-                  else "it is not a directory (move it, or pick another results_dir)" if os.path.lexists(folder)
-                  else None)
-        if reason:
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            return f"cannot write {what} to {folder}: it is not a directory (move it, or pick another results_dir)"
+        if os.path.isdir(folder) and (reason := cannot_write(folder)):
             return f"cannot write {what} to {folder}: {reason}"
     return None
