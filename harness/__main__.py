@@ -51,10 +51,9 @@ def main(cfg: DictConfig) -> None:
 def release_engine() -> None:
     """Shut the sweep's kept engine down; a stop signal during it ends the run as interrupted, in one line."""
     # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
-    engine_cache = sys.modules.get("harness.engine_cache")
     try:
-        if engine_cache is not None:
-            engine_cache.release()
+        if "harness.engine_cache" in sys.modules:
+            sys.modules["harness.engine_cache"].release()
     except KeyboardInterrupt:
         if 130 not in EXIT_CODES:
             print(interrupted_line(), file=sys.stderr)
