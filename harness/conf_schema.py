@@ -159,32 +159,21 @@ def problem_of(error: type[Exception], check, *args, **kwargs) -> str | None:
     return None
 
 
-def _int_at_least(minimum: int, maximum: int | None = None, spelled: str = ""):
-    def check(key: str, v) -> str | None:
-        if not is_int(v) or v < minimum or (maximum is not None and v > maximum):
-            bound = f"in [{minimum}, {spelled or maximum}]" if maximum is not None else f">= {minimum}"
-            return f"{key} must be an integer {bound}, got {'' if v is None else str(v)!r}"
-        return None
-    return check
+def _must_be(needs: str, ok):
+    """A check of ``VALUE_CHECKS``: None when ``ok(value)``, else "<key> must be <needs>, got '<value>'"."""
+    return lambda key, v: None if ok(v) else f"{key} must be {needs}, got {'' if v is None else str(v)!r}"
+
+
+def _int_at_least(least: int):
+    return _must_be(f"an integer >= {least}", lambda v: is_int(v) and v >= least)
 
 
 def _choice(*allowed: str):
-    def check(key: str, v) -> str | None:
-        v = "" if v is None else str(v)
-        return None if v in allowed else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
-    return check
+    return _must_be(f"one of {', '.join(allowed)}", lambda v: v in allowed)
 
 
-def _not_empty(hint: str):
-    def check(key: str, v) -> str | None:  # null is the default of model.path; results_dir's type refuses it
-        return None if v != "" else f"{key} is empty: {hint}"
-    return check
-
-
-def _positive_number(key: str, v) -> str | None:
-    if not is_number(v) or not v > 0:
-        return f"{key} must be a number > 0, got {'' if v is None else str(v)!r}"
-    return None
+def _not_empty(hint: str):  # null is the default of model.path; results_dir's type refuses it
+    return lambda key, v: None if v != "" else f"{key} is empty: {hint}"
 
 
 def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, never elsewhere through a path
@@ -195,11 +184,12 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
     return None
 
 
-VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "seed": _int_at_least(0, MAX_SEED, "2^63 - 1"),
+VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "hf_batch_size": _int_at_least(1),
+                "seed": _must_be("an integer in [0, 2^63 - 1]", lambda v: is_int(v) and 0 <= v <= MAX_SEED),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
+                "nvml_interval_s": _must_be("a number > 0", lambda v: is_number(v) and v > 0),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
-                "hf_batch_size": _int_at_least(1), "nvml_interval_s": _positive_number,
                 "profile": lambda key, v: profile_problem(v),
                 "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 
