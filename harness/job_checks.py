@@ -95,10 +95,7 @@ def picked_model(model: DictConfig, device: str) -> DictConfig:
         return model
     name = "qwen3-0.6b" if resolve_device(device) == "cuda" else "qwen3-tiny"
     chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
-    chosen.path = model.get("path")
-    if model.get("preset"):
-        chosen.preset = OmegaConf.merge(chosen.preset, model.preset)
-    return chosen
+    return OmegaConf.merge(chosen, {"path": model.get("path"), "preset": model.get("preset") or {}})
 
 
 def model_shape(model: dict) -> dict:
