@@ -164,10 +164,6 @@ def _must_be(needs: str, ok):
     return lambda key, v: None if ok(v) else f"{key} must be {needs}, got {'' if v is None else str(v)!r}"
 
 
-def _int_at_least(least: int):
-    return _must_be(f"an integer >= {least}", lambda v: is_int(v) and v >= least)
-
-
 def _choice(*allowed: str):
     return _must_be(f"one of {', '.join(allowed)}", lambda v: v in allowed)
 
@@ -184,7 +180,8 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
     return None
 
 
-VALUE_CHECKS = {"tp": _int_at_least(1), "repeat": _int_at_least(1), "hf_batch_size": _int_at_least(1),
+_INT_AT_LEAST_1 = _must_be("an integer >= 1", lambda v: is_int(v) and v >= 1)
+VALUE_CHECKS = {"tp": _INT_AT_LEAST_1, "repeat": _INT_AT_LEAST_1, "hf_batch_size": _INT_AT_LEAST_1,
                 "seed": _must_be("an integer in [0, 2^63 - 1]", lambda v: is_int(v) and 0 <= v <= MAX_SEED),
                 "device": _choice("auto", "cpu", "cuda"), "engine": _choice("tp", "hf"),
                 "nvml_interval_s": _must_be("a number > 0", lambda v: is_number(v) and v > 0),
