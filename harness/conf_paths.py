@@ -15,6 +15,11 @@ if not os.path.isfile(os.path.join(CONF_DIR, "config.yaml")):
 GROUPS = ("control", "model", "workload")
 
 
+def group_options(group: str) -> list[str]:
+    """The options of config group ``group``: its yaml files' names in ``conf/<group>/``, sorted."""
+    return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
+
+
 def task_overrides() -> list[str]:
     """This job's command-line overrides (``key=value``), [] when not running under Hydra."""
     from hydra.core.hydra_config import HydraConfig

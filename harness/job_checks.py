@@ -11,7 +11,7 @@ from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 from engine.config import batch_tokens_problem, read_hf_config, resolve_device
 
-from .conf_paths import CONF_DIR, results_problem
+from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
 from .model_checks import check_gpu_count, check_model
 from .workloads import check_workload, effective_workload, given_workload, request_shape
@@ -37,9 +37,8 @@ def has_key(node, key: str) -> bool:
 
 
 def options_having(group: str, key: str, compose) -> list[str]:
-    """The options of ``group`` (its yaml files' names, sorted) whose composition has ``key`` (dotted, below it)."""
-    options = sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
-    return [o for o in options if has_key(compose([f"{group}={o}"])[group], key)]
+    """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
+    return [o for o in group_options(group) if has_key(compose([f"{group}={o}"])[group], key)]
 
 
 def no_option(plane: str, option: str, compose) -> str:
@@ -136,6 +135,8 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
 
 def _unknown_keys(cfg: DictConfig) -> str | None:
     """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
+    if not isinstance(cfg.llm, DictConfig):  # HarnessConfig.llm is untyped: the defaults list places LlmConfig
+        return "llm holds the engine's settings: set one with llm.<key>=value (the keys: harness/conf_schema.py)"
     known = {f.name for f in dataclasses.fields(HarnessConfig)}
     extra = [k for k in cfg if k not in known] + [f"llm.{k}" for k in cfg.llm if k not in LLM_DEFAULTS]
     return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None

@@ -19,7 +19,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 
-from .conf_paths import CONF_DIR, GROUPS, cannot_write
+from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
 
@@ -75,6 +75,9 @@ def check_options(parsed: list) -> None:
         if key in GROUPS and isinstance(value, list):
             raise ValueError(f"{key} takes one option; to run several, sweep them: -m {key}="
                              f"{','.join(map(str, value))}")
+        if key in GROUPS and not (isinstance(value, str) or o.is_sweep_override() or o.is_delete()):
+            raise ValueError(f"{key} takes the name of one option, got {o.input_line.split('=', 1)[1]!r} "
+                             f"(available: {', '.join(group_options(key))})")
         if key in ("hydra.launcher", "hydra.sweeper"):
             raise ValueError(f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> "
                              "(installed: basic)")
@@ -166,6 +169,8 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
     m = re.match(r"Could not override '([^']+)'", text)
     if m and isinstance(e.__cause__, (ConfigAttributeError, ConfigKeyError)):
         key = m[1]
+        if (inner := e.__cause__.full_key or "").startswith(key + "."):  # llm={a:1}: the key inside, llm.a
+            key = inner
         head, _, rest = key.partition(".")
         if head == "workload" and (having := options_having("workload", rest, compose)):
             return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "

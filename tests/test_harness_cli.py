@@ -522,6 +522,14 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     # session 21: refused only inside its job, after a sweep's earlier jobs had run
     (["-m", "llm.max_num_batched_tokens=16384,100", "llm.max_model_len=4096"],
      "llm.max_num_batched_tokens=100 must be >= max_model_len=4096"),
+    # session 21's new-user trial: a traceback (exit 1), or a line naming the wrong key
+    (["control={a:1}"], "control takes the name of one option, got '{a:1}' (available: gloo, hybrid, ideal"),
+    (["model=3"], "model takes the name of one option, got '3' (available: auto, "),
+    (["workload=null"], "workload takes the name of one option, got 'null'"),
+    (["llm={a:1}"], "unknown config key 'llm.a' (the keys"),
+    (["workload=serve", "workload.slo={a:1}"], "unknown config key 'workload.slo.a' (the keys"),
+    (["llm=3"], "llm holds the engine's settings: set one with llm.<key>=value"),
+    (["llm=null"], "llm holds the engine's settings"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
