@@ -2,7 +2,7 @@
 
 SCHEMA_VERSION = 11  # what each version changed: `git log -p harness/schema.py`
 
-# the schema that added each configuration column after schema 1 (``config_keys.comparable_keys`` reads it)
+# the schema that added each configuration column after schema 1 (``analyze.comparable_keys`` reads it)
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
             "run_id": 6, "tag": 6, "model_hash": 6, "cpu_threads": 6, "gemm": 8, "request_rate": 10,
             "burstiness": 10, "max_concurrency": 10, "slo": 10}
