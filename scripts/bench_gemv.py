@@ -3,7 +3,7 @@
     python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
-holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness/floor.py``).
+holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness.report.decode_floor``).
 Timing: CALLS (32) calls captured in one CUDA graph, cycling over copies of the weight (up to 256 MB of
 copies; every shape reads >= 64 MB per replay, more than the 50 MB L2 holds, as a model's step reads more
 than it), 10 replays after warm-up, CUDA events. Each GEMV variant is timed with and without programmatic
@@ -32,7 +32,7 @@ if __name__ == "__main__":
 from engine.layers import pdl  # noqa: E402
 from engine.layers.gemv import gemv  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
-from harness.floor import H200_COPY_BANDWIDTH  # noqa: E402
+from harness.report import H200_COPY_BANDWIDTH  # noqa: E402
 
 HBM_BYTES_S = H200_COPY_BANDWIDTH  # bytes/s, the harness's floor: a copy's bandwidth, not the 4.8 TB/s spec
 CALLS, REPLAYS = 32, 10
