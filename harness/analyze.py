@@ -132,9 +132,8 @@ def busy_note(df: pd.DataFrame) -> str | None:
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
     """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
-    ok = len(rows)
     print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
-          f"{ok} ok row{'s' * (ok != 1)} ==")
+          f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
     if not rows:
         return
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
@@ -265,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             argv[i:i + 2] = [f"--threshold={argv[i + 1]}"]
             break
     args = p.parse_args(argv)
+    # "--group tp FILE": nargs takes FILE for a column too; a path after the first column is a file
+    paths = [g for g in (args.group or [])[1:] if g not in CONFIG_KEYS and (os.path.exists(g) or g.endswith(".csv"))]
+    if paths:
+        args.group = [g for g in args.group if g not in paths]
+        args.files = sorted(args.files + paths, key=argv.index)
     try:
         if args.compare:
             return run_compare(args)

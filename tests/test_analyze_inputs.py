@@ -156,6 +156,16 @@ def test_a_typo_in_an_option_is_refused_with_what_there_is(tmp_path, capsys, arg
     assert len(err) == 1 and err[0].startswith(f"error: {says}")
 
 
+@pytest.mark.parametrize("before, after", [([], ["--group", "nonexistent"]), (["--group", "nonexistent"], []),
+                                           (["--format", "csv", "--group", "nonexistent"], ["--format", "text"])])
+def test_a_file_after_group_is_a_file_not_a_column(tmp_path, capsys, before, after):
+    """``--group nonexistent FILE`` (nargs takes FILE too) said "give at least one CSV file", not the column."""
+    assert main([*before, write(sweep_rows(), tmp_path / "runs.csv"), *after]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown --group column(s): nonexistent; configuration columns:")
+    assert main(["--group", "tp", "control", write(sweep_rows(), tmp_path / "b.csv"), str(tmp_path / "runs.csv")]) == 0
+    assert capsys.readouterr().out.startswith(f"read {tmp_path / 'b.csv'}: 48 row(s)")
+
+
 def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     import subprocess
     import sys
