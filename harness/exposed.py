@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .plot_common import config_groups
-from .text_tables import fitting_sections, header_lines, key_cell, num4
+from .plot_common import config_groups, key_cell
+from .text_tables import fitting_sections, header_lines, num4
 
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 

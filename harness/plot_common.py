@@ -15,14 +15,15 @@ PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 SAME = ("model", "device", "dtype", "workload", "tp", "payload")
 
 
-def plane_colours(planes) -> dict[str, str]:
-    """A plane's colour in every figure (tab10, in PLANE_ORDER); a plane with options has its plane's colour."""
+def plane_colours(control) -> tuple[list[str], dict[str, str]]:
+    """(``plane_order(control)``, a plane's colour in every figure: tab10, in PLANE_ORDER; a variant its plane's)."""
     import matplotlib
 
+    planes = plane_order(control)
     cmap = matplotlib.colormaps["tab10"]
     extra = sorted({base_plane(p) for p in planes} - set(PLANE_ORDER))
     known = {p: cmap(i % 10) for i, p in enumerate(PLANE_ORDER + extra)}
-    return {**known, **{p: known[base_plane(p)] for p in planes}}
+    return planes, {**known, **{p: known[base_plane(p)] for p in planes}}
 
 
 def base_plane(name: str) -> str:
@@ -36,13 +37,16 @@ def plane_order(planes) -> list[str]:
     return sorted(set(planes), key=lambda c: (order.get(base_plane(c), 99), base_plane(c), c))
 
 
+def key_cell(value):
+    """A configuration cell as a table shows it: a float as 4, 0.5 or inf (not 4.0), anything else as is."""
+    return f"{value:g}" if isinstance(value, (float, np.floating)) else value
+
+
 def cell(value) -> str:
-    """A configuration value as a label shows it: 1 (not 1.0), 0.5, inf; empty for a missing one ("-")."""
+    """A configuration value as a label shows it: ``key_cell``'s, as text; empty for a missing one ("-")."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == "-":
         return ""
-    if isinstance(value, (float, np.floating)):
-        return f"{value:g}"
-    return str(value)
+    return str(key_cell(value))
 
 
 def repeats_text(counts) -> str:
@@ -176,8 +180,7 @@ def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, pa
     figure. ``blank_label``: a row's label where it has no word and none is shared."""
     groups = config_groups(df, rest)
     shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
-    planes, tps = plane_order(df.control), sorted(df.tp.unique())
-    colours = plane_colours(planes)
+    (planes, colours), tps = plane_colours(df.control), sorted(df.tp.unique())
     handles = legend(planes, tps, colours)
     width = col_w * len(panels)
     per_point = df.groupby(rest + ["control", "tp", x_key], dropna=False).size()

@@ -110,8 +110,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
             for label, bars, key in rows]
     rows = [r for r in rows if r[3]]  # a row without any metric of PANELS
-    planes = plane_order(df.control)
-    colours = plane_colours(planes)
+    planes, colours = plane_colours(df.control)
     width = 3.6 * max([len(r[3]) for r in rows] + [1])
     handles = [Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]
     note = "bars: median of the repeats' p50 (tok/s: of their value); whiskers: median of their p99 (not a spread)"
@@ -183,8 +182,7 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     others = list(table.columns[:list(table.columns).index("control")])
     groups = config_groups(table, others, sort=False)
     shared, labels = config_labels(others, [cfg for cfg, _ in groups])
-    planes = plane_order(table.control)
-    colours = plane_colours(planes)
+    planes, colours = plane_colours(table.control)
     handles = legends(planes, colours)
     ncols = min(COLUMNS, len(groups))
     col_w = max(4.2, 7.5 / ncols)  # one panel: wide enough for the legend

@@ -6,18 +6,12 @@ from __future__ import annotations
 import re
 import textwrap
 
-import numpy as np
 import pandas as pd
 
-from .plot_common import config_groups
+from .plot_common import config_groups, key_cell
 
 WIDTH = 120
 _RIGHT = re.compile(r"^([-+\d.\[]|inf$)")  # a column of numbers is right-aligned
-
-
-def key_cell(value):
-    """A configuration cell as a table shows it: a float as 4, 0.5 or inf (not 4.0), anything else as is."""
-    return f"{value:g}" if isinstance(value, (float, np.floating)) else value
 
 
 def key_cells(r: pd.Series, keys: list[str]) -> dict:
