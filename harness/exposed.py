@@ -21,8 +21,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
     others = [k for k in keys if k != "control"]
     out = []
-    df = _options_to_plane(df)
-    for cfg, rows in config_groups(df, others):
+    for cfg, rows in config_groups(_options_to_plane(df), others):
         ideal = rows[rows.control == "ideal"]
         if ideal.empty:
             continue
@@ -35,9 +34,8 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     continue
                 diff_us = (p.median() - i.median()) * 1e3
                 low, high = (p.min() - i.max()) * 1e3, (p.max() - i.min()) * 1e3
-                verdict = "within noise" if low <= 0 <= high else ("costs" if diff_us > 0 else "faster")
-                if min(len(p), len(i)) < 2:
-                    verdict = "one repeat: no spread"
+                verdict = ("one repeat: no spread" if min(len(p), len(i)) < 2 else "within noise" if low <= 0 <= high
+                           else "costs" if diff_us > 0 else "faster")
                 out.append({**dict(zip(others, cfg)), "control": control, "metric": label,
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
