@@ -175,6 +175,8 @@ def _not_empty(hint: str):  # null is the default of model.path; results_dir's t
 def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, never elsewhere through a path
     if v in (None, ""):
         return f"{key} is empty: give a file name (default: runs.csv)"
+    if not str(v).isprintable():  # a newline or a tab in a file name breaks every line-based tool
+        return f"{key} must be a file name of printable characters, got {str(v)!r}"
     if "/" in str(v) or str(v) in (".", ".."):
         return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
     return None
@@ -187,6 +189,7 @@ VALUE_CHECKS = {"tp": _INT_AT_LEAST_1, "repeat": _INT_AT_LEAST_1, "hf_batch_size
                 "nvml_interval_s": _must_be("a number > 0", lambda v: is_number(v) and v > 0),
                 "model.path": _not_empty("give a checkpoint directory, or leave it out for the preset's weights"),
                 "results_dir": _not_empty("give a directory (default: results)"), "results_file": _file_name,
+                "tag": _must_be("one line of printable characters", lambda v: v is None or str(v).isprintable()),
                 "profile": lambda key, v: profile_problem(v),
                 "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 

@@ -530,6 +530,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["workload=serve", "workload.slo={a:1}"], "unknown config key 'workload.slo.a' (the keys"),
     (["llm=3"], "llm holds the engine's settings: set one with llm.<key>=value"),
     (["llm=null"], "llm holds the engine's settings"),
+    (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
+    (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
