@@ -27,7 +27,7 @@ import pandas as pd
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .exposed import exposed_cost, print_exposed
 from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
-from .plot_common import same_words, side_path
+from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
 from .summary_table import csv_rows, default_baseline, print_table
 
@@ -240,19 +240,6 @@ def run_compare(args: argparse.Namespace) -> int:
     if one_sided:
         print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
     return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, args.metrics)
-
-
-def check_plot_path(path: str) -> None:
-    """Raises InputError unless ``path`` is a .png/.pdf/.svg file name in a writable directory."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise InputError(f"--plot: directory {directory} does not exist")
-    if not path.lower().endswith((".png", ".pdf", ".svg")):
-        raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {path!r}")
-    if os.path.isdir(path):
-        raise InputError(f"--plot: {path} is a directory; give a file name")
-    if not os.access(directory, os.W_OK):
-        raise InputError(f"--plot: directory {directory} is not writable")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,9 @@ import textwrap
 import numpy as np
 import pandas as pd
 
+from .conf_paths import cannot_write
+from .load_results import InputError
+
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 # named in the header (and above the tables) when one value holds
 SAME = ("model", "device", "dtype", "workload", "tp", "payload")
@@ -198,3 +201,16 @@ def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, pa
             ax.set_title(title, fontsize=8)
         row_label(row[0], text)
     return save_figure(fig, header, [handles], out)
+
+
+def check_plot_path(path: str) -> None:
+    """Raises InputError unless ``path`` is a .png/.pdf/.svg file name in a writable directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputError(f"--plot: directory {directory} does not exist")
+    if not path.lower().endswith((".png", ".pdf", ".svg")):
+        raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {path!r}")
+    if os.path.isdir(path):
+        raise InputError(f"--plot: {path} is a directory; give a file name")
+    if reason := cannot_write(directory):  # tried: root passes os.access on /proc, and the write fails there
+        raise InputError(f"--plot: cannot write {path}: {reason}")

@@ -252,6 +252,8 @@ def test_usage_errors_are_one_line(argv, message, capsys):
 def test_plot_path_is_checked_before_the_table_is_printed(sweep, tmp_path, capsys):
     assert main([sweep, "--plot", "/nonexistent-dir/x.png"]) == 2
     assert capsys.readouterr().out == ""
+    assert main([sweep, "--plot", "/proc/x.png"]) == 2  # root may write /proc by os.access: was refused after the table
+    assert capsys.readouterr().out == ""
     (tmp_path / "d.png").mkdir()
     assert main([sweep, "--plot", str(tmp_path / "d.png")]) == 2  # a directory: was IsADirectoryError
     assert "is a directory" in capsys.readouterr().err
