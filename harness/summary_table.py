@@ -157,7 +157,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
         return {**{"rate" if k == "request_rate" else k: v for k, v in key_cells(r, row_keys).items()},
                 **{h: spread_cell(r, m, number) for m, h in cols}}
 
-    lines, left_out, _ = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
+    lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
               "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
               + ("good/s = goodput_req_s" if goodput else "done/s = req_s (completed)")
@@ -166,7 +166,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
                      "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "
                      "(docs/SERVE.md)")
-    print("\n".join(header_lines(legend + left_out_note([h for _, h in left_out])) + lines))
+    print("\n".join(header_lines(legend + left_out_note([h for _, h in left_out]), common) + lines))
 
 
 def size(n: float) -> str:
@@ -193,7 +193,7 @@ def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
     n = repeats[0] if len(repeats) == 1 else f"{repeats[0]}-{repeats[-1]}"
     for metric, name in (("ctrl_oneway_us_p50", "p50"), ("ctrl_oneway_us_p99", "p99")):
         wide = nbytes.to_frame().join(table.pivot(index=at, columns="control", values=f"{metric}_median"))
-        lines, left_out, _ = fitting_sections(wide.reset_index(), at[:-2], row, plane_order(table.control))
+        lines, left_out, common = fitting_sections(wide.reset_index(), at[:-2], row, plane_order(table.control))
         text = (f"workload=broadcast: one-way latency {name} (us) per plane, median over ok repeats (n={n}); "
                 "size = payload_bytes")
-        print("\n".join(header_lines(text + left_out_note(left_out)) + lines))
+        print("\n".join(header_lines(text + left_out_note(left_out), common) + lines))

@@ -202,3 +202,14 @@ def test_serve_rows_in_markdown_carry_no_ratio_to_ideal(tmp_path, capsys):
     assert main([write(serve_rows(), tmp_path / "runs.csv"), "--format", "markdown"]) == 0
     table = table_lines(capsys.readouterr().out, first_header="ttft_ms_p50")
     assert table and not any(re.search(r"\d\.\d\dx\)", line) for line in table)
+
+
+def test_the_overrides_every_row_shares_are_said_above_the_serve_table(tmp_path, capsys):
+    """A helper's find (session 21): the serve table's sections left them out, and nothing above said them."""
+    rows = serve_rows()
+    for i, r in enumerate(rows):
+        r["overrides"] += " llm.max_num_seqs=8" + (" llm.async_scheduling=true" if i % 2 else "")
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    serve = out[:out.index("exposed")]  # the serve table, before the exposed-cost one
+    assert "every row: overrides llm.max_num_seqs=8" in serve and "-- overrides: only every row's" in serve
