@@ -27,10 +27,6 @@ class PeerGone(ControlPlaneError):
     """The process on the other side of the control plane has exited."""
 
 
-def _no_check() -> None:  # a function, not a lambda: endpoints are pickled
-    return None
-
-
 # Where a plane works (its class attribute ``scope``):
 SPAWN = "spawn"      # its worker ends travel only to processes rank 0 spawns (semaphores, pipes): one host
 HOST = "host"        # shared memory found by name: the ranks of one host, however they were started
@@ -83,11 +79,11 @@ class ControlPlane(ABC):
 
     name = "base"
     scope = SPAWN  # SPAWN, HOST or NETWORK: where this plane works
+    liveness_check: Callable[[], None] = staticmethod(lambda: None)  # the owner's: raises when a worker is gone
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
         self.world_size, self.num_workers, self.timeout_s = world_size, world_size - 1, timeout_s
         self.context = context or ControlContext(node_of=(0,) * world_size)
-        self.liveness_check: Callable[[], None] = _no_check
         self.send_stats = ControlStats()  # per send: the message size (bytes), serialise + write (ns)
         self.last_send_start_ns: int | None = None  # time.monotonic_ns() when the latest send began
 
@@ -153,9 +149,10 @@ class WorkerEndpoint(ABC):
     """Worker ``rank``'s side: receives rank 0's messages in order. ``conn``: the transport's picklable worker
     end, where it has one."""
 
+    liveness_check: Callable[[], None] = staticmethod(lambda: None)  # the owner's: raises when rank 0 is gone
+
     def __init__(self, rank: int, conn: Any = None) -> None:
         self.rank, self.conn = rank, conn
-        self.liveness_check: Callable[[], None] = _no_check
         self.recv_stats = ControlStats()  # per message: its size (bytes), receive-done minus send-start (ns)
         self.clock_offset_ns = 0  # this host's monotonic clock minus rank 0's (0 on rank 0's host)
         self.last_send_ns: int | None = None  # rank 0's time.monotonic_ns() when it began sending the latest

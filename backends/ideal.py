@@ -47,8 +47,7 @@ class _WrapsInner:
 
     @liveness_check.setter
     def liveness_check(self, check) -> None:
-        if hasattr(self, "inner"):  # (the base class sets a default before ``inner`` exists)
-            self.inner.liveness_check = check
+        self.inner.liveness_check = check
 
     def close(self) -> None:
         self.inner.close()
