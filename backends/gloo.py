@@ -59,8 +59,6 @@ class GlooControlPlane(ControlPlane):
     def wait_ready(self) -> None:
         if self.pg is not None:
             return
-        if self._connector is None:
-            self.workers_started()
         self._deadline_wait(lambda t: self._connector.join(t) or not self._connector.is_alive(),
                             "the workers to join the gloo control group", self.join_timeout.total_seconds())
         if self._connect_error is not None:
