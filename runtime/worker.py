@@ -72,8 +72,10 @@ def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, 
         node_of = [0] * boot.world_size
         if not spawned:
             node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
-            endpoint = _wait_endpoint(store, rank, timeout_s)
-            if endpoint is None:
+            try:
+                endpoint = pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, lambda: _refused(store))[0])
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
                 code = REFUSED  # the goodbye on the lifeline carries the code the process exits with
                 return code
         parent = mp.parent_process()
@@ -125,18 +127,10 @@ def _remove_dead_drivers_segments() -> None:
         remove_segments_of(parent.pid)
 
 
-def _wait_endpoint(store, rank: int, timeout_s: float) -> WorkerEndpoint | None:
-    """(torchrun) This worker's control-plane end, published by rank 0; None (rank 0's line printed) when refused."""
-
-    def refused() -> None:
-        if store.check(["abort"]):
-            raise ConfigError(store.get("abort").decode())
-
-    try:
-        return pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, refused)[0])
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return None
+def _refused(store) -> None:
+    """(torchrun) Raises ConfigError, with rank 0's line, when rank 0 refused the run."""
+    if store.check(["abort"]):
+        raise ConfigError(store.get("abort").decode())
 
 
 def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:
