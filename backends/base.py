@@ -58,9 +58,6 @@ class ControlStats:
         self.nbytes.append(nbytes)
         self.ns.append(ns)
 
-    def __len__(self) -> int:
-        return len(self.ns)
-
     def last(self) -> tuple[int, int]:
         return self.nbytes[-1], self.ns[-1]
 

@@ -43,10 +43,10 @@ def test_engine_decode_step(benchmark, tiny_untied):
         for i in range(8):
             llm.scheduler.add(Sequence([i + 1] * 20, params, llm.config.kvcache_block_size))
         llm.step()  # the prefill
-        calls_before = len(llm.control.send_stats)
+        calls_before = len(llm.control.send_stats.ns)
         benchmark.pedantic(llm.step, rounds=60, warmup_rounds=5)
         llm.finish_step()  # async scheduling: the last step launched is still in flight
-        calls = len(llm.control.send_stats) - calls_before
+        calls = len(llm.control.send_stats.ns) - calls_before
         decode = [s for s in llm.steps if not s.is_prefill]
     assert calls == 65 and len(decode) == 65  # exactly one control-plane message per decode step
     # A decode message carries per sequence its length, last token and block count (int32 each) and its
