@@ -34,7 +34,7 @@ from functools import partial
 from common import check_int, is_number
 
 from .base import HOST, POLL_S, ControlPlane, ControlPlaneError, WorkerEndpoint
-from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, release_segment
+from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, release_segment
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -148,7 +148,7 @@ class RingReader:
 
     def __init__(self, name: str, num_readers: int, index: int, nslots: int, slot_bytes: int,
                  poll_args: tuple[float, float, float]):
-        self.shm, self.nslots, self.slot_bytes, self.index = attach_segment(name), nslots, slot_bytes, index
+        self.shm, self.nslots, self.slot_bytes, self.index = open_segment(name), nslots, slot_bytes, index
         self.data_at = data_offset(num_readers)
         self.poller = Poller(*poll_args)
         self.expected = 1

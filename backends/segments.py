@@ -67,7 +67,7 @@ def register_semaphores(semaphores) -> shared_memory.SharedMemory | None:
     payload = "".join(n + "\n" for n in names if n).encode()
     if not payload or not os.path.isdir(SHM_DIR):
         return None
-    registry = _untracked(f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True, size=len(payload))
+    registry = open_segment(f"{PREFIX}_{os.getpid()}_sems{secrets.token_hex(4)}", create=True, size=len(payload))
     registry.buf[:len(payload)] = payload
     # Each one's multiprocessing finalizer, cancelled (its unregister would make the tracker print an error), and
     # unregistered here; one whose finalizer is not found stays the tracker's.
@@ -90,8 +90,9 @@ def _unlink(segment: str, semaphores: tuple[str, ...] = ()) -> None:
         _posixshmem.shm_unlink(segment)
 
 
-def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMemory:
-    """``SharedMemory(name, create, size)`` kept out of the resource tracker (raising as SharedMemory does)."""
+def open_segment(name: str, create: bool = False, size: int = 0) -> shared_memory.SharedMemory:
+    """``SharedMemory(name, create, size)`` kept out of the resource tracker, raising as SharedMemory does (by
+    default another process's segment ``name``; FileNotFoundError: no such segment on this host)."""
     try:
         return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
     except TypeError:  # Python < 3.13: no track argument; the tracker registered it (created or attached)
@@ -103,7 +104,7 @@ def _untracked(name: str, create: bool, size: int = 0) -> shared_memory.SharedMe
 def create_segment(size: int) -> shared_memory.SharedMemory:
     """A new segment of ``size`` bytes (stale ones removed first), unlinked by :func:`release_segment` or at exit."""
     remove_stale_segments()
-    shm = _untracked(f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+    shm = open_segment(f"{PREFIX}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
     _OWNED[shm.name] = util.Finalize(None, _unlink, args=(shm._name,), exitpriority=0)
     return shm
 
@@ -115,8 +116,3 @@ def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> Non
         if unlink:  # through its finalizer (which then never runs again), else by name
             _OWNED.pop(shm.name, partial(_unlink, shm._name))()
     return None
-
-
-def attach_segment(name: str) -> shared_memory.SharedMemory:
-    """Another process's segment ``name``, untracked. Raises FileNotFoundError: no such segment on this host."""
-    return _untracked(name, create=False)

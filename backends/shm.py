@@ -15,7 +15,7 @@ import struct
 from common import check_int
 
 from .base import ControlPlane, WorkerEndpoint, wait_until
-from .segments import MAX_SEGMENT_BYTES, attach_segment, create_segment, register_semaphores, release_segment
+from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, register_semaphores, release_segment
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -72,7 +72,7 @@ class ShmEndpoint(WorkerEndpoint):
         self.segment_name, self.ready, self.ack, self.shm = segment_name, ready, ack, None
 
     def open(self, store=None) -> None:
-        self.shm = attach_segment(self.segment_name)
+        self.shm = open_segment(self.segment_name)
 
     def _recv_bytes(self) -> bytes:
         buf, out = self.shm.buf, None

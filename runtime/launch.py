@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore, Store
 
 from backends.base import wait_until
-from backends.segments import attach_segment, create_segment, release_segment
+from backends.segments import create_segment, open_segment, release_segment
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -67,7 +67,7 @@ def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, chec
         for r, name in enumerate(names):
             if r != rank:
                 with contextlib.suppress(FileNotFoundError):  # another node's
-                    release_segment(attach_segment(name.decode()), unlink=False)
+                    release_segment(open_segment(name.decode()), unlink=False)
                     seen.append(r)
         store.set(f"probe/seen/{rank}", json.dumps(seen))
         views = [json.loads(v) for v in wait_get(store, [f"probe/seen/{r}" for r in range(world_size)],
