@@ -143,44 +143,6 @@ class RingWriter:
         self.shm = release_segment(self.shm, unlink=True)
 
 
-class RingReader:
-    """Reader ``index`` (0-based) of the ring in segment ``name``."""
-
-    def __init__(self, name: str, num_readers: int, index: int, nslots: int, slot_bytes: int,
-                 poll_args: tuple[float, float, float]):
-        self.shm, self.nslots, self.slot_bytes, self.index = open_segment(name), nslots, slot_bytes, index
-        self.data_at = data_offset(num_readers)
-        self.poller = Poller(*poll_args)
-        self.expected = 1
-
-    def _read_chunk(self, base: int) -> tuple[int, int, bytes] | None:
-        buf = self.shm.buf
-        seq, total, offset, n, crc = HEADER.unpack_from(buf, base)
-        if seq != self.expected:
-            return None
-        data = bytes(buf[base + self.data_at:base + self.data_at + n])
-        return (total, offset, data) if zlib.crc32(data) == crc else None
-
-    def read(self, check) -> bytes:
-        """The next message, waiting without bound (``check`` raises to stop it)."""
-        out = None
-        while True:
-            base = ((self.expected - 1) % self.nslots) * self.slot_bytes
-            total, offset, data = self.poller.wait(partial(self._read_chunk, base), check, None, "a message")
-            SEQ.pack_into(self.shm.buf, base + MARKERS_AT + 8 * self.index, self.expected)
-            self.expected += 1
-            if len(data) == total:  # the whole message in one chunk
-                return data
-            if out is None:
-                out = bytearray(total)
-            out[offset:offset + len(data)] = data
-            if offset + len(data) >= total:
-                return bytes(out)
-
-    def close(self) -> None:
-        self.shm = release_segment(self.shm, unlink=False)
-
-
 class RingControlPlane(ControlPlane):
     """Driver side; ``nslots`` / ``slot_bytes``: ring geometry (slot_bytes includes the slot header); ``spin_us`` /
     ``idle_ms`` / ``sleep_us``: the readers' waits (``Poller``). Raises ValueError: a bad option."""
@@ -225,28 +187,51 @@ class RingControlPlane(ControlPlane):
 
 
 class RingEndpoint(WorkerEndpoint):
-    """Reader ``index`` of ``num_readers`` of the ring ``ring_args`` (nslots, slot_bytes, poll_args) in segment
-    ``segment``; with ``key`` instead (hybrid's ranks behind a node leader), in the segment whose name the run's
-    store holds under ``key``, waited for at most ``timeout_s`` (s)."""
+    """Reader ``index`` (0-based) of ``num_readers`` of the ring ``ring_args`` (nslots, slot_bytes, poll_args) in
+    segment ``segment``; with ``key`` instead (hybrid's ranks behind a node leader), in the segment whose name the
+    run's store holds under ``key``, waited for at most ``timeout_s`` (s)."""
 
     def __init__(self, rank: int, segment: str | None, ring_args: tuple, num_readers: int, index: int,
                  key: str | None = None, timeout_s: float = 60.0):
         super().__init__(rank)
-        self.segment, self.geometry = segment, (num_readers, index, *ring_args)
-        self.key, self.timeout_s, self.reader = key, timeout_s, None
+        self.segment, self.index, self.key, self.timeout_s, self.shm = segment, index, key, timeout_s, None
+        self.nslots, self.slot_bytes, poll_args = ring_args
+        self.data_at = data_offset(num_readers)
+        self.poller = Poller(*poll_args)
+        self.expected = 1
 
     def open(self, store=None) -> None:
         if self.key is not None:
             store.wait([self.key], timedelta(seconds=self.timeout_s))
             self.segment = store.get(self.key).decode()
-        self.reader = RingReader(self.segment, *self.geometry)
+        self.shm = open_segment(self.segment)
+
+    def _read_chunk(self, base: int) -> tuple[int, int, bytes] | None:
+        buf = self.shm.buf
+        seq, total, offset, n, crc = HEADER.unpack_from(buf, base)
+        if seq != self.expected:
+            return None
+        data = bytes(buf[base + self.data_at:base + self.data_at + n])
+        return (total, offset, data) if zlib.crc32(data) == crc else None
 
     def _recv_bytes(self) -> bytes:
-        return self.reader.read(self.liveness_check)
+        out = None
+        while True:
+            base = ((self.expected - 1) % self.nslots) * self.slot_bytes
+            total, offset, data = self.poller.wait(partial(self._read_chunk, base), self.liveness_check, None,
+                                                   "a message")
+            SEQ.pack_into(self.shm.buf, base + MARKERS_AT + 8 * self.index, self.expected)
+            self.expected += 1
+            if len(data) == total:  # the whole message in one chunk
+                return data
+            if out is None:
+                out = bytearray(total)
+            out[offset:offset + len(data)] = data
+            if offset + len(data) >= total:
+                return bytes(out)
 
     def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
+        self.shm = release_segment(self.shm, unlink=False)
 
 
 CONTROL_PLANE = RingControlPlane
