@@ -22,8 +22,7 @@ class PipeControlPlane(ControlPlane):
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
         super().__init__(world_size, timeout_s, context)
-        ctx = mp.get_context("spawn")
-        pairs = [ctx.Pipe(duplex=False) for _ in range(self.num_workers)]
+        pairs = [mp.Pipe(duplex=False) for _ in range(self.num_workers)]
         self.readers, self.writers = [r for r, _ in pairs], [w for _, w in pairs]
         for w in self.writers:
             os.set_blocking(w.fileno(), False)
