@@ -17,8 +17,7 @@ class QueueControlPlane(ControlPlane):
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
         super().__init__(world_size, timeout_s, context)
-        ctx = mp.get_context("spawn")
-        self.queues = [ctx.Queue() for _ in range(self.num_workers)]
+        self.queues = [mp.get_context("spawn").Queue() for _ in range(self.num_workers)]
         # a Queue holds two locks and a semaphore, named in /dev/shm: listed so a SIGKILLed run's go too
         self.registry = register_semaphores([s for q in self.queues for s in (q._rlock, q._wlock, q._sem) if s])
 

@@ -90,10 +90,9 @@ class WorkerGroup:
         """Spawn the workers with their control-plane ends, or (torchrun) publish each under ``endpoint/<rank>``;
         then watch them from ``control``'s waits."""
         if self.launch.launcher == "spawn":
-            ctx = mp.get_context("spawn")
             for rank in self.workers:
                 boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port, self.startup_timeout_s)
-                p = ctx.Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
+                p = mp.get_context("spawn").Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
                                 args=(boot, control.endpoint(rank), body, body_args))
                 start_ignoring_sigint(p)
                 self.procs[rank] = p
