@@ -69,8 +69,7 @@ class ZmqEndpoint(WorkerEndpoint):
 
     def __init__(self, rank: int, host: str, port: int):
         super().__init__(rank)
-        self.host, self.port = host, port
-        self.ctx = self.sock = None
+        self.host, self.port, self.ctx, self.sock = host, port, None, None
 
     def open(self, store=None) -> None:
         self.ctx = zmq.Context()
