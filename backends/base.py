@@ -176,8 +176,7 @@ class WorkerEndpoint(ABC):
 
     @abstractmethod
     def _recv_bytes(self) -> bytes:
-        """Block (calling ``liveness_check`` every POLL_S; without a bound, as an idle engine may send nothing for
-        long) until one whole message has arrived."""
+        """Block until one whole message has arrived, without a bound: an idle engine may send nothing for long."""
 
     def close(self) -> None:
         """Detach from the transport. Idempotent."""
