@@ -81,4 +81,3 @@ class LLMTools:
     def collect_control_stats(self) -> dict:
         """``Cluster.collect_stats``, each worker's ``launch_ns`` added. Raises WorkerError / TimeoutError."""
         return self.cluster.collect_stats()
-

@@ -110,8 +110,6 @@ class BlockManager:
         self._register(self.blocks[seq.block_table[i]], tokens, hash((prev, tuple(tokens))))
 
 
-
-
 class Scheduler:
     """Each step's batch: a prefill of the waiting sequences that fit (tokens, KV blocks, ``max_num_seqs``), else a
     decode of every running one, preempting the latest started when out of blocks. A step: :meth:`schedule`,
