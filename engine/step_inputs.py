@@ -21,7 +21,7 @@ class StepInputs:
     attn: AttentionMetadata
 
 
-def _tensor(a: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _tensor(a: np.ndarray, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
     # torch.tensor copies: the message's arrays are read-only views of the received bytes.
     return torch.tensor(a, dtype=dtype).to(device, non_blocking=True)
 
@@ -53,24 +53,20 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
     if device.type == "cuda" and np.array_equal(q_lens, k_lens):
         # No cached prefix on CUDA: varlen flash over each sequence's own q/k/v; spans: its [start, end) in N.
         spans = list(zip((ends - q_lens).tolist(), ends.tolist(), strict=True))
-        cu_seqlens = np.concatenate([[0], ends])
+        cu_seqlens = _tensor(np.concatenate([[0], ends]), device, torch.int32)
     else:
         # Absolute position of each padded query row; padding rows get position 0 so they attend to key 0
         # (never an all-False mask row, which would give NaN).
-        q_len_t, k_len_t = torch.from_numpy(q_lens), torch.from_numpy(k_lens)
-        q_pos = (k_len_t - q_len_t).unsqueeze(1) + torch.arange(max_q).unsqueeze(0)
-        q_pos = torch.where(torch.arange(max_q).unsqueeze(0) < q_len_t.unsqueeze(1), q_pos, 0)
+        q_pos = np.zeros((B, max_q), np.int64)
+        q_pos[seq_of, offset] = positions
         k_pos = torch.arange(max_k)
-        mask = (k_pos.view(1, 1, -1) <= q_pos.unsqueeze(-1)) & (k_pos.view(1, 1, -1) < k_len_t.view(-1, 1, 1))
-    attn = AttentionMetadata(slot_mapping=_tensor(slots, torch.int64, device),
-                             block_tables=_tensor(tables, torch.int64, device),
-                             q_pad_index=_tensor(seq_of * max_q + offset, torch.int64, device),
-                             mask=None if mask is None else mask.unsqueeze(1).to(device, non_blocking=True),
-                             num_seqs=B, max_q_len=max_q, max_k_len=max_k, prefill_spans=spans,
-                             cu_seqlens=None if cu_seqlens is None else _tensor(cu_seqlens, torch.int32, device))
-    return StepInputs(input_ids=_tensor(batch.token_ids, torch.int64, device),
-                      positions=_tensor(positions, torch.int64, device),
-                      logits_index=_tensor(ends - 1, torch.int64, device), attn=attn)
+        mask = (k_pos <= torch.from_numpy(q_pos)[..., None]) & (k_pos < torch.from_numpy(k_lens)[:, None, None])
+        mask = mask.unsqueeze(1).to(device, non_blocking=True)
+    attn = AttentionMetadata(slot_mapping=_tensor(slots, device), block_tables=_tensor(tables, device),
+                             q_pad_index=_tensor(seq_of * max_q + offset, device), mask=mask, num_seqs=B,
+                             max_q_len=max_q, max_k_len=max_k, prefill_spans=spans, cu_seqlens=cu_seqlens)
+    return StepInputs(input_ids=_tensor(batch.token_ids, device), positions=_tensor(positions, device),
+                      logits_index=_tensor(ends - 1, device), attn=attn)
 
 
 def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
@@ -80,12 +76,10 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
     positions = batch.num_tokens.astype(np.int64) - 1
     tables = batch.block_tables()
     slots = slot_mapping(tables, np.arange(n), positions, block_size)
-    attn = AttentionMetadata(slot_mapping=_tensor(slots, torch.int64, device),
-                             block_tables=_tensor(tables, torch.int32, device), q_pad_index=None, mask=None,
-                             num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()),
-                             context_lens=_tensor(batch.num_tokens, torch.int32, device))
-    return StepInputs(input_ids=_tensor(batch.token_ids, torch.int64, device),
-                      positions=_tensor(positions, torch.int64, device),
+    attn = AttentionMetadata(slot_mapping=_tensor(slots, device), block_tables=_tensor(tables, device, torch.int32),
+                             context_lens=_tensor(batch.num_tokens, device, torch.int32), q_pad_index=None,
+                             mask=None, num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()))
+    return StepInputs(input_ids=_tensor(batch.token_ids, device), positions=_tensor(positions, device),
                       logits_index=torch.arange(n, device=device), attn=attn)
 
 
