@@ -241,10 +241,8 @@ class Arrivals:
         """The perf_counter() time to sleep until before admitting (None: now). Only while ``idle`` (nothing
         running or in flight): the next arrival, or under a plan the last one it admits before this launch."""
         planned = self._planned(launches, idle)
-        if planned is not None:
-            t = self._pending[planned - 1][0] if planned and idle else now_s
-        else:
-            t = self._pending[0][0] if idle and self._pending else now_s
+        last = 1 if planned is None else planned  # no plan: wait for the next arrival
+        t = self._pending[last - 1][0] if last and idle and self._pending else now_s
         return t if t > now_s else None
 
     def due(self, now_s: float, launches: int, idle: bool) -> list[Sequence]:
