@@ -165,12 +165,11 @@ class LLM(LLMTools):
                for i, (p, sp) in enumerate(zip(prompt_token_ids, sampling_params, strict=True))]
         self.steps, self._last_done_s = [], None
         done: dict[int, dict] = {}
-        bar = tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True)
-        while self.has_unfinished_requests():
-            finished = self.step()
-            done.update((o["request_id"], o) for o in finished)
-            bar.update(len(finished))
-        bar.close()
+        with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True) as bar:
+            while self.has_unfinished_requests():
+                finished = self.step()
+                done.update((o["request_id"], o) for o in finished)
+                bar.update(len(finished))
         return [done[i] for i in ids]
 
     def step(self) -> list[dict]:
