@@ -127,9 +127,8 @@ class ModelRunner:
         """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use, the peak of
         a warm-up prefill of ``max_num_batched_tokens`` tokens and 1 GiB for the decode graphs' activations."""
         cfg = self.config
-        seq_len = min(cfg.max_model_len, cfg.max_num_batched_tokens)
-        num_seqs = max(1, min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len))
-        nb = math.ceil(seq_len / self.block_size)
+        seq_len, nb = cfg.max_model_len, self.max_blocks  # (EngineConfig: max_num_batched_tokens >= max_model_len)
+        num_seqs = min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len)
         warmup = StepBatch(True, np.full(num_seqs, seq_len, np.int32), np.full(num_seqs, seq_len, np.int32),
                            np.zeros(num_seqs * seq_len, np.int32), np.full(num_seqs, nb, np.int32),
                            np.arange(num_seqs * nb, dtype=np.int32))
