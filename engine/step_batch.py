@@ -133,8 +133,7 @@ class InFlightStep:
         """The step's sampled tokens, ``check`` called every 50 ms; each poll releases the GIL (``time.sleep(0)``: a
         tight ``query()`` loop starves rank 0's control-plane threads). Raises TimeoutError: none in ``timeout_s``."""
         if self.done is not None:
-            deadline = time.monotonic() + timeout_s
-            next_check = time.monotonic() + 0.05
+            deadline, next_check = time.monotonic() + timeout_s, time.monotonic() + 0.05
             while not self.done.query():
                 time.sleep(0)
                 now = time.monotonic()
