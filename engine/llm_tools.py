@@ -74,9 +74,8 @@ class LLMTools:
         self.cluster.send(PROFILE, "finish")
         written = self.profiler.finish()
         self.collect_control_stats()  # every worker has finished its trace before it reports
-        if written is None:
-            return []
-        return [written] + [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
+        others = [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
+        return [] if written is None else [written] + others
 
     def collect_control_stats(self) -> dict:
         """``Cluster.collect_stats``, each worker's ``launch_ns`` added. Raises WorkerError / TimeoutError."""
