@@ -27,7 +27,7 @@ from .step_batch import InFlightStep, StepBatch, StepRecord
 log = logging.getLogger("engine")
 
 
-class LLM(LLMTools):
+class LLM(LLMTools, contextlib.AbstractContextManager):
     """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers; ``options``: the other
     :class:`EngineConfig` fields. A context manager; :meth:`shutdown` also runs at exit. Raises ConfigError: bad
     configuration or checkpoint (before any process is spawned); WorkerError: a worker failed while starting."""
@@ -42,8 +42,7 @@ class LLM(LLMTools):
         self._closed = False
         atexit.register(self.shutdown)
         try:
-            cfg, launch, t0 = self.config, self.config.launch, time.perf_counter()
-            tp = cfg.tensor_parallel_size
+            cfg, launch, tp, t0 = self.config, self.config.launch, self.config.tensor_parallel_size, time.perf_counter()
             log.info("starting: tp=%d on %s (%s), control=%s", tp, cfg.device, cfg.dtype, cfg.control)
             self.cluster = Cluster(tp, cfg.timeout_s, cfg.startup_timeout_s, launch, cfg.control, cfg.control_options,
                                    self._teardown)
@@ -80,9 +79,6 @@ class LLM(LLMTools):
         self.steps, self._last_done_s = [], None
         self.admit_ns = 0  # time spent admitting arrivals (not waiting for them), ns
 
-    def __enter__(self) -> LLM:
-        return self
-
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
@@ -114,12 +110,11 @@ class LLM(LLMTools):
     def _check_requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         """Raises ConfigError (one line, naming the prompt): no prompts, a params/prompts count mismatch, a prompt
         not a list of ints, empty, ``max_model_len`` tokens or more, out of the vocabulary, or over the KV cache."""
-        cfg, num_blocks = self.config, self.num_kvcache_blocks
+        cfg, num_blocks, vocab = self.config, self.num_kvcache_blocks, self.config.hf_config["vocab_size"]
         if not prompts:
             raise ConfigError("generate() needs at least one prompt")
         if len(params) != len(prompts):
             raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        vocab = cfg.hf_config["vocab_size"]
         for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
             if not isinstance(p, (list, tuple)) and not (hasattr(p, "ndim") and p.ndim == 1):
                 raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
