@@ -144,7 +144,7 @@ class PrefillGraphs:
     """Captures ``model``'s prefill step (KV caches allocated, a spare block at ``trash_block``) at every bucket
     of up to ``max_tokens`` new tokens, in memory ``pool`` (the decode graphs': the two never replay at once)."""
 
-    def __init__(self, model, max_tokens: int, block_size: int, trash_block: int, device: torch.device, pool=None):
+    def __init__(self, model, max_tokens: int, block_size: int, trash_block: int, device: torch.device, pool):
         self.model, self.block_size, self.trash_block = model, block_size, trash_block
         n, s = max_tokens, MAX_PREFILL_SEQS
         self.inputs = StagedInputs({
@@ -161,7 +161,6 @@ class PrefillGraphs:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool):
                 self._step(inputs)
-            pool = pool if pool is not None else graph.pool()
             self.graphs[t] = graph
         torch.cuda.synchronize()
 
