@@ -155,9 +155,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         self._check_requests(prompt_token_ids, sampling_params)
         if arrival_s is not None and len(arrival_s) != len(prompt_token_ids):
             raise ConfigError(f"{len(arrival_s)} arrival times for {len(prompt_token_ids)} prompts")
-        now = time.perf_counter()
-        ids = [self._add(p, sp, now if arrival_s is None else arrival_s[i])
-               for i, (p, sp) in enumerate(zip(prompt_token_ids, sampling_params, strict=True))]
+        times = [time.perf_counter()] * len(prompt_token_ids) if arrival_s is None else arrival_s
+        ids = [self._add(p, sp, t) for p, sp, t in zip(prompt_token_ids, sampling_params, times, strict=True)]
         self.steps, self._last_done_s = [], None
         done: dict[int, dict] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True) as bar:
