@@ -64,12 +64,8 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.start_replay()
-    with open(requests, "w") if requests else contextlib.nullcontext() as log:
-        sampler.start()
-        try:
-            row, steps = measured_pass(llm, work, progress, plan, log)
-        finally:
-            sampler.stop()
+    with open(requests, "w") if requests else contextlib.nullcontext() as log, sampler:
+        row, steps = measured_pass(llm, work, progress, plan, log)
     if replay:
         llm.finish_replay()
     stats = llm.collect_control_stats()
@@ -238,11 +234,8 @@ def run_hf_job(cfg: DictConfig) -> int:
     repeat = 0
     try:
         for repeat in range(cfg.repeat):
-            sampler = NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s).start()
-            try:
+            with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler:
                 metrics_row, generated = run_hf(cfg, path, work, device, dtype)
-            finally:
-                sampler.stop()
             nvml = sampler.summary()
             row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **nvml, "gpu_name": sampler.gpu_name,
                    **metrics.energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}

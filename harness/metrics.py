@@ -139,10 +139,8 @@ def pci_address(cuda_index: int) -> tuple[int, int, int]:
 def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[list, str]:
     """(NVML handles of the CUDA devices ``cuda_indices`` by PCI address, "pci"); ([], why) when one has none.
     Never by index: NVML has its own order."""
-    by_address = {}
-    for h in map(nvml.nvmlDeviceGetHandleByIndex, range(nvml.nvmlDeviceGetCount())):
-        info = nvml.nvmlDeviceGetPciInfo(h)
-        by_address[(info.domain, info.bus, info.device)] = h
+    every = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    by_address = {(p.domain, p.bus, p.device): h for h, p in zip(every, map(nvml.nvmlDeviceGetPciInfo, every))}
     handles = []
     for index in cuda_indices:
         where = address(index)
@@ -210,6 +208,11 @@ class NvmlSampler:
             self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
             self._thread.start()
         return self
+
+    __enter__ = start
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self._stop.set()
