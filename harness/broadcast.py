@@ -23,7 +23,7 @@ from runtime.worker import command_loop
 
 from .job_setup import base_row, check_results_dir, failed
 from .metrics import message_metrics
-from .report import SWEEP_ROWS, one_line, print_broadcast, show_progress
+from .report import SWEEP_ROWS, print_broadcast, show_progress
 from .signals import as_interrupt
 
 JOINING = "barrier-joining"  # store stage: a worker is about to join the gloo barrier group
@@ -134,9 +134,6 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             print(f"rows appended to {path}")
         return 1 if results.problem else 0
     except BaseException as e:
-        e = as_interrupt(e)
-        results.add({**row0, "repeat": r, "status": "failed", "error": one_line(e)})
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 130 if isinstance(e, KeyboardInterrupt) else 1
+        return failed(results, row0, r, e, summary=False)
     finally:
         group.close()

@@ -32,7 +32,7 @@ from .schema import COLUMNS, SCHEMA_VERSION, normalize_overrides
 from .signals import as_interrupt
 from .workloads import Workload, build_workload, effective_workload, given_workload, unread_keys
 
-_AUTO_PICK: str | None = None  # the line saying what model=auto picked, until prepare() prints it
+_AUTO_PICK: dict[str, str] = {}  # "line": what model=auto picked, printed by prepare() once the job's checks pass
 
 
 def resolve_model(cfg: DictConfig, device: str) -> None:
@@ -42,9 +42,8 @@ def resolve_model(cfg: DictConfig, device: str) -> None:
     path = cfg.model.get("path")
     with open_dict(cfg):
         cfg.model = picked_model(cfg.model, device)
-    global _AUTO_PICK  # printed once the job's checks pass: a refused job prints one line
-    _AUTO_PICK = (f"model=auto: the checkpoint {path} (its config.json and weights)" if path
-                  else f"model=auto: {cfg.model.name} on {device}")
+    _AUTO_PICK["line"] = (f"model=auto: the checkpoint {path} (its config.json and weights)" if path
+                          else f"model=auto: {cfg.model.name} on {device}")
 
 
 def model_name(cfg: DictConfig, path: str) -> str:
@@ -152,11 +151,6 @@ def metadata(device: str = "cpu") -> dict:
     return out
 
 
-def hydra_dir() -> str | None:
-    """This job's Hydra output directory (None outside Hydra)."""
-    return HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
-
-
 def base_row(cfg: DictConfig, device: str) -> dict:
     """The configuration columns of a row; ``overrides``: the job's other command-line settings."""
     unread = {f"workload.{k}" for k in unread_keys(OmegaConf.to_container(cfg.workload))}
@@ -167,7 +161,8 @@ def base_row(cfg: DictConfig, device: str) -> dict:
               f"overrides", file=sys.stderr)
     return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
             "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
-            "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed, "hydra_dir": hydra_dir(),
+            "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed,
+            "hydra_dir": HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None,  # None: no Hydra
             **metadata(device)}
 
 
@@ -190,10 +185,8 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
         results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
         if not cfg.model.get("path"):
             results.config["model"]["preset"] = OmegaConf.to_container(cfg.model.preset)
-        global _AUTO_PICK
-        if _AUTO_PICK:
-            print(_AUTO_PICK)
-            _AUTO_PICK = None
+        if line := _AUTO_PICK.pop("line", None):
+            print(line)
         warn_shared_cores(cfg, device)
     return results, path, work
 
@@ -215,11 +208,13 @@ def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
     return line
 
 
-def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
-    """Append the failed row of an interrupted or crashed run; returns the exit code (130 or 1)."""
+def failed(results: Results, row0: dict, repeat: int, e: BaseException, summary: bool = True) -> int:
+    """Append (``summary``: and print) the failed row of an interrupted or crashed run; returns 130 or 1."""
     e = as_interrupt(e)
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
-    print_summary(row, results.add(row))
+    written = results.add(row)
+    if summary:
+        print_summary(row, written)
     print(f"error: {one_line(e)}", file=sys.stderr)
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 
