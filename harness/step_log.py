@@ -43,9 +43,9 @@ def summarize(path: str) -> str:
     df = pd.read_csv(path)
     decode = df[df.prefill == 0]
     ranks = sorted({c.split("_")[0] for c in df.columns if c.endswith("_launch_us") and c != "r0_launch_us"})
-    if decode.empty or not ranks or decode[[f"{r}_launch_us" for r in ranks]].isna().all().all():
-        return f"{path}: {len(decode)} decode steps; no worker launch samples (tp=1 or control=ideal)"
     launch = decode[[f"{r}_launch_us" for r in ranks]].to_numpy(dtype=float)
+    if np.isnan(launch).all():  # also no decode step, or no worker column
+        return f"{path}: {len(decode)} decode steps; no worker launch samples (tp=1 or control=ideal)"
     latest = np.nanargmax(launch, axis=1)
     rows = np.arange(len(decode))
     oneway = decode[[f"{r}_oneway_us" for r in ranks]].to_numpy(dtype=float)[rows, latest]
