@@ -7,23 +7,20 @@ import json
 
 from engine import LLM
 
-_kept: tuple[str, LLM] | None = None
+_KEPT: dict[str, LLM] = {}  # at most one engine, by its settings (JSON)
 
 
 def get_engine(settings: dict, reuse: bool) -> tuple[LLM, bool]:
     """(the kept engine if ``reuse`` and it was made of the same ``settings``, else ``LLM(**settings)``; reused)."""
-    global _kept
     key = json.dumps(settings, sort_keys=True, default=str)
-    if reuse and _kept is not None and _kept[0] == key and not _kept[1]._closed:
-        return _kept[1], True
+    if reuse and key in _KEPT and not _KEPT[key]._closed:
+        return _KEPT[key], True
     release()
-    _kept = (key, LLM(**settings))
-    return _kept[1], False
+    llm = _KEPT[key] = LLM(**settings)
+    return llm, False
 
 
 def release() -> None:
     """Shut the kept engine down (after a failed job, when reuse is off, at the end of the sweep)."""
-    global _kept
-    if _kept is not None:
-        _kept, (_, llm) = None, _kept
-        llm.shutdown()
+    if _KEPT:
+        _KEPT.popitem()[1].shutdown()
