@@ -68,11 +68,9 @@ def check_serve(w: dict) -> None:
     if (span := (w["num_prompts"] - 1) / rate) > MAX_ARRIVAL_SPAN_S:
         raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
                          f"{span:.3g} s ((num_prompts - 1) / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")
-    mc = w.get("max_concurrency")
-    if mc is not None and (not is_int(mc) or mc < 1):
+    if (mc := w.get("max_concurrency")) is not None and (not is_int(mc) or mc < 1):
         raise ValueError(f"workload.max_concurrency must be null (unbounded) or an integer >= 1, got {mc!r}")
-    slo = w.get("slo") or {}
-    if not isinstance(slo, dict):
+    if not isinstance(slo := w.get("slo") or {}, dict):
         raise ValueError(f"workload.slo must be a mapping of {', '.join(SLO_KEYS)}, got {slo!r}")
     for key, bound in slo.items():
         if key not in SLO_KEYS:
@@ -110,8 +108,7 @@ def check_workload(w: dict) -> None:
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
     for key, least in INT_KEYS[kind].items():
-        v = w.get(key)
-        if not is_int(v) or v < least:
+        if not is_int(v := w.get(key)) or v < least:
             raise ValueError(f"workload.{key} must be an integer >= {least}, got {v!r}")
     for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
         if kind in ("random", "serve") and w[lo] > w[hi]:
@@ -121,8 +118,7 @@ def check_workload(w: dict) -> None:
                          f"{MAX_PROMPT_TOKENS:,} tokens to draw before the run")
     if kind == "serve":
         check_serve(w)
-    t = w.get("temperature", 0.0)
-    if not is_number(t) or t < 0:
+    if not is_number(t := w.get("temperature", 0.0)) or t < 0:
         raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
     if kind == "broadcast":
         for key, least in (("decode_batches", 1), ("raw_bytes", 0)):
