@@ -51,7 +51,8 @@ def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
     """The workload as its kind checks it; a key its option lacks (``++``) as the first option having it checks it."""
     own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
     try:
-        check_workload(OmegaConf.to_container(cfg.workload))
+        on_cpu = resolve_device(cfg.device) == "cpu"  # the command's keys win over the CPU scale-down, as in the job
+        check_workload(given_workload(OmegaConf.to_container(cfg.workload), job), on_cpu)
         for key in (k.split(".", 1)[1] for k in _given(job) if k.startswith("workload.")):
             having = [] if has_key(own, key) else options_having("workload", key, compose)
             if having:  # untyped: the kind's check words the problem

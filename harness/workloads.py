@@ -102,8 +102,21 @@ def unread_keys(w: dict) -> list[str]:
     return sorted(set(w) - {f.name for f in dataclasses.fields(schema)} - {"cpu"}) if schema else []
 
 
-def check_workload(w: dict) -> None:
-    """Raises ValueError naming the ``workload.`` key to fix (``workload.cpu.KEY``: in its ``cpu`` block)."""
+def check_workload(w: dict, on_cpu: bool = False) -> None:
+    """Raises ValueError naming the ``workload.`` key to fix (``workload.cpu.KEY``: in its ``cpu`` block). ``on_cpu``:
+    where a ``scale_on_cpu`` workload runs its ``cpu`` block, only what runs is checked (not the GPU sizes)."""
+    cpu = w.get("cpu")
+    if not (on_cpu and w.get("scale_on_cpu") and cpu):
+        _check_values(w)
+    if cpu:
+        try:
+            _check_values({**w, **cpu})
+        except ValueError as e:
+            raise ValueError(re.sub(r"workload\.(\w+)", lambda m: f"workload.cpu.{m[1]}" if m[1] in cpu else m[0],
+                                    str(e))) from None
+
+
+def _check_values(w: dict) -> None:
     kind = w.get("kind")
     if kind not in INT_KEYS:
         raise ValueError(f"workload {w.get('name')!r}: unknown kind {kind!r} (random, fixed, serve or broadcast)")
@@ -130,12 +143,6 @@ def check_workload(w: dict) -> None:
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
                              "all empty")
-    if cpu := w.get("cpu"):
-        try:
-            check_workload({**w, **cpu, "cpu": None})
-        except ValueError as e:
-            raise ValueError(re.sub(r"workload\.(\w+)", lambda m: f"workload.cpu.{m[1]}" if m[1] in cpu else m[0],
-                                    str(e))) from None
 
 
 def given_workload(w: dict, overrides: list[str]) -> dict:

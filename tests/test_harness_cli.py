@@ -180,6 +180,9 @@ def test_bad_input_is_refused_before_the_first_job_in_one_line(overrides, messag
     # model=auto's preset with a workload note to compose: a ConfigCompositionException traceback (session 16)
     ["model.preset.vocab_size=5000", "workload=smoke", "workload.max_token_id=100"],
     ["model.preset.vocab_size=5000", "++workload.cpu.num_seqs=2", "workload=smoke"],
+    # session 21's new-user trial: checked at the GPU size (200 prompts of up to 1,024 tokens), not the CPU's 24 of 128
+    ["device=cpu", "workload=serve", "workload.request_rate=0.001"],
+    ["device=cpu", "workload=serve", "workload.num_prompts=100000"],
 ])
 def test_good_overrides_are_not_refused(argv):
     """Found by a break test of the up-front checks: commands that run were refused."""
@@ -530,6 +533,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["workload=serve", "workload.slo={a:1}"], "unknown config key 'workload.slo.a' (the keys"),
     (["llm=3"], "llm holds the engine's settings: set one with llm.<key>=value"),
     (["llm=null"], "llm holds the engine's settings"),
+    (["device=cpu", "workload=serve", "workload.request_rate=0.0001"], "=0.0001 with 24 prompts: the arrivals would"),
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
 ])
