@@ -82,7 +82,7 @@ def check_serve(w: dict) -> None:
 _DRAWN = {"min_input_len": 1, "max_input_len": 1, "min_output_len": 1, "max_output_len": 1, "max_token_id": 0}
 INT_KEYS = {"random": {"num_seqs": 1, **_DRAWN}, "serve": {"num_prompts": 1, **_DRAWN},  # kind: {key: least value}
             "fixed": {"num_seqs": 1, "input_len": 1, "output_len": 1, "max_token_id": 0, "iterations": 1},
-            "broadcast": {"decode_context": 1, "warmup": 0, "messages": 1, "min_messages": 1,
+            "broadcast": {"decode_context": 1, "warmup": 1, "messages": 1, "min_messages": 1,
                           "max_bytes_per_payload": 1, "kvcache_block_size": 1, "gap_us": 0}}
 
 

@@ -534,6 +534,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["llm=3"], "llm holds the engine's settings: set one with llm.<key>=value"),
     (["llm=null"], "llm holds the engine's settings"),
     (["device=cpu", "workload=serve", "workload.request_rate=0.0001"], "=0.0001 with 24 prompts: the arrivals would"),
+    # a helper's find (session 21): passed, then an IndexError (exit 1) once the group had started
+    (["workload=broadcast", "tp=2", "workload.warmup=0"], "workload.warmup must be an integer >= 1, got 0"),
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
 ])
