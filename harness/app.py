@@ -22,7 +22,7 @@ from runtime.worker import serve
 from . import engine_cache, metrics
 from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
 from .job_checks import cli_message
-from .job_setup import base_row, engine_settings, failed, model_label, prepare, resolve_model
+from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
 from .results_csv import run_path
@@ -90,7 +90,7 @@ def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
         if cfg.engine != "tp":
             raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
         device = resolve_device(cfg.device)
-        _, path, _ = prepare(cfg, device, results=False)
+        path, _ = prepare(cfg, device, None)
         config = EngineConfig(**engine_settings(cfg, path, device)[0])
     except (ConfigError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -145,7 +145,8 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
     row0 = base_row(cfg, device)
     llm, results, path, repeat, ok, reuse = None, None, None, 0, False, False
     try:
-        results, path, work = prepare(cfg, device)
+        results = check_results_dir(cfg)  # first: a stop signal from here on leaves a failed row
+        path, work = prepare(cfg, device, results)
         model, model_hash = model_label(cfg, path)
         row0.update(model=model, model_hash=model_hash, **serve_columns(work))
         check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
@@ -225,13 +226,18 @@ def run_hf_job(cfg: DictConfig) -> int:
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
+    results, repeat = None, 0
     try:
-        results, path, work = prepare(cfg, device)
+        results = check_results_dir(cfg)
+        path, work = prepare(cfg, device, results)
         row0["model"], row0["model_hash"] = model_label(cfg, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    repeat = 0
+    except BaseException as e:  # a stop signal: its failed row, once the results file is known
+        if results is None:
+            raise
+        return failed(results, row0, repeat, e)
     try:
         for repeat in range(cfg.repeat):
             with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler:

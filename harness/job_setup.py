@@ -174,9 +174,9 @@ def check_results_dir(cfg: DictConfig) -> Results:
     return Results(os.path.join(directory, cfg.results_file), COLUMNS, SCHEMA_VERSION, config=config)
 
 
-def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results | None, str, Workload]:
-    """(results, None unless ``results``; model path; workload). Raises ConfigError (ValueError: workload)."""
-    results = check_results_dir(cfg) if results else None
+def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str, Workload]:
+    """(model path, workload); ``results`` (``check_results_dir``'s, None on a worker rank) gets the run's
+    configuration. Raises ConfigError (ValueError: workload)."""
     path = model_path(cfg)
     w = given_workload(OmegaConf.to_container(cfg.workload), task_overrides())  # the command's keys win over cpu
     work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
@@ -188,7 +188,7 @@ def prepare(cfg: DictConfig, device: str, results: bool = True) -> tuple[Results
         if line := _AUTO_PICK.pop("line", None):
             print(line)
         warn_shared_cores(cfg, device)
-    return results, path, work
+    return path, work
 
 
 def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:

@@ -196,3 +196,25 @@ def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback
     monkeypatch.setattr(entry, "EXIT_CODES", [0])
     entry.release_engine()
     assert entry.EXIT_CODES == [0, 130] and capsys.readouterr().err.startswith("error: interrupted")
+
+
+@pytest.mark.parametrize("engine", ["tp", "hf"])
+def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, model_cache, monkeypatch):
+    """The new-user trial (session 21): a Ctrl-C in the second job of a sweep, while it drew its workload, left
+    no row and no 'not ok' line; the results file is opened first now."""
+    import pandas as pd
+
+    from harness import app, job_setup
+    from harness.preflight import hydra_compose
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_setup, "build_workload", stopped)
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose([f"engine={engine}", "model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke",
+                       "progress=false", f"results_dir={tmp_path}"])
+    assert (app.run_engine_job(cfg, None) if engine == "tp" else app.run_hf_job(cfg)) == 130
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert row.status == "failed" and "interrupt" in row.error.lower()
