@@ -117,8 +117,8 @@ BAD_INPUT = [
     # (and after job 0 in a sweep), a 2.6 GB preflight that never ended, a serve run that slept until killed
     (["cpu_threads=100000"], "cpu_threads must be 0 (cores / tp) or 1-1024, got 100000"),
     (["-m", "seed=0,18446744073709551616"], "seed must be an integer in [0, 2^63 - 1], got '18446744073709551616'"),
-    (["workload=serve", "workload.num_prompts=1000000000"],
-     "workload.num_prompts=1000000000 x up to 1024 prompt tokens is more than 50,000,000 tokens to draw"),
+    (["device=cpu", "workload=serve", "workload.num_prompts=1000000000"],  # on a CPU: the 128 tokens that run
+     "workload.num_prompts=1000000000 x up to 128 prompt tokens is more than 50,000,000 tokens to draw"),
     (["workload=serve", "workload.request_rate=1e-300", "workload.num_prompts=3"],
      "the arrivals would span 2e+300 s ((num_prompts - 1) / request_rate), over a day"),
     (["workload=bench", "workload.max_input_len=5000"],
