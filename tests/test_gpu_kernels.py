@@ -67,6 +67,20 @@ def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, w
         assert err < ATTN_TOL[dtype], f"context {n}, {num_splits} splits: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_order_changes_no_bit(num_splits):
+    """Programs started longest context first (``order``) compute exactly what the batch order computes."""
+    from engine.layers.paged_decode import paged_decode_attention
+    from engine.step_inputs import longest_first
+
+    lens = [65, 4100, 1, 700, 2, 700]
+    q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, lens)
+    order = torch.from_numpy(longest_first(ctx.cpu().numpy())).int().cuda()
+    args = (q, k, v, kc, vc, slots, tables, ctx, q.shape[-1] ** -0.5)
+    plain = paged_decode_attention(*args, num_splits=num_splits)
+    assert torch.equal(paged_decode_attention(*args, num_splits=num_splits, order=order), plain)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k, n, swiglu", [(1000, 72, False), (1000, 72, True), (1024, 4096, False),
                                           (1024, 6144, True), (4096, 6144, False), (4096, 24576, True)])

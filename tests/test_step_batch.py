@@ -71,6 +71,7 @@ def test_decode_builder_agrees_with_the_general_builder():
     for a, b in ((d.input_ids, s.input_ids), (d.positions, s.positions), (d.attn.slot_mapping, s.attn.slot_mapping)):
         assert torch.equal(a, b)
     assert d.attn.context_lens.tolist() == [1, 16, 17, 40, 300]
+    assert d.attn.decode_order.tolist() == [4, 3, 2, 1, 0]  # longest context first
 
 
 def test_graph_inputs_agree_with_the_decode_builder():
@@ -86,7 +87,7 @@ def test_graph_inputs_agree_with_the_decode_builder():
     batch = StepBatch.from_bytes(StepBatch.from_sequences(seqs, False).to_bytes())
     h = {"input_ids": np.full(8, 9, np.int64), "positions": np.zeros(8, np.int64),
          "slot_mapping": np.zeros(8, np.int64), "context_lens": np.zeros(8, np.int32),
-         "block_tables": np.full((8, 32), 7, np.int32),
+         "block_tables": np.full((8, 32), 7, np.int32), "decode_order": np.zeros(8, np.int32),
          "temperatures": np.ones(8, np.float32), "seed": np.ones(1, np.int64)}
     names, greedy = fill_decode_inputs(h, batch, 8, 16, trash_block=99, greedy=True)
     d = build_decode_inputs(batch, 16, torch.device("cpu"))
@@ -96,7 +97,9 @@ def test_graph_inputs_agree_with_the_decode_builder():
     assert h["context_lens"].tolist() == [1, 16, 17, 41, 300, 1, 1, 1]  # the placeholder is token 41
     assert (h["block_tables"][:5, :d.attn.block_tables.shape[1]] == d.attn.block_tables.numpy()).all()
     assert h["slot_mapping"][5:].tolist() == [99 * 16] * 3 and h["block_tables"][5:, 0].tolist() == [99] * 3
-    assert names == ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables"] and greedy
+    assert h["decode_order"].tolist() == [4, 3, 2, 1, 0, 5, 6, 7]  # ties (the padding's 1s) in batch order
+    assert names == ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "decode_order"]
+    assert greedy
     batch.temperatures, batch.seed = np.array([0.5, 0, 0, 1, 0], np.float32), 123
     names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)
     assert names[-2:] == ["temperatures", "seed"] and not greedy and h["seed"][0] == 123
