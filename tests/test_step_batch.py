@@ -108,6 +108,9 @@ def test_graph_inputs_agree_with_the_decode_builder():
     names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=False)
     assert names[-2:] == ["temperatures", "seed"] and greedy and h["seed"][0] == 0 and not h["temperatures"].any()
     assert "seed" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)[0]
+    h["decode_order"][:] = -1  # a launch whose programs all start at once reads no order: none is written
+    assert "decode_order" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True, ordered=False)[0]
+    assert (h["decode_order"] == -1).all()
 
 
 

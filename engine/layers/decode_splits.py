@@ -19,6 +19,12 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
+def one_wave(programs: int, device: torch.device) -> bool:
+    """Whether a decode launch's ``programs`` all start at once (at most ``PROGRAMS_PER_SM`` per SM): then the
+    first tile may load before the PDL wait, and the order they start in does not matter."""
+    return programs <= PROGRAMS_PER_SM * sm_count(device)
+
+
 def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
     """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
     already do), at most ``MAX_SPLITS``."""

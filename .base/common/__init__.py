@@ -1,0 +1,27 @@
+"""Value checks and the bad-input error every layer shares, in a package below them all (nothing imports
+upward)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+class ConfigError(ValueError):
+    """Bad input; the message is one line that says what to change."""
+
+
+def is_int(v) -> bool:
+    """An integer (any ``numbers.Integral``: int, numpy ints), never a bool (``tp=true`` must not mean 1)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """A finite real number (int or float, numpy's too), never a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_int(owner: str, key: str, v, least: int) -> None:
+    """Raises ValueError ``"{owner} {key} must be an integer >= {least}, got ..."`` unless ``v`` is one."""
+    if not is_int(v) or v < least:
+        raise ValueError(f"{owner} {key} must be an integer >= {least}, got {v!r}")

@@ -1,0 +1,105 @@
+"""``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps). A sweep runs every job
+even when some fail; the process exits with the worst job's code: 0 ok, 1 a run failed, 2 bad input, 128 + the
+signal's number when interrupted (130 Ctrl-C, 143 SIGTERM; it also stops the sweep)."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+
+from .signals import as_interrupt, exit_interrupted, interrupted_line
+from .signals import install as install_signal_handlers
+
+if __name__ == "__main__":
+    install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
+try:
+    import hydra
+    from omegaconf import DictConfig
+
+    from . import preflight
+    from .conf_paths import CONF_DIR, task_overrides
+except KeyboardInterrupt:
+    print(interrupted_line(), file=sys.stderr)
+    exit_interrupted()
+
+EXIT_CODES: list[int] = []
+FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """One Hydra job: run it and record its exit code (130: Ctrl-C)."""
+    try:
+        from .app import run_job
+
+        code = run_job(cfg)
+    except BaseException as e:  # before a run could write its row (imports, materialising the preset)
+        if not isinstance(as_interrupt(e), KeyboardInterrupt):
+            raise
+        print(interrupted_line(), file=sys.stderr)
+        code = 130
+    EXIT_CODES.append(code)
+    if code:
+        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {code}): {' '.join(task_overrides())}")
+    if code == 130:
+        sys.exit(130)
+
+
+def release_engine() -> None:
+    """Shut the sweep's kept engine down; a stop signal during it ends the run as interrupted, in one line."""
+    # only an imported engine cache holds an engine; importing it now could re-import an interrupted torch
+    try:
+        if "harness.engine_cache" in sys.modules:
+            sys.modules["harness.engine_cache"].release()
+    except KeyboardInterrupt:
+        if 130 not in EXIT_CODES:
+            print(interrupted_line(), file=sys.stderr)
+            EXIT_CODES.append(130)
+
+
+if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack, to stderr
+    try:
+        problem, sys.argv[1:] = preflight.check_command(sys.argv[1:])
+    except KeyboardInterrupt:  # while the checks import Hydra and torch
+        problem = "interrupted"
+    if problem and isinstance(as_interrupt(ValueError(problem)), KeyboardInterrupt):  # or what a signal broke
+        print(interrupted_line(), file=sys.stderr)
+        exit_interrupted()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        main()
+    except KeyboardInterrupt:  # while Hydra composes the configuration
+        print(interrupted_line(), file=sys.stderr)
+        EXIT_CODES.append(130)
+    except SystemExit as e:  # a job's 130 (it stops a sweep: recorded), or Hydra's own error exit
+        if e.code != 130:
+            if not isinstance(as_interrupt(e), KeyboardInterrupt):
+                raise
+            print(interrupted_line(), file=sys.stderr)  # Hydra reported what a stop signal broke as its error
+            EXIT_CODES.append(130)
+    finally:
+        release_engine()
+        # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
+        sweep = "-m" in sys.argv or "--multirun" in sys.argv
+        if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
+            with contextlib.suppress(KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
+                from .analyze import print_sweep_summary
+                from .report import SWEEP_ROWS
+
+                print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
+                for line in FAILED_JOBS:
+                    print(f"  not ok: {line}")
+                if 130 in EXIT_CODES:
+                    stopped = EXIT_CODES.index(130)
+                    after = preflight.JOB_COUNT - stopped - 1
+                    print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"
+                                                                     if after > 0 else " (its last job)"))
+    if 130 in EXIT_CODES:
+        exit_interrupted()
+    sys.exit(max(EXIT_CODES, default=0))

@@ -1,0 +1,287 @@
+"""``python -m harness.analyze FILE.csv|DIR [...]``: tables, plots and regression checks over results CSVs.
+
+    python -m harness.analyze results/runs.csv                       # the tables, at most 120 columns wide
+    python -m harness.analyze results/cpu/                           # every CSV there, diverted rows included
+    python -m harness.analyze runs.csv --format markdown             # every metric: median [min-max] (ratio)
+    python -m harness.analyze runs.csv --format csv > summary.csv    # every number, for a spreadsheet
+    python -m harness.analyze runs.csv --group tp control payload    # any grouping columns
+    python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
+    python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
+
+Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import textwrap
+from functools import partial
+
+import numpy as np
+import pandas as pd
+
+from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
+from .exposed import exposed_cost, print_exposed
+from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
+from .plot_common import check_plot_path, same_words, side_path
+from .schema import ADDED_IN, COLUMNS
+from .summary_table import csv_rows, default_baseline, print_table
+
+FORMATS = ("text", "markdown", "csv")
+# the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
+CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype", "cpu_threads",
+               "all_reduce", "gemm", "workload", "request_rate", "burstiness", "max_concurrency", "slo", "overrides",
+               "payload", "seed", "tag"]
+
+
+def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
+    """The columns that identify a configuration: ``group`` when given, else tp, control and every other
+    configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
+    if group:
+        if bad := [g for g in group if g not in CONFIG_KEYS or g not in df.columns]:
+            raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
+                             f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
+        if twice := sorted({g for g in group if group.count(g) > 1}):
+            raise InputError(f"--group: {', '.join(twice)} given twice")
+        return group
+    return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
+                                and df[k].nunique(dropna=False) > 1]
+
+
+def pooled_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
+    """The configuration columns that differ among ``df``'s rows but are not in ``group`` (none without it)."""
+    return [k for k in CONFIG_KEYS if group and k not in group and k in df and df[k].nunique(dropna=False) > 1]
+
+
+def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the configuration keys ``--compare`` matches rows on, the keys it leaves out; never ``tag``). A key one
+    file's schema predates (``schema.ADDED_IN``) is left out where the other holds one value in it on every row."""
+    keys, dropped = [], []
+    for k in CONFIG_KEYS:
+        in_old, in_new = old[k].notna().any(), new[k].notna().any()
+        if k == "tag" or not (in_old or in_new):  # tag labels the runs on each side (tag=baseline, tag=pr-123)
+            continue
+        filled, lacking = (old, new) if in_old else (new, old)
+        predates = pd.to_numeric(lacking["schema_version"], errors="coerce").max() < ADDED_IN.get(k, 0)
+        one_sided = in_old != in_new and predates and filled[k].nunique(dropna=False) == 1
+        (dropped if one_sided else keys).append(k)
+    return keys, dropped
+
+
+def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Empty key cells become "-" (a group of their own that indexes like any other)."""
+    return df.assign(**{k: df[k].astype(object).where(df[k].notna(), "-") for k in keys if df[k].isna().any()})
+
+
+def _parts(df: pd.DataFrame, keys: list[str], group: list[str] | None) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """(kind, rows, keys) per kind of row in ``df``: engine, broadcast, serve; keyed by its own rows if not alone."""
+    serve = is_serve(df)
+    bcast = ~serve & (df.workload == "broadcast")
+    parts = [(kind, rows) for kind, rows in (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]),
+                                             ("serve", df[serve])) if not rows.empty]
+    return [(kind, rows, keys if len(parts) == 1 else group_keys(rows, group)) for kind, rows in parts]
+
+
+def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:
+    """Print the summary and exposed-cost tables of each kind of row in ``fmt`` (csv: one CSV, a ``table`` column);
+    ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
+    keys = group_keys(df, group)
+    parts = _parts(df, keys, group)
+    if (note := busy_note(df)) and fmt != "csv":
+        print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
+    frames = []
+    for i, (kind, rows, k) in enumerate(parts):
+        base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
+        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
+            base = None
+        exposed = exposed_cost(filled[filled.status == "ok"], k)
+        if fmt == "csv":
+            frames.append(csv_rows(kind, filled, k, base))
+            if not exposed.empty:
+                frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
+            continue
+        if i:
+            print()
+        if same := same_words(rows):
+            whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
+            print(f"{whose}: " + ", ".join(same))
+        if pooled := pooled_keys(rows, group):
+            print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
+        print_table(kind, filled, k, base, fmt)
+        print_exposed(exposed, fmt)
+    if frames:
+        print(pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.7g"), end="")
+    return keys
+
+
+def busy_note(df: pd.DataFrame) -> str | None:
+    """A line when rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
+    load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
+    busy = load > cores
+    if not busy.any():
+        return None
+    verdicts = ", and step and TPOT verdicts may disagree" if (df.workload != "broadcast").any() else ""
+    return (f"note: {int(busy.sum())} of {len(df)} rows ran on a busy machine (1-min load average up to "
+            f"{load[busy].max():.1f} on {int(cores[busy].min())} cores): their timings are noisy{verdicts}; "
+            f"measure again on a quiet machine")
+
+
+def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
+    """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
+    print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
+          f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
+    if not rows:
+        return
+    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    df[NUMERIC] = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
+    report(prepare_serve(df), None, None)
+
+
+# per kind of rows its figures: (what it is, file name suffix beside OUT); an exposed-cost one where ideal ran
+FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p50 minus control=ideal's)", "exposed"),
+                      ("raw-metric figure (p50 bars, p99 whiskers)", "raw")],
+           "broadcast": [("broadcast figure (one-way latency p50 and p99 against message size)", "broadcast")],
+           "serve": [("workload=serve rows: latency-vs-load plot", "load"),
+                     ("workload=serve rows: exposed-cost figure per request rate", "serve_exposed")]}
+
+
+def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
+    """Write the FIGURES of the ok rows, the first to ``out``, the others beside it (``side_path``), a line each.
+    Raises InputError: no ok row, a file that cannot be written."""
+    from .plot_curves import plot_broadcast, plot_load
+    from .plots import plot, plot_exposed
+
+    if ok.empty:
+        raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
+    parts, draws, figures = _parts(ok, keys, group), {"raw": plot, "broadcast": plot_broadcast, "load": plot_load}, []
+    for kind, rows, k in parts:
+        rows = fill_keys(rows, k)
+        table = exposed_cost(rows, k)
+        figures += [(what, suffix, draws.get(suffix, partial(plot_exposed, table=table)), rows, k)
+                    for what, suffix in FIGURES[kind] if suffix in draws or not table.empty]
+    for i, (what, suffix, draw, rows, k) in enumerate(figures):
+        path = out if i == 0 else side_path(out, suffix)
+        try:
+            draw(rows, k, path)
+        except OSError as e:
+            raise InputError(f"--plot: cannot write {path}: {e.strerror or e}") from None
+        print(f"{what} written to {path}")
+    if parts[0][0] == "engine" and figures[0][1] != "exposed":
+        print("no exposed-cost figure: it needs control=ideal rows in the same configuration as the planes'")
+
+
+def parse_threshold(text: str) -> float:
+    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1] if percent else text)
+    except ValueError:
+        raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
+    if not percent and value > 1:
+        raise InputError(f"--threshold {text} is not a fraction in [0, 1]; for a percentage write {text}%")
+    return value / 100 if percent else value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error:`` line and exit 2, like the rest of the harness."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see python -m harness.analyze --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser() -> OneLineParser:
+    """The command line's options (see the module docstring)."""
+    p = OneLineParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="*", help="results CSV files or directories")
+    p.add_argument("--group", nargs="+", help="grouping columns (default: tp, control and every other "
+                                               "configuration column that differs between rows)")
+    p.add_argument("--baseline", help="control the ratios are relative to (default: ideal where the rows have "
+                                      "it, else shm, else the first plane); the table's header names it")
+    p.add_argument("--format", choices=FORMATS, default="text", help="text (default): tables of at most 120 "
+                   "columns, the main metrics; markdown: every metric and key, median [min-max] (ratio); csv: "
+                   "every number of both tables, one CSV (a table column: summary, serve or exposed)")
+    p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal "
+                                                  "first, the raw metrics, broadcast and serve sweeps beside "
+                                                  "it (OUT_raw.png, ...; one line says where each went)")
+    p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="regression gate between two files")
+    p.add_argument("--threshold", default="10%", help="regression threshold for --compare (default 10%%)")
+    p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
+                                                                 "on a side are listed but do not fail the gate")
+    p.add_argument("--metrics", nargs="+", help="--compare: only these metrics")
+    return p
+
+
+def _given(args: argparse.Namespace, options: tuple[str, ...]) -> list[str]:
+    """Those of ``options`` (``--name``) given a value other than their default."""
+    defaults = parser()
+    return [o for o in options if getattr(args, dest := o[2:].replace("-", "_")) != defaults.get_default(dest)]
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``--compare OLD NEW``: the gate's exit code. Raises InputError on bad input."""
+    if args.files:
+        raise InputError("--compare takes exactly two files; drop the other file arguments")
+    if given := _given(args, ("--group", "--baseline", "--plot", "--format")):
+        raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
+                         "prints its own table")
+    threshold = parse_threshold(args.threshold)
+    if bad := [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
+        raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
+                         f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
+    old, new = (prepare_serve(load([path])) for path in args.compare)
+    keys, one_sided = comparable_keys(old, new)
+    if one_sided:
+        print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
+    return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, args.metrics)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit code (the module docstring's)."""
+    p = parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i in range(len(argv) - 1):  # "--threshold -5%": argparse would take -5% for an option, not the value
+        if argv[i] == "--threshold" and argv[i + 1].startswith("-"):
+            argv[i:i + 2] = [f"--threshold={argv[i + 1]}"]
+            break
+    args = p.parse_args(argv)
+    # "--group tp FILE": nargs takes FILE for a column too; a path after the first column is a file
+    paths = [g for g in (args.group or [])[1:] if g not in CONFIG_KEYS and (os.path.exists(g) or g.endswith(".csv"))]
+    if paths:
+        args.group = [g for g in args.group if g not in paths]
+        args.files = sorted(args.files + paths, key=argv.index)
+    try:
+        if args.compare:
+            return run_compare(args)
+        if not args.files:
+            p.error("give at least one CSV file or directory, or --compare OLD NEW")
+        if given := _given(args, ("--threshold", "--allow-missing", "--metrics")):
+            raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
+        if args.plot is not None:
+            check_plot_path(args.plot)
+        df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))
+        if args.baseline is not None and args.baseline not in set(df.control.dropna()):
+            raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
+                             f"{', '.join(sorted(set(df.control.dropna())))})")
+        keys = report(df, args.group, args.baseline, args.format)
+        if args.plot is not None:  # its line to stderr under --format csv, which is for a program to read
+            with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):
+                plot_figures(df[df.status == "ok"], keys, args.group, args.plot)
+        return 0
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

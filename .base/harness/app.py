@@ -1,0 +1,253 @@
+"""One harness job: build the engine (or join one, on ranks other than 0 under torchrun; ``engine=hf``: load
+transformers' model), run the workload ``repeat`` times, append one CSV row per repeat."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from typing import TextIO
+
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from engine import LLM, ConfigError, EngineConfig, SamplingParams, WorkerError, serve_worker
+from engine.config import resolve_device, resolve_dtype, torch_dtype
+from runtime.launch import Launch
+from runtime.worker import serve
+
+from . import engine_cache, metrics
+from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
+from .job_checks import cli_message
+from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
+from .metrics import NvmlSampler
+from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
+from .results_csv import run_path
+from .signals import as_interrupt, from_torchrun_agent
+from .step_log import write_step_log
+from .workloads import Workload, check_idle_gaps, serve_columns, serve_pass
+
+
+def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, bool]] | None = None,
+                  log: TextIO | None = None) -> tuple[dict, list]:
+    """One pass from a reset engine: (request metric columns, step records); ``plan``, ``log``: ``serve_pass``'s."""
+    if work.arrivals is not None:
+        records, steps, start, last, overhead_us = serve_pass(llm, work, progress, plan, log)
+        return {**metrics.serve_metrics(records, work, start, last), "serve_loop_us_per_step": overhead_us}, steps
+    llm.reset()
+    outputs, steps = [], []
+    iterations = tqdm(range(work.iterations), desc=f"{work.name} iterations", unit="it", dynamic_ncols=True,
+                      disable=not progress or work.iterations == 1)  # one iteration: generate's own bar
+    start = time.perf_counter()
+    for _ in iterations:
+        outputs += llm.generate(work.prompts, work.params, use_tqdm=progress and work.iterations == 1)
+        steps += llm.steps
+    end = time.perf_counter()
+    row = metrics.request_metrics(outputs, work.prompt_lens * work.iterations, start, end)
+    return {**row, "preemptions": sum(o["num_preemptions"] for o in outputs)}, steps
+
+
+def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
+              requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
+    """One timed pass from a reset engine (under ``control=ideal`` replaying an untimed recording pass): (metric
+    columns, trace files written). ``step_log``, ``requests``, ``trace``: the files to write, or None."""
+    replay, plan = llm.replays, None
+    if replay:
+        llm.start_recording()
+        measured_pass(llm, work, progress=False)
+        plan = llm.stop_recording()  # admissions: only a serve pass replays them
+    if trace:
+        llm.start_profile(trace)
+    llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
+    if replay:
+        llm.start_replay()
+    with open(requests, "w") if requests else contextlib.nullcontext() as log, sampler:
+        row, steps = measured_pass(llm, work, progress, plan, log)
+    if replay:
+        llm.finish_replay()
+    stats = llm.collect_control_stats()
+    traces = llm.finish_profile() if trace else []
+    if step_log:
+        write_step_log(step_log, steps, stats)
+    row.update({**metrics.step_metrics(steps), **metrics.control_metrics(stats, steps), **sampler.summary()})
+    row.update({**metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]),
+                "preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
+                "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
+                "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
+    return row, traces
+
+
+def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
+    """A rank other than 0 under torchrun: check the configuration as rank 0 does, then serve rank 0's run. Returns
+    the exit code: 0 after rank 0's exit message, 1 on a failure, 2 on bad input (here, or refused by rank 0)."""
+    try:
+        if cfg.workload.get("kind") == "broadcast":
+            check_broadcast(cfg, launch)
+            return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s)
+        if cfg.engine != "tp":
+            raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
+        device = resolve_device(cfg.device)
+        path, _ = prepare(cfg, device, None)
+        config = EngineConfig(**engine_settings(cfg, path, device)[0])
+    except (ConfigError, ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return serve_worker(config)
+
+
+def run_job(cfg: DictConfig) -> int:
+    """Run the configured job; returns the exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
+    launch = Launch.from_env()
+    broadcast = cfg.workload.kind == "broadcast"
+    if not broadcast:
+        resolve_model(cfg, resolve_device(cfg.device))
+    if launch is not None and launch.rank != 0:
+        return run_worker_rank(cfg, launch)
+    if cfg.profile != "none" and (broadcast or cfg.engine == "hf"):
+        print(f"note: profile={cfg.profile} traces this project's engine (engine=tp) only: this job writes no trace",
+              file=sys.stderr)
+    if broadcast:
+        return run_broadcast_job(cfg, launch)
+    if cfg.engine == "hf":
+        return run_hf_job(cfg)
+    return run_engine_job(cfg, launch)
+
+
+def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
+    """One timed run of a job: its row appended to ``results`` and printed with its files."""
+    sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
+    run_id = uuid.uuid4().hex[:12]
+    directory = os.path.dirname(results.path)
+    steps = run_path(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
+    saves = cfg.save_requests and work.arrivals is not None
+    requests = run_path(directory, "requests", f"{run_id}.jsonl") if saves else None
+    trace = run_path(directory, "traces", run_id) if cfg.profile != "none" else None
+    metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
+    row = {**row0, "run_id": run_id, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
+    written = results.add(row)
+    files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
+    if requests:
+        files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
+    if trace:
+        files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
+    print_summary(row, written, steps, files)
+    SWEEP_ROWS.append(row)
+    if gpus:
+        print_floor(row, work, llm)
+
+
+def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
+    """``repeat`` timed runs after an untimed warm-up; exit code 0, 1 (a failed or unwritten row), 2, 130."""
+    device = resolve_device(cfg.device)
+    row0 = base_row(cfg, device)
+    llm, results, path, repeat, ok, reuse = None, None, None, 0, False, False
+    try:
+        results = check_results_dir(cfg)  # first: a stop signal from here on leaves a failed row
+        path, work = prepare(cfg, device, results)
+        model, model_hash = model_label(cfg, path)
+        row0.update(model=model, model_hash=model_hash, **serve_columns(work))
+        check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
+        settings, async_scheduling = engine_settings(cfg, path, device)
+        reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
+        llm, reused = engine_cache.get_engine(settings, reuse)
+        llm.set_async_scheduling(async_scheduling)
+        if reused:
+            print(f"  reusing the engine of the previous job ({cfg.control.name}, tp={cfg.tp}, {model})")
+        row0.update(llm.describe())
+        if work.warmup:
+            llm.generate([work.prompts[0][:64]], SamplingParams(temperature=0, ignore_eos=True,
+                                                                max_tokens=min(16, work.params[0].max_tokens)))
+        gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
+        for repeat in range(cfg.repeat):
+            run_repeat(cfg, llm, work, results, {**row0, "repeat": repeat}, gpus)
+        ok = True
+        return 1 if results.problem else 0
+    except BaseException as e:
+        e = as_interrupt(e)
+        if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?
+            try:
+                llm.check_workers(wait_s=1.0)  # up to 1 s
+            except WorkerError as dead:
+                e = dead
+        if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
+            message = cli_message(str(e), cfg.llm.keys())
+            if path and not cfg.model.get("path") and path in message:  # the cache's copy, not the user's
+                message += f" (a damaged preset: delete {path} and the next run draws it again)"
+            print(f"error: {message}", file=sys.stderr)
+            return 2
+        if results is None:
+            raise e from None
+        return failed(results, row0, repeat, e)
+    finally:
+        if not ok or not reuse:
+            engine_cache.release()
+
+
+def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) -> tuple[dict, int]:
+    """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included):
+    left-padded batches of ``hf_batch_size`` run to their largest ``max_tokens``; only each request's own tokens
+    count as output. TTFT, TPOT and ITL stay empty; E2EL is the batch's end."""
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()
+    torch.manual_seed(cfg.seed)
+    batch_size = cfg.hf_batch_size
+
+    def generate(prompts: list[list[int]], max_new: int, temperature: float) -> None:
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        kwargs = dict(do_sample=True, temperature=temperature) if temperature > 0 else dict(do_sample=False)
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
+                           pad_token_id=0, **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    generate([work.prompts[0][:32]], 8, 0.0)  # warm-up
+    start = time.perf_counter()
+    e2el, generated = [], 0
+    for i in tqdm(range(0, len(work.prompts), batch_size), desc="hf generate", disable=not show_progress(cfg.progress)):
+        prompts, params = work.prompts[i:i + batch_size], work.params[i:i + batch_size]
+        max_new = max(p.max_tokens for p in params)
+        generate(prompts, max_new, params[0].temperature)
+        e2el += [(time.perf_counter() - start) * 1e3] * len(prompts)
+        generated += max_new * len(prompts)
+    duration = time.perf_counter() - start
+    row = metrics.throughput(len(work.prompts), sum(work.prompt_lens), sum(p.max_tokens for p in work.params), duration)
+    return {**row, **metrics.summarize(e2el, "e2el_ms")}, generated
+
+
+def run_hf_job(cfg: DictConfig) -> int:
+    """``engine=hf``: transformers' ``generate`` on one device; exit code 0, 1 (a failed row), 2 (bad input), 130."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    row0 = {**base_row(cfg, device), "control": None, "dtype": dtype}
+    results, repeat = None, 0
+    try:
+        results = check_results_dir(cfg)
+        path, work = prepare(cfg, device, results)
+        row0["model"], row0["model_hash"] = model_label(cfg, path)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BaseException as e:  # a stop signal: its failed row, once the results file is known
+        if results is None:
+            raise
+        return failed(results, row0, repeat, e)
+    try:
+        for repeat in range(cfg.repeat):
+            with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler:
+                metrics_row, generated = run_hf(cfg, path, work, device, dtype)
+            nvml = sampler.summary()
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **nvml, "gpu_name": sampler.gpu_name,
+                   **metrics.energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}
+            print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
+                  f"({generated - row['output_tokens']} padding waste, not counted)")
+            print_summary(row, results.add(row))
+        return 1 if results.problem else 0
+    except BaseException as e:
+        return failed(results, row0, repeat, e)

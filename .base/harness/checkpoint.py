@@ -1,0 +1,88 @@
+"""Preset checkpoints: a Qwen3 config materialised once with transformers (random weights, fixed seed),
+saved as config.json + model.safetensors in a cache directory, then loaded like any real checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+from filelock import FileLock
+from omegaconf import OmegaConf
+
+from .conf_paths import CONF_DIR
+
+
+def cache_dir() -> str:
+    """Where presets are kept: ``$TPCP_CACHE`` or ``~/.cache/tp-controlplane-bench/models``."""
+    return os.environ.get("TPCP_CACHE", os.path.expanduser("~/.cache/tp-controlplane-bench/models"))
+
+
+def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
+    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
+    bfloat16 on the GPU where there is one), built on first use under a file lock."""
+    import torch
+
+    root = root or cache_dir()
+    os.makedirs(root, exist_ok=True)
+    on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
+    material = [config, seed] + (["cuda"] if on_gpu else [])
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(root, f"{name}-{key}")
+    with FileLock(path + ".lock", timeout=600):
+        if os.path.isfile(os.path.join(path, "config.json")):
+            return path
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        print(f"building preset {name} once (transformers, random weights, seed {seed}) into {path}", flush=True)
+        hf_logging.disable_progress_bar()
+        torch.manual_seed(seed)
+        if on_gpu:
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                with torch.device("cuda"):
+                    model = Qwen3ForCausalLM(Qwen3Config(**config))
+            finally:
+                torch.set_default_dtype(previous)
+        else:
+            model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
+                                                                  else torch.float32)
+        # what a builder killed mid-write left (this process holds the lock: no builder of it is alive)
+        for stale in glob.glob(os.path.join(root, f".{name}-{key}-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = tempfile.mkdtemp(prefix=f".{name}-{key}-", dir=root)
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            del model
+            if on_gpu:
+                torch.cuda.empty_cache()  # this process goes on to be rank 0: give the memory back
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.checkpoint MODEL [--seed N]``: draw preset ``conf/model/MODEL.yaml``, print its path."""
+    ap = argparse.ArgumentParser(prog="python -m harness.checkpoint")
+    ap.add_argument("model", help="a preset: the name of a file in conf/model/")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    path = os.path.join(CONF_DIR, "model", f"{args.model}.yaml")
+    preset = OmegaConf.to_container(OmegaConf.load(path)).get("preset") if os.path.isfile(path) else None
+    if not preset:
+        ap.error(f"{args.model!r} is not a preset in conf/model/")
+    print(materialize(args.model, preset, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""``python -m harness.analyze --compare OLD NEW``: the regression gate.
+
+Configurations are matched on every configuration column. A metric's median over repeats regresses when it is
+worse by more than the threshold AND the repeats' ranges (old [min, max], new [min, max]) do not overlap.
+Configurations of OLD that NEW lacks or has only failed rows for (or failed in OLD), and metrics OLD has a
+value of where NEW has none, are listed and fail the gate unless ``allow_missing``; those only NEW has are
+listed, never failing. Comparing nothing fails. Fewer than 3 repeats on a side: a warning.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+
+HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
+LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "tpot_ms_p50", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
+                   "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls"]
+MIN_REPEATS = 3
+
+
+def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
+    """``key=value, ...`` of a configuration: its non-empty cells of the ``shown`` keys."""
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, cfg) if v != "-" and k in shown)
+
+
+def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
+    """Print each metric of ``cfg`` that moved beyond ``threshold`` with the repeats' ranges apart (``old``,
+    ``new``: median, min, max tables); returns how many got worse."""
+    (omed, omin, omax), (nmed, nmin, nmax) = old, new
+    worse = 0
+    for m in metrics:
+        a, b = omed.at[cfg, m], nmed.at[cfg, m]
+        if pd.isna(a) or pd.isna(b) or a == 0:
+            continue
+        change = (b - a) / abs(a)
+        better = change if m in HIGHER_IS_BETTER else -change
+        bad, good = better < -threshold, better > threshold
+        apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
+        if (bad or good) and apart:
+            worse += bad
+            ranges = f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}"
+            print(f"{'WORSE' if bad else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges})")
+    return worse
+
+
+def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
+            metrics: list[str] | None = None) -> int:
+    """Print every change beyond the gate and every missing or failed configuration of ``old`` and ``new`` (key
+    cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has)."""
+    asked, metrics = metrics, [m for m in (metrics or HIGHER_IS_BETTER + LOWER_IS_BETTER) if old[m].notna().any()]
+    ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
+    cfg_old, cfg_new, good_old, good_new = (set(map(tuple, d[keys].values)) for d in (old, new, ok_old, ok_new))
+    every = cfg_old | cfg_new
+    # each line names the keys whose value differs, and control and tp; the others are said once
+    shown = {k for i, k in enumerate(keys) if len({c[i] for c in every}) > 1} | {"control", "tp"}
+    if every and set(keys) - shown:
+        print(textwrap.fill(f"every configuration: {_label(keys, next(iter(every)), set(keys) - shown)}", 110,
+                            subsequent_indent="  "))
+    problems = []
+    for cfg in sorted(every, key=str):
+        where = _label(keys, cfg, shown)
+        if cfg in cfg_old and cfg not in cfg_new:
+            problems.append(f"MISSING in NEW: {where}")
+        elif cfg in cfg_new and cfg not in good_new:
+            problems.append(f"FAILED  in NEW (no ok row): {where}")
+        if cfg in cfg_old and cfg not in good_old:
+            problems.append(f"FAILED  in OLD (no ok row): {where}")
+    common = sorted(good_old & good_new, key=str)
+    groups = [ok.groupby(keys)[metrics] for ok in (ok_old, ok_new)]
+    (omed, omin, omax, on), (nmed, nmin, nmax, nn) = ((g.median(), g.min(), g.max(), g.size()) for g in groups)
+    # a metric OLD has and NEW lacks (a column gone, cells damaged) cannot pass unseen: it is not compared
+    problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg, shown)}" for cfg in common for m in metrics
+                 if pd.notna(omed.at[cfg, m]) and pd.isna(nmed.at[cfg, m])]
+    problems += [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
+    for line in problems:
+        print(line)
+    for cfg in sorted(cfg_new - cfg_old, key=str):
+        print(f"NEW only (nothing to compare with): {_label(keys, cfg, shown)}")
+    if few := [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]:
+        print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "
+              f"side:\n  their ranges say little about the spread, so small regressions can pass unseen")
+    worse = sum(_changes(_label(keys, cfg, shown), cfg, metrics, (omed, omin, omax), (nmed, nmin, nmax), threshold)
+                for cfg in common)
+    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
+          f"repeats' ranges; {len(problems)} missing or failed")
+    fails = ("no configuration has ok rows in both files, so nothing was compared" if not common
+             else f"{worse} regression(s)" if worse
+             else f"{len(problems)} configuration(s) missing or failed on a side, listed above (--allow-missing "
+                  "lists them without failing)" if problems and not allow_missing else None)
+    print(f"the gate fails: {fails}" if fails else "the gate passes")
+    return 1 if fails else 0

@@ -1,0 +1,214 @@
+"""What Hydra cannot know about a composed job, checked for every job before the first runs; and its notes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from backends import get_control_plane
+from engine import ConfigError, EngineConfig
+from engine.config import batch_tokens_problem, read_hf_config, resolve_device
+
+from .conf_paths import CONF_DIR, group_options, results_problem
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
+from .model_checks import check_gpu_count, check_model
+from .workloads import check_workload, effective_workload, given_workload, request_shape
+
+
+def _given(job: list[str]) -> list[str]:
+    """The keys ``job``'s overrides set (prefixes ``+``, ``++`` stripped; deletions left out)."""
+    return [a.split("=", 1)[0].lstrip("+") for a in job if "=" in a and not a.startswith("~")]
+
+
+def cli_message(message: str, llm_keys) -> str:
+    """An engine ``ConfigError`` message, ``llm.`` put before the setting it names when that is one of ``llm_keys``."""
+    name = message.split(" ", 1)[0].split("=", 1)[0]
+    return f"llm.{message}" if name in llm_keys else message
+
+
+_NONE = object()
+
+
+def has_key(node, key: str) -> bool:
+    """Whether config ``node`` has the dotted ``key`` (whatever its value)."""
+    return OmegaConf.select(node, key, default=_NONE) is not _NONE
+
+
+def options_having(group: str, key: str, compose) -> list[str]:
+    """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
+    return [o for o in group_options(group) if has_key(compose([f"{group}={o}"])[group], key)]
+
+
+def no_option(plane: str, option: str, compose) -> str:
+    """The line refusing ``control.options.<option>``, which plane ``plane`` does not take, naming those it takes."""
+    known = ", ".join(sorted(compose([f"control={plane}"]).control.options)) or "none"
+    return f"control={plane} has no option {option!r} (its options: {known})"
+
+
+def _check_workload(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """The workload as its kind checks it; a key its option lacks (``++``) as the first option having it checks it."""
+    own = compose([a for a in job if a.split("=", 1)[0] == "workload"]).workload
+    try:
+        on_cpu = resolve_device(cfg.device) == "cpu"  # the command's keys win over the CPU scale-down, as in the job
+        check_workload(given_workload(OmegaConf.to_container(cfg.workload), job), on_cpu)
+        for key in (k.split(".", 1)[1] for k in _given(job) if k.startswith("workload.")):
+            having = [] if has_key(own, key) else options_having("workload", key, compose)
+            if having:  # untyped: the kind's check words the problem
+                donor = OmegaConf.create(OmegaConf.to_container(compose([f"workload={having[0]}"]).workload))
+                OmegaConf.update(donor, key, OmegaConf.select(cfg.workload, key), merge=False)
+                check_workload(OmegaConf.to_container(donor))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
+    """The job's dtype, CPU threads and given ``llm.*`` settings, as the engine checks them without a checkpoint."""
+    names = [k.split(".", 1)[1] for k in given if k.startswith("llm.")]  # each one of LLM_DEFAULTS by now
+    checks = [{"dtype": cfg.dtype, "cpu_threads": cfg.cpu_threads or 0}] + [{name: cfg.llm[name]} for name in names]
+    for settings in checks:
+        if problem := problem_of(ConfigError, EngineConfig.check_settings, device=cfg.device, **settings):
+            return cli_message(problem, set(names) & set(settings))
+    return None
+
+
+def _check_control(cfg: DictConfig, compose) -> str | None:
+    """The plane's options through its own check at the job's tp; one it does not take (``++``) by name."""
+    extra = sorted(set(cfg.control.options) - set(compose([f"control={cfg.control.name}"]).control.options))
+    if extra:
+        return no_option(cfg.control.name, extra[0], compose)
+    if cfg.workload.get("kind") == "broadcast" and (cfg.engine != "tp" or cfg.tp < 2):
+        return "workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2"
+    if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
+        return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
+                "that send; ideal is the baseline of every other workload)")
+    plane = get_control_plane(cfg.control.name)
+    return problem_of(ValueError, plane.check_options, cfg.tp, **OmegaConf.to_container(cfg.control.options))
+
+
+def picked_model(model: DictConfig, device: str) -> DictConfig:
+    """A job's ``model`` node, ``model=auto`` resolved on ``device`` (``qwen3-0.6b`` on CUDA, else ``qwen3-tiny``)
+    keeping a given ``model.path`` and ``model.preset.*``."""
+    if model.name != "auto":
+        return model
+    name = "qwen3-0.6b" if resolve_device(device) == "cuda" else "qwen3-tiny"
+    chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
+    return OmegaConf.merge(chosen, {"path": model.get("path"), "preset": model.get("preset") or {}})
+
+
+def model_shape(model: dict) -> dict:
+    """The shape of ``model`` (``picked_model``'s, as a dict): its checkpoint's config.json, else its preset."""
+    path = model.get("path")
+    return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
+
+
+def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
+    """A workload sequence (prompt + max_tokens) longer than ``llm.max_model_len`` or the model's positions."""
+    if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
+        return None
+    shape = model_shape(model)
+    w = effective_workload(given_workload(OmegaConf.to_container(cfg.workload), job), resolve_device(cfg.device))
+    _, _, prompt, output = request_shape(w)
+    limit = min(cfg.llm.max_model_len, shape["max_position_embeddings"])
+    if prompt + output <= limit:
+        return None
+    return (f"workload {w['name']} asks for sequences of up to {prompt + output} tokens ({prompt} of prompt + "
+            f"{output} output); the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
+            f"max_position_embeddings={shape['max_position_embeddings']})")
+
+
+def _check_batch_tokens(cfg: DictConfig, model: dict) -> str | None:
+    """``llm.max_num_batched_tokens`` below the longest sequence the engine admits, as the engine words it."""
+    problem = batch_tokens_problem(cfg.llm.max_num_batched_tokens, cfg.llm.max_model_len, model_shape(model))
+    return problem and cli_message(problem, {"max_num_batched_tokens"})
+
+
+def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
+    """A switch set to anything but true or false: OmegaConf would read ``yes``, ``on`` or ``2`` as true."""
+    for arg in job:
+        key, _, raw = arg.lstrip("+").partition("=")
+        if isinstance(OmegaConf.select(cfg, key, default=None), bool) and raw.lower() not in ("true", "false"):
+            return f"{key} must be true or false, got {raw!r}"
+    return None
+
+
+def _unknown_keys(cfg: DictConfig) -> str | None:
+    """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
+    if not isinstance(cfg.llm, DictConfig):  # HarnessConfig.llm is untyped: the defaults list places LlmConfig
+        return "llm holds the engine's settings: set one with llm.<key>=value (the keys: harness/conf_schema.py)"
+    known = {f.name for f in dataclasses.fields(HarnessConfig)}
+    extra = [k for k in cfg if k not in known] + [f"llm.{k}" for k in cfg.llm if k not in LLM_DEFAULTS]
+    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
+
+
+def run_folders(cfg: DictConfig) -> dict[str, str]:
+    """The folders of ``results_dir`` a job writes a run's files into: {name: what goes there}."""
+    engine_runs = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
+    folders = {"runs": "the run files", "requests": "the per-request files (save_requests=true)",
+               "steps": "the step logs (step_log=true)", "traces": f"the traces (profile={cfg.profile})"}
+    writes = {"runs": True, "requests": cfg.save_requests and cfg.workload.get("kind") == "serve",
+              "steps": cfg.step_log and engine_runs, "traces": cfg.profile != "none" and engine_runs}
+    return {name: what for name, what in folders.items() if writes[name]}
+
+
+def _check_where(cfg: DictConfig) -> str | None:
+    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, and where the rows go (on rank 0)."""
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "device=cuda but CUDA is not available here (use device=cpu or auto)"
+    if cfg.engine == "hf" and cfg.tp != 1:
+        return "engine=hf runs on one device: use tp=1"
+    if cfg.engine == "hf" and cfg.workload.get("kind") == "serve":
+        return f"engine=hf runs offline batches through generate(): workload={cfg.workload.name} needs engine=tp"
+    rank0 = os.environ.get("RANK", "0") == "0"
+    return results_problem(cfg.results_dir, cfg.results_file, run_folders(cfg)) if rank0 else None
+
+
+def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """The first problem of one composed job (``job``: its overrides) as one line, or None."""
+    given = _given(job)
+    values = (VALUE_CHECKS[k](k, OmegaConf.select(cfg, k)) for k in given if k in VALUE_CHECKS)
+    builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
+    tp = cfg.tp if builds_engine else None
+    preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
+    problem = (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None)
+               or _check_where(cfg) or _check_workload(cfg, job, compose)
+               or (_check_llm(cfg, given) if builds_engine else None))
+    if problem:
+        return problem
+    model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
+    return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
+            or _check_control(cfg, compose) or (_check_batch_tokens(cfg, model) if builds_engine else None)
+            or _check_lengths(cfg, job, model))
+
+
+def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
+    """Notes on what ``job`` (composed: ``cfg``) sets that nothing reads, or past the model's vocabulary."""
+    keys = _given(job)
+    llm = [k for k in keys if k.startswith("llm.")]
+    cpu = [k for k in keys if k.startswith("workload.cpu.")]
+    no_steps = "engine=hf" if cfg.engine == "hf" else f"workload={cfg.workload.name}"
+    why = {"save_requests": ("requests", f"workload={cfg.workload.name} has no per-request file (a serve workload "
+                                         f"has one, e.g. workload=serve)"),
+           "step_log": ("steps", f"{no_steps} runs no engine steps to log")}
+    notes = [f"note: {why[k][1]}: nothing reads {k}" for k in why if k in keys and cfg[k] and why[k][0] not in
+             run_folders(cfg)]
+    if llm and cfg.engine == "hf":
+        notes.append(f"note: engine=hf runs transformers' generate, which does not read {', '.join(llm)}")
+    if cpu and not cfg.workload.get("scale_on_cpu"):
+        notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
+                     f"{', '.join(cpu)}")
+    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
+        last = [a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == key][-1]
+        notes.append(f"note: {key} is given {keys.count(key)} times: the last, {key}={last}, applies")
+    if "workload.max_token_id" in keys:
+        model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
+        top, vocab = cfg.workload.max_token_id, model_shape(model)["vocab_size"]
+        if top >= vocab:
+            notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
+                         f"({vocab} ids): token ids go up to {vocab - 1}")
+    return notes

@@ -1,0 +1,151 @@
+"""Reading results CSVs for analysis: files or directories, every schema version, damaged lines refused with
+a message rather than counted, failed rows kept (so that they can be counted); workload=serve rows' columns."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+
+from .schema import COLUMNS, RENAMED, normalize_overrides
+
+REQUIRED = ["control", "tp", "status"]
+NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
+           "decode_step_ms_p50", "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "tpot_ms_p50",
+           "ctrl_bytes_mean", "ctrl_calls", "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50",
+           "ctrl_launch_late_us_mean", "repeat"]
+SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
+                 "ttft_ms_p50", "queue_ms_p99"]
+# a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
+SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
+
+
+class InputError(ValueError):
+    """A results file that cannot be analysed; the message says which and why."""
+
+
+def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
+    """(file, named) per CSV file named (named=True) and ``*.csv`` at the top of a directory named, diverted rows'
+    too. Raises InputError: a path that does not exist, a directory without CSV files."""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(glob.glob(os.path.join(path, "*.csv")))
+            below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
+            if not found:
+                raise InputError(f"{path}: no *.csv file in this directory" + (
+                    f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
+            if below:
+                print(f"note: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
+                      file=sys.stderr)
+            if diverted := [f for f in found if re.search(r"\.schema|\.unwritten-", os.path.basename(f))]:
+                print(f"note: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
+                      f"{', '.join(os.path.basename(f) for f in diverted)}", file=sys.stderr)
+            files += [(f, False) for f in found]
+        elif os.path.isfile(path):
+            files.append((path, True))
+        else:
+            raise InputError(f"{path}: no such file or directory")
+    return files
+
+
+def _read_one(path: str) -> pd.DataFrame:
+    """One results CSV's rows, damaged lines left out with a warning. Raises InputError: unreadable, empty, not
+    text, not CSV, without the REQUIRED columns, a header only."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not data.strip():
+        raise InputError(f"{path}: empty file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text CSV file") from None
+    truncated = not text.endswith("\n")
+    text = text[:text.rfind("\n") + 1]
+    # A row with more or fewer cells than the header is damaged: pandas would drop the first kind but fill the
+    # second with empty cells and count it (a writer that died mid-row, whose line the next writer ended).
+    try:
+        records = [r for r in csv.reader(io.StringIO(text)) if r]
+    except csv.Error as e:
+        raise InputError(f"{path}: not a readable CSV ({e})") from None
+    missing = [c for c in REQUIRED if not records or c not in records[0]]
+    if missing:  # before any warning about its lines: another tool's CSV is not a damaged results CSV
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
+    if truncated:
+        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
+    good = [r for r in records if len(r) == len(records[0])]
+    if len(good) < len(records):
+        print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
+              file=sys.stderr)
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(good)
+    try:
+        df = pd.read_csv(io.StringIO(buf.getvalue()))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    if df.empty:
+        raise InputError(f"{path}: no rows (a header only)")
+    return df
+
+
+def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
+    """Every row of the CSVs (``find_csvs``) in the current schema, a line per file read or skipped to ``listing``
+    ("stdout", "stderr"). Raises InputError: a file named that ``_read_one`` refuses; no CSV read."""
+    frames, lines = [], []
+    for path, named in find_csvs(paths):
+        try:
+            df = _read_one(path)
+        except InputError as e:
+            if named:
+                raise
+            lines.append(f"skipped {e}")
+            continue
+        frames.append(_normalize(df, path))
+        ok = int((df.status == "ok").sum())
+        lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok} failed")
+    if not frames:
+        raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
+    print("\n".join(lines), file=getattr(sys, listing))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """One file's rows in the current schema: columns renamed or added, numeric cells numbers (damaged ones empty,
+    counted in a warning), ``overrides`` in one spelling."""
+    df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
+    df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
+    numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
+    for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():
+        if bad:
+            print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}", file=sys.stderr)
+    df[NUMERIC] = numbers
+    df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
+    df["overrides"] = df["overrides"].map(normalize_overrides)
+    return df
+
+
+def is_serve(df: pd.DataFrame) -> pd.Series:
+    """Which rows are workload=serve runs (a request rate, or the workload so named)."""
+    return df.request_rate.notna() | (df.workload == "serve")
+
+
+def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the serve columns numeric (only request_rate keeps ``inf``), max_concurrency an integer, and the
+    serve settings out of serve rows' ``overrides``."""
+    df = df.copy()
+    for col in SERVE_NUMERIC:
+        values = pd.to_numeric(df[col], errors="coerce")
+        df[col] = values if col == "request_rate" else values.replace([np.inf, -np.inf], np.nan)
+    df["max_concurrency"] = df.max_concurrency.round().astype("Int64")
+    df["overrides"] = [(" ".join(i for i in t.split() if not SERVE_OVERRIDE.match(i)) or None)
+                       if serve and isinstance(t, str) else t for t, serve in zip(df.overrides, is_serve(df))]
+    return df

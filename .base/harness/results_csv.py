@@ -1,0 +1,163 @@
+"""Appending one row per run to a CSV, each row one whole line written under ``<file>.lock``; a file with another
+schema's header is never touched (the row goes to ``<stem>.schema<N>-<hash>.csv``). Per-run files beside the CSV:
+``runs/<run_id>.json``, ``requests/<run_id>.jsonl`` (``save_requests``), ``traces/<run_id>_rank<k>.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime
+import hashlib
+import io
+import json
+import math
+import os
+import sys
+import uuid
+
+from filelock import FileLock, Timeout
+
+
+def _line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)  # None: an empty cell
+    return buf.getvalue()
+
+
+# vLLM's result key -> this project's column (vllm/benchmarks/serve.py, calculate_metrics and its result dict)
+VLLM_ALIASES = {"completed": "num_requests", "total_input_tokens": "input_tokens",
+                "total_output_tokens": "output_tokens", "duration": "duration_s",
+                "request_throughput": "req_s", "output_throughput": "output_tok_s",
+                "total_token_throughput": "total_tok_s", "request_goodput": "goodput_req_s",
+                "request_rate": "request_rate", "burstiness": "burstiness", "max_concurrency": "max_concurrency"}
+VLLM_ALIASES |= {f"{stat}_{m}_ms": f"{m}_ms_{col}" for m in ("ttft", "tpot", "itl", "e2el")
+                 for stat, col in (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p99", "p99"))}
+LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)
+
+
+def append_row(path: str, columns: list[str], row: dict, schema_version: int) -> str:
+    """Append ``row`` (keys from ``columns``; missing keys are empty cells) to ``path``; returns the path written
+    (another when ``path`` has another header). Raises KeyError on a key not in ``columns`` (the schema's),
+    filelock.Timeout after ``LOCK_WAIT_S`` (a wait over 1 s says so on stderr)."""
+    if unknown := set(row) - set(columns):
+        raise KeyError(f"columns missing from the schema: {sorted(unknown)}")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    header, line = _line(columns), _line([row.get(c) for c in columns])
+    lock = FileLock(path + ".lock")
+    try:
+        held = lock.acquire(timeout=1.0)
+    except Timeout:
+        print(f"waiting for {path}.lock (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
+              file=sys.stderr, flush=True)
+        held = lock.acquire(timeout=LOCK_WAIT_S - 1.0)
+    with held:
+        text = header + line
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="") as f:
+                existing = f.readline()
+            if existing != header:
+                stem, ext = os.path.splitext(path)
+                digest = hashlib.sha1(header.encode()).hexdigest()[:8]
+                return append_row(f"{stem}.schema{schema_version}-{digest}{ext}", columns, row, schema_version)
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                # a crashed writer left a partial line: keep ours whole
+                text = line if f.read(1) == b"\n" else "\n" + line
+        _write_whole(path, text.encode(), append=True)
+    return path
+
+
+def _write_whole(path: str, data: bytes, append: bool) -> None:
+    """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as a new file, synced to the
+    disk; on any failure the file is cut back to its size before (removed if new). Raises the write's OSError."""
+    existed = append and os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o666)
+    try:
+        size = os.fstat(fd).st_size if existed else None
+        try:
+            view = memoryview(data)
+            while view:  # os.write may take part of it
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if size is not None:
+                    os.ftruncate(fd, size)
+                else:
+                    os.unlink(path)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _plain(v):
+    """A JSON value: None for NaN, infinities as strings (json's Infinity is not JSON)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else str(v)
+    return v
+
+
+def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
+    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value).
+    Returns its path, or None after one line on stderr when it cannot be written (the CSV row is the record)."""
+    path = os.path.join(directory, "runs", f"{row['run_id']}.json")
+    data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
+            "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(path + ".tmp", path)
+        return path
+    except OSError as e:
+        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return None
+
+
+def run_path(directory: str, folder: str, name: str) -> str:
+    """``<directory>/<folder>/<name>``, its folder created."""
+    os.makedirs(os.path.join(directory, folder), exist_ok=True)
+    return os.path.join(directory, folder, name)
+
+
+class Results:
+    """Where a job's rows go: ``path``; failing that ``<stem>.unwritten-<run_id>.csv`` beside it, else in the working
+    directory, else stderr, the why kept in ``problem``. With ``config``, each row also goes to its run JSON."""
+
+    def __init__(self, path: str, columns: list[str], schema_version: int, config: dict | None = None):
+        self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config
+        self.run_file: str | None = None  # the run JSON of the latest row
+        self.problem: str | None = None
+
+    def add(self, row: dict) -> str:
+        """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
+        row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "run_id": row.get("run_id") or uuid.uuid4().hex[:12]}
+        directory = os.path.dirname(self.path)
+        self.run_file = write_run_json(directory, row, self.config) if self.config is not None else None
+        if self.config is not None and self.run_file is None:
+            self.problem = f"the run file of row {row['run_id']} could not be written"
+        try:
+            written = append_row(self.path, self.columns, row, self.schema_version)
+        except (OSError, TimeoutError) as e:
+            return self._fallback(row, f"{type(e).__name__}: {e}")
+        if written != self.path:
+            print(f"note: {self.path} has another schema's header: this row went to {written} "
+                  f"(python -m harness.analyze {directory or '.'} reads both)", file=sys.stderr)
+        return written
+
+    def _fallback(self, row: dict, why: str) -> str:
+        name = f"{os.path.splitext(os.path.basename(self.path))[0]}.unwritten-{row['run_id']}.csv"
+        text = _line(self.columns) + _line([row.get(c) for c in self.columns])
+        for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
+            target = os.path.join(directory, name)
+            try:
+                _write_whole(target, text.encode(), append=False)
+            except OSError:
+                continue
+            self.problem = f"cannot write to {self.path} ({why}); the row went to {target}"
+            print(f"error: {self.problem}", file=sys.stderr)
+            return target
+        self.problem = f"cannot write to {self.path} ({why}) nor to a fallback file; the row is printed here"
+        print(f"error: {self.problem}\n{text}", file=sys.stderr)
+        return "stderr"

@@ -1,0 +1,90 @@
+"""Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, reported as an interruption even when a C
+extension swallowed the ``KeyboardInterrupt`` or turned it into another error (:func:`as_interrupt`)."""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
+_RECEIVED: list[str] = []  # names of the signals received by this process, in order
+_HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
+_OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
+REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
+POLL_S = 0.02
+
+
+def _torch_importing() -> bool:
+    """Whether a torch module is being imported (a ``KeyboardInterrupt`` raised then aborts the process)."""
+    return any(getattr(getattr(m, "__spec__", None), "_initializing", False)
+               for name, m in list(sys.modules.items()) if name == "torch" or name.startswith("torch."))
+
+
+def _interrupt(signum, frame):
+    _RECEIVED.append(signal.Signals(signum).name)
+    first = len(_RECEIVED) == 1
+    if first:
+        _OWED.set()
+    # not a second Ctrl-C while the first one's stop runs (bounded by timeouts): it would break it
+    raise_now = _OWED.is_set() and not _torch_importing()
+    if raise_now:
+        _OWED.clear()
+    if first:  # after the clear: the thread asks again only for what is still owed
+        threading.Thread(target=_redeliver, args=(signum,), name="interrupt-redelivery", daemon=True).start()
+    if raise_now:
+        raise KeyboardInterrupt(_RECEIVED[0])
+
+
+def _redeliver(signum: int) -> None:
+    """Raise the owed interruption in the main thread until the harness has taken it in hand: once torch's
+    import is over, and again every ``REDELIVER_S`` (C code that clears Python errors can swallow it)."""
+    due = time.monotonic() + REDELIVER_S
+    while not _HANDLED.wait(POLL_S):
+        if time.monotonic() >= due:
+            _OWED.set()
+            due = time.monotonic() + REDELIVER_S
+        if _OWED.is_set() and not _torch_importing():
+            _thread.interrupt_main(signum)  # asked until the handler raises: it defers while torch imports
+
+
+def interrupted_line() -> str:
+    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal."""
+    return f"error: interrupted ({_RECEIVED[0]})" if _RECEIVED else "error: interrupted"
+
+
+def install() -> None:
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; re-arms an ignored SIGINT)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+
+def as_interrupt(e: BaseException) -> BaseException:
+    """``e``, or a ``KeyboardInterrupt`` naming the first signal when one arrived before ``e`` was handled. Not
+    a worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
+    if not _RECEIVED:
+        return e
+    _HANDLED.set()
+    if isinstance(e, KeyboardInterrupt) or (from_torchrun_agent() and type(e).__name__ == "WorkerError"):
+        return e
+    return KeyboardInterrupt(_RECEIVED[0])
+
+
+def from_torchrun_agent() -> bool:
+    """Whether the first stop signal was a SIGTERM under torchrun (its agent's, sent when a rank dies)."""
+    return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def exit_interrupted() -> None:
+    """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none) after
+    the atexit handlers (``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import would end with -2)."""
+    _HANDLED.set()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value))

@@ -1,0 +1,139 @@
+"""A worker process (ranks 1..tp-1), for both launchers: join the run (store, lifeline, under torchrun the node
+probe and its control-plane end), then run a body, which runs rank 0's commands in ``command_loop``."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import multiprocessing as mp
+import pickle
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+from torch.distributed import TCPStore
+
+from backends import EXIT, PeerGone, WorkerEndpoint
+from backends.segments import remove_segments_of
+from common import ConfigError
+
+from .launch import Launch, probe_nodes, torchrun_store, wait_get
+from .lifeline import Lifeline, watch_parent
+
+REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
+REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
+
+
+@dataclass(frozen=True)
+class WorkerBoot:
+    """What a worker needs to join; the ports (on loopback) only when spawned. Start-up timeout in s."""
+
+    rank: int
+    world_size: int
+    store_port: int
+    lifeline_port: int
+    startup_timeout_s: float
+
+
+@dataclass
+class Joined:
+    """What a worker's body gets once it has joined the run (its endpoint open; rank 0's node is 0)."""
+
+    rank: int
+    store: object
+    endpoint: WorkerEndpoint
+    lifeline: Lifeline
+    node_of: list[int]
+
+
+def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
+    """Join the run (``boot``; ``endpoint`` when spawned, else through the store of ``launch``), then run
+    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1 when
+    anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused the run."""
+    spawned = launch is None
+    if spawned:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
+        watch_parent(on_death=_remove_dead_drivers_segments)
+    rank, timeout_s = boot.rank, boot.startup_timeout_s
+    lifeline, code = None, 1
+    try:
+        if spawned:
+            store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
+                             timeout=timedelta(seconds=timeout_s))
+            lifeline = Lifeline("127.0.0.1", boot.lifeline_port, rank, timeout_s)
+        else:
+            store = torchrun_store(launch, timeout_s)
+            host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
+            lifeline = Lifeline(host, int(port), rank, timeout_s)
+        lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
+        node_of = [0] * boot.world_size
+        if not spawned:
+            node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
+            try:
+                endpoint = pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, lambda: _refused(store))[0])
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                code = REFUSED  # the goodbye on the lifeline carries the code the process exits with
+                return code
+        parent = mp.parent_process()
+
+        def driver_alive() -> None:
+            if parent is not None and not parent.is_alive():
+                raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
+
+        endpoint.liveness_check = driver_alive
+        endpoint.open(store)
+        try:
+            code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
+        finally:
+            endpoint.close()
+    except PeerGone:
+        code = 1
+    except BaseException:
+        code = 1
+        if lifeline is not None:
+            with contextlib.suppress(OSError):
+                lifeline.send("error", traceback.format_exc())
+        else:
+            traceback.print_exc()
+    finally:
+        if lifeline is not None:
+            lifeline.close(code)
+    if spawned:
+        sys.exit(code)
+    return code
+
+
+def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
+    """Rank 0's commands until EXIT (returns 0). ``REPORT`` sends rank 0 this worker's control-plane samples
+    since the last (not its own) and ``report()``'s entries; any other goes to ``handle(method, args)``."""
+    while True:
+        method, args = endpoint.recv()
+        if method == EXIT:
+            return 0
+        if method == REPORT:
+            lifeline.send("stats", {**endpoint.take_recv_stats().drop_last().as_dict(), **report()})
+        else:
+            handle(method, args)
+
+
+def _remove_dead_drivers_segments() -> None:
+    """Unlink a dead rank 0's segments and semaphores (no resource tracker does); nothing while it lives."""
+    parent = mp.parent_process()
+    if parent is not None and not parent.is_alive():
+        remove_segments_of(parent.pid)
+
+
+def _refused(store) -> None:
+    """(torchrun) Raises ConfigError, with rank 0's line, when rank 0 refused the run."""
+    if store.check(["abort"]):
+        raise ConfigError(store.get("abort").decode())
+
+
+def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:
+    """A rank other than 0 started by torchrun: ``worker_entry`` through the store; returns the exit code."""
+    boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s)
+    return worker_entry(boot, None, body, body_args, launch)
