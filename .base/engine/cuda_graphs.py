@@ -14,7 +14,7 @@ import torch
 from .layers.attention import AttentionMetadata
 from .layers.decode_splits import num_splits, split_counts
 from .step_batch import StepBatch
-from .step_inputs import StepInputs, resolve_placeholders, slot_mapping, token_layout
+from .step_inputs import StepInputs, longest_first, resolve_placeholders, slot_mapping, token_layout
 
 MAX_PREFILL_TOKENS = 2048  # new tokens in a graphed prefill
 MAX_PREFILL_SEQS = 16  # sequences in a graphed prefill
@@ -36,7 +36,8 @@ def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, bs: int, bloc
     h["slot_mapping"][n:bs] = trash_block * block_size
     h["context_lens"][n:bs] = 1
     h["block_tables"][n:bs, 0] = trash_block
-    names = ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables"]
+    h["decode_order"][:bs] = longest_first(h["context_lens"][:bs])
+    names = ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "decode_order"]
     if batch.temperatures is None and greedy:
         return names, True
     h["temperatures"][:bs] = 0
@@ -80,6 +81,7 @@ class DecodeGraphs:
         fields = {"input_ids": ((n,), torch.int64, 0), "positions": ((n,), torch.int64, 0),
                   "slot_mapping": ((n,), torch.int64, trash_block * block_size), "context_lens": ((n,), torch.int32, 1),
                   "block_tables": ((n, max_blocks), torch.int32, trash_block),
+                  "decode_order": ((n,), torch.int32, 0),
                   "temperatures": ((n,), torch.float32, 0), "seed": ((1,), torch.int64, 0)}
         # input_ids holds the raw ids: a placeholder -(r + 1) is looked up in ``tokens`` inside the graph.
         self.inputs = StagedInputs(fields, device)
@@ -111,7 +113,8 @@ class DecodeGraphs:
         st = self.static
         attn = AttentionMetadata(slot_mapping=st["slot_mapping"][:bs], block_tables=st["block_tables"][:bs],
                                  q_pad_index=None, mask=None, num_seqs=bs, max_q_len=1, max_k_len=0,
-                                 context_lens=st["context_lens"][:bs], num_splits=splits)
+                                 context_lens=st["context_lens"][:bs], num_splits=splits,
+                                 decode_order=st["decode_order"][:bs])
         return StepInputs(input_ids=st["input_ids"][:bs], positions=st["positions"][:bs], logits_index=None, attn=attn)
 
     def can_run(self, num_seqs: int) -> bool:

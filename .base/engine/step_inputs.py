@@ -69,16 +69,23 @@ def build_step_inputs(batch: StepBatch, block_size: int, device: torch.device) -
                       logits_index=_tensor(ends - 1, device), attn=attn)
 
 
+def longest_first(context_lens: np.ndarray) -> np.ndarray:
+    """``[B]`` -> the sequences' indices ``[B]``, longest context first (ties in batch order): the order the decode
+    kernel starts their programs in, so that its last wave holds the shortest (longest-processing-time first)."""
+    return np.argsort(-context_lens.astype(np.int64), kind="stable")
+
+
 def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device) -> StepInputs:
     """Decode inputs for the Triton paged-attention path (CUDA): one new token per sequence, ``context_lens``
-    ``[B]`` int32 and ``block_tables`` ``[B, widest table]`` int32; no mask, no query padding."""
+    ``[B]`` int32, ``block_tables`` ``[B, widest table]`` int32 and ``decode_order``; no mask, no query padding."""
     n = batch.num_seqs
     positions = batch.num_tokens.astype(np.int64) - 1
     tables = batch.block_tables()
     slots = slot_mapping(tables, np.arange(n), positions, block_size)
     attn = AttentionMetadata(slot_mapping=_tensor(slots, device), block_tables=_tensor(tables, device, torch.int32),
                              context_lens=_tensor(batch.num_tokens, device, torch.int32), q_pad_index=None,
-                             mask=None, num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()))
+                             mask=None, num_seqs=n, max_q_len=1, max_k_len=int(batch.num_tokens.max()),
+                             decode_order=_tensor(longest_first(batch.num_tokens), device, torch.int32))
     return StepInputs(input_ids=_tensor(batch.token_ids, device), positions=_tensor(positions, device),
                       logits_index=torch.arange(n, device=device), attn=attn)
 

@@ -32,6 +32,7 @@ class AttentionMetadata:
     max_k_len: int  # Lk_max
     context_lens: torch.Tensor | None = None  # [B] int32: set for CUDA decode (the Triton kernel's path)
     num_splits: int | None = None  # CUDA decode: programs per (sequence, KV head) (decode_splits)
+    decode_order: torch.Tensor | None = None  # [B] int32, CUDA decode: the sequences, longest context first
     prefill_spans: list[tuple[int, int]] | None = None  # CUDA prefill without cached prefix: [start, end) of each
     cu_seqlens: torch.Tensor | None = None  # the same as [B + 1] int32 offsets, for the varlen flash kernel
 
@@ -54,7 +55,7 @@ class Attention(nn.Module):
 
             return paged_decode_attention(q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, meta.block_tables,
                                           meta.context_lens, self.scale, num_splits=meta.num_splits or 1,
-                                          qk_norm=qk_norm)
+                                          qk_norm=qk_norm, order=meta.decode_order)
         self.k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)  # store the new K/V
         self.v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
         if meta.prefill_spans is not None:

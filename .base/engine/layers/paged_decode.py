@@ -110,14 +110,16 @@ def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scal
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
-                         context_lens_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
+                         context_lens_ptr, order_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
                          scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                         QK_NORM: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
+                         QK_NORM: tl.constexpr, ORDER: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
+    kv_head = tl.program_id(0)  # fastest: a sequence's heads start together, in ``order``
+    seq = tl.program_id(1)
+    if ORDER:
+        seq = tl.load(order_ptr + seq)
     split = tl.program_id(2)
     num_cached = tl.load(context_lens_ptr + seq) - 1
     chunk = tl.cdiv(tl.cdiv(num_cached, NUM_SPLITS), BLOCK_N) * BLOCK_N  # a multiple of BLOCK_N: block-aligned
@@ -162,7 +164,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
         has = denom > 0
         out = tl.where(has[:, None], acc / tl.where(has, denom, 1.0)[:, None], 0.0)
         lse = tl.where(has, m + tl.log(tl.where(has, denom, 1.0)), float("-inf"))
-        at = (seq * (GROUP * tl.num_programs(1)) + q_heads) * NUM_SPLITS + split
+        at = (seq * (GROUP * tl.num_programs(0)) + q_heads) * NUM_SPLITS + split
         tl.store(part_ptr + at[:, None] * HEAD_DIM + dims[None, :], out, mask=row_ok[:, None])
         tl.store(lse_ptr + at, lse, mask=row_ok)
 
@@ -189,13 +191,16 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_S
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
-                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None) -> torch.Tensor:
+                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None,
+                           order: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. ``block_n`` (tokens per iteration, at most
-    the block size), ``num_warps``, ``num_stages``: the H200's fastest (results/h200/NOTES.md)."""
+    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
+    order their programs start (longest context first: the last wave's programs are the short ones).
+    ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's
+    fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
@@ -204,12 +209,14 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
-    _paged_decode_kernel[(B, Hkv, num_splits)](
-        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens, out, part, lse, qw, kw, cos,
+    _paged_decode_kernel[(Hkv, B, num_splits)](
+        q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens,
+        order if order is not None else context_lens, out, part, lse, qw, kw, cos,
         sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
+        ORDER=order is not None,
         PRELOAD=B * Hkv * num_splits <= decode_splits.PROGRAMS_PER_SM * decode_splits.sm_count(q.device),
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
