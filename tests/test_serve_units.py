@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -178,3 +179,20 @@ def test_max_concurrency_holds_requests_on_the_client_side_as_vllm_does():
     assert any(r["sent_s"] > r["arrival_s"] + 1e-4 for r in records)  # some waited for a slot
     row = serve_metrics(records, work, start, last)
     assert row["achieved_rate_req_s"] < 400.0 and row["num_requests"] == 12
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_warm_up_takes_the_workloads_first_prompts_on_cuda(device):
+    """On CUDA the untimed warm-up also runs the first WARM_PROMPTS prompts at their own temperature, 2 tokens
+    each (a large prefill's first call is not timed); on CPU only the short greedy request."""
+    from harness.app import WARM_PROMPTS, warm_up
+
+    calls = []
+    llm = SimpleNamespace(generate=lambda prompts, params: calls.append((prompts, params)))
+    work = build_workload({**SERVE, "num_prompts": 40, "temperature": 0.6}, "cpu", 0, 100)
+    warm_up(llm, work, device)
+    assert calls[0][0] == [work.prompts[0][:64]] and calls[0][1].temperature == 0
+    assert len(calls) == (2 if device == "cuda" else 1)
+    if device == "cuda":
+        assert calls[1][0] == work.prompts[:WARM_PROMPTS]
+        assert {(p.max_tokens, p.temperature) for p in calls[1][1]} == {(2, 0.6)}
