@@ -3,11 +3,9 @@ transformers' model), run the workload ``repeat`` times, append one CSV row per 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
-import uuid
 from dataclasses import replace
 from typing import TextIO
 
@@ -26,7 +24,7 @@ from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
 from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
-from .results_csv import run_path
+from .results_csv import new_run_id, open_run_file
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import write_step_log
 from .workloads import Workload, check_idle_gaps, serve_columns, serve_pass
@@ -66,7 +64,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.start_replay()
-    with open(requests, "w") if requests else contextlib.nullcontext() as log, sampler:
+    with open_run_file(requests) as log, sampler:
         row, steps = measured_pass(llm, work, progress, plan, log)
     if replay:
         llm.finish_replay()
@@ -119,16 +117,16 @@ def run_job(cfg: DictConfig) -> int:
 
 
 def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
-    """One timed run of a job: its row appended to ``results`` and printed with its files."""
+    """One timed run of a job (``row0["run_id"]`` names its files): its row appended to ``results`` and printed
+    with its files."""
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
-    run_id = uuid.uuid4().hex[:12]
-    directory = os.path.dirname(results.path)
-    steps = run_path(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
+    run_id, directory = row0["run_id"], os.path.dirname(results.path)
+    steps = os.path.join(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
     saves = cfg.save_requests and work.arrivals is not None
-    requests = run_path(directory, "requests", f"{run_id}.jsonl") if saves else None
-    trace = run_path(directory, "traces", run_id) if cfg.profile != "none" else None
+    requests = os.path.join(directory, "requests", f"{run_id}.jsonl") if saves else None
+    trace = os.path.join(directory, "traces", run_id) if cfg.profile != "none" else None
     metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
-    row = {**row0, "run_id": run_id, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
+    row = {**row0, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
     written = results.add(row)
     files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
     if requests:
@@ -174,7 +172,8 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
             warm_up(llm, work, device)
         gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
         for repeat in range(cfg.repeat):
-            run_repeat(cfg, llm, work, results, {**row0, "repeat": repeat}, gpus)
+            row0.update(repeat=repeat, run_id=new_run_id())  # a failed run's row keeps it: one id for its files
+            run_repeat(cfg, llm, work, results, dict(row0), gpus)
         ok = True
         return 1 if results.problem else 0
     except BaseException as e:

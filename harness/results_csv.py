@@ -114,10 +114,34 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> str | None
         return None
 
 
-def run_path(directory: str, folder: str, name: str) -> str:
-    """``<directory>/<folder>/<name>``, its folder created."""
-    os.makedirs(os.path.join(directory, folder), exist_ok=True)
-    return os.path.join(directory, folder, name)
+def new_run_id() -> str:
+    """A run's id, given at its start: its row, run file, requests, step log and traces are named by it."""
+    return uuid.uuid4().hex[:12]
+
+
+def remove_empty(path: str) -> None:
+    """Remove ``path`` if it is an empty file, then its folder if empty: a failed run leaves nothing empty."""
+    with contextlib.suppress(OSError):
+        if not os.path.getsize(path):
+            os.remove(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
+
+
+@contextlib.contextmanager
+def open_run_file(path: str | None):
+    """``path`` opened to write, its folder created (None: no file, yields None); if the block raises, an empty
+    file is removed (``remove_empty``)."""
+    if path is None:
+        yield None
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path, "w", newline="") as f:
+            yield f
+    except BaseException:
+        remove_empty(path)
+        raise
 
 
 class Results:
@@ -132,7 +156,7 @@ class Results:
     def add(self, row: dict) -> str:
         """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
         row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "run_id": row.get("run_id") or uuid.uuid4().hex[:12]}
+               "run_id": row.get("run_id") or new_run_id()}
         directory = os.path.dirname(self.path)
         self.run_file = write_run_json(directory, row, self.config) if self.config is not None else None
         if self.config is not None and self.run_file is None:

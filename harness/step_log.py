@@ -15,16 +15,18 @@ import sys
 
 import numpy as np
 
+from .results_csv import open_run_file
+
 
 def write_step_log(path: str, steps, stats: dict) -> None:
-    """Write ``path`` (its folder exists) from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
+    """Write ``path`` (its folder created) from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
     recv = stats.get("recv") or {}
     ranks = sorted(recv)
 
     def us(values, i):
         return f"{values[i] / 1e3:.1f}" if values is not None and i < len(values) else ""
 
-    with open(path, "w", newline="") as f:
+    with open_run_file(path) as f:
         out = csv.writer(f)
         out.writerow(["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us",
                       "r0_launch_us"] + [f"r{r}_{k}" for r in ranks for k in ("oneway_us", "launch_us")])

@@ -138,7 +138,8 @@ def requests_written(tmp_path, at_least: int) -> bool:
 def check_kept(tmp_path, proc, says: str) -> None:
     df = pd.read_csv(tmp_path / "runs.csv")
     assert len(df) == 1 and df.status.iloc[0] == "failed" and says in df.error.iloc[0], df.error.iloc[0]
-    (jsonl,) = glob.glob(str(tmp_path / "requests" / "*.jsonl"))
+    (jsonl,) = glob.glob(str(tmp_path / "requests" / "*.jsonl"))  # named as the failed row (the trial: another id)
+    assert jsonl == str(tmp_path / "requests" / f"{df.run_id.iloc[0]}.jsonl"), (jsonl, df.run_id.iloc[0])
     with open(jsonl) as f:
         text = f.read()
     assert text.endswith("\n") and len([json.loads(line) for line in text.splitlines()]) >= 3  # whole lines

@@ -218,3 +218,34 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
     assert (app.run_engine_job(cfg, None) if engine == "tp" else app.run_hf_job(cfg)) == 130
     row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
     assert row.status == "failed" and "interrupt" in row.error.lower()
+
+
+@pytest.mark.parametrize("control", ["shm", "ideal"])
+def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, model_cache, monkeypatch):
+    """The new-user trial (session 22): a serve run stopped mid-run wrote its row and run file as 434449d597df but
+    its finished requests to requests/338db5ae1537.jsonl. One id now, from the run's start; and a stop in ideal's
+    recording pass (no request logged yet) left an empty requests/ folder: nothing empty is left."""
+    import json
+
+    import pandas as pd
+
+    from harness import app
+    from harness.preflight import hydra_compose
+
+    def stopped(llm, work, progress, plan=None, log=None):
+        if log is not None:  # the timed pass: one request finished
+            log.write(json.dumps({"request_id": 0}) + "\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "serve_pass", stopped)
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=serve", f"control={control}",
+                       "save_requests=true", "step_log=true", "profile=torch", "progress=false",
+                       f"results_dir={tmp_path}"])
+    assert app.run_engine_job(cfg, None) == 130
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert row.status == "failed" and json.loads((tmp_path / "runs" / f"{row.run_id}.json").read_text())
+    kept = [f"{row.run_id}.jsonl"] if control == "shm" else []  # ideal stopped in its recording pass
+    assert set(os.listdir(tmp_path)) - {"runs.csv.lock"} == {"runs", "runs.csv"} | ({"requests"} if kept else set())
+    assert (os.listdir(tmp_path / "requests") if kept else []) == kept  # no steps/ or traces/ of a failed run

@@ -8,7 +8,6 @@ import pytest
 from helpers import harness
 
 from engine.step_batch import StepRecord
-from harness.results_csv import run_path
 from harness.step_log import main, summarize, write_step_log
 
 
@@ -19,7 +18,7 @@ def test_the_summary_splits_the_launch_lag_into_its_three_parts(tmp_path, capsys
         [StepRecord(False, 4, 4, 0.002, 5_000, 300, 30_000) for _ in range(3)]
     recv = {1: {"ns": [1, 20_000, 20_000, 20_000], "launch_ns": [9, 100_000, 100_000, 100_000]},
             2: {"ns": [1, 10_000, 10_000, 10_000], "launch_ns": [9, 40_000, 40_000, 40_000]}}
-    path = run_path(str(tmp_path), "steps", "abc.csv")
+    path = str(tmp_path / "steps" / "abc.csv")  # write_step_log makes its folder
     write_step_log(path, steps, {"recv": recv})
     df = pd.read_csv(path)
     assert list(df.columns) == ["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes",
