@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from .signals import as_interrupt, exit_interrupted, interrupted_line
+from .signals import _RECEIVED, as_interrupt, exit_interrupted, interrupted_line
 from .signals import install as install_signal_handlers
 
 if __name__ == "__main__":
@@ -43,9 +43,14 @@ def main(cfg: DictConfig) -> None:
         code = 130
     EXIT_CODES.append(code)
     if code:
-        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {code}): {' '.join(task_overrides())}")
+        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {shell_code(code)}): {' '.join(task_overrides())}")
     if code == 130:
         sys.exit(130)
+
+
+def shell_code(code: int) -> int:
+    """``code`` as the shell sees it: an interruption (130 here) exits 128 + the first stop signal's number."""
+    return 128 + signal.Signals[_RECEIVED[0]].value if code == 130 and _RECEIVED else code
 
 
 def release_engine() -> None:

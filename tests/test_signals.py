@@ -198,6 +198,23 @@ def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback
     assert entry.EXIT_CODES == [0, 130] and capsys.readouterr().err.startswith("error: interrupted")
 
 
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_sweeps_not_ok_line_gives_the_exit_code_the_shell_sees(sig, code, installed, monkeypatch):
+    """The new-user trial (session 22): SIGTERM mid-sweep exited 143 but the summary said ``not ok: job 1
+    (exit 130)``; SIGHUP the same."""
+    import harness.__main__ as entry
+    from harness import app
+
+    monkeypatch.setattr(app, "run_job", lambda cfg: 130)  # the job's row written, interrupted
+    monkeypatch.setattr(entry, "EXIT_CODES", [0])
+    monkeypatch.setattr(entry, "FAILED_JOBS", [])
+    signals._RECEIVED.append(sig)
+    with pytest.raises(SystemExit):
+        entry.main.__wrapped__(None)
+    (line,) = entry.FAILED_JOBS
+    assert line == f"job 1 (exit {code}): "
+
+
 @pytest.mark.parametrize("engine", ["tp", "hf"])
 def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, model_cache, monkeypatch):
     """The new-user trial (session 21): a Ctrl-C in the second job of a sweep, while it drew its workload, left
