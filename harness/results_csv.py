@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import uuid
 
 from filelock import FileLock, Timeout
@@ -97,21 +98,20 @@ def _plain(v):
     return v
 
 
-def write_run_json(directory: str, row: dict, config: dict | None) -> str | None:
+def write_run_json(directory: str, row: dict, config: dict | None) -> tuple[str | None, str | None]:
     """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value).
-    Returns its path, or None after one line on stderr when it cannot be written (the CSV row is the record)."""
+    Returns (its path, None), or (None, why) when it cannot be written, leaving nothing (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
     data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
             "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(data, f, indent=1, default=str)
+        _write_whole(path + ".tmp", json.dumps(data, indent=1, default=str).encode(), append=False)
         os.replace(path + ".tmp", path)
-        return path
+        return path, None
     except OSError as e:
-        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
-        return None
+        remove_empty(path + ".tmp")  # gone already (_write_whole): its folder, if this made it
+        return None, f"cannot write {path}: {e.strerror or e}"
 
 
 def new_run_id() -> str:
@@ -145,8 +145,8 @@ def open_run_file(path: str | None):
 
 
 class Results:
-    """Where a job's rows go: ``path``; failing that ``<stem>.unwritten-<run_id>.csv`` beside it, else in the working
-    directory, else stderr, the why kept in ``problem``. With ``config``, each row also goes to its run JSON."""
+    """Where a job's rows go: ``path``; failing that ``<stem>.unwritten-<run_id>.csv`` beside it, else in the system's
+    temp directory, else stderr, the why kept in ``problem``. With ``config``, each row also goes to its run JSON."""
 
     def __init__(self, path: str, columns: list[str], schema_version: int, config: dict | None = None):
         self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config
@@ -158,13 +158,15 @@ class Results:
         row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "run_id": row.get("run_id") or new_run_id()}
         directory = os.path.dirname(self.path)
-        self.run_file = write_run_json(directory, row, self.config) if self.config is not None else None
-        if self.config is not None and self.run_file is None:
+        self.run_file, lost = write_run_json(directory, row, self.config) if self.config is not None else (None, None)
+        if lost:
             self.problem = f"the run file of row {row['run_id']} could not be written"
         try:
             written = append_row(self.path, self.columns, row, self.schema_version)
         except (OSError, TimeoutError) as e:
-            return self._fallback(row, f"{type(e).__name__}: {e}")
+            return self._fallback(row, f"{type(e).__name__}: {e}" + (f"; {lost}" if lost else ""))
+        if lost:
+            print(f"error: {lost}", file=sys.stderr)
         if written != self.path:
             print(f"note: {self.path} has another schema's header: this row went to {written} "
                   f"(python -m harness.analyze {directory or '.'} reads both)", file=sys.stderr)
@@ -173,7 +175,7 @@ class Results:
     def _fallback(self, row: dict, why: str) -> str:
         name = f"{os.path.splitext(os.path.basename(self.path))[0]}.unwritten-{row['run_id']}.csv"
         text = _line(self.columns) + _line([row.get(c) for c in self.columns])
-        for directory in (os.path.dirname(os.path.abspath(self.path)), os.getcwd()):
+        for directory in (os.path.dirname(os.path.abspath(self.path)), tempfile.gettempdir()):
             target = os.path.join(directory, name)
             try:
                 _write_whole(target, text.encode(), append=False)

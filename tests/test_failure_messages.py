@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -72,14 +73,22 @@ def files(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".lock"))
 
 
+def temp_dir(tmp_path, monkeypatch):
+    """``tmp_path/tmp`` made the system's temp directory (the last fallback); the working directory becomes
+    ``tmp_path/cwd``, which a failure must leave empty (the trial: a fallback there showed in ``git status``)."""
+    for name in ("tmp", "cwd"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.chdir(tmp_path / "cwd")
+    return tmp_path / "tmp"
+
+
 @pytest.mark.parametrize("room, fsync_error", [(40, False), (1 << 20, True)], ids=["enospc-mid-write", "eio-at-fsync"])
 def test_a_full_disk_leaves_the_results_file_as_it_was(tmp_path, monkeypatch, capsys, room, fsync_error):
     """The append fails part way (or at fsync): runs.csv is byte for byte as before, the fallback beside it
-    (the same full disk) leaves no stub, the row goes to the working directory, and ``problem`` says why."""
+    (the same full disk) leaves no stub, the row goes to the temp directory, and ``problem`` says why."""
     results, before = results_with_rows(tmp_path / "results")
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
+    elsewhere = temp_dir(tmp_path, monkeypatch)
     capsys.readouterr()
     FullDisk(monkeypatch, {tmp_path / "results": room}, fsync_error=fsync_error)
     went = results.add({"run_id": "r2", "status": "ok", "x": 2, "note": "y" * 200})
@@ -94,12 +103,10 @@ def test_a_full_disk_leaves_the_results_file_as_it_was(tmp_path, monkeypatch, ca
 
 
 def test_a_full_disk_everywhere_prints_the_row_and_leaves_no_stub(tmp_path, monkeypatch, capsys):
-    """Every place is full, the working directory with room for part of the fallback: no partial stub
+    """Every place is full, the temp directory with room for part of the fallback: no partial stub
     anywhere, the results file unchanged, the row printed after the one error line."""
     results, before = results_with_rows(tmp_path / "results")
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
+    elsewhere = temp_dir(tmp_path, monkeypatch)
     capsys.readouterr()
     FullDisk(monkeypatch, {tmp_path / "results": 0, elsewhere: 30})
     assert results.add({"schema_version": 1, "run_id": "r3", "status": "ok", "x": 3}) == "stderr"
@@ -113,13 +120,39 @@ def test_a_full_disk_everywhere_prints_the_row_and_leaves_no_stub(tmp_path, monk
 def test_a_new_results_file_that_cannot_be_written_is_not_left_empty(tmp_path, monkeypatch):
     """No results file yet and no room: none is left behind (not an empty or header-only one)."""
     (tmp_path / "results").mkdir()
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
+    elsewhere = temp_dir(tmp_path, monkeypatch)
     FullDisk(monkeypatch, {tmp_path / "results": 10})
     results = Results(str(tmp_path / "results" / "runs.csv"), COLUMNS, 1)
     assert results.add({"run_id": "r4", "status": "ok"}) == str(elsewhere / "runs.unwritten-r4.csv")
     assert files(tmp_path / "results") == []
+
+
+def test_a_full_disk_says_so_in_one_line_and_leaves_no_run_file_stub(tmp_path, monkeypatch, capsys):
+    """The new-user trial (session 22), results_dir on a full tmpfs: two stderr lines (the run file's, the
+    row's), the fallback in the working directory, an empty runs/<id>.json.tmp left. One line now, naming
+    both; the row in the temp directory; nothing under the results directory but what was there."""
+    results, before = results_with_rows(tmp_path / "results")
+    results.config = {"k": 1}  # a harness job's Results: each row also writes runs/<run_id>.json
+    elsewhere = temp_dir(tmp_path, monkeypatch)
+    capsys.readouterr()
+    FullDisk(monkeypatch, {tmp_path / "results": 0})
+    assert results.add({"run_id": "r6", "status": "ok", "x": 6}) == str(elsewhere / "runs.unwritten-r6.csv")
+    assert (tmp_path / "results" / "runs.csv").read_bytes() == before and results.run_file is None
+    assert files(tmp_path / "results") == ["runs.csv"] and files(tmp_path / "cwd") == []  # no runs/ nor .tmp
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"error: {results.problem}" and "the row went to " + str(elsewhere) in line
+    assert f"cannot write {tmp_path / 'results' / 'runs' / 'r6.json'}: No space left on device" in line
+
+
+def test_a_run_file_that_cannot_be_written_says_so_in_one_line(tmp_path, capsys):
+    """The row lands, its run file cannot (``runs`` is a file here): one line, exit 1's ``problem``."""
+    results, _ = results_with_rows(tmp_path)
+    results.config = {"k": 1}
+    (tmp_path / "runs").write_text("")
+    capsys.readouterr()
+    assert results.add({"run_id": "r7", "status": "ok"}) == str(tmp_path / "runs.csv") and results.run_file is None
+    assert capsys.readouterr().err == f"error: cannot write {tmp_path / 'runs' / 'r7.json'}: File exists\n"
+    assert results.problem == "the run file of row r7 could not be written"
 
 
 def test_a_file_size_limit_cuts_the_partial_row_back(tmp_path):
