@@ -32,7 +32,7 @@ class InputError(ValueError):
 
 def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
     """(file, named) per CSV file named (named=True) and ``*.csv`` at the top of a directory named, diverted rows'
-    too. Raises InputError: a path that does not exist, a directory without CSV files."""
+    too, each once. Raises InputError: a path that does not exist, a directory without CSV files."""
     files = []
     for path in paths:
         if os.path.isdir(path):
@@ -52,7 +52,13 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             files.append((path, True))
         else:
             raise InputError(f"{path}: no such file or directory")
-    return files
+    once: dict[str, tuple[str, bool]] = {}  # a file named twice, or named and in a folder named: read once
+    for f, named in files:
+        if (real := os.path.realpath(f)) in once:
+            print(f"note: {f} is given twice (by name or in a folder): read once", file=sys.stderr)
+            f, named = once[real][0], named or once[real][1]
+        once[real] = (f, named)
+    return list(once.values())
 
 
 def _read_one(path: str) -> pd.DataFrame:
@@ -115,7 +121,12 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
     if not frames:
         raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
     print("\n".join(lines), file=getattr(sys, listing))
-    return pd.concat(frames, ignore_index=True)
+    df = pd.concat(frames, ignore_index=True)
+    twice = df.run_id.notna() & df.duplicated("run_id") | df.run_id.isna() & df.duplicated()
+    if twice.any():  # a copy of a file: its rows are not more repeats
+        print(f"note: dropped {int(twice.sum())} row(s) read twice (same run_id, or identical without one: a copy?)",
+              file=sys.stderr)
+    return df[~twice].reset_index(drop=True)
 
 
 def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:

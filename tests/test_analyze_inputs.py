@@ -217,3 +217,16 @@ def test_the_sweep_line_counts_in_the_singular_and_plural(rows, jobs, line, caps
     monkeypatch.setattr("harness.analyze.report", lambda *a, **k: None)  # the line alone, not the tables
     print_sweep_summary(rows, jobs, interrupted=True)
     assert line in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("twice", ["same", "folder", "copy"])
+def test_rows_read_twice_count_once_with_a_note(twice, tmp_path, capsys):
+    # a new-user trial: runs.csv named twice gave n=2 ±0% and turned "one repeat" into firm verdicts
+    rows = [{**r, "run_id": f"r{i}"} for i, r in enumerate(sweep_rows(planes=("ideal", "shm"), tps=(2,), repeats=1))]
+    path = write(rows, tmp_path / "runs.csv")
+    other = write(rows, tmp_path / "copy.csv") if twice == "copy" else {"same": path, "folder": str(tmp_path)}[twice]
+    assert main([other, path] if twice == "folder" else [path, other]) == 0
+    out, err = capsys.readouterr()
+    assert "one repeat" in out and "costs" not in out and "faster" not in out and "±0%" not in out
+    assert ("note: dropped 2 row(s) read twice" in err) == (twice == "copy")
+    assert (f"{path} is given twice (by name or in a folder): read once" in err) == (twice != "copy")
