@@ -13,9 +13,10 @@ import textwrap
 
 import pandas as pd
 
-HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s"]
-LOWER_IS_BETTER = ["ttft_ms_p99", "tpot_ms_p99", "tpot_ms_p50", "itl_ms_p99", "e2el_ms_p99", "decode_step_ms_p50",
-                   "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls"]
+HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s", "goodput_req_s"]
+LOWER_IS_BETTER = ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p50", "itl_ms_p99",
+                   "e2el_ms_p50", "e2el_ms_p99", "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
+                   "ctrl_bytes_mean", "ctrl_calls"]
 MIN_REPEATS = 3
 
 

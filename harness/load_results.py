@@ -13,15 +13,13 @@ import sys
 import numpy as np
 import pandas as pd
 
-from .schema import COLUMNS, RENAMED, normalize_overrides
+from .schema import COLUMNS, LATENCY, RENAMED, normalize_overrides
 
 REQUIRED = ["control", "tp", "status"]
-NUMERIC = ["tp", "output_tok_s", "total_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
-           "decode_step_ms_p50", "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "tpot_ms_p50",
-           "ctrl_bytes_mean", "ctrl_calls", "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50",
-           "ctrl_launch_late_us_mean", "repeat"]
-SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
-                 "ttft_ms_p50", "queue_ms_p99"]
+NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
+           "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls",
+           "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean", "repeat"]
+SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s"]
 # a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
 SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
 

@@ -213,3 +213,15 @@ def test_the_overrides_every_row_shares_are_said_above_the_serve_table(tmp_path,
     out = capsys.readouterr().out
     serve = out[:out.index("exposed")]  # the serve table, before the exposed-cost one
     assert "every row: overrides llm.max_num_seqs=8" in serve and "-- overrides: only every row's" in serve
+
+
+def test_the_gate_compares_goodput_and_ttft_p50_each_the_right_way(tmp_path, capsys):
+    # a new-user trial: "--metrics goodput_req_s ttft_ms_p50" was "not comparable"
+    rows = serve_rows(controls=("shm",), rates=(4.0,), repeats=3, goodput=True)
+    worse = [{**r, "goodput_req_s": r["goodput_req_s"] / 2, "ttft_ms_p50": r["ttft_ms_p50"] * 2} for r in rows]
+    old, new = write(rows, tmp_path / "old.csv"), write(worse, tmp_path / "new.csv")
+    assert main(["--compare", old, new, "--metrics", "goodput_req_s", "ttft_ms_p50"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"WORSE .*goodput_req_s .*\(-50\.0%", out) and re.search(r"WORSE .*ttft_ms_p50 .*\(\+100\.0%", out)
+    assert main(["--compare", new, old, "--metrics", "goodput_req_s", "ttft_ms_p50"]) == 0
+    assert capsys.readouterr().out.count("better") == 2
