@@ -2,8 +2,8 @@
 
     python -m harness.analyze results/runs.csv                       # the tables, at most 120 columns wide
     python -m harness.analyze results/cpu/                           # every CSV there, diverted rows included
-    python -m harness.analyze runs.csv --format markdown             # every metric: median [min-max] (ratio)
-    python -m harness.analyze runs.csv --format csv > summary.csv    # every number, for a spreadsheet
+    python -m harness.analyze runs.csv --format markdown             # more metrics: median [min-max] (ratio)
+    python -m harness.analyze runs.csv --format csv > summary.csv    # those numbers, for a spreadsheet
     python -m harness.analyze runs.csv --group tp control payload    # any grouping columns
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
@@ -205,8 +205,9 @@ def parser() -> OneLineParser:
     p.add_argument("--baseline", help="control the ratios are relative to (default: ideal where the rows have "
                                       "it, else shm, else the first plane); the table's header names it")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default): tables of at most 120 "
-                   "columns, the main metrics; markdown: every metric and key, median [min-max] (ratio); csv: "
-                   "every number of both tables, one CSV (a table column: summary, serve or exposed)")
+                   "columns, the main metrics; markdown: every key and more metrics (mean, p50, p99 of TTFT, TPOT, "
+                   "ITL, E2EL...), median [min-max] (ratio); csv: every number of both tables, one CSV (a table "
+                   "column: summary, serve or exposed)")
     p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal "
                                                   "first, the raw metrics, broadcast and serve sweeps beside "
                                                   "it (OUT_raw.png, ...; one line says where each went)")

@@ -12,7 +12,8 @@ from .text_tables import fitting_sections, header_lines, key_cells, left_out_not
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
                "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"]
-FULL_METRICS = KEY_METRICS + ["total_tok_s", "decode_step_ms_p99", "ctrl_bytes_mean", "ctrl_calls"]
+FULL_METRICS = KEY_METRICS + ["total_tok_s", "decode_step_ms_p99", "ctrl_bytes_mean", "ctrl_calls"] + [
+    "ttft_ms_mean", "ttft_ms_p50", "tpot_ms_mean", "itl_ms_mean", "itl_ms_p50", "e2el_ms_mean", "e2el_ms_p50"]
 COMPACT = [("output_tok_s", "tok/s"), ("tpot_ms_p50", "TPOT p50 ms"), ("decode_step_ms_p50", "step p50 ms"),
            ("ctrl_oneway_us_p50", "1-way p50 us"), ("ctrl_oneway_us_p99", "1-way p99 us")]
 # workload=serve rows' table: (column, header); good/s where an SLO was set, else done/s (completed)
@@ -122,7 +123,7 @@ def print_table(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | 
 def csv_rows(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataFrame:
     """One ``kind`` of rows' ``summary()`` for ``--format csv``, with ``table``, ``n``, ``failed``, ``baseline``."""
     table = summary(rows, keys, baseline, SERVE_FULL_METRICS if kind == "serve" else FULL_METRICS)
-    out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"})
+    out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"}).copy()  # one block
     out[keys] = out[keys].replace("-", "")
     out.insert(0, "table", "serve" if kind == "serve" else "summary")
     out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")

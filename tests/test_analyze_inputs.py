@@ -34,7 +34,10 @@ def sweep_rows(planes=PLANES, tps=(2, 4), repeats=3) -> list[dict]:
                              "ctrl_oneway_us_p50": None if ideal else 45.0 * (i + 1) + repeat,
                              "ctrl_oneway_us_p99": None if ideal else 1234.5 * (i + 1),
                              "ctrl_send_us_p50": None if ideal else 12.0, "ctrl_launch_late_us_mean": 30.0 - repeat,
-                             "ctrl_launch_lag_us_mean": -3.0 + repeat, "ctrl_launch_lag_us_p50": -1.5})
+                             "ctrl_launch_lag_us_mean": -3.0 + repeat, "ctrl_launch_lag_us_p50": -1.5,
+                             "ttft_ms_mean": 10.0, "ttft_ms_p50": 9.0, "tpot_ms_mean": step, "itl_ms_mean": step,
+                             "itl_ms_p50": step, "e2el_ms_mean": 200.0 * step, "e2el_ms_p50": 200.0 * step,
+                             "ttft_ms_p90": 11.0, "ttft_ms_std": 1.0})
     return rows
 
 
@@ -139,6 +142,9 @@ def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
     out = capsys.readouterr().out
     header = [c.strip() for c in next(line for line in out.splitlines() if line.startswith("|")).split("|")]
     assert set(FULL_METRICS) <= set(header) and "spread_us" in out and "(1.00x)" in out
+    # a new-user trial: the docs said "every metric"; mean and median TTFT/TPOT/ITL are there, p90 and std not
+    assert {"ttft_ms_mean", "ttft_ms_p50", "tpot_ms_mean", "itl_ms_mean", "itl_ms_p50"} <= set(header)
+    assert not {"ttft_ms_p90", "ttft_ms_std"} & set(header)
 
 
 @pytest.mark.parametrize("argv, says", [
