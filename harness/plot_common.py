@@ -15,7 +15,7 @@ from .load_results import InputError
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 # named in the header (and above the tables) when one value holds
-SAME = ("model", "device", "dtype", "workload", "tp", "payload")
+SAME = ("model", "device", "dtype", "workload", "tp", "payload", "slo")
 
 
 def plane_colours(control) -> tuple[list[str], dict[str, str]]:
@@ -93,7 +93,8 @@ def config_labels(keys: list[str], cfgs: list) -> tuple[str, list[str]]:
 
 def same_words(df: pd.DataFrame) -> list[str]:
     """``key=value`` of each SAME column that holds one value in every row of ``df``."""
-    return [f"{k}={cell(df[k].iloc[0])}" for k in SAME if k in df and df[k].nunique() == 1 and cell(df[k].iloc[0])]
+    return [f"{k}={cell(df[k].iloc[0])}" for k in SAME
+            if k in df and df[k].nunique(dropna=False) == 1 and cell(df[k].iloc[0])]
 
 
 def legend_columns(width: float, handles: list) -> int:

@@ -150,18 +150,20 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
 
 def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     """``summary()``'s table of workload=serve rows in at most 120 columns: the SERVE_METRICS that fit; sections."""
-    goodput = "goodput_req_s_median" in table.columns  # then good/s, not done/s
-    shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns and not (goodput and m == "req_s")]
+    goodput = "goodput_req_s_median" in table.columns  # then good/s, not done/s, in the sections with an SLO
+    shown = [(m, h) for m, h in SERVE_METRICS if f"{m}_median" in table.columns]
     row_keys = [k for k in keys if k in SERVE_ROW_KEYS]
 
     def row(r, rows, cols):
+        skip = "req_s" if goodput and rows.goodput_req_s_median.notna().any() else "goodput_req_s"
         return {**{"rate" if k == "request_rate" else k: v for k, v in key_cells(r, row_keys).items()},
-                **{h: spread_cell(r, m, number) for m, h in cols}}
+                **{h: spread_cell(r, m, number) for m, h in cols if m != skip}}
 
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
               "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
-              + ("good/s = goodput_req_s" if goodput else "done/s = req_s (completed)")
+              + ("good/s = goodput_req_s, completed within the slo named above, or done/s = req_s where none was set"
+                 if goodput else "done/s = req_s (completed)")
               + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")
     if "control" in table.columns and (table["control"] == "ideal").any():
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "

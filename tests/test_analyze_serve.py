@@ -114,7 +114,8 @@ def test_the_serve_table_fits_in_120_characters(goodput, tmp_path, capsys):
     header = cells(table[0])
     assert ("good/s" in header) == goodput and ("done/s" in header) != goodput
     assert all(len(line) <= 110 for line in out[:out.index(table[0])].splitlines())  # the legend above it
-    assert "every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2" in out.splitlines()
+    slo = ", slo=ttft_ms=200" if goodput else ""
+    assert f"every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2{slo}" in out.splitlines()
 
 
 def png_size(path) -> tuple[int, int]:
@@ -225,3 +226,18 @@ def test_the_gate_compares_goodput_and_ttft_p50_each_the_right_way(tmp_path, cap
     assert re.search(r"WORSE .*goodput_req_s .*\(-50\.0%", out) and re.search(r"WORSE .*ttft_ms_p50 .*\(\+100\.0%", out)
     assert main(["--compare", new, old, "--metrics", "goodput_req_s", "ttft_ms_p50"]) == 0
     assert capsys.readouterr().out.count("better") == 2
+
+
+def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_path, capsys):
+    # a new-user trial: good/s came without its SLO, and rows without one showed an empty good/s, no done/s
+    assert main([write(serve_rows(rates=(4.0,), goodput=True), tmp_path / "slo.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2, slo=ttft_ms=200" in out
+    assert "good/s = goodput_req_s, completed within the slo named above" in " ".join(out.split())
+    mixed = serve_rows(rates=(4.0,), goodput=True) + serve_rows(rates=(4.0,))
+    assert main([write(mixed, tmp_path / "mixed.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "slo=" not in out.split("\n-- ")[0].splitlines()[1]  # not every row's
+    done, good = table_lines(out, "done/s"), table_lines(out.split("-- slo=ttft_ms=200")[1], "good/s")
+    assert "good/s" not in done[0] and cells(done[2])[4] == "3.95±1%"
+    assert "done/s" not in good[0] and cells(good[2])[4] == "3.55±1%"
