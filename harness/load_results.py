@@ -9,11 +9,12 @@ import io
 import os
 import re
 import sys
+import textwrap
 
 import numpy as np
 import pandas as pd
 
-from .schema import COLUMNS, LATENCY, RENAMED, normalize_overrides
+from .schema import COLUMNS, LATENCY, RENAMED, SCHEMA_VERSION, normalize_overrides
 
 REQUIRED = ["control", "tp", "status"]
 NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
@@ -116,6 +117,9 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
         frames.append(_normalize(df, path))
         ok = int((df.status == "ok").sum())
         lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok} failed")
+        errors = df[df.status != "ok"].reindex(columns=["error"]).error.value_counts(dropna=False)
+        lines += [f"  {n} failed: {textwrap.shorten(str(e), 100) if pd.notna(e) else '(no error)'}"
+                  for e, n in errors.items()]
     if not frames:
         raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
     print("\n".join(lines), file=getattr(sys, listing))
@@ -131,6 +135,9 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     """One file's rows in the current schema: columns renamed or added, numeric cells numbers (damaged ones empty,
     counted in a warning), ``overrides`` in one spelling."""
     df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
+    if pd.to_numeric(df.get("schema_version", pd.Series()), errors="coerce").max() >= SCHEMA_VERSION:  # should have
+        for col in dict.fromkeys(c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns):
+            print(f"warning: {path}: no column {col} (its schema has one): read as empty", file=sys.stderr)
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
     for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():

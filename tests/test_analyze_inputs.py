@@ -236,3 +236,17 @@ def test_rows_read_twice_count_once_with_a_note(twice, tmp_path, capsys):
     assert "one repeat" in out and "costs" not in out and "faster" not in out and "±0%" not in out
     assert ("note: dropped 2 row(s) read twice" in err) == (twice == "copy")
     assert (f"{path} is given twice (by name or in a folder): read once" in err) == (twice != "copy")
+
+
+def test_failed_rows_errors_and_missing_metric_columns_are_said_once(tmp_path, capsys):
+    # a new-user trial: "0 (+1 failed)" with its error never printed; a deleted column vanished without a word
+    rows = sweep_rows(planes=("ideal", "shm"), repeats=2)
+    for r in rows[:3]:
+        r.update(status="failed", error="RuntimeError: worker 1 exited with -9 " + "x" * 200)
+    pd.DataFrame(rows).reindex(columns=[c for c in COLUMNS if c != "tpot_ms_p50"]).to_csv(tmp_path / "a.csv",
+                                                                                          index=False)
+    assert main([str(tmp_path / "a.csv")]) == 0
+    out, err = capsys.readouterr()
+    failed = [line for line in out.splitlines() if line.startswith("  3 failed: RuntimeError: worker 1 exited")]
+    assert len(failed) == 1 and len(failed[0]) <= 120 and failed[0].endswith("[...]")
+    assert err.count("no column tpot_ms_p50 (its schema has one): read as empty") == 1 and "TPOT p50 ms" not in out
