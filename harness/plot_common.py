@@ -208,7 +208,11 @@ def check_plot_path(path: str) -> None:
     """Raises InputError unless ``path`` is a .png/.pdf/.svg file name in a writable directory."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise InputError(f"--plot: directory {directory} does not exist")
+        top = directory  # the nearest that exists: a directory, or a file where a directory should be
+        while not os.path.lexists(top):
+            top = os.path.dirname(top)
+        raise InputError(f"--plot: directory {directory} does not exist" if os.path.isdir(top)
+                         else f"--plot: {top} is not a directory")
     if not path.lower().endswith((".png", ".pdf", ".svg")):
         raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {path!r}")
     if os.path.isdir(path):

@@ -237,6 +237,13 @@ def test_bad_arguments_are_a_clear_error(args, message, sweep, capsys):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("below", ["x.png", "sub/x.png"])
+def test_a_plot_path_below_a_file_says_it_is_not_a_directory(below, sweep, capsys):
+    # a new-user trial: "--plot afile/x.png" said "directory afile does not exist"
+    assert main([sweep, "--plot", f"{sweep}/{below}"]) == 2
+    assert capsys.readouterr().err == f"error: --plot: {sweep} is not a directory\n"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--compare", "only-one.csv"], "expected 2 arguments"),
     (["--bogus", "x.csv"], "unrecognized arguments: --bogus"),
