@@ -161,7 +161,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
 
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
-              "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty at rate inf: all sent at once), "
+              "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty where all were sent at once), "
               + ("good/s = goodput_req_s, completed within the slo named above, or done/s = req_s where none was set"
                  if goodput else "done/s = req_s (completed)")
               + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")

@@ -241,3 +241,12 @@ def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_
     done, good = table_lines(out, "done/s"), table_lines(out.split("-- slo=ttft_ms=200")[1], "good/s")
     assert "good/s" not in done[0] and cells(done[2])[4] == "3.95±1%"
     assert "done/s" not in good[0] and cells(good[2])[4] == "3.55±1%"
+
+
+def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend_does_not_deny_it(tmp_path, capsys):
+    # a new-user trial: the docs and the legend said "empty at rate inf", yet max_concurrency=2 gave 1.1357
+    rows = [{**r, "max_concurrency": 2, "achieved_rate_req_s": 1.1357} for r in serve_rows(rates=(float("inf"),))]
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert [cells(line)[3] for line in table_lines(out)[2:]] == ["1.14±0%"] * 2
+    assert "empty at rate inf" not in out and "empty where all were sent at once" in " ".join(out.split())
