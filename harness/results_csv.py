@@ -152,11 +152,15 @@ class Results:
         self.path, self.columns, self.schema_version, self.config = path, columns, schema_version, config
         self.run_file: str | None = None  # the run JSON of the latest row
         self.problem: str | None = None
+        self.run_ids: set[str] = set()  # of the rows added: a stop after a run's ok row gets a row of its own
 
     def add(self, row: dict) -> str:
-        """Write ``row`` (a copy, stamped); returns the file it went to ("stderr" when none took it)."""
+        """Write ``row`` (a copy, stamped; a new run_id if it has none or one added before); returns the file it
+        went to ("stderr" when none took it)."""
+        run_id = row.get("run_id") if row.get("run_id") not in self.run_ids else None
         row = {**row, "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "run_id": row.get("run_id") or new_run_id()}
+               "run_id": run_id or new_run_id()}
+        self.run_ids.add(row["run_id"])
         directory = os.path.dirname(self.path)
         self.run_file, lost = write_run_json(directory, row, self.config) if self.config is not None else (None, None)
         if lost:

@@ -60,3 +60,16 @@ def test_a_held_lock_is_waited_for_out_loud_then_the_row_is_written(tmp_path, ca
     threading.Timer(1.5, holder.release).start()
     assert rc.append_row(path, ["a", "b"], {"a": 1, "b": 2}, 1) == path
     assert "waiting for" in capsys.readouterr().err and open(path).read() == "a,b\n1,2\n"
+
+
+def test_a_row_after_its_runs_ok_row_gets_an_id_of_its_own(tmp_path):
+    """A stop just after a run's ok row is written adds a failed row: it must not share (and overwrite) the ok
+    row's run_id and run file."""
+    from harness.results_csv import Results
+
+    results = Results(str(tmp_path / "runs.csv"), ["run_id", "status", "time_utc"], 1, config={})
+    results.add({"run_id": "abc", "status": "ok"})
+    results.add({"run_id": "abc", "status": "failed"})
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert df.status.tolist() == ["ok", "failed"] and df.run_id[0] == "abc" and df.run_id[1] != "abc"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f"{i}.json" for i in df.run_id)
