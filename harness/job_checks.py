@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,7 +15,7 @@ from engine.config import batch_tokens_problem, read_hf_config, resolve_device
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
 from .model_checks import check_gpu_count, check_model
-from .workloads import check_workload, effective_workload, given_workload, request_shape
+from .workloads import check_workload, effective_workload, given_workload, idle_gap_problem, request_shape
 
 
 def _given(job: list[str]) -> list[str]:
@@ -104,19 +105,26 @@ def model_shape(model: dict) -> dict:
     return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
 
 
-def _check_lengths(cfg: DictConfig, job: list[str], model: dict) -> str | None:
-    """A workload sequence (prompt + max_tokens) longer than ``llm.max_model_len`` or the model's positions."""
+def _check_requests(cfg: DictConfig, job: list[str], model: dict) -> str | None:
+    """The requests of the job: a sequence (prompt + max_tokens) longer than ``llm.max_model_len`` or the model's
+    positions, or than a given ``llm.num_kvcache_blocks`` hold; under ``control=ideal``, a gap of the serve trace
+    (from the workload and the seed alone) that outlasts ``llm.timeout_s``."""
     if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
         return None
-    shape = model_shape(model)
+    shape, llm = model_shape(model), cfg.llm
     w = effective_workload(given_workload(OmegaConf.to_container(cfg.workload), job), resolve_device(cfg.device))
     _, _, prompt, output = request_shape(w)
-    limit = min(cfg.llm.max_model_len, shape["max_position_embeddings"])
-    if prompt + output <= limit:
-        return None
-    return (f"workload {w['name']} asks for sequences of up to {prompt + output} tokens ({prompt} of prompt + "
-            f"{output} output); the limit is {limit} (llm.max_model_len={cfg.llm.max_model_len}, the model's "
-            f"max_position_embeddings={shape['max_position_embeddings']})")
+    limit = min(llm.max_model_len, shape["max_position_embeddings"])
+    if prompt + output > limit:
+        return (f"workload {w['name']} asks for sequences of up to {prompt + output} tokens ({prompt} of prompt + "
+                f"{output} output); the limit is {limit} (llm.max_model_len={llm.max_model_len}, the model's "
+                f"max_position_embeddings={shape['max_position_embeddings']})")
+    need = math.ceil((prompt + output) / llm.kvcache_block_size)
+    if cfg.engine == "tp" and 0 < llm.num_kvcache_blocks < need:  # engine=hf reads no llm.*
+        return (f"workload {w['name']} asks for sequences of up to {prompt + output} tokens: {need} KV blocks of "
+                f"llm.kvcache_block_size={llm.kvcache_block_size}, more than llm.num_kvcache_blocks="
+                f"{llm.num_kvcache_blocks}")
+    return idle_gap_problem(w, cfg.seed, cfg.control.name, cfg.tp, llm.timeout_s)
 
 
 def _check_batch_tokens(cfg: DictConfig, model: dict) -> str | None:
@@ -183,7 +191,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
             or _check_control(cfg, compose) or (_check_batch_tokens(cfg, model) if builds_engine else None)
-            or _check_lengths(cfg, job, model))
+            or _check_requests(cfg, job, model))
 
 
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:

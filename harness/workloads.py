@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from common import is_int, is_number
 from engine import LLM, ConfigError, SamplingParams
 
+from .conf_schema import problem_of
 from .metrics import latencies
 
 
@@ -206,6 +207,16 @@ def check_idle_gaps(work: Workload, control: str, tp: int, timeout_s: float) -> 
         raise ConfigError(f"control=ideal: the trace has a {gaps.max():.0f} s gap between arrivals, and ideal's "
                           f"workers wait it out inside a collective, which gives up after llm.timeout_s="
                           f"{timeout_s:g} s: raise llm.timeout_s above {gaps.max():.0f}")
+
+
+def idle_gap_problem(w: dict, seed: int, control: str, tp: int, timeout_s: float) -> str | None:
+    """:func:`check_idle_gaps`'s refusal, as one line, of the trace of workload config ``w`` (as it runs) and
+    ``seed``: known before any run, as the arrivals come from them alone."""
+    if w.get("kind") != "serve" or control != "ideal":
+        return None
+    arrivals = arrival_offsets(w["num_prompts"], float(w["request_rate"]), float(w.get("burstiness", 1.0)), seed)
+    work = Workload(w["name"], [], [], False, arrivals=arrivals)
+    return problem_of(ConfigError, check_idle_gaps, work, control, tp, timeout_s)
 
 
 def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:

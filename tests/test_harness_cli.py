@@ -538,6 +538,12 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["workload=broadcast", "tp=2", "workload.warmup=0"], "workload.warmup must be an integer >= 1, got 0"),
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
+    # session 22's new-user trial: refused only inside its job, after a sweep's earlier jobs had run
+    (["-m", "control=shm,ideal", "tp=2", "workload=serve", "workload.request_rate=0.01", "workload.num_prompts=3"],
+     "control=ideal: the trace has a 120 s gap between arrivals"),
+    (["-m", "llm.num_kvcache_blocks=8,1", "workload=smoke", "llm.kvcache_block_size=16"],
+     "workload smoke asks for sequences of up to 40 tokens: 3 KV blocks of llm.kvcache_block_size=16, more than "
+     "llm.num_kvcache_blocks=1"),  # a failed row (exit 1) once the engine had started
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
