@@ -8,9 +8,11 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from backends import get_control_plane
+from backends import ControlContext, get_control_plane, scope_fits
 from engine import ConfigError, EngineConfig
 from engine.config import batch_tokens_problem, read_hf_config, resolve_device
+from runtime.cluster import make_control_plane
+from runtime.launch import Launch
 
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
@@ -85,8 +87,13 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
     if cfg.workload.get("kind") == "broadcast" and cfg.control.name == "ideal":
         return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
                 "that send; ideal is the baseline of every other workload)")
-    plane = get_control_plane(cfg.control.name)
-    return problem_of(ValueError, plane.check_options, cfg.tp, **OmegaConf.to_container(cfg.control.options))
+    plane, options = get_control_plane(cfg.control.name), OmegaConf.to_container(cfg.control.options)
+    problem = problem_of(ValueError, plane.check_options, cfg.tp, **options)
+    if problem or Launch.from_env() is None or scope_fits(plane.scope_of(options), "torchrun", 1):
+        return problem
+    # a spawn-only plane under torchrun: the engine's own refusal (it builds no plane that does not fit)
+    return problem_of(ConfigError, make_control_plane, cfg.control.name, options, cfg.tp, 1.0,
+                      ControlContext(launcher="torchrun"))
 
 
 def picked_model(model: DictConfig, device: str) -> DictConfig:
@@ -162,7 +169,14 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
 
 
 def _check_where(cfg: DictConfig) -> str | None:
-    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, and where the rows go (on rank 0)."""
+    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, under torchrun ``engine=tp`` at its
+    world size, and where the rows go (on rank 0)."""
+    launch = Launch.from_env()
+    if launch is not None and cfg.engine == "hf":
+        return "engine=hf runs on one device: do not launch it with torchrun"
+    if launch is not None and cfg.tp != launch.world_size:
+        return (f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: tp must equal nnodes x "
+                f"nproc-per-node")
     if cfg.device == "cuda":
         import torch
 

@@ -45,15 +45,16 @@ def check_preset(preset: dict) -> str | None:
 
 
 def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
-    """The engine's message for a ``tp`` above the visible GPUs on CUDA, or None (torchrun: the engine checks)."""
-    if not tps or "LOCAL_WORLD_SIZE" in os.environ or not {"cuda", "auto"} & set(devices):
+    """The engine's message for more ranks on this host (``tp``; torchrun's: ``LOCAL_WORLD_SIZE``) than visible GPUs
+    on CUDA, or None."""
+    if not tps or not {"cuda", "auto"} & set(devices):
         return None
     import torch
 
     if not torch.cuda.is_available():
         return None  # device=cuda is refused by its own check; auto runs on the CPU
-    n = torch.cuda.device_count()
-    return f"{max(tps)} ranks on this host need as many GPUs; {n} visible" if max(tps) > n else None
+    n, ranks = torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE") or max(tps))
+    return f"{ranks} ranks on this host need as many GPUs; {n} visible" if ranks > n else None
 
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:

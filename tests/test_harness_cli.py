@@ -450,6 +450,31 @@ def test_a_sweep_asking_more_gpus_than_visible_is_refused_before_its_first_job(m
     assert check_gpu_count(["cpu"], [1, 2]) is None and check_gpu_count(["cuda"], [1]) is None
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # under torchrun each host checks its own ranks
     assert check_gpu_count(["cuda"], [2]) is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc-per-node=2 on one GPU: once refused in the job
+    assert check_gpu_count(["cuda"], [2]) == "2 ranks on this host need as many GPUs; 1 visible"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["control=pipe", "tp=2"], "control=pipe cannot reach ranks started by torchrun (scope: spawn); planes that can: "
+                               "gloo, hybrid, ring, zmq"),
+    (["control=ideal", "tp=2"], "control=ideal cannot reach ranks started by torchrun (scope: spawn); planes that "
+                                "can: gloo, hybrid, ring, zmq; or control=ideal control.options.inner=gloo|hybrid|"
+                                "ring|zmq"),  # its default inner plane is pipe
+    (["-m", "control=ring", "tp=2,1"], "tp=1 but torchrun started WORLD_SIZE=2 ranks: tp must equal nnodes x "
+                                       "nproc-per-node"),
+    (["engine=hf"], "engine=hf runs on one device: do not launch it with torchrun"),
+    (["control=ring", "tp=2"], None),
+    (["control=ideal", "control.options.inner=gloo", "tp=2"], None),
+])
+def test_what_torchrun_cannot_run_is_refused_before_the_first_job(argv, message, monkeypatch):
+    """Session 22's new-user trial: ``torchrun --nproc-per-node=2 -m harness control=pipe tp=2`` printed its model
+    pick, then was refused inside the job, leaving an empty results_dir and an outputs/ folder."""
+    from harness.preflight import check_command
+
+    for var, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(var, value)
+    assert check_command([*argv, "device=cpu"])[0] == message
 
 
 def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache, tiny_untied):
