@@ -22,6 +22,7 @@ from engine import ConfigError, EngineConfig
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having
+from .signals import AT_ONCE
 
 _CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 _VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
@@ -236,7 +237,16 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it)."""
+    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it). Until it passes,
+    a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
+    AT_ONCE.set()
+    problem, argv = _check_command(argv)
+    if problem is None:
+        AT_ONCE.clear()
+    return problem, argv
+
+
+def _check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     try:
         overrides = overrides_of(argv)
         deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]

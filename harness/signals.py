@@ -15,6 +15,7 @@ import time
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
 _HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
 _OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
+AT_ONCE = threading.Event()  # nothing is started (the checks before the first job): a stop signal exits at once
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
 POLL_S = 0.02
 
@@ -27,6 +28,9 @@ def _torch_importing() -> bool:
 
 def _interrupt(signum, frame):
     _RECEIVED.append(signal.Signals(signum).name)
+    if AT_ONCE.is_set():  # not raised: Hydra's or OmegaConf's cleanup could turn it into a traceback of their own
+        os.write(2, f"{interrupted_line()}\n".encode())
+        os._exit(128 + signal.Signals[_RECEIVED[0]].value)
     first = len(_RECEIVED) == 1
     if first:
         _OWED.set()

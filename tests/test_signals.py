@@ -17,6 +17,7 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @pytest.fixture
 def installed():
     old = {s: signal.getsignal(s) for s in STOPS}
+    signals.AT_ONCE.clear()  # a command refused in this process earlier left it set
     signals.install()
     yield
     for s, handler in old.items():
@@ -179,6 +180,35 @@ def test_a_check_that_a_stop_signal_broke_is_an_interruption_not_bad_input():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert (out.returncode, out.stderr.strip()) == (143, "error: interrupted (SIGTERM)")  # 128 + 15
+
+
+BROKEN_CHECK = """
+import os, runpy, signal, sys, time
+from harness import preflight
+
+def for_hydra(argv, compose):  # a SIGTERM lands in Hydra's composition, and a cleanup raises in its place
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    finally:
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+preflight.for_hydra = for_hydra
+sys.argv = ["harness", "workload=smoke"]
+runpy.run_module("harness", run_name="__main__")
+"""
+
+
+def test_a_stop_signal_during_the_checks_before_the_first_job_ends_the_process_in_one_line():
+    """Session 22's new-user trial: torchrun's SIGTERM reached a rank still composing its up-front checks, and 1
+    time in 4 it printed a ~60-line Hydra/OmegaConf traceback (``AttributeError: 'NoneType' object has no
+    attribute '_invalidate_flags_cache'``). Nothing has started then: the process ends at once, 143, one line."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", BROKEN_CHECK], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert (out.returncode, out.stderr, out.stdout) == (143, "error: interrupted (SIGTERM)\n", "")
 
 
 def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback(monkeypatch, capsys):
