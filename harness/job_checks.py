@@ -216,7 +216,9 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     no_steps = "engine=hf" if cfg.engine == "hf" else f"workload={cfg.workload.name}"
     why = {"save_requests": ("requests", f"workload={cfg.workload.name} has no per-request file (a serve workload "
                                          f"has one, e.g. workload=serve)"),
-           "step_log": ("steps", f"{no_steps} runs no engine steps to log")}
+           "step_log": ("steps", f"{no_steps} runs no engine steps to log"),
+           "profile_steps": ("traces", "profile=none traces nothing (profile=torch does)" if cfg.profile == "none"
+                             else f"{no_steps} writes no trace")}
     notes = [f"note: {why[k][1]}: nothing reads {k}" for k in why if k in keys and cfg[k] and why[k][0] not in
              run_folders(cfg)]
     if llm and cfg.engine == "hf":

@@ -609,6 +609,12 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     (["workload=broadcast", "tp=2", "step_log=true"], "note: workload=broadcast runs no engine steps to log"),
     (["workload=serve", "save_requests=true", "step_log=true"], None),
     (["workload=smoke", "save_requests=false"], None),
+    # session 22's new-user trial: accepted silently, and its rows did not pool with others (overrides)
+    (["workload=smoke", "profile_steps=5"], "note: profile=none traces nothing (profile=torch does): nothing reads "
+                                            "profile_steps"),
+    (["engine=hf", "profile=torch", "profile_steps=1-3"], "note: engine=hf writes no trace: nothing reads "
+                                                          "profile_steps"),
+    (["workload=smoke", "profile=torch", "profile_steps=1-3"], None),
     # session 18's new-user trial: tp=2 tp=4 ran at tp=4 without a word
     (["workload=smoke", "tp=2", "tp=4"], "note: tp is given 2 times: the last, tp=4, applies"),
 ])
