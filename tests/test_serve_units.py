@@ -64,6 +64,7 @@ def test_serve_draws_the_requests_bench_draws():
     ("burstiness", 0.0, "burstiness must be a finite number > 0"), ("burstiness", math.inf, "burstiness"),
     ("max_concurrency", 0, "max_concurrency must be null"), ("max_concurrency", 1.5, "max_concurrency"),
     ("slo", {"ttft_ms": 0}, "slo.ttft_ms must be null"), ("slo", {"tpot_ms": -3.0}, "slo.tpot_ms"),
+    ("slo", {"e2el_ms": 0}, "a number > 0"),  # vLLM's --goodput takes 0: docs/REFERENCE.md says it is refused here
     ("slo", {"itl_ms": 5}, "slo.itl_ms: unknown SLO"), ("slo", [1], "slo must be a mapping")])
 def test_bad_serve_settings_are_refused(key, value, says):
     with pytest.raises(ValueError, match=says.replace(".", r"\.")):
