@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from .signals import _RECEIVED, as_interrupt, exit_interrupted, interrupted_line
+from .signals import as_interrupt, exit_interrupted, interrupted_code, interrupted_line
 from .signals import install as install_signal_handlers
 
 if __name__ == "__main__":
@@ -50,7 +50,7 @@ def main(cfg: DictConfig) -> None:
 
 def shell_code(code: int) -> int:
     """``code`` as the shell sees it: an interruption (130 here) exits 128 + the first stop signal's number."""
-    return 128 + signal.Signals[_RECEIVED[0]].value if code == 130 and _RECEIVED else code
+    return interrupted_code() if code == 130 else code
 
 
 def release_engine() -> None:

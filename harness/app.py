@@ -27,7 +27,7 @@ from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace
 from .results_csv import new_run_id, open_run_file
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import write_step_log
-from .workloads import Workload, check_idle_gaps, serve_columns, serve_pass
+from .workloads import Workload, serve_columns, serve_pass
 
 WARM_PROMPTS = 32  # bench: ~18k prompt tokens, more than one prefill of max_num_batched_tokens
 
@@ -160,7 +160,6 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         path, work = prepare(cfg, device, results)
         model, model_hash = model_label(cfg, path)
         row0.update(model=model, model_hash=model_hash, **serve_columns(work))
-        check_idle_gaps(work, cfg.control.name, cfg.tp, cfg.llm.timeout_s)
         settings, async_scheduling = engine_settings(cfg, path, device)
         reuse = cfg.reuse_engine and launch is None  # under torchrun the other ranks follow each job
         llm, reused = engine_cache.get_engine(settings, reuse)

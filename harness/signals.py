@@ -30,7 +30,7 @@ def _interrupt(signum, frame):
     _RECEIVED.append(signal.Signals(signum).name)
     if AT_ONCE.is_set():  # not raised: Hydra's or OmegaConf's cleanup could turn it into a traceback of their own
         os.write(2, f"{interrupted_line()}\n".encode())
-        os._exit(128 + signal.Signals[_RECEIVED[0]].value)
+        os._exit(interrupted_code())
     first = len(_RECEIVED) == 1
     if first:
         _OWED.set()
@@ -84,11 +84,16 @@ def from_torchrun_agent() -> bool:
 
 
 def exit_interrupted() -> None:
-    """Exit with 128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none) after
-    the atexit handlers (``sys.exit(130)`` after a ``KeyboardInterrupt`` in torch's import would end with -2)."""
+    """Exit with :func:`interrupted_code` after the atexit handlers (``sys.exit(130)`` after a
+    ``KeyboardInterrupt`` in torch's import would end with -2)."""
     _HANDLED.set()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    os._exit(128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value))
+    os._exit(interrupted_code())
+
+
+def interrupted_code() -> int:
+    """128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none)."""
+    return 128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value)
