@@ -89,11 +89,14 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
                 "that send; ideal is the baseline of every other workload)")
     plane, options = get_control_plane(cfg.control.name), OmegaConf.to_container(cfg.control.options)
     problem = problem_of(ValueError, plane.check_options, cfg.tp, **options)
-    if problem or Launch.from_env() is None or scope_fits(plane.scope_of(options), "torchrun", 1):
+    launch = Launch.from_env()
+    if problem or launch is None or scope_fits(plane.scope_of(options), "torchrun", 1):
         return problem
-    # a spawn-only plane under torchrun: the engine's own refusal (it builds no plane that does not fit)
+    # a spawn-only plane under torchrun: the engine's own refusal (it builds no plane that does not fit), on
+    # torchrun's nodes (the engine's probe may find fewer: several agents on one host)
+    nodes = tuple(rank // launch.local_world_size for rank in range(launch.world_size))
     return problem_of(ConfigError, make_control_plane, cfg.control.name, options, cfg.tp, 1.0,
-                      ControlContext(launcher="torchrun"))
+                      ControlContext(launcher="torchrun", node_of=nodes))
 
 
 def picked_model(model: DictConfig, device: str) -> DictConfig:

@@ -475,6 +475,10 @@ def test_what_torchrun_cannot_run_is_refused_before_the_first_job(argv, message,
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
         monkeypatch.setenv(var, value)
     assert check_command([*argv, "device=cpu"])[0] == message
+    if argv == ["control=pipe", "tp=2"]:  # two nodes of one rank each: what the engine said once it probed them
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        assert check_command([*argv, "device=cpu"])[0] == ("control=pipe cannot reach ranks on 2 nodes (scope: "
+                                                           "spawn); planes that can: gloo, hybrid, zmq")
 
 
 def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache, tiny_untied):
