@@ -124,21 +124,24 @@ class DecodeGraphs:
     def can_run(self, num_seqs: int) -> bool:
         return num_seqs <= self.buckets[-1]
 
-    def graph_for(self, num_seqs: int, max_context: int) -> torch.cuda.CUDAGraph:
-        """The graph that a decode step of ``num_seqs`` sequences, the longest ``max_context`` tokens, replays."""
+    def key_for(self, num_seqs: int, max_context: int) -> tuple[int, int]:
+        """(batch bucket, split count) of the graph that a decode step of ``num_seqs`` sequences, the longest
+        ``max_context`` tokens, replays."""
         bs = next(b for b in self.buckets if b >= num_seqs)
-        return self.graphs[bs, num_splits(bs, self.kv_heads, max_context, self.block_size, self.device)]
+        return bs, num_splits(bs, self.kv_heads, max_context, self.block_size, self.device)
+
+    def graph_for(self, num_seqs: int, max_context: int) -> torch.cuda.CUDAGraph:
+        return self.graphs[self.key_for(num_seqs, max_context)]
 
     def run(self, batch: StepBatch, previous: torch.Tensor | None) -> torch.Tensor:
         """Replay the smallest graph that holds the decode ``batch``; ``previous``: the last step's sampled
         tokens ``[B_prev]`` on the device (what ``batch``'s placeholders name). Returns the sampled token ids
         ``[B]`` int64 (a view of a static buffer: valid until the next replay)."""
         n = batch.num_seqs
-        bs = next(b for b in self.buckets if b >= n)
+        bs, splits = self.key_for(n, int(batch.num_tokens.max()))
         if previous is not None and previous.data_ptr() != self.tokens.data_ptr() and (batch.token_ids < 0).any():
             self.tokens[:len(previous)].copy_(previous)  # the last step ran outside the graphs
 
-        splits = num_splits(bs, self.kv_heads, int(batch.num_tokens.max()), self.block_size, self.device)
         ordered = not one_wave(bs * self.kv_heads * splits, self.device)  # as paged_decode_attention decides
 
         def fill(h: dict) -> dict:
