@@ -130,6 +130,8 @@ def main():
         prefill = window(llm, args.prefill_steps) if args.prefill_steps else None
         for _ in range(args.skip - args.prefill_steps):
             llm.step()
+        if len(llm.scheduler.running) == 0:  # e.g. latency's 128 tokens within --skip
+            raise SystemExit(f"error: the workload had finished after {args.skip} steps: lower --skip")
         print(anatomy(llm, args.steps))
         prof, wall_ms, kernels = window(llm, args.steps)
         running = len(llm.scheduler.running)
