@@ -14,7 +14,7 @@ import torch
 from .layers.attention import AttentionMetadata
 from .layers.decode_splits import num_splits, one_wave, split_counts
 from .step_batch import StepBatch
-from .step_inputs import StepInputs, longest_first, resolve_placeholders, slot_mapping, token_layout
+from .step_inputs import StepInputs, longest_first, slot_mapping, token_layout
 
 MAX_PREFILL_TOKENS = 2048  # new tokens in a graphed prefill
 MAX_PREFILL_SEQS = 16  # sequences in a graphed prefill
@@ -110,8 +110,8 @@ class DecodeGraphs:
         torch.cuda.synchronize()
 
     def _step(self, inputs: StepInputs, bs: int) -> None:
-        hidden = self.model(replace(inputs, input_ids=resolve_placeholders(inputs.input_ids, self.tokens)))
-        self.tokens[:bs] = self.model.sample(hidden, self.static["temperatures"][:bs], self.static["seed"])
+        hidden = self.model(replace(inputs, previous_tokens=self.tokens))
+        self.model.sample(hidden, self.static["temperatures"][:bs], self.static["seed"], out=self.tokens[:bs])
 
     def _inputs(self, bs: int, splits: int) -> StepInputs:
         st = self.static
@@ -189,7 +189,7 @@ class PrefillGraphs:
     def _step(self, inputs: StepInputs) -> None:
         hidden = self.model(inputs)[inputs.logits_index]
         st = self.inputs.static
-        self.tokens.copy_(self.model.sample(hidden, st["temperatures"], st["seed"]))
+        self.model.sample(hidden, st["temperatures"], st["seed"], out=self.tokens)
 
     def can_run(self, batch: StepBatch) -> bool:
         """Whether ``batch`` is a prefill these graphs hold: no cached prefix, no placeholder token (a preempted

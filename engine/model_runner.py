@@ -27,7 +27,7 @@ from .layers.pdl import set_pdl
 from .loader import load_weights
 from .models.qwen3 import Qwen3ForCausalLM
 from .step_batch import StepBatch
-from .step_inputs import build_decode_inputs, build_step_inputs, resolve_placeholders
+from .step_inputs import build_decode_inputs, build_step_inputs
 
 log = logging.getLogger("engine")
 
@@ -161,7 +161,7 @@ class ModelRunner:
         else:
             inputs = build_step_inputs(batch, self.block_size, self.device)
         if batch.token_ids.min() < 0:
-            inputs.input_ids = resolve_placeholders(inputs.input_ids, self.sampled)
+            inputs.previous_tokens = self.sampled
         hidden = self.model(inputs)
         return hidden if decode_cuda else hidden[inputs.logits_index]
 

@@ -13,12 +13,15 @@ from .step_batch import StepBatch
 
 @dataclass
 class StepInputs:
-    """input_ids / positions ``[N]`` int64, logits_index ``[B]`` (the last new token of each sequence)."""
+    """input_ids / positions ``[N]`` int64, logits_index ``[B]`` (the last new token of each sequence);
+    previous_tokens ``[B_prev]`` int64: the last step's sampled tokens, which an input id ``-(r + 1)`` stands for
+    (None: no id is negative)."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     logits_index: torch.Tensor
     attn: AttentionMetadata
+    previous_tokens: torch.Tensor | None = None
 
 
 def _tensor(a: np.ndarray, device: torch.device, dtype: torch.dtype = torch.int64) -> torch.Tensor:
@@ -88,10 +91,3 @@ def build_decode_inputs(batch: StepBatch, block_size: int, device: torch.device)
                              decode_order=_tensor(longest_first(batch.num_tokens), device, torch.int32))
     return StepInputs(input_ids=_tensor(batch.token_ids, device), positions=_tensor(positions, device),
                       logits_index=torch.arange(n, device=device), attn=attn)
-
-
-def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-    """input_ids ``[N]`` int64 where ``-(r + 1)`` stands for ``previous[r]`` (``[B_prev]`` int64, the previous
-    step's sampled tokens) -> ``[N]`` int64 with the placeholders filled in, without a host sync."""
-    rows = (-input_ids - 1).clamp_(min=0)
-    return torch.where(input_ids < 0, previous[rows], input_ids)

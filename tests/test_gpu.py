@@ -112,7 +112,7 @@ def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
     """The noise of a column depends on its global index only: shards of the vocabulary (tp=2, 4 and 8
     splits of Qwen3's 151,936, none aligned to the kernel's blocks) and other chunk sizes pick the same
     winners as the whole row."""
-    from engine.layers.sampler import pack, unpack
+    from engine.layers.sampler import unpack
     from engine.layers.sampling_kernel import sample_shard_triton
 
     torch.manual_seed(1)
@@ -120,16 +120,40 @@ def test_sampling_kernel_shards_draw_what_the_whole_row_draws():
     logits = (torch.randn(5, V, device="cuda") * 3).to(torch.bfloat16)
     t = torch.tensor([0.0, 0.6, 1.0, 0.0, 1.5], device="cuda")
     seed = torch.tensor([99], device="cuda")
-    whole = unpack(pack(*sample_shard_triton(logits, t, seed, 0, V)).amax(1))
+    whole = sample_shard_triton(logits, t, seed, 0, V, packed=False)
+    assert whole.tolist() == unpack(sample_shard_triton(logits, t, seed, 0, V, packed=True)).tolist()
     for tp in (2, 4, 8):
         shard = V // tp
-        best = torch.stack([pack(*sample_shard_triton(logits[:, r * shard:(r + 1) * shard].contiguous(), t, seed,
-                                                        r * shard, V)).amax(1) for r in range(tp)]).amax(0)
+        best = torch.stack([sample_shard_triton(logits[:, r * shard:(r + 1) * shard].contiguous(), t, seed,
+                                                r * shard, V, packed=True) for r in range(tp)]).amax(0)
         assert unpack(best).tolist() == whole.tolist(), tp
     row = logits[1:2]  # batch 1 runs chunks of 1,024 columns, batch 64 of 8,192: the same draw for row 0
-    one = unpack(pack(*sample_shard_triton(row, t[1:2], seed, 0, V)).amax(1))
-    many = unpack(pack(*sample_shard_triton(row.repeat(64, 1), t[1:2].repeat(64), seed, 0, V)).amax(1))
+    one = sample_shard_triton(row, t[1:2], seed, 0, V, packed=False)
+    many = sample_shard_triton(row.repeat(64, 1), t[1:2].repeat(64), seed, 0, V, packed=False)
     assert one.tolist() == many[:1].tolist()
+
+
+def test_best_chunk_kernel_orders_as_pack():
+    """The chunks' reduction keeps what ``pack(...).amax`` keeps: the highest score, ties (also -0.0 against
+    0.0, and rows of -inf) to the order of the packed pairs."""
+    import triton
+
+    from engine.layers.sampler import pack, unpack
+    from engine.layers.sampling_kernel import _best_chunk_kernel
+
+    torch.manual_seed(2)
+    B, C = 6, 19
+    best = torch.randn(B, C, device="cuda").round()  # many equal scores
+    best[1] = float("-inf")
+    best[2, :] = 0.0
+    best[2, ::2] = -0.0
+    best[3, 5] = float("inf")
+    cols = torch.randperm(B * C, device="cuda", dtype=torch.int32).view(B, C)
+    want = pack(best, cols).amax(1)
+    for packed in (True, False):
+        out = torch.empty(B, dtype=torch.int64, device="cuda")
+        _best_chunk_kernel[(B,)](best, cols, out, C, PACKED=packed, BLOCK_C=triton.next_power_of_2(C), num_warps=1)
+        assert out.tolist() == (want if packed else unpack(want)).tolist(), packed
 
 
 @pytest.mark.parametrize("group", [1, 2, 4])

@@ -37,6 +37,25 @@ def paged_case(dtype, lens, Hkv=8, group=2, D=128, block_size=256):
             torch.tensor(lens, dtype=torch.int32, device="cuda"))
 
 
+@pytest.mark.parametrize("hidden", [1024, 1000, 4096])
+@pytest.mark.parametrize("shard", [(0, 300), (100, 200)])  # the whole table (tp=1) and a middle shard
+def test_embed_kernel_resolves_placeholders_and_masks_the_shard(hidden, shard):
+    """The Triton lookup equals ``resolve_placeholders`` then the torch shard lookup, rows outside the shard 0."""
+    from engine.layers.embed_head import resolve_placeholders
+    from engine.layers.embed_kernel import embed
+
+    torch.manual_seed(hidden)
+    start, end = shard
+    table = torch.randn(300, hidden, device="cuda", dtype=torch.bfloat16)
+    previous = torch.tensor([7, 150, 299], device="cuda")
+    ids = torch.tensor([5, -1, 120, -3, -2, 250, 0], device="cuda")
+    want = F.embedding(resolve_placeholders(ids, previous), table)
+    resolved = resolve_placeholders(ids, previous)
+    want[(resolved < start) | (resolved >= end)] = 0
+    assert torch.equal(embed(ids, previous, table[start:end].contiguous(), start), want)
+    assert torch.equal(embed(ids[ids >= 0], None, table, 0), F.embedding(ids[ids >= 0], table))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_splits", [1, 3, 64])
 @pytest.mark.parametrize("with_norm", [False, True])

@@ -27,13 +27,29 @@ class VocabParallelEmbedding(nn.Module):
         check_shape(src, (self.vocab_size, self.hidden_size))
         param.data.copy_(src[self.vocab_start:self.vocab_end])
 
-    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, token_ids: torch.Tensor, previous: torch.Tensor | None = None) -> torch.Tensor:
+        """token_ids ``[N]`` int64, where ``-(r + 1)`` stands for ``previous[r]`` (the last step's sampled tokens
+        ``[B_prev]`` int64; None when no id is negative) -> ``[N, hidden]``."""
+        if token_ids.is_cuda:
+            from .embed_kernel import embed  # Triton: CUDA machines only
+
+            y = embed(token_ids, previous, self.weight, self.vocab_start)
+            return y if tp_size() == 1 else all_reduce(y)
+        if previous is not None:
+            token_ids = resolve_placeholders(token_ids, previous)
         if tp_size() == 1:
             return F.embedding(token_ids, self.weight)
         in_shard = (token_ids >= self.vocab_start) & (token_ids < self.vocab_end)
         local = (token_ids - self.vocab_start) * in_shard
         y = F.embedding(local, self.weight) * in_shard.unsqueeze(-1).to(self.weight.dtype)
         return all_reduce(y)
+
+
+def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """input_ids ``[N]`` int64 where ``-(r + 1)`` stands for ``previous[r]`` (``[B_prev]`` int64, the previous
+    step's sampled tokens) -> ``[N]`` int64 with the placeholders filled in, without a host sync."""
+    rows = (-input_ids - 1).clamp_(min=0)
+    return torch.where(input_ids < 0, previous[rows], input_ids)
 
 
 class ParallelLMHead(VocabParallelEmbedding):

@@ -78,15 +78,15 @@ class RMSNorm(nn.Module):
 
 class RotaryEmbedding(nn.Module):
     """RoPE's cos/sin ("rotate half" layout, as transformers' Qwen3: inv_freq_i = theta^(-2i / head_dim)),
-    precomputed in float32 for positions ``[0, max_positions)``: positions ``[N]`` -> cos, sin ``[N, D]``."""
+    precomputed in float32 for positions ``[0, max_positions)``: positions ``[N]`` -> cos, sin ``[N, D]`` (views of
+    one ``[N, 2 D]`` gather: rows of stride 2 D)."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float):
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("cos_sin", torch.cat((emb.cos(), emb.sin()), dim=-1), persistent=False)
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos[positions], self.sin[positions]
+        return self.cos_sin[positions].chunk(2, dim=-1)

@@ -197,7 +197,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos ``[B, D]``, sin ``[B, D]``) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
+    cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
     order their programs start (longest context first: the last wave's programs are the short ones), unused when
     they all start at once (``decode_splits.one_wave``).
     ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's

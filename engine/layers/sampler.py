@@ -29,15 +29,18 @@ def unpack(packed: torch.Tensor) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures: torch.Tensor,
-           seed: torch.Tensor) -> torch.Tensor:
+           seed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """logits ``[B, V/tp]`` (this rank's columns ``[vocab_start, vocab_start + V/tp)`` of a ``vocab_size``
     vocabulary, any float dtype), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (keys the
-    noise; 0 <= seed < 2**31), all on the logits' device -> token ids ``[B]`` int64, the same on every rank.
-    Never synchronises the device. CPU: the noise drawn for the whole vocabulary and sliced to the shard."""
+    noise; 0 <= seed < 2**31), all on the logits' device -> token ids ``[B]`` int64, the same on every rank,
+    written into ``out`` (``[B]`` int64, contiguous) when given. Never synchronises the device. CPU: the noise
+    drawn for the whole vocabulary and sliced to the shard."""
     if logits.is_cuda:
         from .sampling_kernel import sample_shard_triton  # Triton: CUDA machines only
 
-        best = pack(*sample_shard_triton(logits, temperatures, seed, vocab_start, vocab_size)).amax(dim=1)
+        if tp_size() == 1:
+            return sample_shard_triton(logits, temperatures, seed, vocab_start, vocab_size, packed=False, out=out)
+        best = sample_shard_triton(logits, temperatures, seed, vocab_start, vocab_size, packed=True)
     else:
         scores = logits.float()
         if bool((temperatures > 0).any()):
@@ -50,4 +53,4 @@ def sample(logits: torch.Tensor, vocab_start: int, vocab_size: int, temperatures
         best = pack(scores.gather(1, col).squeeze(1), col.squeeze(1) + vocab_start)
     if tp_size() > 1:
         dist.all_reduce(best, op=dist.ReduceOp.MAX)  # NCCL or gloo, in place
-    return unpack(best)
+    return unpack(best) if out is None else out.copy_(unpack(best))

@@ -2,7 +2,8 @@
 program takes one row and one chunk of global columns (the shard's own masked in) and keeps the best score and its
 column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one call per four columns
 (which keeps the kernel memory-bound). Chunks align to global columns, so a column's noise does not depend on tp. The
-seed is read from device memory, so a CUDA graph replays with new seeds."""
+seed is read from device memory, so a CUDA graph replays with new seeds. A second kernel keeps each row's best chunk
+(one launch where torch took ~12 small ones at batch 1)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,31 @@ def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed_ptr, best_ptr, 
     tl.store(col_ptr + row * num_chunks + chunk, col)
 
 
+@triton.jit
+def _best_chunk_kernel(best_ptr, col_ptr, out_ptr, num_chunks, PACKED: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per row, the chunks' best as ``sampler.pack`` orders it (score, then the smaller column): the packed int64
+    (``PACKED``) or its column as a token id."""
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK_C)
+    ok = c < num_chunks
+    score = tl.load(best_ptr + row * num_chunks + c, mask=ok, other=float("-inf"))
+    col = tl.load(col_ptr + row * num_chunks + c, mask=ok, other=0).to(tl.int64)
+    bits = score.to(tl.int32, bitcast=True)
+    key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)
+    packed = tl.where(ok, key * 4294967296 + (4294967295 - col), -9223372036854775807 - 1)
+    top = tl.max(packed, 0)
+    if PACKED:
+        tl.store(out_ptr + row, top)
+    else:
+        tl.store(out_ptr + row, 4294967295 - (top & 4294967295))
+
+
 def sample_shard_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor, vocab_start: int,
-                        vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                        vocab_size: int, packed: bool, out: torch.Tensor | None = None) -> torch.Tensor:
     """logits ``[B, V/tp]`` (global columns ``[vocab_start, vocab_start + V/tp)``; any float dtype, last dim
     contiguous), temperatures ``[B]`` float32 (0 = greedy), seed ``[1]`` int64 (0 <= seed < 2**31, one per
-    step), all on one CUDA device -> per (row, chunk) the best score ``[B, C]`` float32 and its global
-    column ``[B, C]`` int32 (``sampler.pack`` orders them)."""
+    step), all on one CUDA device -> this shard's winner of each row ``[B]`` int64, into ``out`` when given
+    (contiguous): ``sampler.pack``'s (score, global column) when ``packed``, else the column (the token id)."""
     B, shard = logits.shape
     first_col = vocab_start // BLOCK * BLOCK  # chunks start on global multiples of BLOCK: tp-independent noise
     chunk = CHUNK
@@ -72,4 +92,7 @@ def sample_shard_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: 
     _sample_chunk_kernel[(B, num_chunks)](logits, logits.stride(0), temperatures, seed, best, cols, vocab_start,
                                           vocab_start + shard, first_col, vocab_size, num_chunks, CHUNK=chunk,
                                           BLOCK=BLOCK, num_warps=4)
-    return best, cols
+    out = torch.empty(B, dtype=torch.int64, device=logits.device) if out is None else out
+    _best_chunk_kernel[(B,)](best, cols, out, num_chunks, PACKED=packed,
+                             BLOCK_C=max(16, triton.next_power_of_2(num_chunks)), num_warps=1)
+    return out

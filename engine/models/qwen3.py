@@ -77,8 +77,8 @@ class Qwen3Model(nn.Module):
         self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
-        h, residual = self.embed_tokens(inputs.input_ids), None
-        cos_sin = self.rotary(inputs.positions)
+        cos_sin = self.rotary(inputs.positions)  # first: a torch kernel between two Triton ones breaks PDL's chain
+        h, residual = self.embed_tokens(inputs.input_ids, inputs.previous_tokens), None
         for layer in self.layers:
             h, residual = layer(h, residual, cos_sin, inputs)
         return self.norm(h, residual)[0]
@@ -105,11 +105,12 @@ class Qwen3ForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
-    def sample(self, hidden: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor) -> torch.Tensor:
-        """hidden ``[B, hidden]`` of each sequence's last token -> sampled token ids ``[B]`` int64, the same on
-        every rank (``layers.sampler``; temperatures ``[B]`` float32, seed ``[1]`` int64)."""
+    def sample(self, hidden: torch.Tensor, temperatures: torch.Tensor, seed: torch.Tensor,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden ``[B, hidden]`` of each sequence's last token -> sampled token ids ``[B]`` int64 (into ``out``
+        when given), the same on every rank (``layers.sampler``; temperatures ``[B]`` float32, seed ``[1]`` int64)."""
         head = self.lm_head
-        return sample(self.compute_logits(hidden), head.vocab_start, head.vocab_size, temperatures, seed)
+        return sample(self.compute_logits(hidden), head.vocab_start, head.vocab_size, temperatures, seed, out)
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.model.layers]
