@@ -76,7 +76,7 @@ def test_decode_builder_agrees_with_the_general_builder():
 
 def test_graph_inputs_agree_with_the_decode_builder():
     """The CUDA graphs' host buffers (``fill_decode_inputs``) hold what build_decode_inputs builds, padded
-    rows point at the trash block, and the sampling inputs are copied only when they change."""
+    rows and unused table columns point at the trash block, and the sampling inputs are rewritten every step."""
     import torch
 
     from engine.cuda_graphs import fill_decode_inputs
@@ -89,28 +89,50 @@ def test_graph_inputs_agree_with_the_decode_builder():
          "slot_mapping": np.zeros(8, np.int64), "context_lens": np.zeros(8, np.int32),
          "block_tables": np.full((8, 32), 7, np.int32), "decode_order": np.zeros(8, np.int32),
          "temperatures": np.ones(8, np.float32), "seed": np.ones(1, np.int64)}
-    names, greedy = fill_decode_inputs(h, batch, 8, 16, trash_block=99, greedy=True)
+    fill_decode_inputs(h, batch, 16, trash_block=99)
     d = build_decode_inputs(batch, 16, torch.device("cpu"))
     assert h["input_ids"][:5].tolist() == d.input_ids.tolist() and h["input_ids"][3] < 0
     assert h["positions"][:5].tolist() == d.positions.tolist()
     assert h["slot_mapping"][:5].tolist() == d.attn.slot_mapping.tolist()
     assert h["context_lens"].tolist() == [1, 16, 17, 41, 300, 1, 1, 1]  # the placeholder is token 41
-    assert (h["block_tables"][:5, :d.attn.block_tables.shape[1]] == d.attn.block_tables.numpy()).all()
-    assert h["slot_mapping"][5:].tolist() == [99 * 16] * 3 and h["block_tables"][5:, 0].tolist() == [99] * 3
+    width = d.attn.block_tables.shape[1]
+    assert (h["block_tables"][:5, :width] == d.attn.block_tables.numpy()).all()
+    assert (h["block_tables"][:, width:] == 99).all() and (h["block_tables"][5:] == 99).all()
+    assert h["slot_mapping"][5:].tolist() == [99 * 16] * 3
     assert h["decode_order"].tolist() == [4, 3, 2, 1, 0, 5, 6, 7]  # ties (the padding's 1s) in batch order
-    assert names == ["input_ids", "positions", "slot_mapping", "context_lens", "block_tables", "decode_order"]
-    assert greedy
+    assert h["seed"][0] == 0 and not h["temperatures"].any()
     batch.temperatures, batch.seed = np.array([0.5, 0, 0, 1, 0], np.float32), 123
-    names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)
-    assert names[-2:] == ["temperatures", "seed"] and not greedy and h["seed"][0] == 123
-    assert h["temperatures"].tolist() == [0.5, 0, 0, 1, 0, 0, 0, 0]
-    batch.temperatures = None  # back to greedy: zeros are copied once, then nothing
-    names, greedy = fill_decode_inputs(h, batch, 8, 16, 99, greedy=False)
-    assert names[-2:] == ["temperatures", "seed"] and greedy and h["seed"][0] == 0 and not h["temperatures"].any()
-    assert "seed" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True)[0]
+    fill_decode_inputs(h, batch, 16, 99)
+    assert h["seed"][0] == 123 and h["temperatures"].tolist() == [0.5, 0, 0, 1, 0, 0, 0, 0]
+    batch.temperatures = None  # back to greedy
+    fill_decode_inputs(h, batch, 16, 99)
+    assert h["seed"][0] == 0 and not h["temperatures"].any()
     h["decode_order"][:] = -1  # a launch whose programs all start at once reads no order: none is written
-    assert "decode_order" not in fill_decode_inputs(h, batch, 8, 16, 99, greedy=True, ordered=False)[0]
+    fill_decode_inputs(h, batch, 16, 99, ordered=False)
     assert (h["decode_order"] == -1).all()
+
+
+def test_staged_fields_are_one_aligned_prefix_per_graph():
+    """Each graph's fields sit in order at 16-byte offsets, so its inputs are one copy of a prefix, and the
+    typed views write where the layout says."""
+    import torch
+
+    from engine.cuda_graphs import decode_fields
+    from engine.staged_inputs import ALIGN, place, views
+
+    layout, size = place(decode_fields(3, 5, trash_slot=7, trash_block=9))
+    offsets = [offset for offset, _ in layout.values()]
+    assert offsets == sorted(offsets) and all(o % ALIGN == 0 for o in offsets)
+    assert offsets[:3] == [0, 32, 64]  # three int64 rows, padded to 16 bytes
+    assert size == layout["block_tables"][0] + 3 * 5 * 4
+    buf = torch.zeros(size, dtype=torch.uint8)
+    v = views(buf, layout)
+    v["temperatures"][:] = 0.5
+    v["block_tables"][2, 4] = 11
+    assert v["temperatures"].dtype == torch.float32 and v["block_tables"].shape == (3, 5)
+    assert buf[size - 4:].view(torch.int32).item() == 11
+    start = layout["temperatures"][0]
+    assert buf[start:start + 12].view(torch.float32).tolist() == [0.5] * 3
 
 
 
@@ -130,7 +152,7 @@ def test_prefill_graph_inputs_agree_with_the_prefill_builder():
          "slot_mapping": np.zeros(64, np.int64), "cu_seqlens": np.full(MAX_SEQS + 1, 9, np.int32),
          "logits_index": np.full(MAX_SEQS, 9, np.int64), "temperatures": np.ones(MAX_SEQS, np.float32),
          "seed": np.zeros(1, np.int64)}
-    rows = fill_prefill_inputs(h, batch, 64, 16, trash_block=99)
+    fill_prefill_inputs(h, batch, 16, trash_block=99)
     s = build_step_inputs(batch, 16, torch.device("cpu"))
     assert h["input_ids"][:36].tolist() == s.input_ids.tolist() and not h["input_ids"][36:].any()
     assert h["positions"][:36].tolist() == s.positions.tolist() and not h["positions"][36:].any()
@@ -139,7 +161,6 @@ def test_prefill_graph_inputs_agree_with_the_prefill_builder():
     assert h["cu_seqlens"].tolist() == [0, 3, 19, 36] + [36] * (MAX_SEQS - 3)
     assert h["logits_index"].tolist() == s.logits_index.tolist() + [0] * (MAX_SEQS - 3)
     assert h["temperatures"].tolist() == [0.5] * 3 + [0] * (MAX_SEQS - 3) and h["seed"][0] == 7
-    assert rows["input_ids"] == 64 and rows["cu_seqlens"] == MAX_SEQS + 1 and rows["seed"] == 1
     graphs = object.__new__(PrefillGraphs)
     graphs.buckets = [16, 32, 64]
     assert graphs.can_run(batch)
