@@ -40,12 +40,12 @@ def fill_decode_inputs(h: dict[str, np.ndarray], batch: StepBatch, block_size: i
     h["input_ids"][:n] = batch.token_ids
     h["positions"][:n] = batch.num_tokens - 1
     h["context_lens"][:n] = batch.num_tokens
-    h["block_tables"][:] = trash_block  # the host buffer is every bucket's: no other field's bytes left in it
-    h["block_tables"][:n, :tables.shape[1]] = tables
+    h["block_tables"][:n, :tables.shape[1]] = tables  # columns past a context: never read (masked in the kernel)
     h["slot_mapping"][:n] = slot_mapping(tables, np.arange(n), h["positions"][:n], block_size)
     h["input_ids"][n:] = h["positions"][n:] = 0
     h["slot_mapping"][n:] = trash_block * block_size
     h["context_lens"][n:] = 1
+    h["block_tables"][n:, 0] = trash_block
     if ordered:
         h["decode_order"][:] = longest_first(h["context_lens"])
     h["temperatures"][:] = 0

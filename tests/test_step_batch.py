@@ -76,7 +76,7 @@ def test_decode_builder_agrees_with_the_general_builder():
 
 def test_graph_inputs_agree_with_the_decode_builder():
     """The CUDA graphs' host buffers (``fill_decode_inputs``) hold what build_decode_inputs builds, padded
-    rows and unused table columns point at the trash block, and the sampling inputs are rewritten every step."""
+    rows point at the trash block, and the sampling inputs are rewritten every step."""
     import torch
 
     from engine.cuda_graphs import fill_decode_inputs
@@ -97,7 +97,7 @@ def test_graph_inputs_agree_with_the_decode_builder():
     assert h["context_lens"].tolist() == [1, 16, 17, 41, 300, 1, 1, 1]  # the placeholder is token 41
     width = d.attn.block_tables.shape[1]
     assert (h["block_tables"][:5, :width] == d.attn.block_tables.numpy()).all()
-    assert (h["block_tables"][:, width:] == 99).all() and (h["block_tables"][5:] == 99).all()
+    assert h["block_tables"][5:, 0].tolist() == [99] * 3
     assert h["slot_mapping"][5:].tolist() == [99 * 16] * 3
     assert h["decode_order"].tolist() == [4, 3, 2, 1, 0, 5, 6, 7]  # ties (the padding's 1s) in batch order
     assert h["seed"][0] == 0 and not h["temperatures"].any()
