@@ -258,6 +258,7 @@ def run_hf_job(cfg: DictConfig) -> int:
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
             print_summary(row, results.add(row))
+            SWEEP_ROWS.append(row)
         return 1 if results.problem else 0
     except BaseException as e:
         return failed(results, row0, repeat, e)

@@ -88,8 +88,9 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
                   f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
         print(f"  latency     TTFT p50 {f('ttft_ms_p50')} ms (p99 {f('ttft_ms_p99')}), TPOT p50 "
               f"{f('tpot_ms_p50', '.2f')} ms, ITL p99 {f('itl_ms_p99', '.2f')} ms, E2EL p50 {f('e2el_ms_p50')} ms")
-        print(f"  steps       {row.get('prefill_steps')} prefill and {row.get('decode_steps')} decode steps; a decode "
-              f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
+        if row.get("prefill_steps") is not None:  # engine=hf runs no engine steps
+            print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps; a decode "
+                  f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
         if row.get("ctrl_calls") is not None:
             print("\n".join(control_lines(row)))
         print("\n".join(gpu_lines(row)))

@@ -301,6 +301,15 @@ def test_a_truncated_checkpoint_is_refused_alike_by_both_engines(engine, tmp_pat
     assert not os.path.exists(tmp_path / "rd")  # session 16's trial: the directory was made before the refusal
 
 
+def test_a_sweep_with_engine_hf_sums_up_its_row_too(tmp_path, model_cache):
+    """Session 23's trial: the end-of-sweep summary left out engine=hf's row ("2 jobs, 1 ok row"), and its
+    printout said "None prefill and None decode steps"."""
+    res = harness("-m", "engine=tp,hf", "tp=1", "workload=smoke", "progress=false", f"results_dir={tmp_path}",
+                  cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "== sweep: 2 jobs, 2 ok rows ==" in res.stdout and "None" not in res.stdout, res.stdout[-3000:]
+
+
 @pytest.mark.timeout(240)
 def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model_cache):
     env = {**os.environ, "TPCP_CACHE": model_cache}
