@@ -260,11 +260,16 @@ class EngineConfig:
                               f"{', '.join(sorted(allowed))}")
 
     @classmethod
+    def refuse_unknown(cls, settings: dict) -> None:
+        """Raises ConfigError naming the ``settings`` that are no EngineConfig field."""
+        if unknown := set(settings) - {f.name for f in fields(cls)}:
+            raise ConfigError(f"unknown EngineConfig setting(s): {', '.join(sorted(unknown))}")
+
+    @classmethod
     def check_settings(cls, **settings) -> None:
         """The checks of ``settings`` over the defaults that need no checkpoint (types, ranges, kernels, dtype).
-        Raises ConfigError: the first setting the engine would refuse; TypeError: an unknown name."""
-        if unknown := set(settings) - {f.name for f in fields(cls)}:
-            raise TypeError(f"unknown EngineConfig settings: {sorted(unknown)}")
+        Raises ConfigError: an unknown name, or the first setting the engine would refuse."""
+        cls.refuse_unknown(settings)
         cfg = object.__new__(cls)
         for f in fields(cls):
             default = f.default_factory() if f.default_factory is not MISSING else f.default

@@ -11,7 +11,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from common import is_int
+from common import is_int, is_number
 from runtime.cluster import Cluster
 
 from .config import ConfigError, EngineConfig
@@ -33,6 +33,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
     configuration or checkpoint (before any process is spawned); WorkerError: a worker failed while starting."""
 
     def __init__(self, model: str, **options):
+        EngineConfig.refuse_unknown(options)
         self.config = EngineConfig(model=model, **options)
         check_checkpoint(self.config.model, self.config.hf_config)
         if torch.distributed.is_initialized():
@@ -103,9 +104,11 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                     arrival_s: float | None = None) -> int:
         """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s; None:
-        now). Returns its ``request_id``. Raises ConfigError: it can never be served (``_check_requests``)."""
+        now). Returns its ``request_id``. Raises ConfigError: it can never be served (``_check_requests``,
+        ``arrival_times``)."""
         self._check_requests([prompt_token_ids], [sampling_params])
-        return self._add(prompt_token_ids, sampling_params, arrival_s)
+        [t] = arrival_times(None if arrival_s is None else [arrival_s])
+        return self._add(prompt_token_ids, sampling_params, t)
 
     def _check_requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         """Raises ConfigError (one line, naming the prompt): no prompts, a params/prompts count mismatch, a prompt
@@ -131,13 +134,13 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
             if need > num_blocks:
                 raise ConfigError(f"prompt {i} needs {need} KV blocks; the cache has {num_blocks}")
 
-    def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float | None) -> int:
+    def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float) -> int:
         if self._closed:
             raise RuntimeError("a request for an LLM that was shut down")
         ids = prompt_token_ids if type(prompt_token_ids) is list and all(type(t) is int for t in prompt_token_ids) \
             else [int(t) for t in prompt_token_ids]
         seq = Sequence(ids, sampling_params, self.config.kvcache_block_size)
-        seq.arrival_s = time.perf_counter() if arrival_s is None else float(arrival_s)
+        seq.arrival_s = arrival_s
         self.arrivals.add(seq)
         return seq.seq_id
 
@@ -153,9 +156,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         if isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params] * len(prompt_token_ids)
         self._check_requests(prompt_token_ids, sampling_params)
-        if arrival_s is not None and len(arrival_s) != len(prompt_token_ids):
-            raise ConfigError(f"{len(arrival_s)} arrival times for {len(prompt_token_ids)} prompts")
-        times = [time.perf_counter()] * len(prompt_token_ids) if arrival_s is None else arrival_s
+        times = arrival_times(arrival_s, len(prompt_token_ids))
         ids = [self._add(p, sp, t) for p, sp, t in zip(prompt_token_ids, sampling_params, times, strict=True)]
         self.steps, self._last_done_s = [], None
         done: dict[int, dict] = {}
@@ -258,3 +259,23 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                 self.runner.exit()
         if self.profiler is not None:
             self.profiler.close()
+
+
+MAX_AHEAD_S = 86_400.0  # an arrival further ahead is a mistake (time.time() given for time.perf_counter())
+
+
+def arrival_times(arrival_s: list | None, n: int = 1) -> list[float]:
+    """The arrival times of ``n`` requests, ``time.perf_counter()`` s (None: all now). Raises ConfigError: not ``n``
+    of them, or one that is not a finite number at most ``MAX_AHEAD_S`` ahead (it would never be served)."""
+    now = time.perf_counter()
+    if arrival_s is None:
+        return [now] * n
+    if len(arrival_s) != n:
+        raise ConfigError(f"{len(arrival_s)} arrival times for {n} prompts")
+    times = []
+    for t in arrival_s:
+        if not is_number(t) or t - now > MAX_AHEAD_S:
+            raise ConfigError(f"arrival time {t!r} is not a time.perf_counter() value within a day of now "
+                              f"({now:.1f}): that request would never be served")
+        times.append(float(t))
+    return times

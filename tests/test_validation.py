@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import pytest
 from helpers import ROOT, children
@@ -28,6 +29,9 @@ OPTS = dict(device="cpu", kvcache_block_size=16, max_model_len=512, max_num_batc
     (dict(gemm="triton"), "gemm=triton needs device=cuda"),
     (dict(seed=2**64), r"seed must be an integer in \[0, 2\^63 - 1\]"),
     (dict(cpu_threads=100000), "cpu_threads must be 0 .* or 1-1024"),
+    (dict(bogus=1), "unknown EngineConfig setting.s.: bogus"),  # session 23's trial: a TypeError
+    (dict(tensor_parallel_size=2, control_options={"foo": 1}), "control=shm has no option foo; its options: "
+                                                                "segment_bytes"),
 ])
 def test_bad_engine_config_fails_before_spawning(kwargs, message, tiny_untied):
     before = children(os.getpid())
@@ -74,6 +78,15 @@ def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
                                  ([[1] * 200], "prompt 0 needs 13 KV blocks; the cache has 8")]:
             with pytest.raises(ConfigError, match=message):
                 llm.generate(prompts, ok)
+        never = ["x", float("inf"), float("nan"), time.time()]  # session 23's trial: inf and time.time() slept on
+        for t in never:
+            with pytest.raises(ConfigError, match="would never be served"):
+                llm.add_request([1, 2], ok, arrival_s=t)
+        with pytest.raises(ConfigError, match="would never be served"):
+            llm.generate([[1, 2], [3]], ok, arrival_s=[time.perf_counter(), float("inf")])
+        with pytest.raises(ConfigError, match="1 arrival times for 2 prompts"):
+            llm.generate([[1, 2], [3]], ok, arrival_s=[time.perf_counter()])
+        assert not llm.has_unfinished_requests()
         assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
     for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
         with pytest.raises(ValueError):
