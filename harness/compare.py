@@ -67,6 +67,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
             problems.append(f"FAILED  in NEW (no ok row): {where}")
         if cfg in cfg_old and cfg not in good_old:
             problems.append(f"FAILED  in OLD (no ok row): {where}")
+    missing_cfgs = len(problems)
     common = sorted(good_old & good_new, key=str)
     groups = [ok.groupby(keys)[metrics] for ok in (ok_old, ok_new)]
     (omed, omin, omax, on), (nmed, nmin, nmax, nn) = ((g.median(), g.min(), g.max(), g.size()) for g in groups)
@@ -83,11 +84,14 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
               f"side:\n  their ranges say little about the spread, so small regressions can pass unseen")
     worse = sum(_changes(_label(keys, cfg, shown), cfg, metrics, (omed, omin, omax), (nmed, nmin, nmax), threshold)
                 for cfg in common)
+    values = len(problems) - missing_cfgs
+    missing = " and ".join([f"{missing_cfgs} configuration(s) missing or failed"] * bool(missing_cfgs)
+                           + [f"{values} metric value(s) missing"] * bool(values))
     print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
-          f"repeats' ranges; {len(problems)} missing or failed")
+          f"repeats' ranges; {missing or 'nothing missing or failed'}")
     fails = ("no configuration has ok rows in both files, so nothing was compared" if not common
              else f"{worse} regression(s)" if worse
-             else f"{len(problems)} configuration(s) missing or failed on a side, listed above (--allow-missing "
-                  "lists them without failing)" if problems and not allow_missing else None)
+             else f"{missing} on a side, listed above (--allow-missing lists them without failing)"
+             if problems and not allow_missing else None)
     print(f"the gate fails: {fails}" if fails else "the gate passes")
     return 1 if fails else 0
