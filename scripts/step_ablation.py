@@ -63,12 +63,17 @@ def variants(bs: int, kv_heads: int, device) -> dict:
 
 
 def capture(graphs, bs: int, split: int):
-    """A new graph of ``graphs``' decode step at batch ``bs`` (module patches apply)."""
-    inputs = graphs._inputs(bs, split)
-    graphs._step(inputs, bs)  # warm-up outside capture: compiles the variant's kernels
+    """A new graph of ``graphs``' decode step at batch ``bs`` (module patches apply), reading the inputs that the
+    engine's last step (of ``bs`` sequences) staged."""
+    from engine.staged_inputs import views
+
+    bucket = next(b for b in graphs.buckets if b >= bs)
+    st = views(graphs.inputs.device, graphs.inputs.layouts[bucket][0])
+    inputs = graphs._inputs(st, split)
+    graphs._step(inputs, st)  # warm-up outside capture: compiles the variant's kernels
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        graphs._step(inputs, bs)
+        graphs._step(inputs, st)
     torch.cuda.synchronize()
     return graph
 
