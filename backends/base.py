@@ -7,6 +7,7 @@ statistics live here. A message is ``pickle((send_ns, method, args))``, ``send_n
 from __future__ import annotations
 
 import contextlib
+import inspect
 import pickle
 import time
 from abc import ABC, abstractmethod
@@ -83,6 +84,12 @@ class ControlPlane(ABC):
         self.context = context or ControlContext(node_of=(0,) * world_size)
         self.send_stats = ControlStats()  # per send: the message size (bytes), serialise + write (ns)
         self.last_send_start_ns: int | None = None  # time.monotonic_ns() when the latest send began
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The options of this plane: its constructor's arguments past world_size, timeout_s and context."""
+        return [p for p in inspect.signature(cls.__init__).parameters
+                if p not in ("self", "world_size", "timeout_s", "context")]
 
     @classmethod
     def scope_of(cls, options: dict) -> str:

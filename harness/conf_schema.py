@@ -142,8 +142,8 @@ WORKLOADS = {"fixed": FixedWorkload, "random": RandomWorkload, "serve": ServeWor
 def plane_schema(name: str) -> type:
     """``control=<name>``'s node: its ``name`` and ``options`` (the plane's constructor's keyword arguments)."""
     cls = get_control_plane(name)
-    skip = {"self", "world_size", "timeout_s", "context", "inner_options"}  # the engine's, or Python-API only
-    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in skip]
+    signature = inspect.signature(cls.__init__).parameters
+    params = [signature[n] for n in cls.option_names() if n != "inner_options"]  # inner_options: Python API only
     options = dataclasses.make_dataclass(f"{cls.__name__}Options", [
         (p.name, _TYPES[p.annotation], dataclasses.field(default=p.default)) for p in params])
     return dataclasses.make_dataclass(f"{cls.__name__}Config", [("name", str, dataclasses.field(default=name)), (

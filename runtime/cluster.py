@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
 from common import ConfigError
@@ -22,10 +21,9 @@ def make_control_plane(name: str, options: dict, world_size: int, timeout_s: flo
     option, or the plane cannot work there (``scope_fits``; one line naming those that can)."""
     try:
         cls = get_control_plane(name)
-        known = set(inspect.signature(cls.__init__).parameters) - {"self", "world_size", "timeout_s", "context"}
-        if unknown := set(options) - known:
+        if unknown := set(options) - set(cls.option_names()):
             raise ValueError(f"control={name} has no option {', '.join(sorted(unknown))}; its options: "
-                             f"{', '.join(sorted(known)) or 'none'}")
+                             f"{', '.join(sorted(cls.option_names())) or 'none'}")
         scope = cls.scope_of(options)
         if scope_fits(scope, context.launcher, context.num_nodes):
             return cls(world_size, timeout_s=timeout_s, context=context, **options)
