@@ -69,8 +69,8 @@ import torch
 from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
 from engine.layers.norm_gemm import norm_gemm
 torch.manual_seed(0)
-for m, k, n, swiglu, res, norm, tile in [(3, 96, 40, False, True, True, (16, 32, 64, 4)),
-                                         (17, 64, 64, True, True, True, (16, 16, 32, 4)),
+for m, k, n, swiglu, res, norm, tile in [(3, 96, 40, False, True, True, (16, 32, 64, 4, 2)),
+                                         (17, 64, 64, True, True, True, (16, 16, 32, 4, 3)),
                                          (5, 200, 33, False, False, False, None),
                                          (2, 128, 48, True, False, True, None)]:
     h, r = torch.randn(m, k), torch.randn(m, k) if res else None

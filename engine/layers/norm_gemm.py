@@ -28,24 +28,22 @@ def _norm_gemm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, M, N,
     ks = tl.arange(0, BLOCK_K)
     row_ok, col_ok = rows < M, cols < N
     w_ptrs = w_ptr + cols[:, None].to(tl.int64) * stride_wn + ks[None, :]
-    h_ptrs = rows[:, None] * stride_hm + ks[None, :]
-    w = tl.load(w_ptrs, mask=col_ok[:, None] & (ks < K)[None, :], other=0.0)  # weights before the wait (pdl.py)
-    up = w
-    if SWIGLU:
-        up = tl.load(w_ptrs + N * stride_wn, mask=col_ok[:, None] & (ks < K)[None, :], other=0.0)
-    if PDL:
+    h_offs = rows[:, None] * stride_hm + ks[None, :]
+    if PDL:  # launched beside the previous kernel's tail; nothing read before its end
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     squares = tl.zeros((BLOCK_M,), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        mask = row_ok[:, None] & (k0 + ks < K)[None, :]
-        x = tl.load(h_ptr + h_ptrs + k0, mask=mask, other=0.0)
+    for k0 in range(0, K, BLOCK_K):  # loads inside the loop: Triton pipelines them through shared memory
+        k_ok = (k0 + ks < K)[None, :]
+        x = tl.load(h_ptr + h_offs + k0, mask=row_ok[:, None] & k_ok, other=0.0)
+        w = tl.load(w_ptrs + k0, mask=col_ok[:, None] & k_ok, other=0.0)
         if HAS_RES:  # the sum rounded to h's dtype, as the unfused add
-            x = (x.to(tl.float32) + tl.load(res_ptr + h_ptrs + k0, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
+            r = tl.load(res_ptr + h_offs + k0, mask=row_ok[:, None] & k_ok, other=0.0)
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
             if pid_n == 0:
-                tl.store(res_out_ptr + h_ptrs + k0, x, mask=mask)
+                tl.store(res_out_ptr + h_offs + k0, x, mask=row_ok[:, None] & k_ok)
         if NORM:
             xf = x.to(tl.float32)
             squares += tl.sum(xf * xf, axis=1)
@@ -53,12 +51,8 @@ def _norm_gemm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, M, N,
             x = (xf * nw[None, :]).to(w.dtype)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
         if SWIGLU:
+            up = tl.load(w_ptrs + N * stride_wn + k0, mask=col_ok[:, None] & k_ok, other=0.0)
             acc_up = tl.dot(x, tl.trans(up), acc_up, input_precision=PRECISION)
-        w_ptrs += BLOCK_K
-        w_mask = col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :]
-        w = tl.load(w_ptrs, mask=w_mask, other=0.0)
-        if SWIGLU:
-            up = tl.load(w_ptrs + N * stride_wn, mask=w_mask, other=0.0)
     out_ty = y_ptr.dtype.element_ty
     if NORM:
         rstd = 1.0 / tl.sqrt(squares / K + eps)
@@ -70,32 +64,32 @@ def _norm_gemm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, M, N,
     tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc.to(out_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
-def tiles(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int]:
-    """The default (block_m, block_n, block_k, num_warps) for ``[m, k] @ [n, k].T``: every row tile of up to 64
-    rows, and the widest column tile of 128 down to 16 that still gives ``sms`` programs (an H200 has 132 SMs)."""
+def tiles(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int, int]:
+    """The default (block_m, block_n, block_k, num_warps, num_stages) for ``[m, k] @ [n, k].T``: every row tile of up
+    to 64 rows, and the widest column tile of 128 down to 16 that still gives ``sms`` programs (an H200 has 132 SMs)."""
     block_m = min(64, max(16, triton.next_power_of_2(m)))
     block_n = next((b for b in (128, 64, 32) if triton.cdiv(m, block_m) * triton.cdiv(n, b) >= sms), 16)
-    return block_m, block_n, min(128, triton.next_power_of_2(k)), 4
+    return block_m, block_n, min(128, triton.next_power_of_2(k)), 4, 3
 
 
 def norm_gemm(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None, eps: float,
               weight: torch.Tensor, swiglu: bool = False, out: torch.Tensor | None = None,
-              tile: tuple[int, int, int, int] | None = None, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+              tile: tuple[int, int, int, int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """h ``[M, K]``, residual ``[M, K]`` or None, norm_weight ``[K]`` (None: no norm; then residual None too), weight
     ``[N, K]`` (gate then up ``[2 * I, K]`` with ``swiglu``); one dtype, unit stride along K -> (``rms_norm(h +
     residual) @ weight.T`` ``[M, N]``, or ``silu(gate) * up`` ``[M, I]``; the new residual ``[M, K]``, h itself when
     ``residual`` is None). ``out``: the result's storage (unit stride along N). ``tile``: (block_m, block_n, block_k,
-    num_warps), default ``tiles``. PDL when ``pdl.ENABLED``."""
+    num_warps, num_stages), default ``tiles``. PDL when ``pdl.ENABLED``."""
     (m, k), n = h.shape, weight.shape[0]
     n_out = n // 2 if swiglu else n
     y = torch.empty(m, n_out, dtype=h.dtype, device=h.device) if out is None else out
     res_out = torch.empty_like(h) if residual is not None else h
-    bm, bn, bk, warps = tile or tiles(m, n_out, k)
+    bm, bn, bk, warps, stages = tile or tiles(m, n_out, k)
     grid = (triton.cdiv(m, bm), triton.cdiv(n_out, bn))
     _norm_gemm_kernel[grid](
         h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
         m, n_out, k, eps, h.stride(0), weight.stride(0), y.stride(0), NORM=norm_weight is not None,
         HAS_RES=residual is not None, SWIGLU=swiglu, PRECISION="ieee" if h.dtype == torch.float32 else "tf32",
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=warps,
-        num_stages=num_stages)
+        num_stages=stages)
     return y, res_out
