@@ -72,9 +72,8 @@ def gemm_variants(bs: int) -> dict:
     bm = min(64, max(16, 1 << (bs - 1).bit_length()))
     found = {"GEMMs: cuBLAS, torch norms and SiLU (before)": (1, [(gemm, "_MAX_M", 1)]),
              "GEMMs: norm_gemm, its default tiles": (1, [])}
-    shapes = [(bm, bn, bk, 4, stages) for bn in (32, 64, 128) for bk in (64, 128) for stages in (3, 4)]
-    shapes += [(bm, 16, 128, 4, 3), (bm, 128, 64, 8, 3)]
-    shapes += [(128, bn, 64, 8, 3) for bn in (64, 128)] if bs >= 128 else []
+    shapes = [(bm, bn, bk, warps, stages) for bn in (16, 32) for warps in (4, 8)
+              for bk, stages in ((256, 3), (512, 2), (1024, 1))]
     for tile in shapes:
         fixed = (norm_gemm, "tiles", lambda *a, t=tile: t)
         found["GEMMs: norm_gemm at {} x {} x {}, {} warps, {} stages".format(*tile)] = (1, [fixed])
