@@ -2,10 +2,7 @@
 captured it, and re-captured with one part of every layer taken out or changed, the rest of the kernels
 and their PDL chain as they are. An ablated graph's tokens are garbage: only its time means anything.
 
-    python scripts/step_ablation.py [--model qwen3-0.6b] [--num-seqs 1] [--skip 64] [--replays 200] [--set gemm]
-
-``--set gemm`` (a batch of 2+): the decode batch's matmuls through cuBLAS with the torch norms and SiLU-and-mul, as
-before ``norm_gemm.py``, and ``norm_gemm`` with each of a few tiles instead of its default (``norm_gemm.tiles``).
+    python scripts/step_ablation.py [--model qwen3-0.6b] [--num-seqs 1] [--skip 64] [--replays 200]
 
 Prints one line per variant: ms per replay (median of ``--rounds`` rounds, min-max) and the difference from
 the engine's own graph.
@@ -65,21 +62,6 @@ def variants(bs: int, kv_heads: int, device) -> dict:
     }
 
 
-def gemm_variants(bs: int) -> dict:
-    """Variant name -> (1 split, patches): cuBLAS for every batch > 1, and ``norm_gemm`` at fixed tiles."""
-    from engine.layers import gemm, norm_gemm
-
-    bm = min(64, max(16, 1 << (bs - 1).bit_length()))
-    found = {"GEMMs: cuBLAS, torch norms and SiLU (before)": (1, [(gemm, "_MAX_M", 1)]),
-             "GEMMs: norm_gemm, its default tiles": (1, [])}
-    shapes = [(bm, bn, bk, warps, stages) for bn in (16, 32) for warps in (4, 8)
-              for bk, stages in ((256, 3), (512, 2), (1024, 1))]
-    for tile in shapes:
-        fixed = (norm_gemm, "tiles", lambda *a, t=tile: t)
-        found["GEMMs: norm_gemm at {} x {} x {}, {} warps, {} stages".format(*tile)] = (1, [fixed])
-    return found
-
-
 def capture(graphs, bs: int, split: int):
     """A new graph of ``graphs``' decode step at batch ``bs`` (module patches apply), reading the inputs that the
     engine's last step (of ``bs`` sequences) staged."""
@@ -103,7 +85,6 @@ def main():
     ap.add_argument("--skip", type=int, default=64, help="decode steps before measuring (the context grows)")
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--set", choices=("layers", "gemm"), default="layers", help="which variants (see above)")
     args = ap.parse_args()
     from gpu_only import graph_ms, require_cuda
 
@@ -118,14 +99,9 @@ def main():
         graphs, bs = llm.runner.graphs, args.num_seqs
         context = max(len(s) for s in llm.scheduler.running)
         found = {"engine graph": graphs.graph_for(bs, context)}
-        chosen = gemm_variants(bs) if args.set == "gemm" else variants(bs, graphs.kv_heads, torch.device("cuda"))
-        for name, (split, changes) in chosen.items():
+        for name, (split, changes) in variants(bs, graphs.kv_heads, torch.device("cuda")).items():
             with patched(*changes):
-                try:
-                    found[name] = capture(graphs, bs, split)
-                except Exception as e:  # a tile past shared memory or registers (Triton raises several types)
-                    print(f"  {name}: not captured ({type(e).__name__}: {str(e)[:100]})", flush=True)
-                    torch.cuda.synchronize()
+                found[name] = capture(graphs, bs, split)
         times = {name: [] for name in found}
         for _ in range(args.rounds):  # rounds interleave the variants: drift hits them alike
             for name, graph in found.items():
