@@ -20,6 +20,9 @@ REQUIRED = ["control", "tp", "status"]
 NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
            "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls",
            "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean", "repeat"]
+# a time, rate, size or count: a negative cell was edited or damaged (a launch lag and a one-way latency measured
+# across nodes' clocks can be negative)
+CANNOT_BE_NEGATIVE = [c for c in NUMERIC if not c.startswith(("ctrl_launch_lag", "ctrl_oneway"))]
 SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s"]
 # a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
 SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
@@ -143,6 +146,12 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():
         if bad:
             print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}", file=sys.stderr)
+    negative = numbers[CANNOT_BE_NEGATIVE] < 0
+    for col, bad in negative.sum().items():
+        if bad:
+            print(f"warning: {path}: ignored {bad} negative cell(s) in column {col} (it cannot be negative)",
+                  file=sys.stderr)
+    numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
     df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)

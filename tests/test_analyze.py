@@ -340,6 +340,22 @@ def test_non_numeric_cells_do_not_crash(sweep, tmp_path, capsys):
     assert "ignored 1 non-numeric or infinite cell(s) in column output_tok_s" in capsys.readouterr().err
 
 
+def test_negative_cells_are_ignored_where_a_value_cannot_be_negative(sweep, tmp_path, capsys):
+    """A hand-edited throughput or latency below 0 is left out with a warning; a launch lag may be negative."""
+    bad = tmp_path / "negative.csv"
+    df = pd.read_csv(sweep)
+    df.loc[0, "output_tok_s"], df.loc[1, "tpot_ms_p50"], df.loc[2, "ctrl_launch_lag_us_mean"] = -400.0, -1.0, -3.0
+    df.to_csv(bad, index=False)
+    assert main([str(bad), "--format", "csv"]) == 0
+    err = capsys.readouterr().err
+    assert "ignored 1 negative cell(s) in column output_tok_s" in err and "column tpot_ms_p50" in err
+    assert "ctrl_launch_lag" not in err
+    from harness.load_results import load
+
+    rows = load([str(bad)], listing="stderr")
+    assert pd.isna(rows.output_tok_s[0]) and pd.isna(rows.tpot_ms_p50[1]) and rows.ctrl_launch_lag_us_mean[2] == -3.0
+
+
 def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, capsys):
     """``++key=v`` and ``key=v`` (how the key got in), ``True`` from a sweep and ``true`` typed: one
     configuration, not two (committed files hold both spellings of the same runs)."""
