@@ -214,10 +214,12 @@ def idle_gap_problem(w: dict, seed: int, control: str, tp: int, timeout_s: float
             f"{gap:.0f}")
 
 
-def request_record(index: int, out: dict, work: Workload, start_s: float, sent_s: float) -> dict:
-    """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms."""
+def request_record(index: int, out: dict, work: Workload, start_s: float) -> dict:
+    """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms. ``sent_s``
+    is when the engine took the request, the time its latencies count from: the send, or under ``control=ideal`` an
+    admission the recording made before the scheduled arrival."""
     sent = out["arrival_s"]
-    return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent_s - start_s,
+    return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent - start_s,
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
             "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
             "finish_reason": out["finish_reason"]}
@@ -235,7 +237,6 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
     limit = work.max_concurrency or n
     index: dict[int, int] = {}  # in flight: engine request id -> trace index
     records: list[dict | None] = [None] * n
-    sent_at = [0.0] * n
     bar = tqdm(total=n, desc="serve", unit="req", disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
     arrivals = [start + a for a in work.arrivals]
@@ -243,7 +244,7 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
     while sent < n or llm.has_unfinished_requests():
         t0 = time.perf_counter_ns()
         while sent < n and len(index) < limit:  # unbounded: every request at once, each at its arrival time
-            at = sent_at[sent] = arrivals[sent] if limit >= n else max(arrivals[sent], time.perf_counter())
+            at = arrivals[sent] if limit >= n else max(arrivals[sent], time.perf_counter())
             index[llm.add_request(work.prompts[sent], work.params[sent], at)] = sent
             sent += 1
         t1 = time.perf_counter_ns()
@@ -251,7 +252,7 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         t2 = time.perf_counter_ns()
         for out in finished:
             i = index.pop(out["request_id"])
-            records[i], last = request_record(i, out, work, start, sent_at[i]), max(last, out["token_times_s"][-1])
+            records[i], last = request_record(i, out, work, start), max(last, out["token_times_s"][-1])
             if log:
                 log.write(json.dumps(records[i]) + "\n")
                 log.flush()

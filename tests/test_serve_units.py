@@ -182,6 +182,28 @@ def test_max_concurrency_holds_requests_on_the_client_side_as_vllm_does():
     assert row["achieved_rate_req_s"] < 400.0 and row["num_requests"] == 12
 
 
+class EarlyEngine(InstantEngine):
+    """Admits every pending request at once, each counting from its admission as ideal's replay does (the
+    scheduler moves ``arrival_s`` to then)."""
+
+    def step(self):
+        now = time.perf_counter()
+        for r in self.pending:
+            r["arrival_s"] = min(r["arrival_s"], now)
+            r["t"] = r["t"] or []
+        self.running, self.pending = self.running + self.pending, []
+        return super().step()
+
+
+def test_a_request_admitted_before_its_arrival_counts_from_its_admission_in_the_file():
+    """Reported: under control=ideal a request's file line kept the scheduled send while its latencies counted
+    from its earlier admission, so sent_s + e2el passed the run's end."""
+    work = build_workload({**SERVE, "num_prompts": 6, "request_rate": 20.0}, "cpu", 0, 1000)
+    records, _, start, last, _ = serve_pass(EarlyEngine(), work, progress=False)
+    assert any(r["sent_s"] < r["arrival_s"] - 0.01 for r in records)  # admitted early
+    assert max(r["sent_s"] + r["e2el_ms"] / 1e3 for r in records) <= last - start + 1e-9
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_warm_up_takes_the_workloads_first_prompts_on_cuda(device):
     """On CUDA the untimed warm-up also runs the first WARM_PROMPTS prompts at their own temperature, 2 tokens
