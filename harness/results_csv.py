@@ -92,7 +92,11 @@ def _write_whole(path: str, data: bytes, append: bool) -> None:
 
 
 def _plain(v):
-    """A JSON value: None for NaN, infinities as strings (json's Infinity is not JSON)."""
+    """A JSON value, nested ones too: None for NaN, infinities as strings (json's Infinity is not JSON)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else str(v)
     return v
@@ -102,11 +106,11 @@ def write_run_json(directory: str, row: dict, config: dict | None) -> tuple[str 
     """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value).
     Returns (its path, None), or (None, why) when it cannot be written, leaving nothing (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
-    data = {"config": config, "row": {k: _plain(v) for k, v in row.items()},
-            "vllm": {alias: _plain(row[col]) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}}
+    data = _plain({"config": config, "row": row,
+                   "vllm": {alias: row[col] for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}})
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write_whole(path + ".tmp", json.dumps(data, indent=1, default=str).encode(), append=False)
+        _write_whole(path + ".tmp", json.dumps(data, indent=1, default=str, allow_nan=False).encode(), append=False)
         os.replace(path + ".tmp", path)
         return path, None
     except OSError as e:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import pandas as pd
+import pytest
 
-from harness.results_csv import append_row
+from harness.results_csv import append_row, write_run_json
 
 COLUMNS = ["a", "b", "text"]
 
@@ -73,3 +74,17 @@ def test_a_row_after_its_runs_ok_row_gets_an_id_of_its_own(tmp_path):
     df = pd.read_csv(tmp_path / "runs.csv")
     assert df.status.tolist() == ["ok", "failed"] and df.run_id[0] == "abc" and df.run_id[1] != "abc"
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f"{i}.json" for i in df.run_id)
+
+
+def test_the_run_file_is_strict_json_with_infinities_nested_in_the_config(tmp_path):
+    """Reported: request_rate=inf in the config was written as a bare Infinity, which JSON readers refuse."""
+    import json
+
+    row = {"run_id": "abc123", "request_rate": float("inf"), "tpot_ms_p50": float("nan"), "output_tok_s": 1.5}
+    config = {"workload": {"request_rate": float("inf"), "rates": [1.0, float("-inf")]}, "tp": 2}
+    path, why = write_run_json(str(tmp_path), row, config)
+    text = open(path).read()
+    assert why is None and "Infinity" not in text and "NaN" not in text
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["config"]["workload"] == {"request_rate": "inf", "rates": [1.0, "-inf"]}
+    assert data["row"]["tpot_ms_p50"] is None and data["row"]["output_tok_s"] == 1.5
