@@ -296,3 +296,25 @@ def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, m
     kept = [f"{row.run_id}.jsonl"] if control == "shm" else []  # ideal stopped in its recording pass
     assert set(os.listdir(tmp_path)) - {"runs.csv.lock"} == {"runs", "runs.csv"} | ({"requests"} if kept else set())
     assert (os.listdir(tmp_path / "requests") if kept else []) == kept  # no steps/ or traces/ of a failed run
+
+
+def test_sigusr1_during_start_up_prints_stacks_and_the_command_goes_on():
+    """The new-user trial (session 24): `kill -USR1` 1 s into a run (its imports) killed rank 0 with exit 138 and
+    printed nothing; faulthandler was registered only after the imports. Sent here while torch loads (its library
+    in /proc/PID/maps): the command still ends as it would (bad input: exit 2)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "tp=abc"], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(f"/proc/{proc.pid}/maps") as f:
+            if "libtorch" in f.read():
+                break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("error:")
