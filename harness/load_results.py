@@ -97,7 +97,7 @@ def _read_one(path: str) -> pd.DataFrame:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(good)
     try:
-        df = pd.read_csv(io.StringIO(buf.getvalue()))
+        df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""])  # "NaN" typed: warned
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     if df.empty:
@@ -145,7 +145,8 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
     for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():
         if bad:
-            print(f"warning: {path}: ignored {bad} non-numeric or infinite cell(s) in column {col}", file=sys.stderr)
+            print(f"warning: {path}: ignored {bad} non-numeric, NaN or infinite cell(s) in column {col}",
+                  file=sys.stderr)
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
     for col, bad in negative.sum().items():
         if bad:
