@@ -129,8 +129,9 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
     df = pd.concat(frames, ignore_index=True)
     twice = df.run_id.notna() & df.duplicated("run_id") | df.run_id.isna() & df.duplicated()
     if twice.any():  # a copy of a file: its rows are not more repeats
-        print(f"note: dropped {int(twice.sum())} row(s) read twice (same run_id, or identical without one: a copy?)",
-              file=sys.stderr)
+        differ = int(df[df.run_id.notna()].drop_duplicates().duplicated("run_id").sum())  # an edited copy
+        print(f"note: dropped {int(twice.sum())} row(s) read twice (same run_id, or identical without one: a copy?)"
+              + (f"; {differ} of them differ from the row kept, the first read" if differ else ""), file=sys.stderr)
     return df[~twice].reset_index(drop=True)
 
 
