@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import sys
 
@@ -42,7 +43,15 @@ def summarize(path: str) -> str:
     50 us; a line saying what is missing where the file lacks worker columns."""
     import pandas as pd
 
-    df = pd.read_csv(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text and not text.endswith("\n"):  # a writer that died mid-line
+        print(f"warning: {path}: ignored its truncated last line", file=sys.stderr)
+        text = text[:text.rfind("\n") + 1]
+    rows = list(csv.reader(io.StringIO(text)))
+    if short := next((i + 1 for i, r in enumerate(rows) if r and len(r) != len(rows[0])), None):
+        raise ValueError(f"line {short} has {len(rows[short - 1])} cells, the header {len(rows[0])}")
+    df = pd.read_csv(io.StringIO(text))
     decode = df[df.prefill == 0]
     ranks = sorted({c.split("_")[0] for c in df.columns if c.endswith("_launch_us") and c != "r0_launch_us"})
     launch = decode[[f"{r}_launch_us" for r in ranks]].to_numpy(dtype=float)
@@ -74,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(summarize(path))
         except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
-            print(f"error: {path}: not a readable step log ({type(e).__name__}: {e})".splitlines()[0], file=sys.stderr)
+            why = (str(e).strip().splitlines() or [""])[0]
+            print(f"error: {path}: not a readable step log ({type(e).__name__}: {why})", file=sys.stderr)
             code = 2
     return code
 

@@ -65,3 +65,22 @@ def test_a_file_that_is_no_step_log_is_one_line_not_a_traceback(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
     assert "a directory" in (main([str(tmp_path)]), capsys.readouterr().err)[1]
+
+
+def test_a_damaged_step_log_says_where(tmp_path, capsys):
+    """The new-user trial (session 24): a file cut mid-line was summed with its partial line; a short row gave
+    "All-NaN slice encountered"; a parser error lost its closing parenthesis."""
+    path = str(tmp_path / "steps.csv")
+    write_step_log(path, [StepRecord(False, 2, 2, 1e-3, 5_000, 100, 9_000)] * 3,
+                   {"recv": {1: {"ns": [20_000] * 3, "launch_ns": [30_000] * 3}}})
+    text = open(path).read()
+    with open(path, "w") as f:
+        f.write(text[:-4])  # the last line cut
+    assert main([path]) == 0
+    out, err = capsys.readouterr()
+    assert f"warning: {path}: ignored its truncated last line" in err and "2 decode steps" in out
+    with open(path, "w") as f:
+        f.write(text.replace("\n", "\n1,0\n", 1))  # a short second line
+    assert main([path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {path}: not a readable step log (ValueError: line 2 has 2 cells, the header 10)"
