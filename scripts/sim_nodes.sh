@@ -5,7 +5,7 @@
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh -m harness control=zmq tp=2 workload=smoke
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh path/to/script.py args...
 # Exit code: the worst node's. Node k's output goes to $LOGDIR/sim_node<k>.log (default: a new directory
-# /tmp/sim_nodes.XXXXXX, so two runs never write one file) and is printed after.
+# /tmp/sim_nodes.XXXXXX, so two runs never write one file) and is printed after, also when interrupted.
 set -u
 [ $# -gt 0 ] || { echo "usage: [NODES=2 NPROC=1 PORT=29600] bash scripts/sim_nodes.sh -m harness OVERRIDES... | SCRIPT.py ARGS..." >&2; exit 2; }
 NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}; LOGDIR=${LOGDIR:-$(mktemp -d /tmp/sim_nodes.XXXXXX)}
@@ -15,8 +15,13 @@ args=$(printf '%q ' "$@")
 export GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 \
   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 pids=()
+show_logs() {
+  for ((k = 0; k < NODES; k++)); do
+    echo "== node $k ($LOGDIR/sim_node$k.log) =="; grep -v "^W[0-9]\{4\}\|\*\*\*\*\|OMP_NUM_THREADS" "$LOGDIR/sim_node$k.log"
+  done
+}
 # Ctrl-C or TERM: each node's torchrun gets TERM and stops its ranks (this script would otherwise leave them).
-trap 'kill "${pids[@]}" 2>/dev/null; wait; echo "error: interrupted" >&2; exit 130' INT TERM
+trap 'kill "${pids[@]}" 2>/dev/null; wait; show_logs; echo "error: interrupted" >&2; exit 130' INT TERM
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 for ((k = 0; k < NODES; k++)); do
   if [ "$GPUS" -ge $((NODES * NPROC)) ]; then  # node k gets GPUs k*NPROC .. (k+1)*NPROC-1, as a real node its own
@@ -29,5 +34,5 @@ for ((k = 0; k < NODES; k++)); do
 done
 code=0
 for pid in "${pids[@]}"; do wait "$pid"; c=$?; [ $c -gt $code ] && code=$c; done
-for ((k = 0; k < NODES; k++)); do echo "== node $k ($LOGDIR/sim_node$k.log) =="; grep -v "^W[0-9]\{4\}\|\*\*\*\*\|OMP_NUM_THREADS" "$LOGDIR/sim_node$k.log"; done
+show_logs
 exit $code

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -38,15 +39,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sim_nodes(tmp_path, nodes: int, nproc: int, *args: str, wait: bool = True, extra_env=None):
+def sim_nodes(tmp_path, nodes: int, nproc: int, *args: str, wait: bool = True, extra_env=None, capture=False):
     """Start ``nodes`` simulated nodes of ``nproc`` ranks running ``args``; returns the finished process
-    (``wait``) or the running one. Node k's output: ``tmp_path / sim_node<k>.log``."""
+    (``wait``) or the running one (its output piped with ``capture``). Node k's output: ``tmp_path /
+    sim_node<k>.log``."""
     env = {**os.environ, "NODES": str(nodes), "NPROC": str(nproc), "PORT": str(free_port()), "LOGDIR": str(tmp_path),
            "PYTHONPATH": ROOT, **(extra_env or {})}
     cmd = ["bash", os.path.join(ROOT, "scripts", "sim_nodes.sh"), *args]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        out = subprocess.PIPE if capture else subprocess.DEVNULL
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out, text=True, start_new_session=True)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -178,6 +180,25 @@ def test_conformance_across_two_nodes_of_two(control, tmp_path):
     got = json.loads(out.read_text())
     assert got["nodes"] == 2
     assert got["reports"] == {str(r): {"received": 2000, "errors": []} for r in (1, 2, 3)}
+
+
+def test_ctrl_c_to_the_sim_nodes_script_prints_every_nodes_log(tmp_path, model_cache):
+    """The new-user trial (session 24): Ctrl-C printed only "error: interrupted", not the nodes' logs that the
+    script's header promises (the failed row's "interrupted" sat in a mktemp folder)."""
+    marker = f"results_dir={tmp_path}"
+    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=hybrid", "tp=2", "workload=bench", "repeat=100",
+                     "progress=false", marker, wait=False, capture=True, extra_env={"TPCP_CACHE": model_cache})
+    try:
+        assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
+        proc.send_signal(signal.SIGINT)  # the script's own trap: TERM to each node's torchrun, then the logs
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err[-2000:]
+    assert f"== node 0 ({tmp_path}/sim_node0.log) ==" in out and f"== node 1 ({tmp_path}/sim_node1.log) ==" in out
+    assert "[ok]" in out
+    assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
 
 
 def test_a_killed_worker_on_one_host_is_the_failure_not_an_interruption(tmp_path, model_cache):
