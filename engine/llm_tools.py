@@ -57,25 +57,28 @@ class LLMTools:
         fault_drill(self.config, 0, rank, message)
 
     def start_profile(self, prefix: str) -> None:
-        """(``profile=torch``; else nothing) Profile the coming pass on every rank, into ``<prefix>_rank<k>.json``.
-        Call it outside an ideal replay, before the statistics are reset (its message is one of theirs)."""
-        if self.profiler is None:
-            return
+        """Profile the coming pass on every rank, into ``<prefix>_rank<k>.json``. Call it outside an ideal replay,
+        before the statistics are reset (its message is one of theirs). Raises ConfigError: built without
+        ``profile="torch"``."""
+        self._need_profiler("start_profile")
         self.cluster.send(PROFILE, "arm", prefix)
         self.profiler.arm(prefix)
 
     def finish_profile(self) -> list[str]:
-        """(``profile=torch``) End the profiled pass, waiting for every rank's trace (this restarts the statistics:
-        collect them first). Returns the trace files, rank 0's first, each on its node ([]: none written). Raises
-        WorkerError / TimeoutError: a worker failed or did not answer."""
-        if self.profiler is None:
-            return []
+        """End the profiled pass, waiting for every rank's trace (this restarts the statistics: collect them first).
+        Returns the trace files, rank 0's first, each on its node ([]: none written). Raises ConfigError: built
+        without ``profile="torch"``; WorkerError / TimeoutError: a worker failed or did not answer."""
+        self._need_profiler("finish_profile")
         prefix = self.profiler.prefix
         self.cluster.send(PROFILE, "finish")
         written = self.profiler.finish()
         self.collect_control_stats()  # every worker has finished its trace before it reports
         others = [trace_path(prefix, rank) for rank in range(1, self.config.tensor_parallel_size)]
         return [] if written is None else [written] + others
+
+    def _need_profiler(self, what: str) -> None:
+        if self.profiler is None:
+            raise ConfigError(f"{what}: this engine was built without profile=\"torch\" (LLM(..., profile=\"torch\"))")
 
     def collect_control_stats(self) -> dict:
         """``Cluster.collect_stats``, each worker's ``launch_ns`` added. Raises WorkerError / TimeoutError."""

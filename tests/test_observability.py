@@ -271,13 +271,15 @@ def test_profile_steps_takes_ascii_digits_only(value):
 
 
 def test_profile_none_leaves_the_step_path_alone(tiny_untied):
-    """profile=none (the default): no profiler, the runner itself on the step path (no wrapper to call)."""
+    """profile=none (the default): no profiler, the runner itself on the step path (no wrapper to call); asking
+    such an engine for a trace is refused, not silently ignored (the new-user trial, session 24)."""
     with LLM(tiny_untied, tensor_parallel_size=1, device="cpu", num_kvcache_blocks=8, max_model_len=256,
              max_num_batched_tokens=256) as llm:
         assert llm.profiler is None and type(llm.runner) is ModelRunner
-        llm.start_profile("/nonexistent/x")  # nothing to arm, nothing written
-        llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))
-        assert llm.finish_profile() == []
+        for call in (lambda: llm.start_profile("/tmp/x"), llm.finish_profile):
+            with pytest.raises(ConfigError, match='built without profile="torch"'):
+                call()
+        assert llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))[0]["token_ids"]
 
 
 def test_the_printout_names_each_trace_or_why_there_is_none(tmp_path):
