@@ -213,8 +213,10 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException, summary:
     e = as_interrupt(e)
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
     written = results.add(row)
-    if summary:
-        print_summary(row, written)
+    kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
+    if summary:  # a serve run's requests finished before the failure stay in its file
+        print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
+                      if row.get("run_id") and os.path.isfile(kept) else ())
     print(f"error: {one_line(e)}", file=sys.stderr)
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 

@@ -268,7 +268,7 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
 
 
 @pytest.mark.parametrize("control", ["shm", "ideal"])
-def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, model_cache, monkeypatch):
+def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, model_cache, monkeypatch, capsys):
     """The new-user trial (session 22): a serve run stopped mid-run wrote its row and run file as 434449d597df but
     its finished requests to requests/338db5ae1537.jsonl. One id now, from the run's start; and a stop in ideal's
     recording pass (no request logged yet) left an empty requests/ folder: nothing empty is left."""
@@ -296,6 +296,8 @@ def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, m
     kept = [f"{row.run_id}.jsonl"] if control == "shm" else []  # ideal stopped in its recording pass
     assert set(os.listdir(tmp_path)) - {"runs.csv.lock"} == {"runs", "runs.csv"} | ({"requests"} if kept else set())
     assert (os.listdir(tmp_path / "requests") if kept else []) == kept  # no steps/ or traces/ of a failed run
+    said = f"requests    {tmp_path}/requests/{row.run_id}.jsonl (the requests that finished before it failed)"
+    assert (said in capsys.readouterr().out) == bool(kept)  # the failed run's printout names what it kept
 
 
 def test_sigusr1_during_start_up_prints_stacks_and_the_command_goes_on():
