@@ -13,13 +13,12 @@ import sys
 from .signals import as_interrupt, exit_interrupted, interrupted_code, interrupted_line
 from .signals import install as install_signal_handlers
 
-# `kill -USR1 <pid>`: every thread's stack to stderr, and go on. From here on (spawned workers run this module's top
-# level too), and ignored, never fatal, once the interpreter's exit has unregistered faulthandler.
-signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-faulthandler.register(signal.SIGUSR1, all_threads=True)
-
 if __name__ == "__main__":
     install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
+    # `kill -USR1 <pid>`: every thread's stack to stderr, and go on, from here on (torchrun's ranks too; spawned
+    # workers inherit it ignored: runtime/worker_group.py); ignored, never fatal, once exit unregisters faulthandler
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 try:
     import hydra
     from omegaconf import DictConfig

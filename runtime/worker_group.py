@@ -4,6 +4,7 @@ out the control-plane ends, liveness, shutdown."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing as mp
 import pickle
 import queue
@@ -94,7 +95,7 @@ class WorkerGroup:
                 boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port, self.startup_timeout_s)
                 p = mp.get_context("spawn").Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
                                 args=(boot, control.endpoint(rank), body, body_args))
-                start_ignoring_sigint(p)
+                start_ignoring_signals(p)
                 self.procs[rank] = p
         else:
             for rank in self.workers:
@@ -237,16 +238,20 @@ class WorkerGroup:
             self.lifelines.close()
 
 
-def start_ignoring_sigint(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) from its first instruction: an
-    inherited SIG_IGN survives spawn, a blocked mask does not. SIGINT is blocked meanwhile: one that comes now
-    stays pending for rank 0's own handler."""
+def start_ignoring_signals(p: mp.Process) -> None:
+    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker_entry``
+    registers its stack dump) from its first instruction: an inherited SIG_IGN survives spawn, a blocked mask does
+    not. SIGINT is blocked meanwhile: one that comes now stays pending for rank 0's own handler. Rank 0's own
+    SIGUSR1 stack dump (faulthandler) is off for the moment of the start."""
     main = threading.current_thread() is threading.main_thread()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    dumps = main and faulthandler.unregister(signal.SIGUSR1)  # restores its previous handler
+    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGUSR1)} if main else {}
     try:
         p.start()
     finally:
-        if main:
-            signal.signal(signal.SIGINT, handler)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if dumps:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -346,7 +346,7 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_unt
     """Before: nothing printed until startup_timeout_s (600 s by default; 93 s seen before it was killed)."""
     from runtime import worker_group
 
-    started = worker_group.start_ignoring_sigint
+    started = worker_group.start_ignoring_signals
 
     stopped = []
 
@@ -355,7 +355,7 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(tiny_unt
         os.kill(p.pid, signal.SIGSTOP)  # inside its imports: it never connects
         stopped.append(p)
 
-    monkeypatch.setattr(worker_group, "start_ignoring_sigint", start_then_stop)
+    monkeypatch.setattr(worker_group, "start_ignoring_signals", start_then_stop)
     monkeypatch.setattr(worker_group, "PROGRESS_S", 0.5)
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, WorkerError)) as failure:

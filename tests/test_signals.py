@@ -86,26 +86,31 @@ def _sleep_then_exit(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def test_a_spawned_worker_ignores_sigint_from_its_first_instruction():
-    """The disposition is inherited through exec: the child shows SIGINT ignored at once (its imports still
-    running), a SIGINT then does nothing, and it exits 0; the parent's own handler is back."""
+def test_a_spawned_worker_ignores_sigint_and_sigusr1_from_its_first_instruction():
+    """The disposition is inherited through exec: the child shows SIGINT and SIGUSR1 ignored at once (its imports
+    still running), both then do nothing, and it exits 0; the parent's own handlers are back, its SIGUSR1 stack
+    dump included (the new-user trial, session 24: a SIGUSR1 during a worker's imports killed the run)."""
+    import faulthandler
     import multiprocessing as mp
     import os
     import signal
     import time
 
-    from runtime.worker_group import start_ignoring_sigint
+    from runtime.worker_group import start_ignoring_signals
 
     before = signal.getsignal(signal.SIGINT)
+    faulthandler.register(signal.SIGUSR1)
     p = mp.get_context("spawn").Process(target=_sleep_then_exit, args=(1.5,))
-    start_ignoring_sigint(p)
+    start_ignoring_signals(p)
     try:
         assert signal.getsignal(signal.SIGINT) is before
+        assert faulthandler.unregister(signal.SIGUSR1)  # it was registered again after the start
         with open(f"/proc/{p.pid}/status") as f:
             ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
-        assert ignored & (1 << (signal.SIGINT - 1))
+        assert ignored & (1 << (signal.SIGINT - 1)) and ignored & (1 << (signal.SIGUSR1 - 1))
         time.sleep(0.05)  # inside the child's interpreter start-up and imports
         os.kill(p.pid, signal.SIGINT)
+        os.kill(p.pid, signal.SIGUSR1)
         p.join(60)  # a liveness bound, not a timing: a loaded 2-core machine took over 10 s to start the child
         assert p.exitcode == 0
     finally:
