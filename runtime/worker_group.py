@@ -251,7 +251,8 @@ def start_ignoring_signals(p: mp.Process) -> None:
         p.start()
     finally:
         for s, handler in handlers.items():
-            signal.signal(s, handler)
+            if handler is not None:  # None: a handler set outside Python, which Python cannot put back
+                signal.signal(s, handler)
         if dumps:
             faulthandler.register(signal.SIGUSR1, all_threads=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
