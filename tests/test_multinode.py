@@ -190,7 +190,9 @@ def test_ctrl_c_to_the_sim_nodes_script_prints_every_nodes_log(tmp_path, model_c
                      "progress=false", marker, wait=False, capture=True, extra_env={"TPCP_CACHE": model_cache})
     try:
         assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
-        proc.send_signal(signal.SIGINT)  # the script's own trap: TERM to each node's torchrun, then the logs
+        # the script's own trap (INT and TERM alike): TERM to each node's torchrun, then the logs. TERM, as a shell
+        # started in the background (CI) inherits SIGINT ignored, and bash cannot trap a signal ignored at entry.
+        proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
