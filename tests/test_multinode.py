@@ -182,7 +182,7 @@ def test_conformance_across_two_nodes_of_two(control, tmp_path):
     assert got["reports"] == {str(r): {"received": 2000, "errors": []} for r in (1, 2, 3)}
 
 
-def test_ctrl_c_to_the_sim_nodes_script_prints_every_nodes_log(tmp_path, model_cache):
+def test_an_interrupted_sim_nodes_script_prints_every_nodes_log(tmp_path, model_cache):
     """The new-user trial (session 24): Ctrl-C printed only "error: interrupted", not the nodes' logs that the
     script's header promises (the failed row's "interrupted" sat in a mktemp folder)."""
     marker = f"results_dir={tmp_path}"

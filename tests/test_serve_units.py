@@ -190,7 +190,6 @@ class EarlyEngine(InstantEngine):
         now = time.perf_counter()
         for r in self.pending:
             r["arrival_s"] = min(r["arrival_s"], now)
-            r["t"] = r["t"] or []
         self.running, self.pending = self.running + self.pending, []
         return super().step()
 
