@@ -31,7 +31,6 @@ from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
 from .summary_table import csv_rows, default_baseline, print_table
 
-FORMATS = ("text", "markdown", "csv")
 # the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
 CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_hash", "device", "dtype", "cpu_threads",
                "all_reduce", "gemm", "workload", "request_rate", "burstiness", "max_concurrency", "slo", "overrides",
@@ -50,11 +49,6 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
                                 and df[k].nunique(dropna=False) > 1]
-
-
-def pooled_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
-    """The configuration columns that differ among ``df``'s rows but are not in ``group`` (none without it)."""
-    return [k for k in CONFIG_KEYS if group and k not in group and k in df and df[k].nunique(dropna=False) > 1]
 
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -96,8 +90,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     frames = []
     for i, (kind, rows, k) in enumerate(parts):
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
-        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
-            base = None
+        base = None if kind == "serve" and base == "ideal" else base  # ideal's TTFT, queueing follow its recording
         exposed = exposed_cost(filled[filled.status == "ok"], k)
         if fmt == "csv":
             frames.append(csv_rows(kind, filled, k, base))
@@ -109,7 +102,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
         if same := same_words(rows):
             whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
-        if pooled := pooled_keys(rows, group):
+        if group and (pooled := [k for k in CONFIG_KEYS if k not in group and rows[k].nunique(dropna=False) > 1]):
             print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
         print_table(kind, filled, k, base, fmt)
         print_exposed(exposed, fmt)
@@ -121,8 +114,7 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
 def busy_note(df: pd.DataFrame) -> str | None:
     """A line when rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
     load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
-    busy = load > cores
-    if not busy.any():
+    if not (busy := load > cores).any():
         return None
     verdicts = ", and step and TPOT verdicts may disagree" if (df.workload != "broadcast").any() else ""
     return (f"note: {int(busy.sum())} of {len(df)} rows ran on a busy machine (1-min load average up to "
@@ -204,10 +196,10 @@ def parser() -> OneLineParser:
                                                "configuration column that differs between rows)")
     p.add_argument("--baseline", help="control the ratios are relative to (default: ideal where the rows have "
                                       "it, else shm, else the first plane); the table's header names it")
-    p.add_argument("--format", choices=FORMATS, default="text", help="text (default): tables of at most 120 "
-                   "columns, the main metrics; markdown: every key and more metrics (mean, p50, p99 of TTFT, TPOT, "
-                   "ITL, E2EL...), median [min-max] (ratio); csv: every number of both tables, one CSV (a table "
-                   "column: summary, serve or exposed)")
+    p.add_argument("--format", choices=("text", "markdown", "csv"), default="text", help="text (default): tables "
+                   "of at most 120 columns, the main metrics; markdown: every key and more metrics (mean, p50, p99 of "
+                   "TTFT, TPOT, ITL, E2EL...), median [min-max] (ratio); csv: every number of both tables, one CSV (a "
+                   "table column: summary, serve or exposed)")
     p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal "
                                                   "first, the raw metrics, broadcast and serve sweeps beside "
                                                   "it (OUT_raw.png, ...; one line says where each went)")
