@@ -144,15 +144,12 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
             print(f"warning: {path}: no column {col} (its schema has one): read as empty", file=sys.stderr)
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
-    for col, bad in (numbers.isna() & df[NUMERIC].notna()).sum().items():
-        if bad:
-            print(f"warning: {path}: ignored {bad} non-numeric, NaN or infinite cell(s) in column {col}",
-                  file=sys.stderr)
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
-    for col, bad in negative.sum().items():
-        if bad:
-            print(f"warning: {path}: ignored {bad} negative cell(s) in column {col} (it cannot be negative)",
-                  file=sys.stderr)
+    for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN or infinite cell(s) in column {}"),
+                        (negative, "negative cell(s) in column {} (it cannot be negative)")):
+        for col, bad in cells.sum().items():
+            if bad:
+                print(f"warning: {path}: ignored {bad} {what.format(col)}", file=sys.stderr)
     numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
     df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
