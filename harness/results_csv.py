@@ -72,8 +72,8 @@ def _write_whole(path: str, data: bytes, append: bool) -> None:
     """Append ``data`` to ``path`` (created if absent) or, not ``append``, write it as a new file, synced to the
     disk; on any failure the file is cut back to its size before (removed if new). Raises the write's OSError."""
     existed = append and os.path.exists(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o666)
-    try:
+    with open(path, "ab" if append else "wb", buffering=0) as f:
+        fd = f.fileno()
         size = os.fstat(fd).st_size if existed else None
         try:
             view = memoryview(data)
@@ -87,8 +87,6 @@ def _write_whole(path: str, data: bytes, append: bool) -> None:
                 else:
                     os.unlink(path)
             raise
-    finally:
-        os.close(fd)
 
 
 def _plain(v):
