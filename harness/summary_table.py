@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .plot_common import plane_order
-from .text_tables import fitting_sections, header_lines, key_cells, left_out_note, num4, number, ratio, spread_cell
+from .text_tables import fitting_sections, header_lines, key_cells, num4, number, ratio, spread_cell
 
 KEY_METRICS = ["output_tok_s", "req_s", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99", "e2el_ms_p99",
                "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_launch_lag_us_mean",
@@ -143,7 +143,7 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in ROW_KEYS], row, metrics)
     text = "median over ok repeats ±half their range in % of it" + (
         f"; ratios to control={baseline} at the same configuration" if shown else "")
-    print("\n".join(header_lines(text + left_out_note([h for _, h in left_out]), common) + lines))
+    print("\n".join(header_lines(text, common, [h for _, h in left_out]) + lines))
     if any(((table[f"{m}_count"] < table.repeats) & table[f"{m}_median"].notna()).any() for m, _ in metrics):
         print("* the median of fewer rows than n: the other ok rows lack the metric")
 
@@ -169,7 +169,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
                      "TPOT;\nits TTFT, queueing and E2EL follow the recording's admissions and are no floor "
                      "(docs/SERVE.md)")
-    print("\n".join(header_lines(legend + left_out_note([h for _, h in left_out]), common) + lines))
+    print("\n".join(header_lines(legend, common, [h for _, h in left_out]) + lines))
 
 
 def size(n: float) -> str:
@@ -199,4 +199,4 @@ def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
         lines, left_out, common = fitting_sections(wide.reset_index(), at[:-2], row, plane_order(table.control))
         text = (f"workload=broadcast: one-way latency {name} (us) per plane, median over ok repeats (n={n}); "
                 "size = payload_bytes")
-        print("\n".join(header_lines(text + left_out_note(left_out), common) + lines))
+        print("\n".join(header_lines(text, common, left_out) + lines))

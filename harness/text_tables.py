@@ -82,11 +82,6 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
             return lines, columns[n:], common if len(parts) > 1 else set()
 
 
-def left_out_note(names: list[str]) -> str:
-    """What a table's explanation says of the ``names`` of its columns left out to fit; "" without one."""
-    return f"; left out to fit: {', '.join(names)} (all: --format markdown)" if names else ""
-
-
 def section_label(values: dict, common: set[str] = frozenset()) -> str:
     """One section's configuration, ``key=value`` but empty ones, overrides last without the common items."""
     text = ", ".join(f"{k}={key_cell(v)}" for k, v in values.items() if k != "overrides" and v != "-")
@@ -97,9 +92,11 @@ def section_label(values: dict, common: set[str] = frozenset()) -> str:
     return text
 
 
-def header_lines(text: str, common: set[str] = frozenset()) -> list[str]:
-    """A table's explanation wrapped to 110 characters, and the overrides every row has, if any."""
-    lines = textwrap.wrap(text, 110)
+def header_lines(text: str, common: set[str], left_out: list[str] = ()) -> list[str]:
+    """A table's explanation wrapped to 110 characters, then what it says of the names of its columns
+    ``left_out`` to fit, and the overrides every row has, if any."""
+    note = f"; left out to fit: {', '.join(left_out)} (all: --format markdown)" if left_out else ""
+    lines = textwrap.wrap(text + note, 110)
     if common:
         lines += textwrap.wrap("every row: overrides " + " ".join(sorted(common)), 110)
     return lines
