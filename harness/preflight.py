@@ -42,7 +42,7 @@ def overrides_of(argv: list[str]) -> list[str]:
     overrides, i = [], 0
     while i < len(argv):
         arg = argv[i]
-        name = arg.split("=", 1)[0]
+        name, attached, value = arg.partition("=")  # --cfg=job: attached
         if not arg.startswith("-"):
             overrides.append(arg)
         elif name in _OTHER_CONFIG:
@@ -54,9 +54,8 @@ def overrides_of(argv: list[str]) -> list[str]:
             rest = " ".join(a for a in argv if a != arg)
             raise ValueError(f"{arg} goes before the overrides (python -m harness {arg} {rest})")
         elif name in _VALUE_FLAGS:
-            attached = "=" in arg  # --cfg=job
             choices = _VALUE_FLAGS[name]
-            given = arg.split("=", 1)[1] if attached else argv[i + 1] if i + 1 < len(argv) else None
+            given = value if attached else argv[i + 1] if i + 1 < len(argv) else None
             # --info's value is optional (all), yet argparse would take an override for it
             if attached or not (name in ("--info", "-i") and (given is None or given.startswith("-"))):
                 if given is None or choices is not None and given not in choices:
@@ -162,16 +161,14 @@ def _suggest(key: str, cfg) -> str:
 
 
 def hydra_message(e: Exception, job: list[str], compose) -> str:
-    """Hydra's error composing ``job`` as one line: an unknown option or key (what has it instead), a key that
-    ``+`` adds but exists, a value of the wrong type (in its own check's words), else Hydra's first line."""
+    """Hydra's error composing ``job`` as one line, in the words of the check it failed, else Hydra's first line."""
     text = str(e).strip()
     if m := re.search(r"Could not find '([^']*)'\s+Available options in '([^']*)':((?:\n\t.*)+)", text):
         return f"unknown {m[2]} {m[1][len(m[2]) + 1:]!r}; available: {', '.join(m[3].split())}"
     m = re.match(r"Could not override '([^']+)'", text)
     if m and isinstance(e.__cause__, (ConfigAttributeError, ConfigKeyError)):
-        key = m[1]
-        if (inner := e.__cause__.full_key or "").startswith(key + "."):  # llm={a:1}: the key inside, llm.a
-            key = inner
+        inner = e.__cause__.full_key or ""
+        key = inner if inner.startswith(m[1] + ".") else m[1]  # llm={a:1}: the key inside, llm.a
         head, _, rest = key.partition(".")
         if head == "workload" and (having := options_having("workload", rest, compose)):
             return (f"workload={_choice(job, head, compose)} has no key {rest!r} (pick a workload that has it, "
@@ -240,13 +237,6 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it). Until it passes,
     a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
     AT_ONCE.set()
-    problem, argv = _check_command(argv)
-    if problem is None:
-        AT_ONCE.clear()
-    return problem, argv
-
-
-def _check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     try:
         overrides = overrides_of(argv)
         deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]
@@ -276,4 +266,6 @@ def _check_command(argv: list[str]) -> tuple[str | None, list[str]]:
                 return problem, argv
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
-        return None, for_hydra(argv, compose)
+        argv = for_hydra(argv, compose)
+    AT_ONCE.clear()
+    return None, argv
