@@ -115,13 +115,15 @@ def model_shape(model: dict) -> dict:
     return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
 
 
-def _check_requests(cfg: DictConfig, job: list[str], model: dict) -> str | None:
-    """The requests of the job: a sequence (prompt + max_tokens) longer than ``llm.max_model_len`` or the model's
-    positions, or than a given ``llm.num_kvcache_blocks`` hold; under ``control=ideal``, a gap of the serve trace
-    (from the workload and the seed alone) that outlasts ``llm.timeout_s``."""
+def _check_requests(cfg: DictConfig, job: list[str], model: dict, builds_engine: bool) -> str | None:
+    """``llm.max_num_batched_tokens`` below the longest sequence the engine admits; a request (prompt + max_tokens)
+    longer than ``llm.max_model_len``, the model's positions or a given ``llm.num_kvcache_blocks``; under
+    ``control=ideal``, a gap of the serve trace (from the workload and the seed alone) outlasting ``llm.timeout_s``."""
+    shape, llm = model_shape(model), cfg.llm
+    if builds_engine and (problem := batch_tokens_problem(llm.max_num_batched_tokens, llm.max_model_len, shape)):
+        return cli_message(problem, {"max_num_batched_tokens"})  # as the engine words it
     if cfg.workload.get("kind") not in ("random", "fixed", "serve"):
         return None
-    shape, llm = model_shape(model), cfg.llm
     w = effective_workload(given_workload(OmegaConf.to_container(cfg.workload), job), resolve_device(cfg.device))
     _, _, prompt, output = request_shape(w)
     limit = min(llm.max_model_len, shape["max_position_embeddings"])
@@ -135,12 +137,6 @@ def _check_requests(cfg: DictConfig, job: list[str], model: dict) -> str | None:
                 f"llm.kvcache_block_size={llm.kvcache_block_size}, more than llm.num_kvcache_blocks="
                 f"{llm.num_kvcache_blocks}")
     return idle_gap_problem(w, cfg.seed, cfg.control.name, cfg.tp, llm.timeout_s)
-
-
-def _check_batch_tokens(cfg: DictConfig, model: dict) -> str | None:
-    """``llm.max_num_batched_tokens`` below the longest sequence the engine admits, as the engine words it."""
-    problem = batch_tokens_problem(cfg.llm.max_num_batched_tokens, cfg.llm.max_model_len, model_shape(model))
-    return problem and cli_message(problem, {"max_num_batched_tokens"})
 
 
 def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
@@ -172,8 +168,7 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
 
 
 def _check_where(cfg: DictConfig) -> str | None:
-    """CUDA when asked for, tp=1 and an offline workload for ``engine=hf``, under torchrun ``engine=tp`` at its
-    world size, and where the rows go (on rank 0)."""
+    """Where the job runs (torchrun, CUDA, ``engine=hf``'s one device and offline batches), and where its rows go."""
     launch = Launch.from_env()
     if launch is not None and cfg.engine == "hf":
         return "engine=hf runs on one device: do not launch it with torchrun"
@@ -207,8 +202,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
-            or _check_control(cfg, compose) or (_check_batch_tokens(cfg, model) if builds_engine else None)
-            or _check_requests(cfg, job, model))
+            or _check_control(cfg, compose) or _check_requests(cfg, job, model, builds_engine))
 
 
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
