@@ -10,11 +10,10 @@ import os
 import signal
 import sys
 
-from .signals import as_interrupt, exit_interrupted, interrupted_code, interrupted_line
-from .signals import install as install_signal_handlers
+from .signals import as_interrupt, exit_interrupted, install, interrupted_code, interrupted_line
 
 if __name__ == "__main__":
-    install_signal_handlers()  # first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
+    install()  # the signal handlers first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
     # `kill -USR1 <pid>`: every thread's stack to stderr, and go on, from here on (torchrun's ranks too; spawned
     # workers inherit it ignored: runtime/worker_group.py); ignored, never fatal, once exit unregisters faulthandler
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
@@ -46,15 +45,11 @@ def main(cfg: DictConfig) -> None:
         print(interrupted_line(), file=sys.stderr)
         code = 130
     EXIT_CODES.append(code)
-    if code:
-        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {shell_code(code)}): {' '.join(task_overrides())}")
+    if code:  # the exit code the shell sees: an interruption (130 here) exits 128 + the first stop signal's number
+        shell_code = interrupted_code() if code == 130 else code
+        FAILED_JOBS.append(f"job {len(EXIT_CODES) - 1} (exit {shell_code}): {' '.join(task_overrides())}")
     if code == 130:
         sys.exit(130)
-
-
-def shell_code(code: int) -> int:
-    """``code`` as the shell sees it: an interruption (130 here) exits 128 + the first stop signal's number."""
-    return interrupted_code() if code == 130 else code
 
 
 def release_engine() -> None:
