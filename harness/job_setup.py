@@ -119,9 +119,8 @@ def package_version(*names: str) -> str | None:
     return None
 
 
-def driver_version(nvml=None) -> str | None:
+def driver_version(nvml=pynvml) -> str | None:
     """The NVIDIA driver's version from ``nvml`` (default nvidia-ml-py); None where NVML is missing or unusable."""
-    nvml = nvml or pynvml
     with contextlib.suppress(Exception):  # pynvml.NVMLError: no driver here; AttributeError: no nvidia-ml-py (None)
         nvml.nvmlInit()
         try:
