@@ -50,10 +50,6 @@ class BlockManager:
         block.hash, block.token_ids = h, list(token_ids)
         self.hash_to_block[h] = block.block_id
 
-    def can_allocate(self, seq: Sequence) -> bool:
-        """Enough free blocks for the whole sequence, counting no cache hits (conservative)."""
-        return self.num_free_blocks >= seq.num_blocks
-
     def allocate(self, seq: Sequence) -> None:
         """Give ``seq`` a block table, reusing cached blocks for its longest cached prefix."""
         assert not seq.block_table
@@ -134,29 +130,29 @@ class Scheduler:
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Returns ``(sequences, is_prefill)``; none when nothing can run before the step in flight finishes (or
         right after preempting the only running sequence: the next call prefills it)."""
-        scheduled, num_tokens = [], 0
+        scheduled, num_tokens, bm = [], 0, self.block_manager
         while self.waiting and len(self.running) + len(self.finishing) < self.max_num_seqs:
             seq = self.waiting[0]
-            if num_tokens + len(seq) > self.max_num_batched_tokens or not self.block_manager.can_allocate(seq):
+            # blocks for the whole sequence, counting no cache hits (conservative)
+            if num_tokens + len(seq) > self.max_num_batched_tokens or bm.num_free_blocks < seq.num_blocks:
                 break
-            self.block_manager.allocate(seq)
+            bm.allocate(seq)
             num_tokens += len(seq) - seq.num_cached_tokens
             seq.status = SequenceStatus.RUNNING
-            self.waiting.popleft()
-            self.running.append(seq)
+            self.running.append(self.waiting.popleft())
             scheduled.append(seq)
         if scheduled:
             return scheduled, True
         while self.running:
             seq = self.running.popleft()
-            while not self.block_manager.can_append(seq):
+            while not bm.can_append(seq):
                 if self.running:
                     self._preempt(self.running.pop())
                 else:
                     self._preempt(seq)
                     break
             else:
-                self.block_manager.may_append(seq)
+                bm.may_append(seq)
                 scheduled.append(seq)
         self.running.extendleft(reversed(scheduled))
         return scheduled, False
