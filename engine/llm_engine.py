@@ -137,9 +137,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
     def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float) -> int:
         if self._closed:
             raise RuntimeError("a request for an LLM that was shut down")
-        ids = prompt_token_ids if type(prompt_token_ids) is list and all(type(t) is int for t in prompt_token_ids) \
-            else [int(t) for t in prompt_token_ids]
-        seq = Sequence(ids, sampling_params, self.config.kvcache_block_size)
+        seq = Sequence(list(map(int, prompt_token_ids)), sampling_params, self.config.kvcache_block_size)
         seq.arrival_s = arrival_s
         self.arrivals.add(seq)
         return seq.seq_id
@@ -217,9 +215,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                 token_ids = step.wait_tokens(self.config.timeout_s, self.cluster.check)
         now = time.perf_counter()
         finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
-        since = self._last_done_s if self._last_done_s is not None else step.launch_s
+        step.record.duration_s = now - (step.launch_s if self._last_done_s is None else self._last_done_s)
         self._last_done_s = now
-        step.record.duration_s = now - since
         self.steps.append(step.record)
         return finished
 
@@ -272,10 +269,8 @@ def arrival_times(arrival_s: list | None, n: int = 1) -> list[float]:
         return [now] * n
     if len(arrival_s) != n:
         raise ConfigError(f"{len(arrival_s)} arrival times for {n} prompts")
-    times = []
     for t in arrival_s:
         if not is_number(t) or t - now > MAX_AHEAD_S:
             raise ConfigError(f"arrival time {t!r} is not a time.perf_counter() value within a day of now "
                               f"({now:.1f}): that request would never be served")
-        times.append(float(t))
-    return times
+    return [float(t) for t in arrival_s]
