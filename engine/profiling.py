@@ -60,9 +60,7 @@ class StepProfiler:
     def before_step(self) -> None:
         """Before step ``self.step``'s ``run()``: start recording at the window's first, mark each later one
         (``ProfilerStep#<step>``), stop after the last."""
-        if self.path is None:
-            return
-        if self.step == self.first:
+        if self.path is not None and self.step == self.first:
             self._start()
         elif self.recording and self.step <= self.last:
             self.prof.step()
