@@ -17,21 +17,17 @@ Field = tuple[tuple[int, ...], torch.dtype, float]  # shape, dtype, the value a 
 def place(fields: dict[str, Field]) -> tuple[dict[str, tuple[int, Field]], int]:
     """``fields`` laid out in their order, each at an ``ALIGN``-byte offset -> ({name: (offset, field)}, bytes)."""
     layout, end = {}, 0
-    for name, field in fields.items():
+    for name, (shape, dtype, fill) in fields.items():
         offset = -(-end // ALIGN) * ALIGN
-        shape, dtype, _ = field
-        layout[name] = (offset, field)
+        layout[name] = (offset, (shape, dtype, fill))
         end = offset + int(np.prod(shape)) * dtype.itemsize
     return layout, end
 
 
 def views(buffer: torch.Tensor, layout: dict[str, tuple[int, Field]]) -> dict[str, torch.Tensor]:
     """Typed views of the uint8 ``buffer`` at ``layout``'s offsets."""
-    out = {}
-    for name, (offset, (shape, dtype, _)) in layout.items():
-        size = int(np.prod(shape)) * dtype.itemsize
-        out[name] = buffer[offset:offset + size].view(dtype).view(shape)
-    return out
+    return {name: buffer[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+            for name, (offset, (shape, dtype, _)) in layout.items()}
 
 
 class StagedInputs:
