@@ -19,9 +19,8 @@ class SamplingParams:
     ignore_eos: bool = False  # keep generating past the end-of-sequence token (benchmarks use this)
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if not is_number(t) or t < 0:
-            raise ValueError(f"temperature must be a number >= 0, got {t!r}")
+        if not is_number(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
         if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.ignore_eos, bool):
