@@ -24,12 +24,11 @@ class Qwen3Attention(nn.Module):
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
-        D, Hq, Hkv = hf["head_dim"], hf["num_attention_heads"], hf["num_key_value_heads"]
+        D, Hq, Hkv, eps = hf["head_dim"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["rms_norm_eps"]
         bias = hf.get("attention_bias", False)
         self.qkv_proj = QKVParallelLinear(hf["hidden_size"], D, Hq, Hkv, bias)
         self.o_proj = RowParallelLinear(Hq * D, hf["hidden_size"], bias)
-        self.q_norm = RMSNorm(D, hf["rms_norm_eps"], ops)
-        self.k_norm = RMSNorm(D, hf["rms_norm_eps"], ops)
+        self.q_norm, self.k_norm = RMSNorm(D, eps, ops), RMSNorm(D, eps, ops)
         self.attn = Attention(Hq // tp_size(), Hkv // tp_size(), D, D ** -0.5)
 
     def forward(self, qkv, cos_sin, inputs: StepInputs):
