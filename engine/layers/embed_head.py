@@ -41,8 +41,7 @@ class VocabParallelEmbedding(nn.Module):
             return F.embedding(token_ids, self.weight)
         in_shard = (token_ids >= self.vocab_start) & (token_ids < self.vocab_end)
         local = (token_ids - self.vocab_start) * in_shard
-        y = F.embedding(local, self.weight) * in_shard.unsqueeze(-1).to(self.weight.dtype)
-        return all_reduce(y)
+        return all_reduce(F.embedding(local, self.weight) * in_shard.unsqueeze(-1).to(self.weight.dtype))
 
 
 def resolve_placeholders(input_ids: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
