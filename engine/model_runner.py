@@ -67,9 +67,8 @@ class ModelRunner:
         impl = make_all_reduce(config.all_reduce, self.world_size, self.device, config.torch_dtype, largest, num_nodes)
         set_all_reduce(impl)
         self.all_reduce = impl.name if impl is not None else "none"  # symm_mem, nccl, gloo; none at tp=1
-        self.gemm = set_gemm(config.gemm, self.device)  # triton (a GEMV at batch 1), cublas or torch (CPU); +pdl
-        if set_pdl(config.pdl, self.device):
-            self.gemm += "+pdl"
+        # triton (a GEMV at batch 1), cublas or torch (CPU); +pdl
+        self.gemm = set_gemm(config.gemm, self.device) + ("+pdl" if set_pdl(config.pdl, self.device) else "")
         if rank == 0 and self.gemm.startswith("triton"):
             log.info("linear layers: a Triton GEMV at batch 1, cuBLAS above")
         self.model = self._load_model()
