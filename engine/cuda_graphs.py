@@ -63,8 +63,7 @@ class DecodeGraphs:
         self.model, self.block_size, self.trash_block = model, block_size, trash_block
         n = max_num_seqs
         self.tokens = torch.zeros(n, dtype=torch.int64, device=device)  # the last replay's sampled tokens
-        sizes = [b for b in (1, 2, 4, 8) if b < n] + list(range(16, n, 16))  # then every multiple of 16, and n
-        self.buckets = sorted(set(sizes + [n]))
+        self.buckets = [b for b in (1, 2, 4, 8) if b < n] + list(range(16, n, 16)) + [n]  # every multiple of 16, n
         self.inputs = StagedInputs({bs: decode_fields(bs, max_blocks, trash_block * block_size, trash_block)
                                     for bs in self.buckets}, device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (batch size, KV splits) -> graph
