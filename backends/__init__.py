@@ -7,13 +7,10 @@ import pkgutil
 
 from .base import EXIT, HOST, SPAWN, ControlContext, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
 
-_NOT_BACKENDS = {"base", "segments"}  # helpers, not planes
-
 
 def available() -> list[str]:
-    """Names of every registered backend, sorted."""
     return sorted(m.name for m in pkgutil.iter_modules(__path__)
-                  if not m.name.startswith("_") and m.name not in _NOT_BACKENDS)
+                  if not m.name.startswith("_") and m.name not in ("base", "segments"))  # helpers, not planes
 
 
 def get_control_plane(name: str) -> type[ControlPlane]:

@@ -36,8 +36,7 @@ class ZmqControlPlane(ControlPlane):
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, hwm)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.bind("tcp://*:*")
-            self.pushes[rank] = sock, int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+            self.pushes[rank] = sock, sock.bind_to_random_port("tcp://*")  # port "*": the OS picks
 
     def endpoint(self, rank: int) -> ZmqEndpoint:
         return ZmqEndpoint(rank, self.context.host, self.pushes[rank][1])
@@ -58,10 +57,8 @@ class ZmqControlPlane(ControlPlane):
                 f"zmq: {self.peer} {rank} took nothing for {self.timeout_s:.0f} s"))
 
     def close(self) -> None:
-        for sock, _ in self.pushes.values():
-            sock.close(linger=0)
+        self.ctx.destroy(linger=0)  # closes every socket, then terminates
         self.pushes = {}
-        self.ctx.term()
 
 
 class ZmqEndpoint(WorkerEndpoint):
@@ -85,9 +82,8 @@ class ZmqEndpoint(WorkerEndpoint):
             raise PeerGone(f"zmq socket failed: {e}") from None
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close(linger=0)
-            self.ctx.term()
+        if self.ctx is not None:
+            self.ctx.destroy(linger=0)
         self.sock = self.ctx = None
 
 
