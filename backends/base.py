@@ -150,8 +150,7 @@ class ControlPlane(ABC):
 
 
 class WorkerEndpoint(ABC):
-    """Worker ``rank``'s side: receives rank 0's messages in order. ``conn``: the transport's picklable worker
-    end, where it has one."""
+    """Worker ``rank``'s side, receiving rank 0's messages in order; ``conn``: its transport's picklable end, if any."""
 
     liveness_check: Callable[[], None] = staticmethod(lambda: None)  # the owner's: raises when rank 0 is gone
 

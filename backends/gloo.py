@@ -23,8 +23,6 @@ PREFIX = "control/gloo"
 
 
 class GlooControlPlane(ControlPlane):
-    """Driver side (rank 0 of the control group). Args: see :class:`ControlPlane`."""
-
     name = "gloo"
     scope = NETWORK
 

@@ -154,9 +154,8 @@ class IdealEndpoint(_WrapsInner, WorkerEndpoint):
                 self.last_send_ns = self.inner.last_send_ns
                 return method, args
             self.preloaded.extend(args[0])
-        method, args = self.preloaded.popleft()
         self.last_send_ns = None  # replayed: no send to measure from, so no one-way sample (not a 0)
-        return method, args
+        return self.preloaded.popleft()
 
     def _recv_bytes(self) -> bytes:  # every receive goes through recv() above
         raise NotImplementedError

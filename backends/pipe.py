@@ -16,8 +16,6 @@ from .base import POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpo
 
 
 class PipeControlPlane(ControlPlane):
-    """Driver side: the write ends of ``world_size - 1`` pipes."""
-
     name = "pipe"
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
@@ -50,7 +48,7 @@ class PipeControlPlane(ControlPlane):
 
     def _send_bytes(self, payload: bytes) -> None:
         n = len(payload)  # multiprocessing.Connection's header: 4-byte big-endian length, or -1 and 8 over 2 GiB
-        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!i", -1) + struct.pack("!Q", n)
+        header = struct.pack("!i", n) if n <= 0x7FFFFFFF else struct.pack("!iQ", -1, n)
         # Header and a small payload in one write: one wake-up for the reader.
         parts = [header + payload] if len(payload) < 65536 else [header, payload]
         for rank, w in enumerate(self.writers, start=1):

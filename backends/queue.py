@@ -11,8 +11,6 @@ from .segments import register_semaphores, release_segment
 
 
 class QueueControlPlane(ControlPlane):
-    """Driver side: ``world_size - 1`` spawn-context queues."""
-
     name = "queue"
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):

@@ -65,8 +65,6 @@ class ShmControlPlane(ControlPlane):
 
 
 class ShmEndpoint(WorkerEndpoint):
-    """Worker side of :class:`ShmControlPlane`."""
-
     def __init__(self, rank: int, segment_name: str, ready, ack):
         super().__init__(rank)
         self.segment_name, self.ready, self.ack, self.shm = segment_name, ready, ack, None

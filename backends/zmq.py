@@ -36,7 +36,7 @@ class ZmqControlPlane(ControlPlane):
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, hwm)
             sock.setsockopt(zmq.LINGER, 0)
-            self.pushes[rank] = sock, sock.bind_to_random_port("tcp://*")  # port "*": the OS picks
+            self.pushes[rank] = sock, sock.bind_to_random_port("tcp://*")
 
     def endpoint(self, rank: int) -> ZmqEndpoint:
         return ZmqEndpoint(rank, self.context.host, self.pushes[rank][1])
