@@ -78,14 +78,16 @@ class Poller:
         while True:
             now = time.monotonic()
             idle = now - start
-            asleep = idle > self.idle_s  # asleep between polls: one look per wake-up
-            if asleep:
+            if idle > self.idle_s:  # asleep between polls: one look per wake-up
                 time.sleep(self.sleep_s)
-            for _ in range(1 if asleep else 64):
                 if got := ready():
                     return got
-            if self.spin_s < idle <= self.idle_s:
-                self._yield()
+            else:
+                for _ in range(64):
+                    if got := ready():
+                        return got
+                if idle > self.spin_s:
+                    self._yield()
             if now > next_check:
                 check()
                 next_check = now + POLL_S
@@ -113,7 +115,8 @@ class RingWriter:
         self.name, self.nslots, self.slot_bytes, self.num_readers = self.shm.name, nslots, slot_bytes, num_readers
         self.data_at = data_offset(num_readers)
         self.capacity = slot_bytes - self.data_at
-        self.poller, self.next_seq = Poller(*poll_args), 1
+        self.poller = Poller(*poll_args)
+        self.next_seq = 1
 
     def _slot_free(self, base: int, previous: int) -> bool:
         buf = self.shm.buf
@@ -194,7 +197,8 @@ class RingEndpoint(WorkerEndpoint):
         self.segment, self.index, self.key, self.timeout_s, self.shm = segment, index, key, timeout_s, None
         self.nslots, self.slot_bytes, poll_args = ring_args
         self.data_at = data_offset(num_readers)
-        self.poller, self.expected = Poller(*poll_args), 1
+        self.poller = Poller(*poll_args)
+        self.expected = 1
 
     def open(self, store=None) -> None:
         if self.key is not None:
