@@ -26,17 +26,6 @@ REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plan
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 
 
-@dataclass(frozen=True)
-class WorkerBoot:
-    """What a worker needs to join; the ports (on loopback) only when spawned. Start-up timeout in s."""
-
-    rank: int
-    world_size: int
-    store_port: int
-    lifeline_port: int
-    startup_timeout_s: float
-
-
 @dataclass
 class Joined:
     """What a worker's body gets once it has joined the run (its endpoint open; rank 0's node is 0)."""
@@ -48,30 +37,32 @@ class Joined:
     node_of: list[int]
 
 
-def worker_entry(boot, endpoint: WorkerEndpoint | None, body, body_args: tuple, launch: Launch | None = None) -> int:
-    """Join the run (``boot``; ``endpoint`` when spawned, else through the store of ``launch``), then run
-    ``body(Joined(...), *body_args)``. Returns the exit code (spawned workers exit with it): the body's, 1 when
-    anything raised (the traceback goes to rank 0 on the lifeline), ``REFUSED`` when rank 0 refused the run."""
-    spawned = launch is None
+def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endpoint: WorkerEndpoint | None = None,
+          ports: tuple[int, int] = (0, 0)) -> int:
+    """Join the run as rank ``launch.rank`` (spawned: with ``endpoint`` and the store's and lifeline's ``ports`` on
+    loopback; torchrun: through its store), then run ``body(Joined(...), *body_args)``. Returns the exit code
+    (spawned workers exit with it): the body's, 1 when anything raised (the traceback goes to rank 0 on the
+    lifeline), ``REFUSED`` when rank 0 refused the run."""
+    spawned = launch.launcher == "spawn"
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
         watch_parent(on_death=_remove_dead_drivers_segments)
-    rank, timeout_s = boot.rank, boot.startup_timeout_s
+    rank, timeout_s = launch.rank, startup_timeout_s
     lifeline, code = None, 1
     try:
         if spawned:
-            store = TCPStore("127.0.0.1", boot.store_port, boot.world_size, is_master=False,
+            store = TCPStore("127.0.0.1", ports[0], launch.world_size, is_master=False,
                              timeout=timedelta(seconds=timeout_s))
-            lifeline = Lifeline("127.0.0.1", boot.lifeline_port, rank, timeout_s)
+            lifeline = Lifeline("127.0.0.1", ports[1], rank, timeout_s)
         else:
             store = torchrun_store(launch, timeout_s)
             host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
             lifeline = Lifeline(host, int(port), rank, timeout_s)
         lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
-        node_of = [0] * boot.world_size
+        node_of = [0] * launch.world_size
         if not spawned:
-            node_of = probe_nodes(store, rank, boot.world_size, timeout_s)
+            node_of = probe_nodes(store, rank, launch.world_size, timeout_s)
             try:
                 endpoint = pickle.loads(wait_get(store, [f"endpoint/{rank}"], timeout_s, lambda: _refused(store))[0])
             except ConfigError as e:
@@ -131,9 +122,3 @@ def _refused(store) -> None:
     """(torchrun) Raises ConfigError, with rank 0's line, when rank 0 refused the run."""
     if store.check(["abort"]):
         raise ConfigError(store.get("abort").decode())
-
-
-def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float) -> int:
-    """A rank other than 0 started by torchrun: ``worker_entry`` through the store; returns the exit code."""
-    boot = WorkerBoot(launch.rank, launch.world_size, 0, 0, startup_timeout_s)
-    return worker_entry(boot, None, body, body_args, launch)

@@ -23,7 +23,7 @@ from backends.segments import remove_stale_segments
 
 from .launch import Launch, probe_nodes, torchrun_store
 from .lifeline import STALL_S, LifelineServer
-from .worker import WorkerBoot, worker_entry
+from .worker import serve
 
 PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
 RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
@@ -90,19 +90,18 @@ class WorkerGroup:
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
         """Spawn the workers with their control-plane ends, or (torchrun) publish each under ``endpoint/<rank>``;
         then watch them from ``control``'s waits."""
-        if self.launch.launcher == "spawn":
-            for rank in self.workers:
-                boot = WorkerBoot(rank, self.world_size, self.store.port, self.lifelines.port, self.startup_timeout_s)
-                p = mp.get_context("spawn").Process(target=worker_entry, name=f"tp-worker-{rank}", daemon=True,
-                                args=(boot, control.endpoint(rank), body, body_args))
+        for rank in self.workers:
+            end = control.endpoint(rank)
+            if self.launch.launcher == "spawn":
+                p = mp.get_context("spawn").Process(target=serve, name=f"tp-worker-{rank}", daemon=True, args=(
+                    Launch(rank=rank, world_size=self.world_size), body, body_args, self.startup_timeout_s, end,
+                    (self.store.port, self.lifelines.port)))
                 start_ignoring_signals(p)
                 self.procs[rank] = p
-        else:
-            for rank in self.workers:
-                end = control.endpoint(rank)
-                if self.context.node_of[rank] != 0:
-                    end.clock_offset_ns = self.lifelines.offsets[rank][0]
-                self.store.set(f"endpoint/{rank}", pickle.dumps(end, protocol=pickle.HIGHEST_PROTOCOL))
+                continue
+            if self.context.node_of[rank] != 0:
+                end.clock_offset_ns = self.lifelines.offsets[rank][0]
+            self.store.set(f"endpoint/{rank}", pickle.dumps(end, protocol=pickle.HIGHEST_PROTOCOL))
         control.workers_started()
         control.liveness_check = self.check
         control.wait_ready()
@@ -239,7 +238,7 @@ class WorkerGroup:
 
 
 def start_ignoring_signals(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker_entry``
+    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker.serve``
     registers its stack dump) from its first instruction: an inherited SIG_IGN survives spawn, a blocked mask does
     not. SIGINT is blocked meanwhile: one that comes now stays pending for rank 0's own handler. Rank 0's own
     SIGUSR1 stack dump (faulthandler) is off for the moment of the start."""
