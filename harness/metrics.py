@@ -87,10 +87,9 @@ def step_metrics(steps) -> dict:
 def message_metrics(send: dict, recv: dict) -> dict:
     """The message columns from rank 0's send and the workers' receive samples (``{"nbytes": [...], "ns": [...]}``)."""
     nbytes = send.get("nbytes", [])
-    oneway_ns = [np.asarray(r["ns"], dtype=np.float64) for r in recv.values()]
     return {"ctrl_calls": len(nbytes), "ctrl_bytes_mean": float(np.mean(nbytes)) if nbytes else None,
             "ctrl_bytes_max": int(max(nbytes)) if nbytes else None,
-            **percentiles(np.concatenate(oneway_ns) / 1e3 if oneway_ns else [], "ctrl_oneway_us"),
+            **percentiles([ns / 1e3 for r in recv.values() for ns in r["ns"]], "ctrl_oneway_us"),
             **percentiles(np.asarray(send.get("ns", []), dtype=np.float64) / 1e3, "ctrl_send_us")}
 
 

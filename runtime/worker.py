@@ -54,11 +54,11 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
         if spawned:
             store = TCPStore("127.0.0.1", ports[0], launch.world_size, is_master=False,
                              timeout=timedelta(seconds=timeout_s))
-            lifeline = Lifeline("127.0.0.1", ports[1], rank, timeout_s)
+            host, port = "127.0.0.1", ports[1]
         else:
             store = torchrun_store(launch, timeout_s)
             host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
-            lifeline = Lifeline(host, int(port), rank, timeout_s)
+        lifeline = Lifeline(host, int(port), rank, timeout_s)
         lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
         node_of = [0] * launch.world_size
         if not spawned:
