@@ -181,7 +181,7 @@ class Lifeline:
         with self._send_lock:
             send_frame(self.sock, (kind, payload))
 
-    def watch(self, on_death=None) -> None:
+    def watch(self, on_death) -> None:
         """End this process (``os._exit(1)``, after ``on_death()``) as soon as rank 0's end closes; send a
         heartbeat every ``BEAT_S`` meanwhile."""
 
@@ -222,7 +222,6 @@ def watch_parent(on_death) -> None:
 
 def _die(on_death) -> None:
     """End this process at once (exit code 1) after ``on_death()``, whatever its other threads are doing."""
-    if on_death is not None:
-        with contextlib.suppress(Exception):
-            on_death()
+    with contextlib.suppress(Exception):
+        on_death()
     os._exit(1)

@@ -59,7 +59,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
             store = torchrun_store(launch, timeout_s)
             host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
         lifeline = Lifeline(host, int(port), rank, timeout_s)
-        lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else None)
+        lifeline.watch(on_death=_remove_dead_drivers_segments)
         node_of = [0] * launch.world_size
         if not spawned:
             node_of = probe_nodes(store, rank, launch.world_size, timeout_s)
@@ -112,7 +112,7 @@ def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=di
 
 
 def _remove_dead_drivers_segments() -> None:
-    """Unlink a dead rank 0's segments and semaphores (no resource tracker does); nothing while it lives."""
+    """Unlink a dead spawning rank 0's segments and semaphores (no resource tracker does); nothing while it lives."""
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():
         remove_segments_of(parent.pid)
