@@ -105,9 +105,7 @@ class LifelineServer:
                 by_sock = {c: r for r, c in self.conns.items()}
             try:
                 ready, _, _ = select.select([self.listener, *by_sock], [], [], 0.05)
-            except (OSError, ValueError):
-                if self._closed:
-                    return
+            except (OSError, ValueError):  # a socket closed meanwhile: the loop's test ends a close()
                 continue
             for sock in ready:
                 if sock is self.listener:
