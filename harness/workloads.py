@@ -254,8 +254,7 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
             i = index.pop(out["request_id"])
             records[i], last = request_record(i, out, work, start), max(last, out["token_times_s"][-1])
             if log:
-                log.write(json.dumps(records[i]) + "\n")
-                log.flush()
+                print(json.dumps(records[i]), file=log, flush=True)
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
     bar.close()
