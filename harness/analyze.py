@@ -72,12 +72,19 @@ def fill_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _parts(df: pd.DataFrame, keys: list[str], group: list[str] | None) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """(kind, rows, keys) per kind of row in ``df``: engine, broadcast, serve; keyed by its own rows if not alone."""
+    """(kind, rows, keys) per kind of row in ``df``: engine, broadcast, serve; keyed by its own rows if not alone.
+    Serve rows always show their request rate (the load they ran at), also when they share one."""
     serve = is_serve(df)
     bcast = ~serve & (df.workload == "broadcast")
     parts = [(kind, rows) for kind, rows in (("engine", df[~serve & ~bcast]), ("broadcast", df[bcast]),
                                              ("serve", df[serve])) if not rows.empty]
-    return [(kind, rows, keys if len(parts) == 1 else group_keys(rows, group)) for kind, rows in parts]
+    out = []
+    for kind, rows in parts:
+        k = keys if len(parts) == 1 else group_keys(rows, group)
+        if kind == "serve" and not group and "request_rate" not in k:
+            k = [*k[:2], "request_rate", *k[2:]]
+        out.append((kind, rows, k))
+    return out
 
 
 def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt: str = "text") -> list[str]:

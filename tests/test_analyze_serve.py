@@ -239,8 +239,8 @@ def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_
     out = capsys.readouterr().out
     assert "slo=" not in out.split("\n-- ")[0].splitlines()[1]  # not every row's
     done, good = table_lines(out, "done/s"), table_lines(out.split("-- slo=ttft_ms=200")[1], "good/s")
-    assert "good/s" not in done[0] and cells(done[2])[4] == "3.95±1%"
-    assert "done/s" not in good[0] and cells(good[2])[4] == "3.55±1%"
+    assert "good/s" not in done[0] and cells(done[2])[5] == "3.95±1%"  # after tp, control, rate, n, sent/s
+    assert "done/s" not in good[0] and cells(good[2])[5] == "3.55±1%"
 
 
 def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend_does_not_deny_it(tmp_path, capsys):
@@ -248,5 +248,13 @@ def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend
     rows = [{**r, "max_concurrency": 2, "achieved_rate_req_s": 1.1357} for r in serve_rows(rates=(float("inf"),))]
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
-    assert [cells(line)[3] for line in table_lines(out)[2:]] == ["1.14±0%"] * 2
+    assert [cells(line)[4] for line in table_lines(out)[2:]] == ["1.14±0%"] * 2  # after tp, control, rate, n
     assert "empty at rate inf" not in out and "empty where all were sent at once" in " ".join(out.split())
+
+
+def test_serve_rows_at_one_rate_still_show_it(tmp_path, capsys):
+    """The legend names a rate column: rows that all ran at one rate (so it is no differing key) still have it."""
+    main([write(serve_rows(controls=("shm",), rates=(4.0,)), tmp_path / "one.csv")])
+    lines = table_lines(capsys.readouterr().out)
+    assert cells(lines[0])[:3] == ["tp", "control", "rate"]
+    assert all(cells(line)[2] == "4" for line in lines[2:])
