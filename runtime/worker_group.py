@@ -130,6 +130,8 @@ class WorkerGroup:
 
     def _dead(self) -> dict[int, str]:
         """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
+        for rank in self.lifelines.dead.keys() & self.procs.keys():  # its lifeline closed as it died: the exit
+            self.procs[rank].join(0.5)  # code, which names a signal, comes a moment later
         gone = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
                 if not p.is_alive() and not (self.lifelines.finished.get(r) == 0 and p.exitcode == 0)}
         ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items() if code != 0}

@@ -37,7 +37,8 @@ def test_killed_worker_is_reported_within_5s(control, tiny_untied):
 
     threading.Thread(target=kill, daemon=True).start()
     try:
-        with pytest.raises(WorkerError, match="rank 1"):
+        # every plane names the signal (ring's closed lifeline once came first and hid it: a new-user trial)
+        with pytest.raises(WorkerError, match=r"rank 1 .*code -9 \(SIGKILL\)"):
             llm.generate([[1, 2, 3]] * 4, LONG)
         assert time.monotonic() - killed_at[0] < 5.0
     finally:
@@ -377,6 +378,29 @@ def test_a_worker_ended_by_a_signal_is_named_with_it():
     group = SimpleNamespace(lifelines=SimpleNamespace(connected=lambda: {1}))
     assert WorkerGroup._exit_reason(group, 1, -9) == "process exited with code -9 (SIGKILL)"
     assert WorkerGroup._exit_reason(group, 1, 3) == "process exited with code 3"
+
+
+def test_a_closed_lifeline_waits_a_moment_for_the_exit_code_that_names_the_signal():
+    """A new-user trial: ring's rank 0 saw the SIGKILLed worker's lifeline close while its process was not yet
+    reaped, and said only "its process is gone (lifeline closed)". The exit code now comes first."""
+    from types import SimpleNamespace
+
+    from runtime.worker_group import WorkerGroup
+
+    class Dying:  # reaped only once joined, as a process its lifeline outlived by a moment
+        exitcode = None
+
+        def is_alive(self):
+            return self.exitcode is None
+
+        def join(self, timeout):
+            self.exitcode = -9
+
+    lifelines = SimpleNamespace(dead={1: "its process is gone (lifeline closed)"}, finished={},
+                                connected=lambda: {1})
+    group = SimpleNamespace(lifelines=lifelines, procs={1: Dying()})
+    group._exit_reason = lambda rank, code: WorkerGroup._exit_reason(group, rank, code)
+    assert WorkerGroup._dead(group) == {1: "process exited with code -9 (SIGKILL)"}
 
 
 def test_a_worker_that_died_before_connecting_still_has_its_node_named():
