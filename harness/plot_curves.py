@@ -140,14 +140,16 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
-    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [last], load_legend,
-                         draw_load_panel, out, col_w=3.3, blank_label="workload=serve")
+    inf = (np.isinf(pd.to_numeric(df.request_rate, errors="coerce")) | df.achieved_rate_req_s.isna()).any()
+    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [last],
+                         partial(load_legend, rate_inf=bool(inf)), draw_load_panel, out, col_w=3.3,
+                         blank_label="workload=serve")
 
 
-def load_legend(planes: list, tps: list, colours: dict) -> list:
-    """The planes, the tps' line styles, rate inf, y = x."""
+def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
+    """The planes, the tps' line styles, rate inf where a point is drawn for it, y = x."""
     handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"
                                                                           else "")) for c in planes]
-    rate_inf = Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
-                      label="rate inf (x: its completed req/s)")
-    return handles + tp_handles(tps) + [rate_inf, Line2D([], [], color="grey", linestyle=":", label="y = x")]
+    diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
+                      label="rate inf (x: its completed req/s)")] if rate_inf else []
+    return handles + tp_handles(tps) + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]
