@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -52,12 +53,17 @@ def model_name(cfg: DictConfig, path: str) -> str:
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model``, ``model_hash`` columns): the name, and a hash of config.json, the safetensors index and the
-    weight files' names and sizes."""
+    """(``model``, ``model_hash`` columns): the name, and a hash of config.json (without the version of
+    transformers that wrote it: a preset rebuilt by a newer release is the same model), the safetensors index and
+    the weight files' names and sizes."""
     h = hashlib.sha256()
     for item in sorted(os.listdir(path)):
         full = os.path.join(path, item)
-        if item == "config.json" or item.endswith(".safetensors.index.json"):
+        if item == "config.json":
+            with open(full) as f:
+                config = {k: v for k, v in json.load(f).items() if k != "transformers_version"}
+            h.update(item.encode() + json.dumps(config, sort_keys=True).encode())
+        elif item.endswith(".safetensors.index.json"):
             with open(full, "rb") as f:
                 h.update(item.encode() + f.read())
         elif item.endswith(".safetensors"):

@@ -57,6 +57,25 @@ def test_a_device_without_an_nvml_handle_is_named_and_not_sampled():
     assert not sampler.available and sampler.summary()["gpu_util_pct_mean"] is None
 
 
+def test_the_model_hash_names_the_model_not_the_transformers_release_that_wrote_it(tmp_path):
+    """CI's gate matches rows on model_hash: a preset rebuilt by transformers 5.25.0 where the baseline's was built
+    by 5.24.0 hashed differently, so no row matched and the gate failed. The writer's version is left out."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from harness.job_setup import model_label
+
+    cfg = OmegaConf.create({"model": {"path": str(tmp_path)}})
+    (tmp_path / "model.safetensors").write_bytes(b"0" * 64)
+    hashes = []
+    for config in ({"hidden_size": 256, "transformers_version": "5.24.0"},
+                   {"transformers_version": "5.25.0", "hidden_size": 256}, {"hidden_size": 512}):
+        (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
+        hashes.append(model_label(cfg, str(tmp_path))[1])
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
 @pytest.mark.slow
 def test_a_row_holds_its_own_run(tmp_path, model_cache, tiny_untied):
     """Three repeats of a workload that hits the prefix cache: each row counts its own hits (not a running
