@@ -97,7 +97,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     frames = []
     for i, (kind, rows, k) in enumerate(parts):
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
-        base = None if kind == "serve" and base == "ideal" else base  # ideal's TTFT, queueing follow its recording
+        if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
+            base = None
         exposed = exposed_cost(filled[filled.status == "ok"], k)
         if fmt == "csv":
             frames.append(csv_rows(kind, filled, k, base))
