@@ -54,6 +54,15 @@ def control_lines(row: dict) -> list[str]:
     return lines
 
 
+def latency_lines(row: dict) -> list[str]:
+    """TTFT, TPOT, ITL and E2EL in ms as ``vllm bench serve`` gives them: mean, median (p50) and p99."""
+    stats = ("mean", "p50", "p99")
+    lines = [f"{'ms':<6}" + "".join(f"{s:>10}" for s in stats)]
+    lines += [f"{m.upper():<6}" + "".join(f"{_fmt(row, f'{m}_ms_{s}', '.2f'):>10}" for s in stats)
+              for m in ("ttft", "tpot", "itl", "e2el")]
+    return ["  latency     " + lines[0]] + [MORE + line for line in lines[1:]]
+
+
 def gpu_lines(row: dict) -> list[str]:
     """The GPU lines: utilisation, memory, power and, where measured, the run's energy; else why not."""
     f = partial(_fmt, row)
@@ -86,8 +95,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")
             print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
                   f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
-        print(f"  latency     TTFT p50 {f('ttft_ms_p50')} ms (p99 {f('ttft_ms_p99')}), TPOT p50 "
-              f"{f('tpot_ms_p50', '.2f')} ms, ITL p99 {f('itl_ms_p99', '.2f')} ms, E2EL p50 {f('e2el_ms_p50')} ms")
+        print("\n".join(latency_lines(row)))
         if row.get("prefill_steps") is not None:  # engine=hf runs no engine steps
             print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps; a decode "
                   f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")

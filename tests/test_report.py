@@ -29,6 +29,16 @@ def test_an_engine_run_reads_as_sentences_within_120_columns(capsys):
     assert any(line.endswith("mean one-way over mean decode step: 1.91%") for line in lines)  # not p50 / p50
 
 
+def test_latency_is_mean_median_and_p99_of_each_metric_as_vllm_prints_it(capsys):
+    row = {**OK, "ttft_ms_mean": 341.0, "tpot_ms_mean": 76.9, "tpot_ms_p99": 80.01, "itl_ms_mean": 76.5,
+           "itl_ms_p50": 70.1, "e2el_ms_mean": 3100.5}
+    lines = printed(capsys, row)
+    at = lines.index("  latency     ms          mean       p50       p99")
+    assert [line.split() for line in lines[at + 1:at + 5]] == [
+        ["TTFT", "341.00", "340.50", "340.50"], ["TPOT", "76.90", "76.79", "80.01"],
+        ["ITL", "76.50", "70.10", "165.20"], ["E2EL", "3100.50", "3100.50", "-"]]  # a missing cell reads "-"
+
+
 def test_a_failed_broadcast_row_names_no_model(capsys):
     row = {"status": "failed", "engine": "tp", "control": "pipe", "tp": 2, "model": None, "device": "cpu",
            "workload": "broadcast", "repeat": 0, "error": "interrupted (SIGINT)"}
