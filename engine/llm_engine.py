@@ -213,7 +213,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         else:
             with self.profiler.range("step end"):
                 token_ids = step.wait_tokens(self.config.timeout_s, self.cluster.check)
-        now = time.perf_counter()
+        # A CPU launch computes its step: tokens read after the next launch are stamped when they were made.
+        now = time.perf_counter() if step.ready_s is None else step.ready_s
         finished = self.scheduler.postprocess(step.seqs, step.positions, token_ids, now)
         step.record.duration_s = now - (step.launch_s if self._last_done_s is None else self._last_done_s)
         self._last_done_s = now
@@ -235,10 +236,11 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         tokens = self.call("run", batch.to_bytes())
         launch_ns = self.control.ns_since_send()
         host, done = InFlightStep.copy_to_host(tokens)
+        ready_s = time.perf_counter() if done is None else None
         positions = self.scheduler.on_launch(seqs)
         message_bytes, send_ns = self.control.send_stats.last()
         record = StepRecord(is_prefill, len(seqs), len(batch.token_ids), 0.0, send_ns, message_bytes, launch_ns)
-        return InFlightStep(seqs, positions, host, done, t0, record)
+        return InFlightStep(seqs, positions, host, done, t0, record, ready_s)
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop the workers (terminated, then killed, after ``grace_s`` s), process group, control plane; idempotent."""

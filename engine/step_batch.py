@@ -109,7 +109,8 @@ class StepRecord:
 
 @dataclass
 class InFlightStep:
-    """A launched step whose sampled ``tokens`` (``[B]`` int64, on the host once ``done``) are not yet read."""
+    """A launched step whose sampled ``tokens`` (``[B]`` int64, on the host once ``done``) are not yet read;
+    ``ready_s``: when they were (CPU: as ``run()`` returned; CUDA: None, known once ``done`` is seen)."""
 
     seqs: list[Sequence]
     positions: list[int]
@@ -117,6 +118,7 @@ class InFlightStep:
     done: torch.cuda.Event | None
     launch_s: float
     record: StepRecord
+    ready_s: float | None = None
 
     @staticmethod
     def copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from helpers import hf_greedy, prompts_of_lengths
 
@@ -22,6 +24,19 @@ def test_greedy_matches_transformers(tp, checkpoint, request):
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True))
     for i, (g, w) in enumerate(zip(got, want)):
         assert g["token_ids"] == w, f"prompt {i} (len {len(prompts[i])}) differs"
+
+
+def test_async_scheduling_on_cpu_stamps_each_token_when_made_not_after_the_next_step(tiny_untied):
+    # A CPU launch computes its step; tokens read after the next launch once took its time (TTFT + 1 step, a
+    # last TPOT of ~0). A token's time must precede the launch of the step after the one that made it.
+    with LLM(tiny_untied, device="cpu", max_model_len=128, async_scheduling=True) as llm:
+        launched, launch = [], llm._launch
+        llm._launch = lambda: (launched.append(time.perf_counter()), launch())[1]
+        out = llm.generate(prompts_of_lengths([9]), SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    times = out[0]["token_times_s"]
+    assert len(times) == 3 and len(launched) >= 3
+    assert all(t < nxt for t, nxt in zip(times, launched[1:], strict=False))
+    assert times[1] > launched[1] and times[2] > launched[2]  # ... and follows its own step's launch
 
 
 @pytest.mark.parametrize("tp,async_scheduling", [(1, True), pytest.param(2, True, marks=pytest.mark.slow),
