@@ -191,6 +191,14 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
 
 def _type_message(key: str, raw: str, error: Exception, job: list[str], compose) -> str:
     """A value the schema's type refuses, in its own check's words (the engine's, the plane's, ``VALUE_CHECKS``)."""
+    inner, text = getattr(error, "full_key", None) or key, str(error)
+    if inner.startswith(key + "."):  # key={a:1,b:x}: name the key inside, b, and its value
+        key, raw = inner, (m[1] if (m := re.match(r"Value '(.*)' of type", text)) else raw)
+    if "is not a subclass of" in text:  # a value given to a group of keys (workload.slo=200)
+        rest = [a for a in job if a.lstrip("+").split("=", 1)[0] != key]
+        keys = list(OmegaConf.select(compose(rest), key) or ()) or ["..."]
+        several = f" or several ({key}={{{keys[0]}:...,{keys[1]}:...}})" if len(keys) > 1 else ""
+        return f"{key} is a group of keys ({', '.join(keys)}): set one ({key}.{keys[0]}=...){several}, got {raw!r}"
     if key.startswith("llm."):
         problem = problem_of(ConfigError, EngineConfig.check_settings, **{key[4:]: None if raw == "null" else raw})
         problem = problem and cli_message(problem, {key[4:]})
@@ -202,7 +210,6 @@ def _type_message(key: str, raw: str, error: Exception, job: list[str], compose)
         problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
     if problem:
         return problem
-    text = str(error)
     if "not Optional" in text:
         return f"{key} cannot be null"
     kinds = [("Integer", "a list of integers" if raw.startswith("[") else "an integer"), ("Float", "a number"),

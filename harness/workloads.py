@@ -43,10 +43,12 @@ class Workload:
 
 def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
     """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone: 0, then vLLM ``bench serve``'s
-    Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)) gaps, scaled to a mean of exactly
-    1 / request_rate (vLLM's are off by ~1 / sqrt(n)). All at 0 for ``request_rate=inf``."""
+    Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)) gaps (``burstiness=inf``: 1 / request_rate
+    each), scaled to a mean of exactly 1 / request_rate. All at 0 for ``request_rate=inf``."""
     if math.isinf(request_rate):
         return [0.0] * num
+    if math.isinf(burstiness):
+        return [i / request_rate for i in range(num)]
     gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num - 1)
     if num > 1 and gaps.sum() > 0:
         gaps *= (num - 1) / request_rate / gaps.sum()
@@ -55,6 +57,7 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 MAX_PROMPT_TOKENS = 50_000_000  # every prompt is drawn before the run, as Python ints: ~2 GB at this bound
+MIN_BURSTINESS = 0.01  # Gamma(shape) draws ~U^(1 / shape): at shape 0.001 most are below 1e-308, i.e. 0
 MAX_ARRIVAL_SPAN_S = 86_400.0  # a serve trace longer than a day is a typo (request_rate=1e-6), not a benchmark
 
 
@@ -63,8 +66,9 @@ def check_serve(w: dict) -> None:
     rate, burstiness = w.get("request_rate"), w.get("burstiness", 1.0)
     if not (is_number(rate) or rate == math.inf) or not rate > 0:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
-    if not is_number(burstiness) or not burstiness > 0:
-        raise ValueError(f"workload.burstiness must be a finite number > 0 (1.0: Poisson), got {burstiness!r}")
+    if not (is_number(burstiness) or burstiness == math.inf) or not burstiness >= MIN_BURSTINESS:
+        raise ValueError(f"workload.burstiness must be a number >= {MIN_BURSTINESS} (1.0: Poisson; lower: most gaps "
+                         f"underflow to 0 s) or inf (evenly spaced), got {burstiness!r}")
     if (span := (w["num_prompts"] - 1) / rate) > MAX_ARRIVAL_SPAN_S:
         raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
                          f"{span:.3g} s ((num_prompts - 1) / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")

@@ -97,7 +97,11 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
 @pytest.mark.parametrize("bad,says", [
     ("workload.request_rate=0", "workload.request_rate must be a number > 0"),
     ("workload.request_rate=nan", "workload.request_rate must be a number > 0"),
-    ("workload.burstiness=inf", "workload.burstiness must be a finite number > 0"),
+    ("workload.burstiness=0.001", "workload.burstiness must be a number >= 0.01"),
+    ("workload.slo=200", "workload.slo is a group of keys (ttft_ms, tpot_ms, e2el_ms): set one"),
+    ("workload.slo=ttft:200 tpot:20", "workload.slo is a group of keys"),
+    ("workload.slo={ttft_ms:200,tpot_ms:abc}", "workload.slo.tpot_ms must be a number, got 'abc'"),
+    ("control.options=5", "control.options is a group of keys (segment_bytes): set one"),
     ("workload.max_concurrency=0", "workload.max_concurrency must be null"),
     ("workload.slo.e2el_ms=-5", "workload.slo.e2el_ms must be null"),
     ("+workload.slo.itl_ms=5", "workload.slo.itl_ms: unknown SLO (known: ttft_ms, tpot_ms, e2el_ms)"),

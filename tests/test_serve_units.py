@@ -61,7 +61,8 @@ def test_serve_draws_the_requests_bench_draws():
 @pytest.mark.parametrize("key,value,says", [
     ("request_rate", 0, "request_rate must be a number > 0"), ("request_rate", -1.0, "request_rate"),
     ("request_rate", float("nan"), "request_rate"), ("request_rate", True, "request_rate"),
-    ("burstiness", 0.0, "burstiness must be a finite number > 0"), ("burstiness", math.inf, "burstiness"),
+    ("burstiness", 0.0, "burstiness must be a number >= 0.01"), ("burstiness", 1e-300, "burstiness"),
+    ("burstiness", float("nan"), "burstiness"), ("burstiness", -math.inf, "burstiness"),
     ("max_concurrency", 0, "max_concurrency must be null"), ("max_concurrency", 1.5, "max_concurrency"),
     ("slo", {"ttft_ms": 0}, "slo.ttft_ms must be null"), ("slo", {"tpot_ms": -3.0}, "slo.tpot_ms"),
     ("slo", {"e2el_ms": 0}, "a number > 0"),  # vLLM's --goodput takes 0: docs/REFERENCE.md says it is refused here
@@ -73,6 +74,13 @@ def test_bad_serve_settings_are_refused(key, value, says):
 
 def test_good_serve_settings_pass():
     check_workload({**SERVE, "request_rate": math.inf, "max_concurrency": 1, "slo": {"ttft_ms": 100, "e2el_ms": None}})
+    check_workload({**SERVE, "burstiness": math.inf})
+    check_workload({**SERVE, "burstiness": 0.01})
+
+
+def test_infinite_burstiness_spaces_the_arrivals_evenly_as_vllm_does():
+    assert arrival_offsets(5, 4.0, math.inf, seed=1) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert arrival_offsets(5, math.inf, math.inf, seed=1) == [0.0] * 5
 
 
 def seq(arrival: float) -> Sequence:
