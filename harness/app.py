@@ -51,9 +51,10 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
-              requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str]]:
+              requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str], dict[int, float]]:
     """One timed pass from a reset engine (under ``control=ideal`` replaying an untimed recording pass): (metric
-    columns, trace files written). ``step_log``, ``requests``, ``trace``: the files to write, or None."""
+    columns, trace files written, {rank: longest silence (s)} of the ranks that stalled). ``step_log``,
+    ``requests``, ``trace``: the files to write, or None."""
     replay, plan = llm.replays, None
     if replay:
         llm.start_recording()
@@ -77,7 +78,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
                 "preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
-    return row, traces
+    return row, traces, stats["silent_s"]
 
 
 def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
@@ -125,7 +126,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     saves = cfg.save_requests and work.arrivals is not None
     requests = os.path.join(directory, "requests", f"{run_id}.jsonl") if saves else None
     trace = os.path.join(directory, "traces", run_id) if cfg.profile != "none" else None
-    metrics_row, traces = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
+    metrics_row, traces, silent = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
     row = {**row0, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
     written = results.add(row)
     files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
@@ -133,6 +134,8 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
         files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
+    files += [f"warning     rank {r} was silent for {s:.1f} s in this run (stopped, or stuck holding the GIL): "
+              f"its latencies include that" for r, s in sorted(silent.items())]
     print_summary(row, written, steps, files)
     SWEEP_ROWS.append(row)
     if gpus:

@@ -78,11 +78,13 @@ class Cluster:
 
     def collect_stats(self) -> dict:
         """Every rank's control-plane samples since the last call (without its message), then afresh: ``{"send":
-        {"nbytes", "ns"}, "recv": {rank: {"nbytes", "ns", and what the body's report adds}}}`` (bytes, ns)."""
+        {"nbytes", "ns"}, "recv": {rank: {"nbytes", "ns", and what the body's report adds}}, "silent_s": {rank:
+        longest silence on its lifeline over STALL_S}}`` (bytes, ns, s)."""
         send = self.control.take_send_stats()
         self.send(REPORT)
         self.control.take_send_stats()  # the report message
-        return {"send": send.as_dict(), "recv": self.group.collect_stats()}
+        recv = self.group.collect_stats()
+        return {"send": send.as_dict(), "recv": recv, "silent_s": self.group.lifelines.take_silences()}
 
     def close(self, grace_s: float = 5.0) -> None:
         """The exit message, ``teardown()``, then (whatever it raised) up to ``grace_s`` for the workers to end

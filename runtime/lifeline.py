@@ -14,6 +14,7 @@ import queue
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -21,6 +22,7 @@ FRAME = struct.Struct("!I")
 PINGS = 16
 BEAT_S = 0.5  # a worker's heartbeat period
 STALL_S = 2.0  # no frame for this long (four beats) from an open lifeline: that rank is stalled
+NOTE_S = 15.0  # a stalled rank is named on stderr this often (unless ``quiet``: a start-up wait says more)
 
 
 def send_frame(sock: socket.socket, obj) -> None:
@@ -66,6 +68,9 @@ class LifelineServer:
         self.dead: dict[int, str] = {}  # rank -> reason
         self.finished: dict[int, int] = {}  # rank -> exit code it said goodbye with (a normal end, not a death)
         self.last_seen: dict[int, float] = {}  # rank -> monotonic time of its last frame
+        self.silences: dict[int, float] = {}  # rank -> its longest silence over STALL_S since take_silences (s)
+        self.quiet = False  # True: a caller names the stalled ranks itself
+        self._noted: dict[int, int] = {}  # rank -> notes printed in its current silence
         self.reports: queue.Queue = queue.Queue()  # ("error" | "stats", rank, payload)
         self.conns: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
@@ -115,7 +120,7 @@ class LifelineServer:
                     continue
                 rank = by_sock[sock]
                 frame = recv_frame(sock)
-                self.last_seen[rank] = time.monotonic()
+                self._seen(rank)
                 if frame is None:
                     with self._lock:
                         self.conns.pop(rank, None)
@@ -126,6 +131,29 @@ class LifelineServer:
                     self.finished[rank] = frame[1]
                 elif frame[0] != "beat":
                     self.reports.put((frame[0], rank, frame[1]))
+            self._note_stalls()
+
+    def _seen(self, rank: int) -> None:
+        now = time.monotonic()
+        if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
+            self.silences[rank] = max(gap, self.silences.get(rank, 0.0))
+        self.last_seen[rank] = now
+        self._noted.pop(rank, None)
+
+    def _note_stalls(self) -> None:
+        for rank, age in self.stalled().items():
+            if not self.quiet and (n := int(age // NOTE_S)) > self._noted.get(rank, 0):
+                self._noted[rank] = n
+                print(f"note: rank {rank} has been silent for {age:.0f} s (stopped, or stuck holding the GIL)",
+                      file=sys.stderr, flush=True)
+
+    def take_silences(self) -> dict[int, float]:
+        """{rank: its longest silence over ``STALL_S`` (s), an ongoing one included} since the last call."""
+        taken = {**self.silences}
+        for rank, age in self.stalled().items():
+            taken[rank] = max(age, taken.get(rank, 0.0))
+        self.silences = {}
+        return taken
 
     def connected(self) -> set[int]:
         """Ranks that connected (alive or dead since)."""

@@ -186,17 +186,21 @@ class WorkerGroup:
         worker died or failed first; TimeoutError: not within ``startup_timeout_s``."""
         keys = [f"{stage}/{r}" for r in self.workers]
         start = said = time.monotonic()
-        while keys and not self.store.check(keys):
-            self.check()
-            now = time.monotonic()
-            if now > start + self.startup_timeout_s:
-                missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
-                raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage {stage!r} "
-                                   f"within {self.startup_timeout_s:.0f} s")
-            if now - said >= PROGRESS_S:
-                said = now
-                print(self._waiting(stage, now - start), file=sys.stderr, flush=True)
-            time.sleep(POLL_S)
+        self.lifelines.quiet = True  # the notes below name the stage too
+        try:
+            while keys and not self.store.check(keys):
+                self.check()
+                now = time.monotonic()
+                if now > start + self.startup_timeout_s:
+                    missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
+                    raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage "
+                                       f"{stage!r} within {self.startup_timeout_s:.0f} s")
+                if now - said >= PROGRESS_S:
+                    said = now
+                    print(self._waiting(stage, now - start), file=sys.stderr, flush=True)
+                time.sleep(POLL_S)
+        finally:
+            self.lifelines.quiet = False
 
     def _waiting(self, stage: str, waited_s: float) -> str:
         """One line: the ranks not yet at ``stage`` after ``waited_s``, and which of them are silent."""

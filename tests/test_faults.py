@@ -259,6 +259,26 @@ def test_a_stalled_worker_is_named_and_shutdown_stays_bounded(tiny_untied, tiny_
     assert not proc.is_alive()
 
 
+@pytest.mark.timeout(120)
+def test_a_worker_stopped_for_less_than_the_timeout_is_noted_while_silent_and_reported_after(
+        tiny_untied, monkeypatch, capfd):
+    """A SIGSTOP shorter than timeout_s once left an ok row with its latencies inflated and nothing said; a
+    longer one, a minute of silence before the error."""
+    import runtime.lifeline
+
+    monkeypatch.setattr(runtime.lifeline, "NOTE_S", 1.0)
+    with LLM(tiny_untied, tensor_parallel_size=2, control="shm", timeout_s=20, **OPTS) as llm:
+        proc = llm.cluster.group.procs[1]
+        llm.collect_control_stats()
+        os.kill(proc.pid, signal.SIGSTOP)
+        threading.Timer(3.5, os.kill, (proc.pid, signal.SIGCONT)).start()
+        assert llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4))[0]["token_ids"]
+        silent = llm.collect_control_stats()["silent_s"]
+        assert set(silent) == {1} and 3.0 < silent[1] < 10, silent
+        assert llm.collect_control_stats()["silent_s"] == {}  # taken: the next run starts afresh
+    assert re.search(r"note: rank 1 has been silent for [23] s \(stopped", capfd.readouterr().err)
+
+
 def test_one_engine_per_process_and_no_use_after_shutdown(tiny_untied):
     with LLM(tiny_untied, **OPTS) as llm:
         with pytest.raises(ConfigError, match="one LLM per process"):
