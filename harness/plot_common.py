@@ -15,7 +15,7 @@ from .load_results import InputError
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
 # named in the header (and above the tables) when one value holds
-SAME = ("model", "device", "dtype", "workload", "tp", "payload", "slo")
+SAME = ("model", "device", "dtype", "workload", "tp", "payload", "burstiness", "max_concurrency", "slo")
 
 
 def plane_colours(control) -> tuple[list[str], dict[str, str]]:
@@ -199,7 +199,7 @@ def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, pa
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7)
             ax.set_xlabel(xlabel, fontsize=7)
-            ax.set_title(title, fontsize=8)
+            ax.set_title(ax.get_title() or title, fontsize=8)  # draw() may title a panel per section
         row_label(row[0], text)
     return save_figure(fig, header, [handles], out)
 

@@ -20,7 +20,7 @@ PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "on
 KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"
 # overrides that only pick the payloads (the x points), not another configuration
 PAYLOAD_LIST = re.compile(r"workload\.(decode_batches|prefill_batches|raw_bytes)=")
-# (column, title); then goodput where an SLO was set, else the completed rate
+# (column, title); then "rate": goodput where a section's rows set an SLO, else the completed rate
 LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"), ("tpot_ms_p50", "TPOT p50 (ms)"),
                ("tpot_ms_p99", "TPOT p99 (ms)")]
 
@@ -112,6 +112,9 @@ def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
     """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates, rate
     inf a hollow diamond; ideal's TTFT faint: it follows its recording's admissions, no floor (docs/SERVE.md)."""
+    if metric == "rate":  # per section: goodput where its rows set an SLO, else the completed rate
+        metric = "goodput_req_s" if rows.goodput_req_s.notna().any() else "req_s"
+        ax.set_title("goodput (req/s)" if metric == "goodput_req_s" else "completed (req/s)")
     xs, ys = [], []
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
@@ -138,10 +141,9 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
 
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
-    last = ("goodput_req_s", "goodput (req/s)") if df.goodput_req_s.notna().any() else ("req_s", "completed (req/s)")
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
     inf = (np.isinf(pd.to_numeric(df.request_rate, errors="coerce")) | df.achieved_rate_req_s.isna()).any()
-    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [last],
+    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [("rate", "")],
                          partial(load_legend, rate_inf=bool(inf)), draw_load_panel, out, col_w=3.3,
                          blank_label="workload=serve")
 

@@ -20,10 +20,14 @@ COMPACT = [("output_tok_s", "tok/s"), ("tpot_ms_p50", "TPOT p50 ms"), ("decode_s
 SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"), ("req_s", "done/s"),
                  ("ttft_ms_p50", "ttft50"), ("ttft_ms_p99", "ttft99"), ("tpot_ms_p50", "tpot50"),
                  ("tpot_ms_p99", "tpot99"), ("queue_ms_p99", "queue")]
+# what a narrow serve table leaves out first: the queue, the sent rate, the p99s; the medians last
+SERVE_DROP = [(m, h) for first in ("queue_ms_p99", "achieved_rate_req_s", "tpot_ms_p99", "ttft_ms_p99")
+              for m, h in SERVE_METRICS if m == first]
 SERVE_FULL_METRICS = list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))  # markdown and csv
 BROADCAST_METRICS = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "payload_bytes"]
 ROW_KEYS = ["tp", "control"]  # a table's rows; the other keys make its sections
 SERVE_ROW_KEYS = ROW_KEYS + ["request_rate", "max_concurrency", "burstiness"]  # the load: columns, not sections
+SHORT = {"request_rate": "rate", "max_concurrency": "conc", "burstiness": "burst"}  # their headers
 # can be negative or near 0: a ratio to the baseline would mean nothing
 SIGNED = {"ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean"}
 
@@ -156,12 +160,14 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
 
     def row(r, rows, cols):
         skip = "req_s" if goodput and rows.goodput_req_s_median.notna().any() else "goodput_req_s"
-        return {**{"rate" if k == "request_rate" else k: v for k, v in key_cells(r, row_keys).items()},
+        return {**{SHORT.get(k, k): v for k, v in key_cells(r, row_keys).items()},
                 **{h: spread_cell(r, m, number) for m, h in cols if m != skip}}
 
-    lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown)
+    lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown,
+                                               drop=SERVE_DROP)
+    shorts = "".join(f", {SHORT[k]} = {k}" for k in row_keys if k in SHORT and k != "request_rate")
     legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
-              "request_rate (req/s, set); sent/s = achieved_rate_req_s (empty where all were sent at once), "
+              f"request_rate (req/s, set){shorts}; sent/s = achieved_rate_req_s (empty where all were sent at once), "
               + ("good/s = goodput_req_s, completed within the slo named above, or done/s = req_s where none was set"
                  if goodput else "done/s = req_s (completed)")
               + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")

@@ -55,11 +55,13 @@ def markdown(rows: list[dict]) -> list[str]:
     return df.to_markdown(index=False, disable_numparse=True, colalign=align).splitlines()
 
 
-def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns: list, keep: int = 1):
+def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns: list, keep: int = 1,
+                     drop: list | None = None):
     """``table`` as ``markdown`` tables of ``row(r, rows, shown)`` per row ``r``, a section (``section_label``
     above it) per value of ``section_keys`` in order of appearance, ``shown`` the most of ``columns`` (at least
-    ``keep``) whose lines fit in WIDTH bytes ("±" counts 2): (the lines, the columns left out, the overrides every
-    row has where there are several sections)."""
+    ``keep``; the first of ``drop`` left out first, by default the last column) whose lines fit in WIDTH bytes
+    ("±" counts 2): (the lines, the columns left out, the overrides every row has where there are several
+    sections)."""
     overrides = table.overrides if "overrides" in section_keys else []
     items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in overrides]
     common = set.intersection(*items) if items else set()  # every row's overrides: said above, not in the sections
@@ -76,10 +78,12 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
             out += markdown([row(r, rows, shown) for _, r in rows.iterrows()])
         return out
 
+    drop = [c for c in drop or () if c in columns] + [c for c in columns[::-1] if c not in (drop or ())]
     for n in range(len(columns), min(keep, len(columns)) - 1, -1):  # at least once
-        lines = render(columns[:n])
+        gone = drop[:len(columns) - n]
+        lines = render([c for c in columns if c not in gone])
         if n <= keep or all(len(line.encode()) <= WIDTH for line in lines):
-            return lines, columns[n:], common if len(parts) > 1 else set()
+            return lines, [c for c in columns if c in gone], common if len(parts) > 1 else set()
 
 
 def section_label(values: dict, common: set[str] = frozenset()) -> str:

@@ -115,7 +115,19 @@ def test_the_serve_table_fits_in_120_characters(goodput, tmp_path, capsys):
     assert ("good/s" in header) == goodput and ("done/s" in header) != goodput
     assert all(len(line) <= 110 for line in out[:out.index(table[0])].splitlines())  # the legend above it
     slo = ", slo=ttft_ms=200" if goodput else ""
-    assert f"every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2{slo}" in out.splitlines()
+    assert (f"every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2, burstiness=1{slo}"
+            in out.splitlines())
+
+
+def test_a_narrow_serve_table_leaves_out_the_queue_and_sent_rate_before_any_tpot(tmp_path, capsys):
+    rows = [{**r, "burstiness": b, "max_concurrency": c, "ttft_ms_p99": 12345.0, "tpot_ms_p99": 1234.5}
+            for r in serve_rows(controls=("ideal", "shm", "ring")) for b in (0.5, 1.0) for c in (8, 16)]
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    table = table_lines(out, "burst")
+    assert cells(table[0]) == ["tp", "control", "rate", "burst", "conc", "n", "done/s", "ttft50", "ttft99", "tpot50",
+                               "tpot99"], table[0]  # TPOT was left out first, the constant-looking keys kept
+    assert max(map(len, table)) <= 120 and "left out to fit: sent/s, queue" in " ".join(out.split())
 
 
 def png_size(path) -> tuple[int, int]:
@@ -198,7 +210,7 @@ def test_the_sweeps_summary_reads_the_rows_as_the_harness_holds_them(capsys):
     print_sweep_summary(rows, jobs=len(rows))
     table = table_lines(capsys.readouterr().out)
     header = cells(table[0])
-    assert header[:5] == ["tp", "control", "rate", "max_concurrency", "n"]
+    assert header[:5] == ["tp", "control", "rate", "conc", "n"]
     assert [cells(line)[2:4] for line in table[2:4]] == [["4", "8"], ["4", "-"]]
 
 
@@ -237,7 +249,8 @@ def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_
     # a new-user trial: good/s came without its SLO, and rows without one showed an empty good/s, no done/s
     assert main([write(serve_rows(rates=(4.0,), goodput=True), tmp_path / "slo.csv")]) == 0
     out = capsys.readouterr().out
-    assert "every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2, slo=ttft_ms=200" in out
+    assert ("every row: model=qwen3-tiny, device=cpu, dtype=float32, workload=serve, tp=2, burstiness=1, "
+            "slo=ttft_ms=200") in out
     assert "good/s = goodput_req_s, completed within the slo named above" in " ".join(out.split())
     mixed = serve_rows(rates=(4.0,), goodput=True) + serve_rows(rates=(4.0,))
     assert main([write(mixed, tmp_path / "mixed.csv")]) == 0

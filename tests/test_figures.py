@@ -178,6 +178,15 @@ def test_a_serve_rate_sweep_keeps_the_load_curves_and_adds_the_exposed_cost_per_
         check_clean(fig)
 
 
+def test_each_serve_section_ends_in_its_own_rate_panel_goodput_only_where_an_slo_was_set(figures, tmp_path,
+                                                                                         capsys):
+    slo = [{**r, "slo": "ttft_ms=200", "goodput_req_s": r["req_s"] / 2} for r in serve_rows()]
+    plot(serve_rows() + slo, tmp_path, capsys)
+    load = figures[0]
+    assert titles(load)[4::5] == ["completed (req/s)", "goodput (req/s)"]  # the last panel drew blank without SLO
+    check_clean(load)
+
+
 def test_every_kind_at_once_gives_one_file_and_one_line_each(figures, tmp_path, capsys):
     out, lines = plot(engine_rows() + broadcast_rows(tps=(2,)) + serve_rows(), tmp_path, capsys)
     paths = [out] + [side_path(out, s) for s in ("raw", "broadcast", "load", "serve_exposed")]
