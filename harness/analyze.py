@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import sys
 import textwrap
@@ -41,9 +42,6 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
     configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
     if group:
-        if bad := [g for g in group if g not in CONFIG_KEYS or g not in df.columns]:
-            raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
-                             f"{', '.join(k for k in CONFIG_KEYS if k in df.columns)}")
         if twice := sorted({g for g in group if group.count(g) > 1}):
             raise InputError(f"--group: {', '.join(twice)} given twice")
         return group
@@ -99,6 +97,10 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
         if kind == "serve" and base == "ideal":  # ideal's TTFT and queueing follow its recording: no ratio base
             base = None
+        if kind == "serve" and baseline and fmt != "csv" and (baseline == "ideal" or fmt == "text"):
+            print(f"note: --baseline {baseline}: " + ("no ratios for serve rows: ideal's TTFT and queueing follow "
+                  "its recording; the exposed-cost table compares planes to it" if baseline == "ideal" else
+                  "the text serve table has no ratio columns (--format markdown has)"))
         exposed = exposed_cost(filled[filled.status == "ok"], k)
         if fmt == "csv":
             frames.append(csv_rows(kind, filled, k, base))
@@ -204,7 +206,7 @@ def parser() -> OneLineParser:
                                                "configuration column that differs between rows)")
     p.add_argument("--baseline", help="control the ratios are relative to (default: ideal where the rows have "
                                       "it, else shm, else the first plane); the table's header names it")
-    p.add_argument("--format", choices=("text", "markdown", "csv"), default="text", help="text (default): tables "
+    p.add_argument("--format", choices=("text", "markdown", "csv"), help="text (default): tables "
                    "of at most 120 columns, the main metrics; markdown: every key and more metrics (mean, p50, p99 of "
                    "TTFT, TPOT, ITL, E2EL...), median [min-max] (ratio); csv: every number of both tables, one CSV (a "
                    "table column: summary, serve or exposed)")
@@ -212,7 +214,7 @@ def parser() -> OneLineParser:
                                                   "first, the raw metrics, broadcast and serve sweeps beside "
                                                   "it (OUT_raw.png, ...; one line says where each went)")
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="regression gate between two files")
-    p.add_argument("--threshold", default="10%", help="regression threshold for --compare (default 10%%)")
+    p.add_argument("--threshold", help="regression threshold for --compare (default 10%%)")
     p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
                                                                  "on a side are listed but do not fail the gate")
     p.add_argument("--metrics", nargs="+", help="--compare: only these metrics")
@@ -220,9 +222,8 @@ def parser() -> OneLineParser:
 
 
 def _given(args: argparse.Namespace, options: tuple[str, ...]) -> list[str]:
-    """Those of ``options`` (``--name``) given a value other than their default."""
-    defaults = parser()
-    return [o for o in options if getattr(args, dest := o[2:].replace("-", "_")) != defaults.get_default(dest)]
+    """Those of ``options`` (``--name``) given on the command line (their defaults are None or False)."""
+    return [o for o in options if getattr(args, o[2:].replace("-", "_")) not in (None, False)]
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -232,11 +233,13 @@ def run_compare(args: argparse.Namespace) -> int:
     if given := _given(args, ("--group", "--baseline", "--plot", "--format")):
         raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
                          "prints its own table")
-    threshold = parse_threshold(args.threshold)
+    threshold = parse_threshold(args.threshold or "10%")
     if bad := [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
         raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                          f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
-    old, new = (prepare_serve(load([path])) for path in args.compare)
+    with contextlib.redirect_stdout(io.StringIO()) as read:  # said once both files are read, not before an error
+        old, new = [prepare_serve(load([path])) for path in args.compare]
+    print(read.getvalue(), end="")
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
         print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
@@ -264,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error("give at least one CSV file or directory, or --compare OLD NEW")
         if given := _given(args, ("--threshold", "--allow-missing", "--metrics")):
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
+        args.format = args.format or "text"
+        if bad := [g for g in args.group or () if g not in CONFIG_KEYS]:  # before the files are read and listed
+            raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
+                             f"{', '.join(CONFIG_KEYS)}")
         if args.plot is not None:
             check_plot_path(args.plot)
         df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .schema import COLUMNS, LATENCY, RENAMED, SCHEMA_VERSION, normalize_overrides
 
-REQUIRED = ["control", "tp", "status"]
+REQUIRED = ["schema_version", "control", "tp", "status"]
 NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
            "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls",
            "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean", "repeat"]
@@ -139,7 +139,11 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     """One file's rows in the current schema: columns renamed or added, numeric cells numbers (damaged ones empty,
     counted in a warning), ``overrides`` in one spelling."""
     df = df.rename(columns={old: new for old, new in RENAMED.items() if new not in df.columns})
-    if pd.to_numeric(df.get("schema_version", pd.Series()), errors="coerce").max() >= SCHEMA_VERSION:  # should have
+    version = pd.to_numeric(df.schema_version, errors="coerce").max()
+    if version > SCHEMA_VERSION:
+        print(f"warning: {path}: schema_version {version:g} is newer than this harness's ({SCHEMA_VERSION}): "
+              f"columns it does not know are left out", file=sys.stderr)
+    if version >= SCHEMA_VERSION:  # should have
         for col in dict.fromkeys(c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns):
             print(f"warning: {path}: no column {col} (its schema has one): read as empty", file=sys.stderr)
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])

@@ -240,6 +240,31 @@ def test_bad_arguments_are_a_clear_error(args, message, sweep, capsys):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("option", [["--threshold", "10%"], ["--threshold", "5%"], ["--allow-missing"],
+                                    ["--metrics", "ttft_ms_p50"]])
+def test_a_compare_option_without_compare_is_refused_whatever_its_value(option, sweep, capsys):
+    # a new-user trial: --threshold 10% (the default's value) passed silently while 5% was refused
+    assert main([sweep, *option]) == 2
+    assert capsys.readouterr().err == f"error: {option[0]} applies only to --compare OLD NEW\n"
+
+
+@pytest.mark.parametrize("argv", [["--compare", "SWEEP", "/nonexistent.csv"], ["SWEEP", "--group", "nosuch"]])
+def test_an_error_comes_before_any_file_is_listed(argv, sweep, capsys):
+    assert main([sweep if a == "SWEEP" else a for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, (out, err)
+
+
+def test_a_csv_of_other_columns_or_of_a_newer_schema_is_said_so(tmp_path, capsys):
+    (tmp_path / "three.csv").write_text("control,tp,status\nshm,2,ok\n")  # once read as a results file: exit 0
+    assert main([str(tmp_path / "three.csv")]) == 2
+    assert "missing column(s) schema_version; is this a results CSV?" in capsys.readouterr().err
+    df = pd.read_csv(tmp_path / "three.csv").assign(schema_version=99)
+    df.to_csv(tmp_path / "newer.csv", index=False)
+    assert main([str(tmp_path / "newer.csv")]) == 0
+    assert "schema_version 99 is newer than this harness's" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("below", ["x.png", "sub/x.png"])
 def test_a_plot_path_below_a_file_says_it_is_not_a_directory(below, sweep, capsys):
     # a new-user trial: "--plot afile/x.png" said "directory afile does not exist"

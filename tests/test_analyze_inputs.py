@@ -60,7 +60,7 @@ def test_each_file_read_and_skipped_is_listed_and_a_foreign_csv_in_a_folder_is_n
     assert main([str(folder)]) == 0
     out = capsys.readouterr().out
     assert f"read {folder / 'runs.csv'}: 8 row(s), 7 ok, 1 failed" in out
-    assert f"skipped {folder / 'nvidia-smi.csv'}: missing column(s) control, tp, status" in out
+    assert f"skipped {folder / 'nvidia-smi.csv'}: missing column(s) schema_version, control, tp, status" in out
     assert "| ideal" in out and "exposed cost" in out  # the rest analysed
 
 

@@ -233,6 +233,29 @@ def test_the_overrides_every_row_shares_are_said_above_the_serve_table(tmp_path,
     assert "every row: overrides llm.max_num_seqs=8" in serve and "-- overrides: only every row's" in serve
 
 
+def test_the_gate_leaves_timing_dependent_serve_metrics_and_ideals_ttft_unjudged_unless_asked(tmp_path, capsys):
+    # a new-user trial: a serve sweep failed the gate on ctrl_calls (more steps: requests came apart) and on
+    # ideal's TTFT, which follows its recording's admissions
+    rows = serve_rows(rates=(4.0,), repeats=3)
+    moved = [{**r, "ctrl_calls": 2 * r["ctrl_calls"], "ttft_ms_p50": (2 if r["control"] == "ideal" else 1)
+              * r["ttft_ms_p50"]} for r in rows]
+    old, new = write(rows, tmp_path / "old.csv"), write(moved, tmp_path / "new.csv")
+    assert main(["--compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "serve rows: ctrl_calls and ctrl_bytes_mean are not gated" in out and "WORSE" not in out
+    assert main(["--compare", old, new, "--metrics", "ctrl_calls", "ttft_ms_p50"]) == 1
+    assert capsys.readouterr().out.count("WORSE") == 3  # ideal's and shm's calls, ideal's TTFT
+
+
+@pytest.mark.parametrize("baseline, fmt, says", [
+    ("ideal", "text", "no ratios for serve rows: ideal's TTFT"), ("ideal", "markdown", "no ratios for serve rows"),
+    ("shm", "text", "the text serve table has no ratio columns (--format markdown has)"), ("shm", "markdown", None)])
+def test_a_baseline_the_serve_table_cannot_use_is_said_not_dropped_silently(baseline, fmt, says, tmp_path, capsys):
+    assert main([write(serve_rows(), tmp_path / "runs.csv"), "--baseline", baseline, "--format", fmt]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: --baseline")]
+    assert notes == ([] if says is None else [notes[0]]) and (says is None or says in notes[0])
+
+
 def test_the_gate_compares_goodput_and_ttft_p50_each_the_right_way(tmp_path, capsys):
     # a new-user trial: "--metrics goodput_req_s ttft_ms_p50" was "not comparable"
     rows = serve_rows(controls=("shm",), rates=(4.0,), repeats=3, goodput=True)
