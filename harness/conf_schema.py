@@ -194,10 +194,11 @@ VALUE_CHECKS = {"tp": _INT_AT_LEAST_1, "repeat": _INT_AT_LEAST_1, "hf_batch_size
                 "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 
 
-# Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml
+# Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml; a plane's and a
+# workload kind's under a name, not in a group, so that --help lists no group a user could not pick
 ConfigStore.instance().store(name="harness_schema", node=HarnessConfig)
 ConfigStore.instance().store(name="llm_schema", node=LlmConfig)
 for _plane in available():
-    ConfigStore.instance().store(group="control_schema", name=_plane, node=plane_schema(_plane))
+    ConfigStore.instance().store(name=f"control_schema_{_plane}", node=plane_schema(_plane))
 for _kind, _node in WORKLOADS.items():
-    ConfigStore.instance().store(group="workload_schema", name=_kind, node=_node)
+    ConfigStore.instance().store(name=f"workload_schema_{_kind}", node=_node)

@@ -12,6 +12,7 @@ import hydra
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -126,7 +127,17 @@ def hydra_compose():
 
 
 def jobs_of(parsed: list) -> list[list[str]]:
-    """The overrides of each job of a sweep (``parsed``: its ``Override``s), as Hydra's basic sweeper splits it."""
+    """The overrides of each job of a sweep (``parsed``: its ``Override``s), as Hydra's basic sweeper splits it.
+    Raises ValueError: a sweep of no value (a glob() that matches no option)."""
+    loader = GlobalHydra.instance().config_loader()  # glob() lists a group's options through it
+    for o in parsed:
+        o.config_loader = loader
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP and o.key_or_group not in GROUPS:
+            raise ValueError(f"{o.input_line}: glob() picks options of a config group ({', '.join(GROUPS)}); "
+                             f"sweep {o.key_or_group} with a,b,c, choice() or range()")
+        if o.is_discrete_sweep() and not list(o.sweep_string_iterator()):
+            raise ValueError(f"{o.input_line} selects nothing; options of {o.key_or_group}: "
+                             f"{', '.join(group_options(o.key_or_group)) or 'none (not a config group)'}")
     bare = {f"~{o.key_or_group}=null": f"~{o.key_or_group}" for o in parsed if o.is_delete() and o.value() is None}
     return [[bare.get(a, a) for a in job] for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
@@ -262,8 +273,10 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     with hydra_compose() as compose:
         try:
             jobs = jobs_of(parsed) if multirun else [overrides]
+        except ValueError as e:
+            return str(e), argv
         except Exception as e:  # interval(): the basic sweeper cannot list it
-            return f"{_first_line(e)} (the basic sweeper takes a,b,c, choice() and range())", argv
+            return f"{_first_line(e)} (the basic sweeper takes a,b,c, choice(), range() and glob())", argv
         global JOB_COUNT
         JOB_COUNT = len(jobs)
         for job in jobs:

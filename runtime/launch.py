@@ -86,7 +86,7 @@ def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None
 
     def timed_out():
         missing = [k for k in keys if not store.check([k])]
-        return TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {', '.join(missing[:3])}")
+        return TimeoutError(f"timed out after {timeout_s:g} s waiting for {', '.join(missing[:3])}")
 
     wait_until(lambda t: store.check(keys) or time.sleep(t), check, timeout_s, timed_out)
     return [store.get(k) for k in keys]

@@ -190,7 +190,7 @@ class Lifeline:
                 break
             except OSError as e:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"rank {rank}: rank 0 ({host}:{port}) unreachable for {timeout_s:.0f} s") from e
+                    raise TimeoutError(f"rank {rank}: rank 0 ({host}:{port}) unreachable for {timeout_s:g} s") from e
                 time.sleep(0.05)
         self.sock.settimeout(None)
         _keepalive(self.sock)

@@ -77,7 +77,7 @@ class WorkerGroup:
     def _wait_connected(self) -> None:
         def timed_out():
             missing = sorted(set(self.workers) - self.lifelines.connected())
-            return TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:.0f} s")
+            return TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:g} s")
 
         wait_until(lambda t: self.lifelines.connected() == set(self.workers) or time.sleep(t), self.check,
                    self.startup_timeout_s, timed_out)
@@ -194,7 +194,7 @@ class WorkerGroup:
                 if now > start + self.startup_timeout_s:
                     missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
                     raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage "
-                                       f"{stage!r} within {self.startup_timeout_s:.0f} s")
+                                       f"{stage!r} within {self.startup_timeout_s:g} s")
                 if now - said >= PROGRESS_S:
                     said = now
                     print(self._waiting(stage, now - start), file=sys.stderr, flush=True)
@@ -208,7 +208,7 @@ class WorkerGroup:
         stalled = self.lifelines.stalled()
         silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
         never = [r for r in missing if r not in self.lifelines.connected()]
-        return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:.0f}) for rank(s) "
+        return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:g}) for rank(s) "
                 f"{', '.join(map(str, missing))} to reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
                 + (f"; never connected: rank(s) {', '.join(map(str, never))}" if never else ""))
 

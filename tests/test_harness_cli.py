@@ -60,6 +60,8 @@ BAD_INPUT = [
     (["workload=latency-b8", "workload.iterations=0"], "workload.iterations must be an integer >= 1"),  # inherited
     (["llm.max_model_len=abc"], "max_model_len must be an integer"),
     (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
+    (["tp=2", "llm.startup_timeout_s=0.001"], "llm.startup_timeout_s must be >= 1 (s), got 0.001"),  # failed at spawn
+    (["llm.timeout_s=0.5"], "llm.timeout_s must be >= 1 (s)"),
     (["llm.max_model_len=8"], "max_model_len=8"),
     (["llm.gemm=cublas"], "gemm=cublas needs device=cuda"),
     (["-m", "llm.gemm=auto,cublas"], "llm.gemm=cublas needs device=cuda"),  # before the auto job runs
@@ -74,6 +76,8 @@ BAD_INPUT = [
     (["tp=1", "-m", "workload=smoke"], "-m goes before the overrides"),
     (["+tp=2"], "tp exists already: set it without the +"),
     (["-m", "llm.max_num_seqs=choice(8,0)"], "llm.max_num_seqs must be >= 1, got 0"),  # Hydra's sweep functions
+    (["-m", "control=glob(zz*)"], "control=glob(zz*) selects nothing; options of control: gloo, hybrid"),  # was
+    (["-m", "tp=glob(1*)"], "tp=glob(1*): glob() picks options of a config group"),  # "ConfigLoader is not set"
     (["-m", "++llm.max_num_seqs=8,0"], "llm.max_num_seqs must be >= 1, got 0"),  # ++ sets an existing key too
     (["-m", "workload=smoke,latency", "+workload.iterations=3"], "exists already in workload=latency"),
     (["device=cuda"], "CUDA is not available"),
@@ -588,6 +592,17 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
 
     problem, _ = check_command(argv)
     assert problem is not None and message in problem and "\n" not in problem, problem
+
+
+def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can_pick():
+    from harness import preflight
+
+    assert preflight.check_command(["-m", "control=glob(*,exclude=[ideal,gloo])", "tp=2"])[0] is None
+    assert preflight.JOB_COUNT == 6
+    out = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120).stdout
+    groups = out[out.index("== Configuration groups =="):out.index("== Config ==")]
+    assert [line.split(":")[0] for line in groups.splitlines()[2:] if line] == ["control", "model", "workload"]
 
 
 @pytest.mark.parametrize("argv", [["--cfg", "job"], ["--cfg", "job", "tp=2"], ["--info", "config"], ["--cfg=job"],
