@@ -134,6 +134,6 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             print(f"rows appended to {path}")
         return 1 if results.problem else 0
     except BaseException as e:
-        return failed(results, row0, r, e, summary=False)
+        return failed(results, row0, r, e)
     finally:
         group.close()

@@ -213,15 +213,15 @@ def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
     return line
 
 
-def failed(results: Results, row0: dict, repeat: int, e: BaseException, summary: bool = True) -> int:
-    """Append (``summary``: and print) the failed row of an interrupted or crashed run; returns 130 or 1."""
+def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
+    """Append and print the failed row of an interrupted or crashed run; returns 130 or 1."""
     e = as_interrupt(e)
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
     written = results.add(row)
     kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
-    if summary:  # a serve run's requests finished before the failure stay in its file
-        print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
-                      if row.get("run_id") and os.path.isfile(kept) else ())
+    # a serve run's requests finished before the failure stay in its file
+    print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
+                  if row.get("run_id") and os.path.isfile(kept) else ())
     print(f"error: {one_line(e)}", file=sys.stderr)
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 

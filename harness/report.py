@@ -35,6 +35,8 @@ SWEEP_ROWS: list[dict] = []  # the ok rows this process wrote (the end-of-sweep 
 def control_lines(row: dict) -> list[str]:
     """The control plane's messages, one-way latency and the workers' launch lag, in words."""
     f = partial(_fmt, row)
+    if row.get("tp") == 1:
+        return [f"  control     nothing sent: tp=1 has no worker ({row['ctrl_calls']} steps ran on rank 0 alone)"]
     if row.get("control") == "ideal":
         lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
                  f"on average); rank 0 checks one in {f('ctrl_send_us_p50')} us (p50)",

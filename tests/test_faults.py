@@ -310,6 +310,24 @@ def test_stale_segment_of_a_dead_run_is_removed():
 
 
 @pytest.mark.timeout(180)
+def test_a_broadcast_run_whose_worker_dies_prints_its_failed_row(tmp_path, model_cache):
+    # a new-user trial: the failed row was written but not printed (no [failed] block, no "row appended")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "workload=broadcast", "tp=2", "progress=false",
+                             "workload.messages=1000000", "workload.decode_batches=[1]", "workload.prefill_batches=[]",
+                             "workload.raw_bytes=[256]", f"results_dir={tmp_path}"], cwd=ROOT,
+                            env={**os.environ, "TPCP_CACHE": model_cache}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: spawned_workers(proc.pid), 60, "the worker")
+    time.sleep(4)  # joined and sending
+    os.kill(spawned_workers(proc.pid)[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "rank 1" in err, err[-2000:]
+    assert "[failed] shm, tp=2, cpu, workload=broadcast, " in out and "  error       WorkerError: " in out, out
+    assert f"row appended to {tmp_path / 'runs.csv'}" in out
+    assert (pd.read_csv(tmp_path / "runs.csv").status == "failed").all()
+
+
+@pytest.mark.timeout(180)
 def test_sighup_to_the_process_group_leaves_no_segment(tmp_path, model_cache):
     env = {**os.environ, "TPCP_CACHE": model_cache}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50", "progress=false",

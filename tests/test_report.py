@@ -39,6 +39,13 @@ def test_latency_is_mean_median_and_p99_of_each_metric_as_vllm_prints_it(capsys)
         ["ITL", "76.50", "70.10", "165.20"], ["E2EL", "3100.50", "3100.50", "-"]]  # a missing cell reads "-"
 
 
+def test_at_tp_1_the_control_line_says_nothing_was_sent(capsys):
+    row = {k: v for k, v in OK.items() if not k.startswith(("ctrl_oneway", "ctrl_launch"))}
+    lines = printed(capsys, {**row, "tp": 1, "ctrl_bytes_mean": 0.0, "ctrl_send_us_p50": 0.0})
+    # it read "64 messages, 0 B on average; rank 0 spends 0.0 us sending one"
+    assert "  control     nothing sent: tp=1 has no worker (64 steps ran on rank 0 alone)" in lines
+
+
 def test_a_failed_broadcast_row_names_no_model(capsys):
     row = {"status": "failed", "engine": "tp", "control": "pipe", "tp": 2, "model": None, "device": "cpu",
            "workload": "broadcast", "repeat": 0, "error": "interrupted (SIGINT)"}
