@@ -79,6 +79,8 @@ def _read_one(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: not a text CSV file") from None
     truncated = not text.endswith("\n")
     text = text[:text.rfind("\n") + 1]
+    if not text:
+        raise InputError(f"{path}: not one whole line (a writer died in its header?)")
     # A row with more or fewer cells than the header is damaged: pandas would drop the first kind but fill the
     # second with empty cells and count it (a writer that died mid-row, whose line the next writer ended).
     try:
@@ -88,12 +90,7 @@ def _read_one(path: str) -> pd.DataFrame:
     missing = [c for c in REQUIRED if not records or c not in records[0]]
     if missing:  # before any warning about its lines: another tool's CSV is not a damaged results CSV
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
-    if truncated:
-        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
     good = [r for r in records if len(r) == len(records[0])]
-    if len(good) < len(records):
-        print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
-              file=sys.stderr)
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(good)
     try:
@@ -101,7 +98,12 @@ def _read_one(path: str) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     if df.empty:
-        raise InputError(f"{path}: no rows (a header only)")
+        raise InputError(f"{path}: no whole row (a header only" + (", then a truncated line)" if truncated else ")"))
+    if truncated:  # warned once the file is known to be read: an error is one line
+        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
+    if len(good) < len(records):
+        print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
+              file=sys.stderr)
     return df
 
 

@@ -185,14 +185,17 @@ def test_older_schema_rows_still_load(sweep, tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("", "empty file"),
     ("a,b\n1,2\n", "missing column"),
-    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + "\n", "no rows (a header only)"),
+    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + "\n", "no whole row (a header only)"),
+    # a new-user trial: "missing column(s) ...", and a warning line before the error
+    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS), "not one whole line (a writer died"),
+    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + "\n11,2026", "then a truncated line"),
 ])
 def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text(content)
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
 
 
 def test_a_truncated_or_damaged_row_is_refused_not_measured(sweep, tmp_path, capsys):
