@@ -135,9 +135,10 @@ class LifelineServer:
 
     def _seen(self, rank: int) -> None:
         now = time.monotonic()
-        if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
-            self.silences[rank] = max(gap, self.silences.get(rank, 0.0))
-        self.last_seen[rank] = now
+        with self._lock:
+            if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
+                self.silences[rank] = max(gap, self.silences.get(rank, 0.0))
+            self.last_seen[rank] = now
         self._noted.pop(rank, None)
 
     def _note_stalls(self) -> None:
@@ -149,11 +150,10 @@ class LifelineServer:
 
     def take_silences(self) -> dict[int, float]:
         """{rank: its longest silence over ``STALL_S`` (s), an ongoing one included} since the last call."""
-        taken = {**self.silences}
-        for rank, age in self.stalled().items():
-            taken[rank] = max(age, taken.get(rank, 0.0))
-        self.silences = {}
-        return taken
+        stalled = self.stalled()
+        with self._lock:
+            taken, self.silences = self.silences, {}
+        return {**taken, **{r: max(age, taken.get(r, 0.0)) for r, age in stalled.items()}}
 
     def connected(self) -> set[int]:
         """Ranks that connected (alive or dead since)."""
