@@ -6,6 +6,7 @@ import contextlib
 import gc
 import logging
 import math
+import mmap
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -30,6 +31,15 @@ from .step_batch import StepBatch
 from .step_inputs import build_decode_inputs, build_step_inputs
 
 log = logging.getLogger("engine")
+
+
+def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.zeros``; on CPU in anonymous memory, which the OS zero-fills page by page as it is first touched
+    (``torch.zeros`` writes every byte up front: 2 s for the default 2 GiB KV cache of a CPU rank)."""
+    numel = math.prod(shape)
+    if device.type != "cpu" or numel == 0:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.frombuffer(mmap.mmap(-1, numel * dtype.itemsize), dtype=dtype).view(shape)
 
 
 class ModelRunner:
@@ -147,8 +157,7 @@ class ModelRunner:
         spare = 1 if self.config.device == "cuda" and num_blocks else 0
         shape = (num_blocks + spare, self.block_size, self.kv_heads, self.head_dim)
         for attn in self.model.attention_layers():
-            attn.k_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
-            attn.v_cache = torch.zeros(shape, dtype=self.config.torch_dtype, device=self.device)
+            attn.k_cache, attn.v_cache = (zeros(shape, self.config.torch_dtype, self.device) for _ in "kv")
 
     def _last_hidden(self, batch: StepBatch) -> torch.Tensor:
         """Each sequence's last-token hidden state ``[B, hidden]``, eager; placeholders read from ``self.sampled``."""
