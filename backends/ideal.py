@@ -64,6 +64,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
         super().__init__(world_size, timeout_s, context)
         self.inner = _inner_class(inner)(world_size, timeout_s=timeout_s, context=context, **(inner_options or {}))
         self._recording = self._recorded = self._expected = None  # lists of (method, args)
+        self._sizes: list[int] = []  # each recorded message's size as the inner plane sent it (bytes)
         self._replayed = 0
 
     @classmethod
@@ -85,7 +86,7 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
 
     def start_recording(self) -> None:
         """Record every message sent until :meth:`stop_recording` (they still travel); ends any replay."""
-        self._recording, self._expected = [], None
+        self._recording, self._expected, self._sizes = [], None, []
 
     def stop_recording(self) -> int:
         """Keep what was recorded for :meth:`start_replay`; returns the number of messages."""
@@ -111,9 +112,10 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
 
     def send(self, method: str, *args) -> int:
         if self._expected is None:
+            n = self.inner.send(method, *args)
             if self._recording is not None:
                 self._recording.append((method, args))
-            n = self.inner.send(method, *args)
+                self._sizes.append(n)
             self.send_stats.add(n, self.inner.send_stats.last()[1])
             self.last_send_start_ns = self.inner.last_send_start_ns
             return n
@@ -123,8 +125,8 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
             want = _describe(self._expected[i]) if i < len(self._expected) else "nothing (the recording ended)"
             raise ScheduleMismatch(f"ideal: step {i} of the timed pass is {_describe((method, args))} where the "
                                    f"recording has {want}: {NO_BASELINE}")
+        n = self._sizes[i]  # what a plane would have sent: its bytes compare with theirs
         self._replayed += 1
-        n = sum(len(a) for a in args if isinstance(a, (bytes, bytearray)))
         self.send_stats.add(n, time.monotonic_ns() - t0)
         return n
 

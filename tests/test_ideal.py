@@ -27,21 +27,22 @@ def test_replayed_messages_arrive_in_order_with_nothing_sent(inner):
     procs, results = start_echo_workers(cp, (1, 2))
     try:
         cp.start_recording()
-        for m in messages(0, 200):
-            cp.send(*m)
-        assert cp.stop_recording() == 200
+        live = [cp.send(*m) for m in messages(0, 200)]
+        assert cp.stop_recording() == 200 and min(live) > 0
         # the replay checks against the recording, so the indices must be what was recorded: the echo
         # worker expects 200..399, so record those instead
         cp.start_recording()
         recorded = messages(200, 200)
         cp._recording = list((m[0], m[1:]) for m in recorded)  # what sending them would have recorded
+        cp._sizes = live  # ... and the sizes the inner plane sent them at
         cp.stop_recording()
         assert cp.start_replay() == 200
         inner_sent = len(cp.inner.send_stats.ns)
-        for m in recorded:
-            cp.send(*m)
+        replayed = [cp.send(*m) for m in recorded]
         cp.finish_replay()
         assert len(cp.inner.send_stats.ns) == inner_sent, "a replayed message travelled"
+        # its bytes are what a plane sent, not its raw arguments (it read 102 B beside every plane's 135)
+        assert replayed == live and list(cp.send_stats.nbytes[-200:]) == live
         cp.send_exit()
         assert sorted(results.get(timeout=60) for _ in procs) == [(1, 400, []), (2, 400, [])]
     finally:
