@@ -102,10 +102,13 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
                   "its recording; the exposed-cost table compares planes to it" if baseline == "ideal" else
                   "the text serve table has no ratio columns (--format markdown has)"))
         exposed = exposed_cost(filled[filled.status == "ok"], k)
-        if fmt == "csv":
-            frames.append(csv_rows(kind, filled, k, base))
+        if fmt == "csv":  # the settings every row of this kind shares are columns too (text: a line above)
+            same = {c: rows[c].iloc[0] for c in CONFIG_KEYS if c not in k and rows[c].nunique(dropna=False) == 1
+                    and pd.notna(rows[c].iloc[0])}
+            frames.append(csv_rows(kind, filled, k, base).assign(**same))
             if not exposed.empty:
-                frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed"))
+                frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed",
+                                                                                                 **same))
             continue
         if i:
             print()

@@ -135,6 +135,8 @@ def test_format_csv_is_one_parseable_csv_with_every_metric(tmp_path, capsys):
     assert summary.loc[summary.control == "ideal", "tpot_ms_p50_vs_ideal"].tolist() == [1.0, 1.0]
     exposed = df[df.table == "exposed"]
     assert len(exposed) == 2 * 7 * 2 and {"exposed_us", "low_us", "high_us", "verdict"} <= set(df.columns)
+    # a new-user trial: the settings every row shares (text: "every row: ...") were in no column
+    assert (df.workload == "latency").all() and (df.model == "qwen3-0.6b").all() and (df.device == "cuda").all()
 
 
 def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
