@@ -359,6 +359,28 @@ def test_broadcast_workload_writes_one_row_per_payload(tmp_path, model_cache):
     assert (df.ctrl_oneway_us_p50 > 0).all() and (df.ctrl_oneway_us_p99 >= df.ctrl_oneway_us_p50).all()
 
 
+def test_the_byte_cap_of_a_broadcast_payload_holds_for_its_warm_up_too():
+    """A new-user trial: 50 warm-up messages of 16 MiB (840 MB) went out uncapped beside 63 timed ones."""
+    from types import SimpleNamespace
+
+    from harness.broadcast import run_broadcast
+
+    class Group:  # counts what run_broadcast sends; every message 1 MiB
+        control, tp, sent = SimpleNamespace(name="shm"), 2, []
+
+        def run(self, message, count, gap_s):
+            self.sent.append(count)
+
+        def collect_stats(self):
+            return {"send": {"nbytes": [1 << 20], "ns": [1000]}, "recv": {1: {"nbytes": [1 << 20], "ns": [5000]}}}
+
+    w = dict(kvcache_block_size=256, decode_batches=[], decode_context=16, prefill_batches=[], raw_bytes=[1 << 20],
+             warmup=50, messages=2000, min_messages=30, max_bytes_per_payload=8 << 20, gap_us=0)
+    group = Group()
+    assert [r["payload"] for r in run_broadcast(w, group, progress=False)] == ["raw-1048576B"]
+    assert group.sent == [1, 7, 30]  # the size, the rest of an 8 MiB warm-up, min_messages timed
+
+
 @pytest.mark.parametrize("sweep", [(), ("-m",)])
 def test_broadcast_refuses_ideal_which_has_no_transport_before_any_job(tmp_path, model_cache, sweep):
     """In a sweep too: shm's job never starts (the walkthrough saw it run 52 s, then exit 2)."""
