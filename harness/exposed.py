@@ -6,6 +6,8 @@ exposed = median over repeats of the plane's metric - median of ideal's (us, and
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 
@@ -18,7 +20,8 @@ EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "T
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
     ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,
-    ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``."""
+    ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``, serve: ``ideal_sent_req_s`` and
+    ``plane_sent_req_s`` (the achieved rates' medians)."""
     others = [k for k in keys if k != "control"]
     out = []
     for cfg, rows in config_groups(_options_to_plane(df), others):
@@ -40,8 +43,14 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
                             "repeats": f"{len(p)}/{len(i)}", "verdict": verdict,
-                            "send_late_us": float(late.sum(axis=1, min_count=2).median())})
+                            "send_late_us": float(late.sum(axis=1, min_count=2).median()),
+                            "ideal_sent_req_s": _median(ideal, "achieved_rate_req_s"),
+                            "plane_sent_req_s": _median(plane, "achieved_rate_req_s")})
     return pd.DataFrame(out)
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    return pd.to_numeric(rows[column], errors="coerce").median() if column in rows else np.nan
 
 
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +97,19 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
     optional = OPTIONAL if table.send_late_us.notna().any() else OPTIONAL[:1]
     lines, left_out, common = fitting_sections(table, [k for k in others if k not in row_keys], row, optional, keep=0)
     note = f" (left out to fit: {', '.join(left_out)}; all: --format markdown)" if left_out else ""
-    print("\n" + "\n".join(header_lines(LEGEND + note, common) + lines))
+    print("\n" + "\n".join(header_lines(LEGEND + note, common) + lines + sent_apart(table)))
+
+
+def sent_apart(table: pd.DataFrame) -> list[str]:
+    """A note per serve configuration where ideal sent more than 10% off the plane's rate: ideal admits each
+    request at its recording's launch, ahead of the trace when the timed pass runs faster (docs/SERVE.md)."""
+    far = table[(table.ideal_sent_req_s / table.plane_sent_req_s - 1).abs() > 0.1]
+    far = far.drop_duplicates([c for c in table.columns[:list(table.columns).index("metric")]])
+    keys = table.columns[:list(table.columns).index("control")]
+    return [line for _, r in far.iterrows() for line in textwrap.wrap(
+        f"note: {', '.join(f'{k}={key_cell(r[k])}' for k in keys)}: ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
+        f"{r.control}'s {r.plane_sent_req_s:.2f}: it admitted requests ahead of the trace, so its batches were "
+        f"larger and its step is no floor here", 110, subsequent_indent="  ")]
 
 
 def _signed(value: float) -> str:
@@ -105,6 +126,7 @@ def _print_full(table: pd.DataFrame) -> None:
         shown[col] = shown[col].map(lambda v, s=spec: format(v, s))
     shown["spread_us"] = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in zip(table.low_us, table.high_us)]
     shown["send_late_us"] = table.send_late_us.map(lambda v: "" if v != v else f"{v:.0f}")
-    shown = shown.drop(columns=["low_us", "high_us"])
+    shown = shown.drop(columns=["low_us", "high_us", "ideal_sent_req_s", "plane_sent_req_s"])
     print("\n" + LEGEND.replace("send+late", "send_late_us").replace("step, TPOT: decode step p50, TPOT p50; ", ""))
     print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs
+    print("\n".join(sent_apart(table)), end="\n" if sent_apart(table) else "")

@@ -256,6 +256,18 @@ def test_a_baseline_the_serve_table_cannot_use_is_said_not_dropped_silently(base
     assert notes == ([] if says is None else [notes[0]]) and (says is None or says in notes[0])
 
 
+def test_ideal_sending_faster_than_the_plane_is_said_under_the_exposed_cost(tmp_path, capsys):
+    # a new-user trial: ideal sent 6.15 req/s beside shm's 4.00 at rate 4, and the table paired them silently
+    rows = serve_rows(rates=(4.0, 16.0))
+    for r in rows:
+        if r["control"] == "ideal" and r["request_rate"] == 4.0:
+            r["achieved_rate_req_s"] = 6.15
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: tp=2, request_rate=4: ideal sent 6.15 req/s beside shm's 3.80: it admitted requests ahead" in out
+    assert "request_rate=16: ideal sent" not in out
+
+
 def test_the_gate_compares_goodput_and_ttft_p50_each_the_right_way(tmp_path, capsys):
     # a new-user trial: "--metrics goodput_req_s ttft_ms_p50" was "not comparable"
     rows = serve_rows(controls=("shm",), rates=(4.0,), repeats=3, goodput=True)
