@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
 from engine import ConfigError
-from engine.config import read_hf_config
+from engine.config import read_hf_config, resolve_dtype
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
@@ -165,7 +165,8 @@ def base_row(cfg: DictConfig, device: str) -> dict:
         print(f"note: workload={cfg.workload.name} does not read {', '.join(sorted(unread))}: not in the row's "
               f"overrides", file=sys.stderr)
     return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
-            "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": cfg.dtype, "workload": cfg.workload.name,
+            "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": resolve_dtype(cfg.dtype, device),
+            "workload": cfg.workload.name,
             "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed,
             "hydra_dir": HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None,  # None: no Hydra
             **metadata(device)}

@@ -179,6 +179,8 @@ def test_ctrl_c_at_the_terminal_while_workers_import_prints_no_traceback(tmp_pat
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130 and "Traceback" not in err, f"SIGINT {delay} s into a worker: {err[-3000:]}"
         assert not segments_of(proc.pid)
+    # a new-user trial: the failed rows said dtype=auto, and the analysis filed them apart from the ok ones
+    assert (pd.read_csv(tmp_path / "runs.csv").dtype == "float32").all()
 
 
 @pytest.mark.timeout(180)
