@@ -13,6 +13,8 @@ import textwrap
 
 import pandas as pd
 
+from .plot_common import key_cell
+
 HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s", "goodput_req_s"]
 LOWER_IS_BETTER = ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p50", "itl_ms_p99",
                    "e2el_ms_p50", "e2el_ms_p99", "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
@@ -36,7 +38,7 @@ def gated(keys: list[str], cfg: tuple, metrics: list[str], asked: bool) -> list[
 
 def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
     """``key=value, ...`` of a configuration: its non-empty cells of the ``shown`` keys."""
-    return ", ".join(f"{k}={v}" for k, v in zip(keys, cfg) if v != "-" and k in shown)
+    return ", ".join(f"{k}={key_cell(v)}" for k, v in zip(keys, cfg) if v != "-" and k in shown)  # 4, not 4.0
 
 
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:

@@ -42,9 +42,9 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
             if not found:
                 raise InputError(f"{path}: no *.csv file in this directory" + (
-                    f" (its folders are not searched; name one: {', '.join(below[:4])})" if below else ""))
+                    f" (its folders are not searched; name one: {_some(below, 4)})" if below else ""))
             if below:
-                print(f"note: {path}: its folders are not read ({', '.join(below[:6])}); name one to read it",
+                print(f"note: {path}: its folders are not read ({_some(below, 6)}); name one to read it",
                       file=sys.stderr)
             if diverted := [f for f in found if re.search(r"\.schema|\.unwritten-", os.path.basename(f))]:
                 print(f"note: {path} holds {len(diverted)} file(s) of diverted rows, read too: "
@@ -61,6 +61,11 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             f, named = once[real][0], named or once[real][1]
         once[real] = (f, named)
     return list(once.values())
+
+
+def _some(names: list[str], most: int) -> str:
+    """The first ``most`` of ``names``, and how many more: "a, b, c and 3 more"."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _read_one(path: str) -> pd.DataFrame:

@@ -255,3 +255,12 @@ def test_failed_rows_errors_and_missing_metric_columns_are_said_once(tmp_path, c
     failed = [line for line in out.splitlines() if line.startswith("  3 failed: RuntimeError: worker 1 exited")]
     assert len(failed) == 1 and len(failed[0]) <= 120 and failed[0].endswith("[...]")
     assert err.count("no column tpot_ms_p50 (its schema has one): read as empty") == 1 and "TPOT p50 ms" not in out
+
+
+def test_a_folder_of_folders_names_the_first_and_counts_the_rest(tmp_path, capsys):
+    # a new-user trial: "name one: bcast, ideal1, main, serve" left out serve1 and sweep without a word
+    for name in ("a", "b", "c", "d", "e", "f"):
+        (tmp_path / name).mkdir()
+        write(sweep_rows(planes=("shm",), tps=(2,), repeats=1), tmp_path / name / "runs.csv")
+    assert main([str(tmp_path)]) == 2
+    assert "(its folders are not searched; name one: a, b, c, d and 2 more)" in capsys.readouterr().err

@@ -198,6 +198,10 @@ def test_compare_of_a_rate_sweep_matches_each_rate(tmp_path, capsys):
     path = write(serve_rows(repeats=3), tmp_path / "runs.csv")
     assert main(["--compare", path, path]) == 0
     assert "6 configuration(s) compared" in capsys.readouterr().out
+    worse = [{**r, "tpot_ms_p50": 2 * r["tpot_ms_p50"]} for r in serve_rows(repeats=3)]
+    assert main(["--compare", path, write(worse, tmp_path / "worse.csv")]) == 1
+    out = capsys.readouterr().out
+    assert "WORSE  control=ideal, tp=2, request_rate=4: tpot_ms_p50" in out, out  # as the tables say it: not 4.0
 
 
 def test_the_sweeps_summary_reads_the_rows_as_the_harness_holds_them(capsys):
