@@ -27,7 +27,7 @@ import pandas as pd
 
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .exposed import exposed_cost, print_exposed
-from .load_results import NUMERIC, InputError, is_serve, load, prepare_serve
+from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
 from .summary_table import csv_rows, default_baseline, print_table
@@ -241,7 +241,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                          f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
     with contextlib.redirect_stdout(io.StringIO()) as read:  # said once both files are read, not before an error
-        old, new = [prepare_serve(load([path])) for path in args.compare]
+        old, new = [file_failed_rows(prepare_serve(load([path])), CONFIG_KEYS) for path in args.compare]
     print(read.getvalue(), end="")
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{', '.join(CONFIG_KEYS)}")
         if args.plot is not None:
             check_plot_path(args.plot)
-        df = prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout"))
+        df = file_failed_rows(prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout")),
+                              CONFIG_KEYS)
         if args.baseline is not None and args.baseline not in set(df.control.dropna()):
             raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
                              f"{', '.join(sorted(set(df.control.dropna())))})")

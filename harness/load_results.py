@@ -184,3 +184,18 @@ def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
     df["overrides"] = [(" ".join(i for i in t.split() if not SERVE_OVERRIDE.match(i)) or None)
                        if serve and isinstance(t, str) else t for t, serve in zip(df.overrides, is_serve(df))]
     return df
+
+
+ENGINE_SAID = ["launcher", "nodes", "cpu_threads", "all_reduce", "gemm"]  # a row has them once its engine started
+
+
+def file_failed_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``df`` where a failed row without ENGINE_SAID (its run failed while the engine started) takes them from
+    the ok rows that match it on every other of the configuration ``keys``, if those agree: filed with them."""
+    other = [k for k in keys if k not in ENGINE_SAID]
+    ok, text = df[df.status == "ok"], df[other].astype(object).fillna("-").astype(str)
+    for i in df.index[(df.status != "ok") & df[ENGINE_SAID].isna().all(axis=1)]:
+        said = ok.loc[(text.loc[ok.index] == text.loc[i]).all(axis=1), ENGINE_SAID].drop_duplicates()
+        if len(said) == 1:
+            df.loc[i, ENGINE_SAID] = said.iloc[0].to_numpy()
+    return df

@@ -264,3 +264,15 @@ def test_a_folder_of_folders_names_the_first_and_counts_the_rest(tmp_path, capsy
         write(sweep_rows(planes=("shm",), tps=(2,), repeats=1), tmp_path / name / "runs.csv")
     assert main([str(tmp_path)]) == 2
     assert "(its folders are not searched; name one: a, b, c, d and 2 more)" in capsys.readouterr().err
+
+
+def test_a_run_that_failed_while_its_engine_started_is_filed_with_its_configuration(tmp_path, capsys):
+    # a new-user trial: its row had no launcher, nodes, cpu_threads, all_reduce, gemm (its engine never said
+    # them) and sat in a section of its own, "0 (+1 failed)", beside the ok rows of the same configuration
+    said = {"launcher": "spawn", "nodes": 1, "cpu_threads": 8, "gemm": "cublas"}
+    ok = [{**r, **said} for r in sweep_rows(planes=("ideal", "shm"), tps=(2,), repeats=2)]
+    failed = {**ok[-1], "status": "failed", "error": "interrupted (SIGINT)", "repeat": 2, **dict.fromkeys(
+        ["launcher", "nodes", "cpu_threads", "all_reduce", "gemm", "output_tok_s", "tpot_ms_p50"])}
+    assert main([write(ok + [failed], tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 (+1 failed) |" in out and "0 (+1 failed)" not in out, out
