@@ -60,12 +60,27 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
                 stem, ext = os.path.splitext(path)
                 digest = hashlib.sha1(header.encode()).hexdigest()[:8]
                 return append_row(f"{stem}.schema{schema_version}-{digest}{ext}", columns, row, schema_version)
-            with open(path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                # a crashed writer left a partial line: keep ours whole
-                text = line if f.read(1) == b"\n" else "\n" + line
+            set_aside_partial_line(path)
+            text = line
         _write_whole(path, text.encode(), append=True)
     return path
+
+
+def set_aside_partial_line(path: str) -> None:
+    """A crashed writer's partial last row goes to ``<path>.partial``, and ``path`` is cut back to its last whole
+    row: left in place, an open quote in it would make the rows after it one cell. A row ends at a newline
+    outside quotes (an even count of ``"`` before it: CSV doubles a quote inside a cell)."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n") and data.count(b'"') % 2 == 0:
+            return
+        end = len(data)
+        while (end := data.rfind(b"\n", 0, end)) >= 0 and data.count(b'"', 0, end) % 2:
+            pass
+        _write_whole(path + ".partial", data[end + 1:] + b"\n", append=True)
+        f.truncate(end + 1)
+    print(f"warning: {path}: its last row was cut short (a writer died mid-row): moved to {path}.partial",
+          file=sys.stderr)
 
 
 def _write_whole(path: str, data: bytes, append: bool) -> None:

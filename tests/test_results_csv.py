@@ -40,11 +40,17 @@ def test_different_header_goes_to_a_new_file(tmp_path):
     assert len(pd.read_csv(written)) == 1
 
 
-def test_partial_last_line_does_not_swallow_the_next_row(tmp_path):
+@pytest.mark.parametrize("partial", ["3,4,trunc", '3,4,"hel', '3,4,"two\nli', '3,4,"say ""hi""\n'])
+def test_a_partial_last_row_is_set_aside_and_swallows_no_later_row(tmp_path, capsys, partial):
+    # a break test: a row cut inside a quoted cell ('"hel') swallowed every row appended after it
     path = tmp_path / "runs.csv"
-    path.write_text("a,b,text\n1,2,ok\n3,4,trunc")  # a writer died mid-line
-    append_row(str(path), COLUMNS, {"a": 5, "b": 6, "text": "whole"}, schema_version=1)
-    assert path.read_text().splitlines()[-1] == "5,6,whole"
+    path.write_text("a,b,text\n1,2,ok\n" + partial)  # a writer died mid-row
+    for i in (5, 7):
+        append_row(str(path), COLUMNS, {"a": i, "b": i + 1, "text": "whole, \"quoted\""}, schema_version=1)
+    df = pd.read_csv(path)
+    assert df.a.tolist() == [1, 5, 7] and df.text.tolist()[1:] == ['whole, "quoted"'] * 2
+    assert (tmp_path / "runs.csv.partial").read_text() == partial + "\n"
+    assert capsys.readouterr().err.count("its last row was cut short") == 1
 
 
 def test_a_held_lock_is_waited_for_out_loud_then_the_row_is_written(tmp_path, capsys, monkeypatch):
