@@ -4,7 +4,6 @@ signal's number when interrupted (130 Ctrl-C, 143 SIGTERM; it also stops the swe
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import signal
@@ -30,6 +29,7 @@ except KeyboardInterrupt:
 
 EXIT_CODES: list[int] = []
 FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
+STOPPED_AFTER: list[str] = []  # a stop signal once the jobs were done (shutdown, summary): not a job's exit
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
@@ -59,9 +59,14 @@ def release_engine() -> None:
         if "harness.engine_cache" in sys.modules:
             sys.modules["harness.engine_cache"].release()
     except KeyboardInterrupt:
-        if 130 not in EXIT_CODES:
-            print(interrupted_line(), file=sys.stderr)
-            EXIT_CODES.append(130)
+        stopped_after_the_jobs()
+
+
+def stopped_after_the_jobs() -> None:
+    """A stop signal after the last job (its engine's shutdown, the sweep's summary): said once, exits 128 + N."""
+    if 130 not in EXIT_CODES and not STOPPED_AFTER:
+        print(interrupted_line(), file=sys.stderr)
+    STOPPED_AFTER.append("stopped")
 
 
 if __name__ == "__main__":
@@ -91,7 +96,7 @@ if __name__ == "__main__":
         # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
         sweep = "-m" in sys.argv or "--multirun" in sys.argv
         if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
-            with contextlib.suppress(KeyboardInterrupt, ImportError):  # a second Ctrl-C, or one that broke an import
+            try:
                 from .analyze import print_sweep_summary
                 from .report import SWEEP_ROWS
 
@@ -103,6 +108,10 @@ if __name__ == "__main__":
                     after = preflight.JOB_COUNT - stopped - 1
                     print(f"  the sweep stopped at job {stopped}" + (f": the {after} job(s) after it did not run"
                                                                      if after > 0 else " (its last job)"))
-    if 130 in EXIT_CODES:
+            except KeyboardInterrupt:  # the summary is cut short; the signal still decides the exit code
+                stopped_after_the_jobs()
+            except ImportError:  # one that a stop signal broke
+                pass
+    if 130 in EXIT_CODES or STOPPED_AFTER:
         exit_interrupted()
     sys.exit(max(EXIT_CODES, default=0))

@@ -229,8 +229,44 @@ def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback
 
     monkeypatch.setitem(sys.modules, "harness.engine_cache", types.SimpleNamespace(release=release))
     monkeypatch.setattr(entry, "EXIT_CODES", [0])
+    monkeypatch.setattr(entry, "STOPPED_AFTER", [])
     entry.release_engine()
-    assert entry.EXIT_CODES == [0, 130] and capsys.readouterr().err.startswith("error: interrupted")
+    assert entry.EXIT_CODES == [0] and entry.STOPPED_AFTER  # no job of its own: no sweep summary for one run
+    assert capsys.readouterr().err.startswith("error: interrupted")
+
+
+LATE_STOP = """
+import runpy, sys
+import harness.{module} as m
+
+def stop(*args, **kwargs):  # once the jobs are done (release() is also called as a job gets its engine)
+    if sys._getframe(1).f_code.co_name in ("release_engine", "<module>"):
+        raise KeyboardInterrupt("SIGTERM")
+    return kept(*args, **kwargs)
+
+kept, m.{name} = m.{name}, stop
+sys.argv = ["harness", *{more}, "tp=1", "workload=smoke", "progress=false", "results_dir={results}"]
+runpy.run_module("harness", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, name, more", [("engine_cache", "release", []),
+                                                ("analyze", "print_sweep_summary", ["-m", "seed=0,1"])])
+def test_a_stop_after_the_last_job_exits_interrupted_without_a_sweep_it_was_not(module, name, more, tmp_path,
+                                                                                model_cache):
+    """A break test: SIGTERM in a sweep's summary exited 0 with nothing said; one in a single run's engine
+    shutdown printed "== sweep (interrupted): 2 jobs", "stopped at job 1 (its last job)"."""
+    import subprocess
+    import sys
+
+    code = LATE_STOP.format(module=module, name=name, more=more, results=tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         env={**os.environ, "TPCP_CACHE": model_cache})
+    assert out.returncode == 130 and out.stderr.strip().splitlines() == ["error: interrupted"], out.stderr
+    assert "== sweep" not in out.stdout and "stopped at job" not in out.stdout, out.stdout  # one run: no summary;
+    # a sweep's summary: cut short by the signal (it exited 0)
 
 
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
