@@ -74,6 +74,8 @@ BAD_INPUT = [
     (["+model.preset.num_hidden_layers=1", "model=qwen3-tiny"], "model.preset.num_hidden_layers exists already"),
     (["++workload.iterations=abc", "workload=smoke"], "workload.iterations must be an integer >= 1, got 'abc'"),
     (["tp=1", "-m", "workload=smoke"], "-m goes before the overrides"),
+    # a break test: argparse's 8-line usage text (a flag between two overrides; after the last one it works)
+    (["tp=1", "--cfg", "job", "seed=1"], "--cfg goes before the overrides (python -m harness --cfg job "),
     (["+tp=2"], "tp exists already: set it without the +"),
     (["-m", "llm.max_num_seqs=choice(8,0)"], "llm.max_num_seqs must be >= 1, got 0"),  # Hydra's sweep functions
     (["-m", "control=glob(zz*)"], "control=glob(zz*) selects nothing; options of control: gloo, hybrid"),  # was
