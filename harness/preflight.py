@@ -44,6 +44,7 @@ def overrides_of(argv: list[str]) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         name, attached, value = arg.partition("=")  # --cfg=job: attached
+        takes = arg.startswith("-") and _takes_value(argv, i)  # --cfg job: job is its value
         if not arg.startswith("-"):
             overrides.append(arg)
         elif name in _OTHER_CONFIG:
@@ -51,16 +52,16 @@ def overrides_of(argv: list[str]) -> list[str]:
                              "with overrides, or add an option under conf/<group>/")
         elif name not in _FLAGS:
             raise ValueError(f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)")
-        elif overrides and (name in ("-m", "--multirun") or _between(argv, i)):
-            flag = argv[i:i + 1 + _takes_value(argv, i)]
+        elif overrides and (name in ("-m", "--multirun") or any(not a.startswith("-") for a in argv[i + 1 + takes:])):
+            flag = argv[i:i + 1 + takes]  # Hydra's argparse takes one run of overrides: else its usage text
             rest = " ".join(a for j, a in enumerate(argv) if not i <= j < i + len(flag))
             raise ValueError(f"{arg} goes before the overrides (python -m harness {' '.join(flag)} {rest})")
-        elif name in _VALUE_FLAGS and (attached or _takes_value(argv, i) or name not in ("--info", "-i")):
+        elif name in _VALUE_FLAGS and (attached or takes or name not in ("--info", "-i")):
             choices = _VALUE_FLAGS[name]  # --info's value is optional (all), yet argparse would take an override
             given = value if attached else argv[i + 1] if i + 1 < len(argv) else None
             if given is None or choices is not None and given not in choices:
                 raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
-        i += 1 + (arg.startswith("-") and _takes_value(argv, i))
+        i += 1 + takes
     return overrides
 
 
@@ -71,12 +72,6 @@ def _takes_value(argv: list[str], i: int) -> bool:
     if name not in _VALUE_FLAGS or attached or i + 1 >= len(argv):
         return False
     return not (name in ("--info", "-i") and argv[i + 1].startswith("-"))
-
-
-def _between(argv: list[str], i: int) -> bool:
-    """Whether an override follows flag ``argv[i]`` (and its value): Hydra's argparse takes one run of overrides,
-    and a flag between two of them ends in its usage text."""
-    return any(not a.startswith("-") for a in argv[i + 1 + _takes_value(argv, i):])
 
 
 def check_options(parsed: list) -> None:

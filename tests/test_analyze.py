@@ -211,15 +211,16 @@ def test_a_truncated_or_damaged_row_is_refused_not_measured(sweep, tmp_path, cap
     row = next(line for line in captured.out.splitlines() if re.match(r"\|\s+\d\s+\|", line))
     assert re.search(r"\|\s+1\s+\|", row)  # one measurement, not three
 
-    # The next run's writer ends that half line and appends its own: the half row has too few cells, and is
+    # The next run's writer moves that half row to damaged.csv.partial and appends its own: the half row is
     # still not a measurement (a break test saw it counted as an ok row of empty cells).
     from harness.results_csv import append_row
     from harness.schema import COLUMNS, SCHEMA_VERSION
 
     append_row(str(damaged), COLUMNS, {"status": "ok", "control": "shm", "tp": 1}, SCHEMA_VERSION)
+    assert (tmp_path / "damaged.csv.partial").read_text() == first[: len(first) // 2] + "\n"
     assert main([str(damaged)]) == 0
     captured = capsys.readouterr()
-    assert "2 damaged line(s)" in captured.err and "truncated last line" not in captured.err
+    assert "1 damaged line(s)" in captured.err and "truncated last line" not in captured.err
     row = next(line for line in captured.out.splitlines() if re.match(r"\|\s+\d\s+\|", line))
     assert re.search(r"\|\s+1\s+\|", row)  # one measurement, not three
 
