@@ -129,4 +129,5 @@ def _print_full(table: pd.DataFrame) -> None:
     shown = shown.drop(columns=["low_us", "high_us", "ideal_sent_req_s", "plane_sent_req_s"])
     print("\n" + LEGEND.replace("send+late", "send_late_us").replace("step, TPOT: decode step p50, TPOT p50; ", ""))
     print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs
-    print("\n".join(sent_apart(table)), end="\n" if sent_apart(table) else "")
+    if notes := sent_apart(table):
+        print("\n".join(notes))
