@@ -139,11 +139,10 @@ def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) 
     """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
     print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
           f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
-    if not rows:
-        return
-    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    df[NUMERIC] = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
-    report(prepare_serve(df), None, None)
+    if rows:
+        df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+        df[NUMERIC] = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
+        report(prepare_serve(df), None, None)
 
 
 # per kind of rows its figures: (what it is, file name suffix beside OUT); an exposed-cost one where ideal ran

@@ -52,12 +52,11 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
             continue
         change = (b - a) / abs(a)
         better = change if m in HIGHER_IS_BETTER else -change
-        bad, good = better < -threshold, better > threshold
         apart = nmax.at[cfg, m] < omin.at[cfg, m] or nmin.at[cfg, m] > omax.at[cfg, m]
-        if (bad or good) and apart:
-            worse += bad
+        if abs(better) > threshold and apart:
+            worse += better < 0
             ranges = f"old {omin.at[cfg, m]:.4g}-{omax.at[cfg, m]:.4g}, new {nmin.at[cfg, m]:.4g}-{nmax.at[cfg, m]:.4g}"
-            print(f"{'WORSE' if bad else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges})")
+            print(f"{'WORSE' if better < 0 else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges})")
     return worse
 
 

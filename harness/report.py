@@ -134,13 +134,12 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
     inter, V = hf["intermediate_size"], hf["vocab_size"]
     per_layer = H * (q + 2 * kv) + q * H + 3 * H * inter + 2 * H + 2 * D
     weights = (L * per_layer + V * H + H) * bytes_per_elt  # layers + LM head (tied or not, read once) + norm
-    kv_per_token = 2 * L * kv * bytes_per_elt
     kv_tokens = sum(p * (o - 1) + (o - 1) * o // 2 for p, o in zip(prompt_lens, output_lens))
     steps = max(output_lens)
     all_reduces = 2 * L + 2 if tp > 1 else 0
-    total = weights * steps + kv_per_token * kv_tokens
-    seconds = total / (tp * H200_COPY_BANDWIDTH) + steps * all_reduces * ALL_REDUCE_FLOOR_S
-    return {"weight_bytes": weights * steps / tp, "kv_bytes": kv_per_token * kv_tokens / tp, "floor_s": seconds,
+    weight_bytes, kv_bytes = weights * steps, 2 * L * kv * bytes_per_elt * kv_tokens  # K and V of each token
+    seconds = (weight_bytes + kv_bytes) / (tp * H200_COPY_BANDWIDTH) + steps * all_reduces * ALL_REDUCE_FLOOR_S
+    return {"weight_bytes": weight_bytes / tp, "kv_bytes": kv_bytes / tp, "floor_s": seconds,
             "floor_tok_s": sum(output_lens) / seconds, "all_reduces_per_step": all_reduces,
             "step_floor_ms": seconds / steps * 1e3}
 

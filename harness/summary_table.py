@@ -46,8 +46,7 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
     metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
     out = pd.concat([g.agg(stat).add_suffix(f"_{stat}") for stat in ("median", "min", "max", "count")], axis=1)
-    counts = df.groupby(keys).status.agg(repeats=lambda s: int((s == "ok").sum()),
-                                         failed=lambda s: int((s != "ok").sum()))
+    counts = df.assign(repeats=df.status == "ok", failed=df.status != "ok").groupby(keys)[["repeats", "failed"]].sum()
     out = counts.join(out, how="left").reset_index()
     if "payload" in keys:  # payloads by size, not as text (decode-64 < -256)
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
@@ -203,6 +202,5 @@ def print_broadcast_table(table: pd.DataFrame, keys: list[str]) -> None:
     for metric, name in (("ctrl_oneway_us_p50", "p50"), ("ctrl_oneway_us_p99", "p99")):
         wide = nbytes.to_frame().join(table.pivot(index=at, columns="control", values=f"{metric}_median"))
         lines, left_out, common = fitting_sections(wide.reset_index(), at[:-2], row, plane_order(table.control))
-        text = (f"workload=broadcast: one-way latency {name} (us) per plane, median over ok repeats (n={n}); "
-                "size = payload_bytes")
-        print("\n".join(header_lines(text, common, left_out) + lines))
+        print("\n".join(header_lines(f"workload=broadcast: one-way latency {name} (us) per plane, median over ok "
+                                     f"repeats (n={n}); size = payload_bytes", common, left_out) + lines))
