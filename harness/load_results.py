@@ -158,9 +158,8 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
     for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN or infinite cell(s) in column {}"),
                         (negative, "negative cell(s) in column {} (it cannot be negative)")):
-        for col, bad in cells.sum().items():
-            if bad:
-                print(f"warning: {path}: ignored {bad} {what.format(col)}", file=sys.stderr)
+        for col, bad in cells.sum()[cells.any()].items():  # the columns with such cells
+            print(f"warning: {path}: ignored {bad} {what.format(col)}", file=sys.stderr)
     numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
     df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
