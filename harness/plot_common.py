@@ -47,9 +47,7 @@ def key_cell(value):
 
 def cell(value) -> str:
     """A configuration value as a label shows it: ``key_cell``'s, as text; empty for a missing one ("-")."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == "-":
-        return ""
-    return str(key_cell(value))
+    return "" if pd.isna(value) or value == "-" else str(key_cell(value))
 
 
 def repeats_text(counts) -> str:
