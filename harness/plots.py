@@ -105,8 +105,7 @@ def ticks(bars: list) -> tuple[list[str], int, float]:
 
 def plot(df: pd.DataFrame, keys: list[str], out: str):
     """Write the raw-metric figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
-    rest = [k for k in keys if k != "control"]
-    shared, rows = bar_rows(df, rest)
+    shared, rows = bar_rows(df, [k for k in keys if k != "control"])
     rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
             for label, bars, key in rows]
     rows = [r for r in rows if r[3]]  # a row without any metric of PANELS
@@ -186,10 +185,9 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     handles = legends(planes, colours)
     ncols = min(COLUMNS, len(groups))
     col_w = max(4.2, 7.5 / ncols)  # one panel: wide enough for the legend
-    width = col_w * ncols
     note = ("each plane's median minus control=ideal's, error bar [plane min - ideal max, plane max - ideal "
             "min] over repeats, % of ideal's")
-    header, top = header_inches(width, df, shared, note, handles)
+    header, top = header_inches(col_w * ncols, df, shared, note, handles)
     titles = [panel_title(label, rows) for label, (_, rows) in zip(labels, groups)]
     rows = [titles[i:i + ncols] for i in range(0, len(titles), ncols)]
     fig, axes = stack(ncols, [(len(r), 0.2 + 0.14 * max(t.count("\n") + 1 for t in r), 0.45) for r in rows], top,
