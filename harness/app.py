@@ -52,9 +52,8 @@ def measured_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int
 
 def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, step_log: str | None = None,
               requests: str | None = None, trace: str | None = None) -> tuple[dict, list[str], dict[int, float]]:
-    """One timed pass from a reset engine (under ``control=ideal`` replaying an untimed recording pass): (metric
-    columns, trace files written, {rank: longest silence (s)} of the ranks that stalled). ``step_log``,
-    ``requests``, ``trace``: the files to write, or None."""
+    """One timed pass from a reset engine (``control=ideal``: replaying an untimed recording pass): (metric columns,
+    traces, {rank: longest silence (s)} of stalled ranks); ``step_log``, ``requests``, ``trace``: the files, or None."""
     replay, plan = llm.replays, None
     if replay:
         llm.start_recording()
@@ -118,8 +117,7 @@ def run_job(cfg: DictConfig) -> int:
 
 
 def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
-    """One timed run of a job (``row0["run_id"]`` names its files): its row appended to ``results`` and printed
-    with its files."""
+    """One timed run (``row0["run_id"]`` names its files): its row appended to ``results``, printed with its files."""
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
     run_id, directory = row0["run_id"], os.path.dirname(results.path)
     steps = os.path.join(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
@@ -239,19 +237,11 @@ def run_hf_job(cfg: DictConfig) -> int:
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     row0 = {**base_row(cfg, device), "control": None}
-    results, repeat = None, 0
+    results, work, repeat = None, None, 0
     try:
         results = check_results_dir(cfg)
         path, work = prepare(cfg, device, results)
         row0["model"], row0["model_hash"] = model_label(cfg, path)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except BaseException as e:  # a stop signal: its failed row, once the results file is known
-        if results is None:
-            raise
-        return failed(results, row0, repeat, e)
-    try:
         for repeat in range(cfg.repeat):
             with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler:
                 metrics_row, generated = run_hf(cfg, path, work, device, dtype)
@@ -263,5 +253,10 @@ def run_hf_job(cfg: DictConfig) -> int:
             print_summary(row, results.add(row))
             SWEEP_ROWS.append(row)
         return 1 if results.problem else 0
-    except BaseException as e:
+    except BaseException as e:  # bad input before the runs: no row; else its failed row, once there is a file
+        if isinstance(e, ConfigError) and work is None:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if results is None:
+            raise
         return failed(results, row0, repeat, e)

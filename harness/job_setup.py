@@ -166,8 +166,7 @@ def base_row(cfg: DictConfig, device: str) -> dict:
               f"overrides", file=sys.stderr)
     return {"schema_version": SCHEMA_VERSION, "tag": cfg.get("tag"), "engine": cfg.engine, "control": cfg.control.name,
             "tp": cfg.tp, "model": cfg.model.name, "device": device, "dtype": resolve_dtype(cfg.dtype, device),
-            "workload": cfg.workload.name,
-            "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed,
+            "workload": cfg.workload.name, "overrides": normalize_overrides(" ".join(other)), "seed": cfg.seed,
             "hydra_dir": HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None,  # None: no Hydra
             **metadata(device)}
 
@@ -231,7 +230,6 @@ def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool
     """(``EngineConfig`` keyword arguments, ``async_scheduling``: apart, as a kept engine can change it)."""
     options = OmegaConf.to_container(cfg.llm)
     async_scheduling = options.pop("async_scheduling")
-    settings = dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device,
-                    dtype=cfg.dtype, control_options=OmegaConf.to_container(cfg.control.options), seed=cfg.seed,
-                    cpu_threads=cfg.cpu_threads or 0, profile=cfg.profile, profile_steps=cfg.profile_steps, **options)
-    return settings, async_scheduling
+    return dict(model=path, tensor_parallel_size=cfg.tp, control=cfg.control.name, device=device, dtype=cfg.dtype,
+                cpu_threads=cfg.cpu_threads or 0, control_options=OmegaConf.to_container(cfg.control.options),
+                seed=cfg.seed, profile=cfg.profile, profile_steps=cfg.profile_steps, **options), async_scheduling
