@@ -44,7 +44,9 @@ def overrides_of(argv: list[str]) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         name, attached, value = arg.partition("=")  # --cfg=job: attached
-        takes = arg.startswith("-") and _takes_value(argv, i)  # --cfg job: job is its value
+        # --cfg job: job is its value (not --cfg=job, nor --info before another flag or at the end)
+        takes = (name in _VALUE_FLAGS and not attached and i + 1 < len(argv)
+                 and not (name in ("--info", "-i") and argv[i + 1].startswith("-")))
         if not arg.startswith("-"):
             overrides.append(arg)
         elif name in _OTHER_CONFIG:
@@ -63,15 +65,6 @@ def overrides_of(argv: list[str]) -> list[str]:
                 raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
         i += 1 + takes
     return overrides
-
-
-def _takes_value(argv: list[str], i: int) -> bool:
-    """Whether flag ``argv[i]`` takes the next argument as its value (``--cfg job``; not ``--cfg=job``, nor
-    ``--info`` before another flag or at the end)."""
-    name, attached, _ = argv[i].partition("=")
-    if name not in _VALUE_FLAGS or attached or i + 1 >= len(argv):
-        return False
-    return not (name in ("--info", "-i") and argv[i + 1].startswith("-"))
 
 
 def check_options(parsed: list) -> None:
