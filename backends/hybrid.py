@@ -42,14 +42,13 @@ class HybridControlPlane(RingControlPlane, ZmqControlPlane):
         self._open_pushes([ranks[0] for node, ranks in self.groups.items() if node != self.node_of[0]], hwm)
 
     def endpoint(self, rank: int) -> WorkerEndpoint:
-        node = self.node_of[rank]
-        ranks = self.groups[node]
         if rank in self.readers:
             return super().endpoint(rank)
+        ranks, key = self.groups[self.node_of[rank]], KEY.format(self.node_of[rank])
         if rank == ranks[0]:
-            return LeaderEndpoint(rank, self.context.host, self.pushes[rank][1], KEY.format(node), self.ring_args,
-                                  len(ranks) - 1, self.timeout_s)
-        return RingEndpoint(rank, None, self.ring_args, len(ranks) - 1, ranks.index(rank) - 1, key=KEY.format(node),
+            return LeaderEndpoint(rank, self.context.host, self.pushes[rank][1], key, self.ring_args, len(ranks) - 1,
+                                  self.timeout_s)
+        return RingEndpoint(rank, None, self.ring_args, len(ranks) - 1, ranks.index(rank) - 1, key=key,
                             timeout_s=self.context.startup_timeout_s)
 
     def _send_bytes(self, payload: bytes) -> None:
@@ -65,8 +64,7 @@ class LeaderEndpoint(ZmqEndpoint):
     """Another node's leader: rank 0's messages come in over zmq (from ``host:port``) and go on into a ring of its
     node for its ``num_readers`` followers, whose segment name it sets in the run's store under ``key``."""
 
-    def __init__(self, rank: int, host: str, port: int, key: str, ring_args: tuple, num_readers: int,
-                 timeout_s: float):
+    def __init__(self, rank: int, host: str, port: int, key: str, ring_args: tuple, num_readers: int, timeout_s: float):
         super().__init__(rank, host, port)
         self.key, self.ring_args, self.num_readers, self.timeout_s = key, ring_args, num_readers, timeout_s
         self.writer = None
