@@ -79,8 +79,7 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
 
 def _check_control(cfg: DictConfig, compose) -> str | None:
     """The plane's options through its own check at the job's tp; one it does not take (``++``) by name."""
-    extra = sorted(set(cfg.control.options) - set(compose([f"control={cfg.control.name}"]).control.options))
-    if extra:
+    if extra := sorted(set(cfg.control.options) - set(compose([f"control={cfg.control.name}"]).control.options)):
         return no_option(cfg.control.name, extra[0], compose)
     if cfg.workload.get("kind") == "broadcast" and (cfg.engine != "tp" or cfg.tp < 2):
         return "workload=broadcast measures the control plane between ranks: needs engine=tp and tp >= 2"
