@@ -19,11 +19,10 @@ from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, register_
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
-DEFAULT_SEGMENT_BYTES = 1 << 20  # 1 MiB, as nano-vllm
 
 
 class ShmControlPlane(ControlPlane):
-    """Driver side (see :class:`ControlPlane`); ``segment_bytes``: the shared segment's size (bytes, > 64, <= 1 GiB)."""
+    """Driver side; ``segment_bytes``: the shared segment's size (bytes, > 64, <= 1 GiB; 1 MiB as in nano-vllm)."""
 
     name = "shm"
 
@@ -33,8 +32,7 @@ class ShmControlPlane(ControlPlane):
         if segment_bytes > MAX_SEGMENT_BYTES:
             raise ValueError(f"shm: segment_bytes={segment_bytes} exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 context=None):
+    def __init__(self, world_size: int, timeout_s: float = 60.0, segment_bytes: int = 1 << 20, context=None):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, segment_bytes)
         ctx = mp.get_context("spawn")
