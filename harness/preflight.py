@@ -30,8 +30,7 @@ _VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.
     ["--package", "-p", "--experimental-rerun"])}
 # the checks before any job compose conf/ as installed: a primary config from elsewhere would go unchecked
 _OTHER_CONFIG = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
-_MODES = {"--run": "run", "-r": "run", "--multirun": "m", "-m": "m", "--cfg": "cfg", "-c": "cfg", "--info": "info",
-          "-i": "info"}
+_MODES = {"--run": "r", "-r": "r", "--multirun": "m", "-m": "m", "--cfg": "c", "-c": "c", "--info": "i", "-i": "i"}
 _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
 
 
