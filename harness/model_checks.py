@@ -79,11 +79,10 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
 
 def parameter_count(shape: dict) -> int:
     """Qwen3's parameters from its config: embeddings (twice when untied), attention, MLP (not norms)."""
-    h, layers, inter, vocab = (shape[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
-                                                  "vocab_size"))
+    h, layers, inter = (shape[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
     d = shape.get("head_dim") or h // shape["num_attention_heads"]
     attn = 2 * h * d * (shape["num_attention_heads"] + shape["num_key_value_heads"])
-    embeddings = vocab * h * (1 if shape.get("tie_word_embeddings", False) else 2)
+    embeddings = shape["vocab_size"] * h * (1 if shape.get("tie_word_embeddings", False) else 2)
     return embeddings + layers * (attn + 3 * h * inter)
 
 
