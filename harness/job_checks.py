@@ -194,10 +194,9 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
-    problem = (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None)
-               or _check_where(cfg) or _check_workload(cfg, job, compose)
-               or (_check_llm(cfg, given) if builds_engine else None))
-    if problem:
+    if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None)
+                   or _check_where(cfg) or _check_workload(cfg, job, compose)
+                   or (_check_llm(cfg, given) if builds_engine else None)):
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
