@@ -125,17 +125,19 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     requests = os.path.join(directory, "requests", f"{run_id}.jsonl") if saves else None
     trace = os.path.join(directory, "traces", run_id) if cfg.profile != "none" else None
     metrics_row, traces, silent = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
-    row = {**row0, "status": "ok", **metrics_row, "gpu_name": sampler.gpu_name}
+    stalls = "; ".join(f"rank {r} was silent for {s:.1f} s in this run (stopped, or stuck holding the GIL)"
+                       for r, s in sorted(silent.items()))  # its latencies include that: no ok row
+    row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row,
+           "gpu_name": sampler.gpu_name}
     written = results.add(row)
     files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
     if requests:
         files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
-    files += [f"warning     rank {r} was silent for {s:.1f} s in this run (stopped, or stuck holding the GIL): "
-              f"its latencies include that" for r, s in sorted(silent.items())]
     print_summary(row, written, steps, files)
-    SWEEP_ROWS.append(row)
+    if not stalls:
+        SWEEP_ROWS.append(row)
     if gpus:
         print_floor(row, work, llm)
 

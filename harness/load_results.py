@@ -125,11 +125,12 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
             lines.append(f"skipped {e}")
             continue
         frames.append(_normalize(df, path))
-        ok = int((df.status == "ok").sum())
-        lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok} failed")
-        errors = df[df.status != "ok"].reindex(columns=["error"]).error.value_counts(dropna=False)
-        lines += [f"  {n} failed: {textwrap.shorten(str(e), 100) if pd.notna(e) else '(no error)'}"
-                  for e, n in errors.items()]
+        ok, stalled = int((df.status == "ok").sum()), int((df.status == "stalled").sum())
+        lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok - stalled} failed"
+                     + f", {stalled} stalled (left out like the failed)" * bool(stalled))
+        errors = df[df.status != "ok"].reindex(columns=["status", "error"]).value_counts(dropna=False)
+        lines += [f"  {n} {status}: {textwrap.shorten(str(e), 100) if pd.notna(e) else '(no error)'}"
+                  for (status, e), n in errors.items()]
     if not frames:
         raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
     print("\n".join(lines), file=getattr(sys, listing))

@@ -83,7 +83,9 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     """Print one engine run's row in sentences, where it went (``path``), its ``step_log`` and other ``files``."""
     f = partial(_fmt, row)
     print("\n" + header(row))
-    if row["status"] != "ok":
+    if row["status"] == "stalled":
+        print(f"  warning     {row['error']}: its latencies include that (the analysis leaves the row out)")
+    if row["status"] not in ("ok", "stalled"):
         print(f"  error       {row['error']}")
     else:
         print(f"  throughput  {f('output_tok_s')} output tok/s ({f('total_tok_s')} with the prompts), "
@@ -104,7 +106,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         if row.get("ctrl_calls") is not None:
             print("\n".join(control_lines(row)))
         print("\n".join(gpu_lines(row)))
-    if step_log and row["status"] == "ok":
+    if step_log and row["status"] != "failed":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
     for line in files:

@@ -41,12 +41,13 @@ def default_baseline(df: pd.DataFrame) -> str | None:
 
 def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: list[str] = KEY_METRICS) -> pd.DataFrame:
     """Per configuration (key cells filled): each of ``metrics``' median, min, max and count over ok repeats, the
-    ok and failed rows, the median's ratio to the ``baseline`` control's at the same other keys."""
+    ok, failed and stalled rows, the median's ratio to the ``baseline`` control's at the same other keys."""
     ok = df[df.status == "ok"]
     metrics = [m for m in metrics if ok[m].notna().any()]
     g = ok.groupby(keys)[metrics]
     out = pd.concat([g.agg(stat).add_suffix(f"_{stat}") for stat in ("median", "min", "max", "count")], axis=1)
-    counts = df.assign(repeats=df.status == "ok", failed=df.status != "ok").groupby(keys)[["repeats", "failed"]].sum()
+    counts = df.assign(repeats=df.status == "ok", failed=~df.status.isin(["ok", "stalled"]),
+                       stalled=df.status == "stalled").groupby(keys)[["repeats", "failed", "stalled"]].sum()
     out = counts.join(out, how="left").reset_index()
     if "payload" in keys:  # payloads by size, not as text (decode-64 < -256)
         size = pd.to_numeric(df.payload_bytes, errors="coerce").groupby(df.payload).median()
@@ -124,12 +125,13 @@ def print_table(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | 
 
 
 def csv_rows(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataFrame:
-    """One ``kind`` of rows' ``summary()`` for ``--format csv``, with ``table``, ``n``, ``failed``, ``baseline``."""
+    """One ``kind`` of rows' ``summary()`` for ``--format csv``: ``table``, ``n``, ``failed``, ``stalled``, ``baseline``
+    and the metrics."""
     table = summary(rows, keys, baseline, SERVE_FULL_METRICS if kind == "serve" else FULL_METRICS)
-    out = table.rename(columns={"repeats": "n"}).astype({"n": "Int64", "failed": "Int64"}).copy()  # one block
+    out = table.rename(columns={"repeats": "n"}).astype(dict.fromkeys(["n", "failed", "stalled"], "Int64")).copy()
     out[keys] = out[keys].replace("-", "")
     out.insert(0, "table", "serve" if kind == "serve" else "summary")
-    out.insert(len(keys) + 3, "baseline", baseline if baseline and "control" in keys else "")
+    out.insert(len(keys) + 4, "baseline", baseline if baseline and "control" in keys else "")
     return out
 
 

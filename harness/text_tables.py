@@ -15,9 +15,10 @@ _RIGHT = re.compile(r"^([-+\d.\[]|inf$)")  # a column of numbers is right-aligne
 
 
 def key_cells(r: pd.Series, keys: list[str]) -> dict:
-    """A table row's configuration cells (a float key as 4, 0.5, inf) and ``n``: ok repeats (+ failed)."""
+    """A table row's configuration cells (a float key as 4, 0.5, inf) and ``n``: ok repeats (+ failed, stalled)."""
     row = {k: key_cell(r[k]) for k in keys}
-    row["n"] = f"{int(r['repeats'])} (+{int(r['failed'])} failed)" if r["failed"] else int(r["repeats"])
+    other = ", ".join(f"+{int(r[s])} {s}" for s in ("failed", "stalled") if r[s])
+    row["n"] = f"{int(r['repeats'])} ({other})" if other else int(r["repeats"])
     return row
 
 

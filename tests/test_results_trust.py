@@ -194,3 +194,36 @@ def test_model_auto_says_which_preset_it_took(tmp_path, model_cache):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "model=auto: qwen3-tiny on cpu" in res.stdout
     assert pd.read_csv(tmp_path / "runs.csv").model.tolist() == ["qwen3-tiny"]
+
+
+def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_medians(tmp_path, monkeypatch, capsys):
+    """A worker silent for seconds mid-run (SIGSTOP, the GIL held) once left an ok row: --compare and the repeats'
+    medians took its inflated latencies in. Its row is ``stalled`` now, numbers kept, the silence its ``error``."""
+    from omegaconf import OmegaConf
+
+    from harness import analyze, app
+    from harness.results_csv import Results
+    from harness.schema import COLUMNS, SCHEMA_VERSION
+
+    metrics = {"output_tok_s": 100.0, "tpot_ms_p50": 9.0, "output_tokens": 8, "total_tok_s": 120.0, "req_s": 1.0,
+               "duration_s": 0.5, "prefill_steps": 1, "decode_steps": 7}
+    monkeypatch.setattr(app, "timed_run", lambda *a: (metrics, [], {1: 3.24}))
+    monkeypatch.setattr(app, "SWEEP_ROWS", [])
+    cfg = OmegaConf.create({"nvml_interval_s": 0.1, "step_log": False, "save_requests": False, "profile": "none",
+                            "progress": False})
+    results = Results(str(tmp_path / "runs.csv"), COLUMNS, SCHEMA_VERSION)
+    row0 = {"schema_version": SCHEMA_VERSION, "control": "shm", "tp": 2, "workload": "smoke", "repeat": 0}
+    for run in ("a", "b"):
+        app.run_repeat(cfg, None, SimpleNamespace(arrivals=None), results, {**row0, "run_id": run}, [])
+    out = capsys.readouterr().out
+    assert out.count("[stalled]") == 2 and out.count("100.0 output tok/s") == 2
+    assert "warning     rank 1 was silent for 3.2 s in this run (stopped, or stuck holding the GIL): its " \
+           "latencies include that (the analysis leaves the row out)" in out
+    assert app.SWEEP_ROWS == []  # the sweep's summary takes ok rows
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    assert list(rows.status) == ["stalled"] * 2 and list(rows.output_tok_s) == [100.0] * 2
+    pd.concat([rows.assign(status="ok", run_id=["c", "d"]), rows]).to_csv(tmp_path / "runs.csv", index=False)
+    assert analyze.main([str(tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "4 row(s), 2 ok, 0 failed, 2 stalled (left out like the failed)" in out
+    assert "  2 stalled: rank 1 was silent for 3.2 s in this run" in out and "| 2 (+2 stalled) |" in out, out
