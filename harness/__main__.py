@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from .signals import as_interrupt, exit_interrupted, install, interrupted_code, interrupted_line
+from .signals import AT_ONCE, as_interrupt, exit_interrupted, install, interrupted_code, interrupted_line
 
 if __name__ == "__main__":
     install()  # the signal handlers first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
@@ -35,6 +35,7 @@ STOPPED_AFTER: list[str] = []  # a stop signal once the jobs were done (shutdown
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """One Hydra job: run it and record its exit code (130: Ctrl-C)."""
+    AT_ONCE.clear()  # set by the checks, through Hydra's composition: a stop signal now stops the job in order
     try:
         from .app import run_job
 

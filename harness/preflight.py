@@ -252,8 +252,8 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it). Until it passes,
-    a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
+    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it). From here until the
+    first job starts, a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
     AT_ONCE.set()
     try:
         overrides = overrides_of(argv)
@@ -287,5 +287,4 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         argv = for_hydra(argv, compose)
-    AT_ONCE.clear()
-    return None, argv
+    return None, argv  # AT_ONCE stays set through Hydra's composition: the first job clears it

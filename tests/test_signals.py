@@ -217,6 +217,34 @@ def test_a_stop_signal_during_the_checks_before_the_first_job_ends_the_process_i
     assert (out.returncode, out.stderr, out.stdout) == (143, "error: interrupted (SIGTERM)\n", "")
 
 
+IN_HYDRAS_JOB_SETUP = """
+import os, runpy, signal, sys, time
+import hydra.core.utils
+
+def _save_config(*args, **kwargs):  # the checks passed: Hydra sets the first job up (its output dir, its config)
+    try:  # and a cleanup raises in place of the interruption, which Hydra reports as its own error
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    finally:
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+hydra.core.utils._save_config = _save_config
+sys.argv = ["harness", "workload=smoke", "results_dir=" + sys.argv[1]]
+runpy.run_module("harness", run_name="__main__")
+"""
+
+
+def test_a_stop_signal_while_hydra_sets_the_first_job_up_ends_the_process_in_one_line(tmp_path):
+    """Session 27's break test: a stop signal in the ~0.1 s between the checks and the first job printed Hydra's
+    report of what it broke (a traceback) before the interrupted line. Nothing has started then either."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", IN_HYDRAS_JOB_SETUP, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert (out.returncode, out.stderr, out.stdout) == (143, "error: interrupted (SIGTERM)\n", "")
+
+
 def test_a_signal_while_the_engine_shuts_down_is_an_interruption_not_a_traceback(monkeypatch, capsys):
     """A new user's SIGTERM after a run's last row landed in the engine's shutdown: a KeyboardInterrupt
     traceback and exit 1. It is the interrupted line and 130 (143 for SIGTERM: ``exit_interrupted``)."""
