@@ -95,7 +95,8 @@ def _read_one(path: str) -> pd.DataFrame:
     missing = [c for c in REQUIRED if not records or c not in records[0]]
     if missing:  # before any warning about its lines: another tool's CSV is not a damaged results CSV
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; is this a results CSV?")
-    good = [r for r in records if len(r) == len(records[0])]
+    headers = sum(r == records[0] for r in records[1:])  # files joined with cat: their headers are no rows
+    good = [records[0]] + [r for r in records[1:] if len(r) == len(records[0]) and r != records[0]]
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(good)
     try:
@@ -106,8 +107,10 @@ def _read_one(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: no whole row (a header only" + (", then a truncated line)" if truncated else ")"))
     if truncated:  # warned once the file is known to be read: an error is one line
         print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
-    if len(good) < len(records):
-        print(f"warning: {path}: ignored {len(records) - len(good)} damaged line(s) (wrong number of cells)",
+    if headers:
+        print(f"note: {path}: ignored {headers} repeated header line(s) (files joined with cat?)", file=sys.stderr)
+    if len(good) + headers < len(records):
+        print(f"warning: {path}: ignored {len(records) - len(good) - headers} damaged line(s) (wrong number of cells)",
               file=sys.stderr)
     return df
 

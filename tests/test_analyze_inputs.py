@@ -276,3 +276,15 @@ def test_a_run_that_failed_while_its_engine_started_is_filed_with_its_configurat
     assert main([write(ok + [failed], tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
     assert "| 2 (+1 failed) |" in out and "0 (+1 failed)" not in out, out
+
+
+def test_files_joined_with_cat_are_their_rows_with_one_note_for_the_repeated_header(tmp_path, capsys):
+    """Session 27's break test: ``cat a.csv b.csv > both.csv`` read b's header as a row, with ~40 warnings of
+    cells that are not numbers. Its header is no row: one note, every row of both files read."""
+    a = write(sweep_rows(planes=("ideal",), repeats=2), tmp_path / "a.csv")
+    b = write(sweep_rows(planes=("shm",), repeats=2), tmp_path / "b.csv")
+    (tmp_path / "both.csv").write_text(open(a).read() + open(b).read())
+    assert main([str(tmp_path / "both.csv")]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == f"note: {tmp_path / 'both.csv'}: ignored 1 repeated header line(s) (files joined with cat?)"
+    assert f"read {tmp_path / 'both.csv'}: 8 row(s), 8 ok, 0 failed" in out and "| shm" in out and "| ideal" in out
