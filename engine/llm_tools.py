@@ -10,8 +10,8 @@ from .profiling import PROFILE, trace_path
 class LLMTools:
     @property
     def replays(self) -> bool:
-        """Whether the control plane replays a recording (``control=ideal``)."""
-        return hasattr(self.control, "start_replay")
+        """Whether the control plane replays a recording (``control=ideal`` at tp > 1: at tp = 1 nothing is sent)."""
+        return hasattr(self.control, "start_replay") and self.config.tensor_parallel_size > 1
 
     def start_recording(self) -> None:
         """(``replays``) Record the coming pass's step messages; they still travel over the inner plane."""

@@ -24,6 +24,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ``plane_sent_req_s`` (the achieved rates' medians)."""
     others = [k for k in keys if k != "control"]
     out = []
+    df = df[pd.to_numeric(df.tp, errors="coerce") != 1]  # rank 0 alone: no plane sends, none has a cost
     for cfg, rows in config_groups(_options_to_plane(df), others):
         ideal = rows[rows.control == "ideal"]
         if ideal.empty:
@@ -65,8 +66,8 @@ def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(overrides=rest, control=control)
 
 
-LEGEND = ("exposed cost: the plane's median minus control=ideal's (same engine, no transport), us and % of "
-          "ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats, \"within noise\" where "
+LEGEND = ("exposed cost (tp > 1): the plane's median minus control=ideal's (same engine, no transport), us and % "
+          "of ideal's; spread = [plane min - ideal max, plane max - ideal min] over repeats, \"within noise\" where "
           "it holds 0; step, TPOT: decode step p50, TPOT p50; send+late = the plane's send p50 + its workers' launch "
           "late mean (us), what rank 0 spends sending and waits for a worker that launched after it (on CPU the late "
           "mean is only the gap after the last collective)")

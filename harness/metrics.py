@@ -111,7 +111,8 @@ def control_metrics(stats: dict, steps) -> dict:
     worst_ns = slowest_worker(recv, "ns", len(steps)) if recv else np.zeros(len(steps))  # no worker: 0 latency
     sampled = decode_s > 0 and worst_ns is not None  # decode steps, every worker sampled at each step
     pct = 100.0 * float(worst_ns[decode_idx].sum()) / 1e9 / decode_s if sampled else None
-    return {**message_metrics(send, recv), "ctrl_oneway_over_step_pct": pct, **launch_lag(recv, steps)}
+    out = {**message_metrics(send, recv), "ctrl_oneway_over_step_pct": pct, **launch_lag(recv, steps)}
+    return out if recv else dict.fromkeys(out)  # tp=1: no worker, nothing sent: empty cells, never 0
 
 
 def launch_lag(recv: dict, steps) -> dict:

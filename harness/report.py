@@ -36,7 +36,8 @@ def control_lines(row: dict) -> list[str]:
     """The control plane's messages, one-way latency and the workers' launch lag, in words."""
     f = partial(_fmt, row)
     if row.get("tp") == 1:
-        return [f"  control     nothing sent: tp=1 has no worker ({row['ctrl_calls']} steps ran on rank 0 alone)"]
+        steps = row["prefill_steps"] + row["decode_steps"]
+        return [f"  control     nothing sent: tp=1 has no worker ({steps} steps ran on rank 0 alone)"]
     if row.get("control") == "ideal":
         lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
                  f"on average); rank 0 checks one in {f('ctrl_send_us_p50')} us (p50)",
@@ -95,7 +96,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
             print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent "
                   f"(first to last send), {f('req_s', '.2f')} completed (over the whole run)")
             print(f"{MORE}goodput: {good}")
-            if row.get("control") == "ideal":
+            if row.get("control") == "ideal" and row.get("tp") != 1:
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")
             print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
                   f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
@@ -103,7 +104,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         if row.get("prefill_steps") is not None:  # engine=hf runs no engine steps
             print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps; a decode "
                   f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
-        if row.get("ctrl_calls") is not None:
+        if row.get("ctrl_calls") is not None or row.get("tp") == 1 and row.get("decode_steps") is not None:
             print("\n".join(control_lines(row)))
         print("\n".join(gpu_lines(row)))
     if step_log and row["status"] != "failed":

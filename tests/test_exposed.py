@@ -49,6 +49,13 @@ def test_send_plus_late_mean_is_the_planes_median_and_blank_without_the_columns(
     assert "+50.0" in ring and "+4.95" in ring and "29" in ring  # signed differences, then send + late
 
 
+def test_at_tp_1_no_plane_has_an_exposed_cost():
+    """Rank 0 alone sends nothing: a plane beside ideal there is noise (a new user saw shm "costs +1584%")."""
+    tp1 = [{**r, "tp": 1} for r in rows("ideal", [1.0, 1.0]) + rows("shm", [3.0, 3.1])]
+    table = exposed_cost(pd.DataFrame(tp1 + rows("ideal", [1.0, 1.0]) + rows("shm", [1.2, 1.3])), ["tp", "control"])
+    assert set(table.tp) == {2} and len(table) == 2
+
+
 def test_no_ideal_rows_no_table(capsys):
     empty = exposed_cost(pd.DataFrame(rows("ring", [1.0, 1.1])), ["tp", "control", "workload"])
     assert empty.empty

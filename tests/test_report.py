@@ -40,10 +40,11 @@ def test_latency_is_mean_median_and_p99_of_each_metric_as_vllm_prints_it(capsys)
 
 
 def test_at_tp_1_the_control_line_says_nothing_was_sent(capsys):
-    row = {k: v for k, v in OK.items() if not k.startswith(("ctrl_oneway", "ctrl_launch"))}
-    lines = printed(capsys, {**row, "tp": 1, "ctrl_bytes_mean": 0.0, "ctrl_send_us_p50": 0.0})
+    row = {k: v for k, v in OK.items() if not k.startswith("ctrl_")}  # tp=1's control cells are empty
+    lines = printed(capsys, {**row, "tp": 1, "control": "ideal", "request_rate": 4.0, "achieved_rate_req_s": 4.0})
     # it read "64 messages, 0 B on average; rank 0 spends 0.0 us sending one"
     assert "  control     nothing sent: tp=1 has no worker (64 steps ran on rank 0 alone)" in lines
+    assert not any("replays its recording" in line for line in lines)  # at tp=1 ideal serves the trace as asked
 
 
 def test_a_failed_broadcast_row_names_no_model(capsys):

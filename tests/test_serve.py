@@ -94,6 +94,25 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
     assert a.returncode == 0 and "exposed" in a.stdout.lower(), a.stdout + a.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_at_tp_1_no_plane_sends_ideal_serves_the_trace_and_no_exposed_cost_is_judged(tmp_path, model_cache):
+    """Session 28's new-user trial: at tp=1 ideal replayed its recording's admissions (38.7 req/s sent of 8 asked),
+    the control cells held zeros for "nothing sent", and the exposed-cost table said shm "costs +1584%"."""
+    r = harness("-m", "control=ideal,shm", "tp=1", "workload=serve", "workload.num_prompts=8",
+                "workload.request_rate=4", "save_requests=true", "progress=false", f"results_dir={tmp_path}",
+                cache=model_cache, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "replays its recording" not in r.stdout and r.stdout.count("nothing sent: tp=1 has no worker") == 2
+    df = pd.read_csv(tmp_path / "runs.csv")
+    assert list(df.control) == ["ideal", "shm"] and df.filter(like="ctrl_").isna().all().all()
+    for run_id in df.run_id:  # no request is sent before it arrives (ideal's replay sent them seconds early)
+        assert all(r["sent_s"] >= r["arrival_s"] - 1e-6 for r in read_jsonl(tmp_path / "requests" / f"{run_id}.jsonl"))
+    a = subprocess.run([sys.executable, "-m", "harness.analyze", str(tmp_path / "runs.csv")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert a.returncode == 0 and "exposed cost" not in a.stdout and "costs" not in a.stdout, a.stdout + a.stderr
+
+
 @pytest.mark.parametrize("bad,says", [
     ("workload.request_rate=0", "workload.request_rate must be a number > 0"),
     ("workload.request_rate=nan", "workload.request_rate must be a number > 0"),
