@@ -177,12 +177,12 @@ def is_serve(df: pd.DataFrame) -> pd.Series:
 
 
 def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the serve columns numeric (only request_rate keeps ``inf``), max_concurrency an integer, and the
-    serve settings out of serve rows' ``overrides``."""
+    """``df`` with the serve columns numeric (request_rate and burstiness keep ``inf``: settings), max_concurrency
+    an integer, and the serve settings out of serve rows' ``overrides``."""
     df = df.copy()
     for col in SERVE_NUMERIC:
         values = pd.to_numeric(df[col], errors="coerce")
-        df[col] = values if col == "request_rate" else values.replace([np.inf, -np.inf], np.nan)
+        df[col] = values if col in ("request_rate", "burstiness") else values.replace([np.inf, -np.inf], np.nan)
     df["max_concurrency"] = df.max_concurrency.round().astype("Int64")
     df["overrides"] = [(" ".join(i for i in t.split() if not SERVE_OVERRIDE.match(i)) or None)
                        if serve and isinstance(t, str) else t for t, serve in zip(df.overrides, is_serve(df))]

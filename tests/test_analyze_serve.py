@@ -4,6 +4,8 @@ the rows are made here."""
 
 from __future__ import annotations
 
+import io
+import math
 import re
 
 import pandas as pd
@@ -128,6 +130,17 @@ def test_a_narrow_serve_table_leaves_out_the_queue_and_sent_rate_before_any_tpot
     assert cells(table[0]) == ["tp", "control", "rate", "burst", "conc", "n", "done/s", "ttft50", "ttft99", "tpot50",
                                "tpot99"], table[0]  # TPOT was left out first, the constant-looking keys kept
     assert max(map(len, table)) <= 120 and "left out to fit: sent/s, queue" in " ".join(out.split())
+
+
+def test_burstiness_inf_reads_inf_not_an_empty_cell(tmp_path, capsys):
+    """A new user's trial: workload.burstiness=inf (evenly spaced arrivals) was "-" in the tables, empty in csv."""
+    rows = [{**r, "burstiness": b} for r in serve_rows(controls=("ideal", "shm")) for b in (1.0, math.inf)]
+    path = write(rows, tmp_path / "runs.csv")
+    assert main([path]) == 0
+    assert sorted({cells(line)[3] for line in table_lines(capsys.readouterr().out, "burst")[2:]}) == ["1", "inf"]
+    assert main([path, "--format", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert set(table[table.table == "serve"].burstiness) == {1.0, math.inf}
 
 
 def png_size(path) -> tuple[int, int]:
