@@ -254,8 +254,9 @@ def test_the_gate_leaves_timing_dependent_serve_metrics_and_ideals_ttft_unjudged
     # a new-user trial: a serve sweep failed the gate on ctrl_calls (more steps: requests came apart) and on
     # ideal's TTFT, which follows its recording's admissions
     rows = serve_rows(rates=(4.0,), repeats=3)
-    moved = [{**r, "ctrl_calls": 2 * r["ctrl_calls"], "ttft_ms_p50": (2 if r["control"] == "ideal" else 1)
-              * r["ttft_ms_p50"]} for r in rows]
+    twice = {"ttft_ms_p50": 2, "output_tok_s": 0.5, "req_s": 0.5}  # ideal's (a new user's trial: its goodput too)
+    moved = [{**r, "ctrl_calls": 2 * r["ctrl_calls"], **{k: (f if r["control"] == "ideal" else 1) * r[k]
+                                                          for k, f in twice.items()}} for r in rows]
     old, new = write(rows, tmp_path / "old.csv"), write(moved, tmp_path / "new.csv")
     assert main(["--compare", old, new]) == 0
     out = capsys.readouterr().out
