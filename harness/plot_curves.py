@@ -132,10 +132,12 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
         ys += [*pts.y_min, *pts.y_max]
     rate = metric in ("goodput_req_s", "req_s")
     if rate and xs:  # the rate sent: what a plane keeping up completes
-        lo, hi = np.nanmin(xs + ys), np.nanmax(xs + ys)
+        both = np.asarray(xs + ys, dtype=float)
+        lo, hi = np.nanmin(both[both > 0], initial=np.nanmax(both)), np.nanmax(both)  # 0 has no place on a log x
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=0.8)
     log_if_spread(ax, "x", xs, 4)
-    log_if_spread(ax, "y", xs + ys if rate else ys, 4 if rate else 10)
+    if not (rate and np.nanmin(ys, initial=np.inf) <= 0):  # a goodput of 0 (every request missed the SLO) is drawn
+        log_if_spread(ax, "y", xs + ys if rate else ys, 4 if rate else 10)
     ax.grid(alpha=0.12, which="minor")
 
 

@@ -182,6 +182,23 @@ def test_the_figure_draws_a_panel_for_each_metric_and_the_inf_rate(tmp_path, mon
     assert not any("rate inf" in t.get_text() for t in figures[1].legends[0].get_texts())
 
 
+def test_a_goodput_of_0_is_drawn_not_lost_on_a_log_axis(tmp_path, monkeypatch):
+    """A new user's trial: every request missing the SLO (goodput 0) vanished from the log-scaled goodput panel."""
+    import matplotlib.pyplot as plt
+
+    from harness.plot_curves import plot_load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rows = [{**r, "goodput_req_s": 0.0 if r["request_rate"] == 32 else r["goodput_req_s"]}
+            for r in serve_rows(rates=(0.5, 2, 8, 32), goodput=True)]
+    df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
+    goodput = figures[0].axes[-1]
+    assert goodput.get_title() == "goodput (req/s)" and goodput.get_yscale() == "linear"
+    assert 0.0 in [y for line in goodput.get_lines() for y in line.get_ydata()]
+
+
 def test_rows_of_both_kinds_give_two_figures_and_one_line(tmp_path, capsys):
     smoke = [{**r, "workload": "smoke", "request_rate": None, "burstiness": None, "overrides": None,
               "achieved_rate_req_s": None} for r in serve_rows(rates=(4.0,))]
