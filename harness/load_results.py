@@ -52,6 +52,12 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             files += [(f, False) for f in found]
         elif os.path.isfile(path):
             files.append((path, True))
+            stem, given = glob.escape(os.path.splitext(path)[0]), {os.path.realpath(p) for p in paths}
+            beside = [f for f in sorted(glob.glob(stem + ".schema*.csv") + glob.glob(stem + ".unwritten-*.csv"))
+                      if os.path.realpath(f) not in given]
+            if beside:
+                print(f"note: {path}: rows diverted from it sit beside it, not read: {_some(beside, 3)} (name them, "
+                      f"or the folder: python -m harness.analyze {os.path.dirname(path) or '.'})", file=sys.stderr)
         else:
             raise InputError(f"{path}: no such file or directory")
     once: dict[str, tuple[str, bool]] = {}  # a file named twice, or named and in a folder named: read once

@@ -288,3 +288,16 @@ def test_files_joined_with_cat_are_their_rows_with_one_note_for_the_repeated_hea
     out, err = capsys.readouterr()
     assert err.strip() == f"note: {tmp_path / 'both.csv'}: ignored 1 repeated header line(s) (files joined with cat?)"
     assert f"read {tmp_path / 'both.csv'}: 8 row(s), 8 ok, 0 failed" in out and "| shm" in out and "| ideal" in out
+
+
+def test_a_file_named_says_which_diverted_rows_sit_beside_it(tmp_path, capsys):
+    """A new user's trial: after a schema change the new rows went to runs.schema11-*.csv, and analysing
+    runs.csv by name (as a CI gate does) read the old rows alone without a word."""
+    path = write(sweep_rows(planes=("shm",), repeats=1), tmp_path / "runs.csv")
+    write(sweep_rows(planes=("ring",), repeats=1), tmp_path / "runs.schema11-47f9d85c.csv")
+    assert main([path]) == 0
+    err = capsys.readouterr().err
+    assert (f"note: {path}: rows diverted from it sit beside it, not read: {tmp_path / 'runs.schema11-47f9d85c.csv'}"
+            f" (name them, or the folder: python -m harness.analyze {tmp_path})") in err
+    assert main([path, str(tmp_path / "runs.schema11-47f9d85c.csv")]) == 0
+    assert "diverted" not in capsys.readouterr().err  # named too: read
