@@ -179,7 +179,7 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
         return f"{key} must be a file name of printable characters, got {str(v)!r}"
     if "/" in str(v) or str(v) in (".", ".."):
         return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
-    return None
+    return None if str(v).endswith(".csv") else f"{key} must end in .csv (harness.analyze DIR reads *.csv), got {v!r}"
 
 
 _INT_AT_LEAST_1 = _must_be("an integer >= 1", lambda v: is_int(v) and v >= 1)

@@ -576,7 +576,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or 1-1024, got -1"),
     # session 13's new-user trial: each was refused only inside its job, after the sweep's earlier jobs had run
     (["-m", "results_dir=/tmp,/proc/tpcp-forbidden"], "cannot write results to /proc/tpcp-forbidden"),
-    ([f"results_dir={ROOT}", "results_file=tests"], "results_file=tests: "),  # exit 1 once the row was due
+    ([f"results_dir={ROOT}", "results_file=tests"], "results_file must end in .csv (harness.analyze DIR reads"),
     (["engine=hf", "tp=2"], "engine=hf runs on one device: use tp=1"),
     (["=2"], "'=2': an override is key=value; the key before '=' is missing"),  # Hydra: "... Got int"
     (["=shm"], "'=shm': an override is key=value"),  # Hydra: "Could not override ''"
@@ -616,6 +616,15 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
 
     problem, _ = check_command(argv)
     assert problem is not None and message in problem and "\n" not in problem, problem
+
+
+def test_a_results_file_that_is_a_directory_is_refused_up_front(tmp_path):
+    """Session 13's new-user trial: refused only once the row was due (exit 1), after the sweep's earlier jobs."""
+    from harness.preflight import check_command
+
+    (tmp_path / "runs.csv").mkdir()
+    problem, _ = check_command(["-m", f"results_dir={tmp_path}", "results_file=ok.csv,runs.csv"])
+    assert problem is not None and problem.startswith("results_file=runs.csv: "), problem
 
 
 def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can_pick():
