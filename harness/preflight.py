@@ -167,7 +167,8 @@ def _suggest(key: str, cfg) -> str:
     parent, _, last = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
     known = [str(k) for k in node] if isinstance(node, DictConfig) else []
-    close = difflib.get_close_matches(last, known, n=1, cutoff=0.75)
+    starts = [k for k in known if k.startswith(last)] if len(last) >= 3 else []  # slo.ttft: ttft_ms
+    close = starts if len(starts) == 1 else difflib.get_close_matches(last, known, n=1, cutoff=0.75)
     return f" (did you mean {(parent + '.' if parent else '') + close[0]!r}?)" if close else ""
 
 

@@ -124,7 +124,8 @@ def test_at_tp_1_no_plane_sends_ideal_serves_the_trace_and_no_exposed_cost_is_ju
     ("workload.max_concurrency=0", "workload.max_concurrency must be null"),
     ("workload.slo.e2el_ms=-5", "workload.slo.e2el_ms must be null"),
     ("+workload.slo.itl_ms=5", "workload.slo.itl_ms: unknown SLO (known: ttft_ms, tpot_ms, e2el_ms)"),
-    ("workload.request_rat=4", "unknown config key 'workload.request_rat' (did you mean 'workload.request_rate'?)")])
+    ("workload.request_rat=4", "unknown config key 'workload.request_rat' (did you mean 'workload.request_rate'?)"),
+    ("workload.slo.ttft=200", "unknown config key 'workload.slo.ttft' (did you mean 'workload.slo.ttft_ms'?)")])
 def test_bad_serve_input_is_refused_before_the_first_job_in_one_line(bad, says):
     from harness.preflight import check_command
 
