@@ -107,10 +107,13 @@ def sent_apart(table: pd.DataFrame) -> list[str]:
     far = table[(table.ideal_sent_req_s / table.plane_sent_req_s - 1).abs() > 0.1]
     far = far.drop_duplicates([c for c in table.columns[:list(table.columns).index("metric")]])
     keys = table.columns[:list(table.columns).index("control")]
-    return [line for _, r in far.iterrows() for line in textwrap.wrap(
-        f"note: {', '.join(f'{k}={key_cell(r[k])}' for k in keys)}: ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
-        f"{r.control}'s {r.plane_sent_req_s:.2f}: it admitted requests ahead of the trace, so its batches were "
-        f"larger and its step is no floor here", 110, subsequent_indent="  ")]
+    lines = []
+    for _, r in far.iterrows():
+        where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
+        lines += textwrap.wrap(f"note: {where + ': ' if where else ''}ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
+                               f"{r.control}'s {r.plane_sent_req_s:.2f}: it admitted requests ahead of the trace, so "
+                               f"its batches were larger and its step is no floor here", 110, subsequent_indent="  ")
+    return lines
 
 
 def _signed(value: float) -> str:
