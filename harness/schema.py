@@ -33,9 +33,10 @@ COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 
 def normalize_overrides(text) -> str | None:
     """The ``overrides`` cell in one spelling per configuration: items sorted, without Hydra's ``+`` / ``++``,
-    ``True``/``False`` lower-case; None for no overrides."""
+    ``True``/``False`` and ``Inf``/``NaN`` (as Hydra reads them) lower-case; None for no overrides."""
     if not isinstance(text, str) or not text.strip():
         return None
     items = [item.lstrip("+").partition("=") for item in text.split()]
-    return " ".join(sorted(key + sep + (value.lower() if value in ("True", "False") else value)
+    words = ("true", "false", "inf", "+inf", "-inf", "nan")
+    return " ".join(sorted(key + sep + (value.lower() if value.lower() in words else value)
                            for key, sep, value in items))

@@ -397,6 +397,7 @@ def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, ca
     assert normalize_overrides("++workload.iterations=5 llm.async_scheduling=True") == \
         "llm.async_scheduling=true workload.iterations=5"
     assert normalize_overrides("") is None and normalize_overrides(float("nan")) is None
+    assert normalize_overrides("workload.request_rate=Inf") == "workload.request_rate=inf"  # a new user's trial
     df = pd.read_csv(sweep)
     a, b = df.copy(), df.copy()
     a["overrides"], b["overrides"] = "++workload.iterations=5 llm.async_scheduling=True", \
