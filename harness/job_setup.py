@@ -186,6 +186,7 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
     w = given_workload(OmegaConf.to_container(cfg.workload), task_overrides())  # the command's keys win over cpu
     work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
     if results is not None:  # the rank that reports
+        results.config.update(device=device, dtype=resolve_dtype(cfg.dtype, device))  # auto resolved
         results.config["workload"] = effective_workload(w, device)  # what ran: the CPU scale-down applied
         results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
         if not cfg.model.get("path"):

@@ -179,7 +179,8 @@ class Results:
                "run_id": run_id or new_run_id()}
         self.run_ids.add(row["run_id"])
         directory = os.path.dirname(self.path)
-        self.run_file, lost = write_run_json(directory, row, self.config) if self.config is not None else (None, None)
+        full = {**dict.fromkeys(self.columns), **row}  # every column, as the CSV has it
+        self.run_file, lost = write_run_json(directory, full, self.config) if self.config is not None else (None, None)
         if lost:
             self.problem = f"the run file of row {row['run_id']} could not be written"
         try:

@@ -532,6 +532,7 @@ def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cac
     run_id = pd.read_csv(csv).run_id.iloc[0]
     run = json.loads((tmp_path / "rel" / "runs" / f"{run_id}.json").read_text())
     assert run["config"]["model"] == {"name": "ckpt", "path": str(tmp_path / "ckpt")}
+    assert (run["config"]["device"], run["config"]["dtype"]) == ("cpu", "float32")  # auto, resolved as it ran
 
 
 def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_path, model_cache):

@@ -82,6 +82,18 @@ def test_a_row_after_its_runs_ok_row_gets_an_id_of_its_own(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f"{i}.json" for i in df.run_id)
 
 
+def test_the_run_file_holds_every_csv_column(tmp_path):
+    """A new user's trial: the run JSON's row lacked the CSV's empty columns (payload, payload_bytes)."""
+    import json
+
+    from harness.results_csv import Results
+
+    results = Results(str(tmp_path / "runs.csv"), ["run_id", "status", "payload", "time_utc"], 1, config={})
+    results.add({"run_id": "abc", "status": "ok"})
+    row = json.loads((tmp_path / "runs" / "abc.json").read_text())["row"]
+    assert list(row) == ["run_id", "status", "payload", "time_utc"] and row["payload"] is None
+
+
 def test_the_run_file_is_strict_json_with_infinities_nested_in_the_config(tmp_path):
     """Reported: request_rate=inf in the config was written as a bare Infinity, which JSON readers refuse."""
     import json
