@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
-from .exposed import exposed_cost, print_exposed
+from .exposed import exposed_cost, print_exposed, sent_apart
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
@@ -90,8 +90,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     ratios to ``baseline``, else ``default_baseline()``. Returns the keys."""
     keys = group_keys(df, group)
     parts = _parts(df, keys, group)
-    if (note := busy_note(df)) and fmt != "csv":
-        print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")))
+    if note := busy_note(df):  # csv: on stderr, beside the list of files read
+        print("\n".join(textwrap.wrap(note, 110, subsequent_indent="  ")), file=sys.stderr if fmt == "csv" else None)
     frames = []
     for i, (kind, rows, k) in enumerate(parts):
         base, filled = baseline or default_baseline(rows), fill_keys(rows, k)
@@ -106,7 +106,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             same = {c: rows[c].iloc[0] for c in CONFIG_KEYS if c not in k and rows[c].nunique(dropna=False) == 1
                     and pd.notna(rows[c].iloc[0])}
             frames.append(csv_rows(kind, filled, k, base).assign(**same))
-            if not exposed.empty:
+            if not exposed.empty:  # its notes on stderr, as the list of files read
+                sys.stderr.write("".join(f"{line}\n" for line in sent_apart(exposed)))
                 frames.append(exposed.rename(columns={"repeats": "repeats_plane_ideal"}).assign(table="exposed",
                                                                                                  **same))
             continue

@@ -200,6 +200,8 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
     assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine (1-min load average up to 7.0 on 2" in out
+    assert main([str(tmp_path / "runs.csv"), "--format", "csv"]) == 0  # on stderr: csv dropped it (a trial)
+    assert "busy machine" in " ".join(capsys.readouterr().err.split())
     quiet = [{**r, "load_avg_1m": 1.0} for r in rows]
     assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy machine" not in capsys.readouterr().out
 

@@ -303,6 +303,9 @@ def test_ideal_sending_faster_than_the_plane_is_said_under_the_exposed_cost(tmp_
     assert "request_rate=16: ideal sent" not in out
     assert main([str(tmp_path / "runs.csv"), "--group", "control"]) == 0  # no key before control: "note: : ideal"
     assert "note: ideal sent " in capsys.readouterr().out
+    assert main([str(tmp_path / "runs.csv"), "--format", "csv"]) == 0  # a new user's trial: csv dropped it
+    out, err = capsys.readouterr()
+    assert "note: tp=2, request_rate=4: ideal sent 6.15" in err and "note:" not in out
 
 
 def test_the_gate_compares_goodput_and_ttft_p50_each_the_right_way(tmp_path, capsys):
