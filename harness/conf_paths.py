@@ -7,12 +7,16 @@ import importlib.util
 import os
 import tempfile
 
+from omegaconf import OmegaConf
+
 # conf/ of this source tree, else the installed package tpcp_conf
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 if not os.path.isfile(os.path.join(CONF_DIR, "config.yaml")):
     _spec = importlib.util.find_spec("tpcp_conf")
     CONF_DIR = os.path.dirname(_spec.origin) if _spec and _spec.origin else CONF_DIR
 GROUPS = ("control", "model", "workload")
+# hydra.run.dir and sweep.dir: a results_dir of '~/x' is the user's home, as for the rows, not a folder named ~
+OmegaConf.register_new_resolver("expanduser", os.path.expanduser, replace=True)
 
 
 def group_options(group: str) -> list[str]:

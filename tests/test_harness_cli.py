@@ -518,6 +518,16 @@ def test_what_torchrun_cannot_run_is_refused_before_the_first_job(argv, message,
                                                            "spawn); planes that can: gloo, hybrid, zmq")
 
 
+def test_a_results_dir_under_home_holds_hydras_output_too(tmp_path):
+    """A new user's trial: results_dir='~/x' put the rows under $HOME/x and Hydra's output in ./~/x/hydra."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": ROOT}
+    res = subprocess.run([sys.executable, "-m", "harness", "--cfg", "all", "--resolve", "results_dir='~/x'"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    dirs = [line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.strip().startswith("dir: ")]
+    assert len(dirs) == 2 and all(d.startswith(f"{tmp_path}/x/hydra/") for d in dirs), dirs
+
+
 def test_relative_paths_are_the_users_even_under_hydra_chdir(tmp_path, model_cache, tiny_untied):
     """With hydra.job.chdir=true a relative results_dir landed inside Hydra's output directory (issue 29). The
     run file recorded the relative model.path and the unused preset of model=auto (session 16's trial)."""
