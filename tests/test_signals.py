@@ -357,7 +357,8 @@ def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, m
     monkeypatch.setattr(app, "serve_pass", stopped)
     monkeypatch.setenv("TPCP_CACHE", model_cache)
     with hydra_compose() as compose:
-        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=serve", f"control={control}",
+        cfg = compose(["model=qwen3-tiny", f"tp={2 if control == 'ideal' else 1}", "device=cpu", "workload=serve",
+                       f"control={control}",  # ideal records at tp > 1 only
                        "save_requests=true", "step_log=true", "profile=torch", "progress=false",
                        f"results_dir={tmp_path}"])
     assert app.run_engine_job(cfg, None) == 130
