@@ -68,19 +68,35 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
 
 def set_aside_partial_line(path: str) -> None:
     """A crashed writer's partial last row goes to ``<path>.partial``, and ``path`` is cut back to its last whole
-    row: left in place, an open quote in it would make the rows after it one cell. A row ends at a newline
-    outside quotes (an even count of ``"`` before it: CSV doubles a quote inside a cell)."""
+    row: left in place, an open quote in it would make the rows after it one cell."""
     with open(path, "rb+") as f:
         data = f.read()
-        if data.endswith(b"\n") and data.count(b'"') % 2 == 0:
+        end = whole_rows_end(data)
+        if end == len(data):
             return
-        end = len(data)
-        while (end := data.rfind(b"\n", 0, end)) >= 0 and data.count(b'"', 0, end) % 2:
-            pass
-        _write_whole(path + ".partial", data[end + 1:] + b"\n", append=True)
-        f.truncate(end + 1)
+        _write_whole(path + ".partial", data[end:] + b"\n", append=True)
+        f.truncate(end)
     print(f"warning: {path}: its last row was cut short (a writer died mid-row): moved to {path}.partial",
           file=sys.stderr)
+
+
+def whole_rows_end(data: bytes) -> int:
+    """Where ``data``'s whole rows end: a row ends at a newline outside a quoted cell, as csv reads it. A row left
+    open counts only at the end (its last line, or a file without a final newline): an open quote further up, or
+    a stray one inside a cell, is a hand edit that leaves the rows after it where they are."""
+    reader = csv.reader(io.StringIO(data.decode("utf-8", "surrogateescape"), newline=""), strict=True)
+    ends = [0]  # the line each row ends on
+    try:
+        for _ in reader:
+            ends.append(reader.line_num)
+    except csv.Error as e:
+        if str(e) != "unexpected end of data":  # a cell only lenient csv reads: its row and those after are whole
+            ends = [0, data.count(b"\n")]
+    lines = ends[-1] if data.endswith(b"\n") or ends[-1] <= data.count(b"\n") else ends[-2]  # no final newline
+    end = sum(len(part) + 1 for part in data.split(b"\n")[:lines])
+    if end < len(data) and data.endswith(b"\n") and data.count(b"\n", end) > 1:
+        return len(data)
+    return min(end, len(data))
 
 
 def _write_whole(path: str, data: bytes, append: bool) -> None:

@@ -53,6 +53,18 @@ def test_a_partial_last_row_is_set_aside_and_swallows_no_later_row(tmp_path, cap
     assert capsys.readouterr().err.count("its last row was cut short") == 1
 
 
+@pytest.mark.parametrize("edited", ['1,2,pi"pe', '1,2,shm 5"', '1,2,"open', '1,2,"a"b'])
+def test_a_stray_quote_in_a_middle_row_moves_no_whole_row(tmp_path, capsys, edited):
+    """Session 28's break test: one '"' typed into a middle row made the next run move every row after it (whole
+    ones, each ending in a newline) to runs.csv.partial. Only a cut last row is set aside."""
+    path = tmp_path / "runs.csv"
+    before = f"a,b,text\n{edited}\n3,4,ok\n5,6,ok\n"
+    path.write_text(before)
+    append_row(str(path), COLUMNS, {"a": 7, "b": 8, "text": "new"}, schema_version=1)
+    assert path.read_text() == before + "7,8,new\n" and not (tmp_path / "runs.csv.partial").exists()
+    assert "cut short" not in capsys.readouterr().err
+
+
 def test_a_held_lock_is_waited_for_out_loud_then_the_row_is_written(tmp_path, capsys, monkeypatch):
     """Session-7 break test: while another process held the results lock the run waited 60 s in silence."""
     import threading
