@@ -84,10 +84,14 @@ def _read_one(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not data.strip():
         raise InputError(f"{path}: empty file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text CSV file") from None
+    if b"\0" in data.split(b"\n", 1)[0]:
+        raise InputError(f"{path}: not a text CSV file")
+    lines = data.split(b"\n")
+    binary = sum(b"\0" in line for line in lines)  # garbage appended: those lines, not the file, are lost
+    text = b"\n".join(line for line in lines if b"\0" not in line).decode("utf-8", "replace")
+    if binary or "\ufffd" in text:  # a hand edit in Latin-1: its bytes read as U+FFFD, its row kept
+        print(f"warning: {path}: ignored {binary} line(s) of binary data, read {text.count(chr(0xFFFD))} byte(s) "
+              f"not UTF-8 as U+FFFD", file=sys.stderr)
     truncated = not text.endswith("\n")
     text = text[:text.rfind("\n") + 1]
     if not text:

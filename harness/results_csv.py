@@ -54,8 +54,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
     with held:
         text = header + line
         if os.path.exists(path) and os.path.getsize(path) > 0:
-            with open(path, newline="") as f:
-                existing = f.readline()
+            with open(path, "rb") as f:  # bytes: a hand edit's Latin-1 further down is not this row's problem
+                existing = f.readline().decode("utf-8", "replace")
             if existing != header:
                 stem, ext = os.path.splitext(path)
                 digest = hashlib.sha1(header.encode()).hexdigest()[:8]
@@ -201,7 +201,7 @@ class Results:
             self.problem = f"the run file of row {row['run_id']} could not be written"
         try:
             written = append_row(self.path, self.columns, row, self.schema_version)
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:  # ValueError: a file csv or UTF-8 cannot read
             return self._fallback(row, f"{type(e).__name__}: {e}" + (f"; {lost}" if lost else ""))
         if lost:
             print(f"error: {lost}", file=sys.stderr)

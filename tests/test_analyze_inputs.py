@@ -303,3 +303,14 @@ def test_a_file_named_says_which_diverted_rows_sit_beside_it(tmp_path, capsys):
             f" (name them, or the folder: python -m harness.analyze {tmp_path})") in err
     assert main([path, str(tmp_path / "runs.schema11-47f9d85c.csv")]) == 0
     assert "diverted" not in capsys.readouterr().err  # named too: read
+
+
+def test_a_hand_edit_in_latin1_or_binary_garbage_loses_only_its_bytes(tmp_path, capsys):
+    """Session 28's break test: one byte not UTF-8, or NUL garbage appended, skipped the whole file."""
+    path = write(sweep_rows(planes=("ideal", "shm"), repeats=2), tmp_path / "runs.csv")
+    data = open(path, "rb").read().replace(b"qwen3-0.6b", b"qwen3-0.6b caf\xe9", 1) + b"\x00\xff\xfe junk\n"
+    open(path, "wb").write(data)
+    assert main([path]) == 0
+    out, err = capsys.readouterr()
+    assert f"read {path}: 8 row(s), 8 ok, 0 failed" in out
+    assert "ignored 1 line(s) of binary data, read 1 byte(s) not UTF-8 as U+FFFD" in err

@@ -65,6 +65,15 @@ def test_a_stray_quote_in_a_middle_row_moves_no_whole_row(tmp_path, capsys, edit
     assert "cut short" not in capsys.readouterr().err
 
 
+def test_a_byte_that_is_not_utf8_further_down_stops_no_row(tmp_path):
+    """Session 28's break test: one Latin-1 byte in a middle row ('caf\\xe9') made every later run end in a
+    UnicodeDecodeError traceback with its row written nowhere."""
+    path = tmp_path / "runs.csv"
+    path.write_bytes(b"a,b,text\n1,2,caf\xe9\n")
+    assert append_row(str(path), COLUMNS, {"a": 3, "b": 4, "text": "ok"}, schema_version=1) == str(path)
+    assert path.read_bytes() == b"a,b,text\n1,2,caf\xe9\n3,4,ok\n"
+
+
 def test_a_held_lock_is_waited_for_out_loud_then_the_row_is_written(tmp_path, capsys, monkeypatch):
     """Session-7 break test: while another process held the results lock the run waited 60 s in silence."""
     import threading
