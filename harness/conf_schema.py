@@ -177,6 +177,8 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
         return f"{key} is empty: give a file name (default: runs.csv)"
     if not str(v).isprintable():  # a newline or a tab in a file name breaks every line-based tool
         return f"{key} must be a file name of printable characters, got {str(v)!r}"
+    if len(str(v).encode()) > 230:  # a file name holds 255 bytes: room for its fallback's .unwritten-<run_id>
+        return f"{key} is {len(str(v).encode())} bytes long: at most 230, as a fallback file adds 23"
     if "/" in str(v) or str(v) in (".", ".."):
         return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
     return None if str(v).endswith(".csv") else f"{key} must end in .csv (harness.analyze DIR reads *.csv), got {v!r}"

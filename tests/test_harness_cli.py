@@ -614,6 +614,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     # a helper's find (session 21): passed, then an IndexError (exit 1) once the group had started
     (["workload=broadcast", "tp=2", "workload.warmup=0"], "workload.warmup must be an integer >= 1, got 0"),
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
+    # session 28's break test: the run went ahead, then its row went to stderr (ENAMETOOLONG), exit 1
+    ([f"results_file={'d' * 300}.csv"], "results_file is 304 bytes long: at most 230"),
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
     # session 22's new-user trial: refused only inside its job, after a sweep's earlier jobs had run
     (["-m", "control=shm,ideal", "tp=2", "workload=serve", "workload.request_rate=0.01", "workload.num_prompts=3"],
