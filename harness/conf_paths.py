@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import tempfile
 
 from omegaconf import OmegaConf
@@ -68,6 +69,8 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
                 else f"results_dir={results_dir} cannot be created: {blocking} is a file, not a directory")
     if reason := cannot_write(directory):
         return f"cannot write results to {directory}: {reason}"
+    if (free := shutil.disk_usage(blocking).free) < 1 << 20:  # Hydra's files first: a traceback, no row
+        return f"cannot write results to {directory}: its file system is full ({free} bytes free)"
     if os.path.isdir(os.path.join(directory, results_file)):
         return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"
     for name, what in folders.items():

@@ -631,6 +631,18 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
     assert problem is not None and message in problem and "\n" not in problem, problem
 
 
+def test_a_full_results_dir_is_refused_up_front(tmp_path, monkeypatch):
+    """Session 28's break test: a full disk under results_dir ended in Hydra's traceback (saving its config), with
+    no row and empty files left."""
+    import shutil
+
+    from harness.preflight import check_command
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 20, 10 << 20, 4096))
+    problem, _ = check_command([f"results_dir={tmp_path}"])
+    assert problem == f"cannot write results to {tmp_path}: its file system is full (4096 bytes free)"
+
+
 def test_a_results_file_that_is_a_directory_is_refused_up_front(tmp_path):
     """Session 13's new-user trial: refused only once the row was due (exit 1), after the sweep's earlier jobs."""
     from harness.preflight import check_command
