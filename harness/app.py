@@ -125,8 +125,8 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     requests = os.path.join(directory, "requests", f"{run_id}.jsonl") if saves else None
     trace = os.path.join(directory, "traces", run_id) if cfg.profile != "none" else None
     metrics_row, traces, silent = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
-    stalls = "; ".join(f"rank {r} was silent for {s:.1f} s in this run (stopped, or stuck holding the GIL)"
-                       for r, s in sorted(silent.items()))  # its latencies include that: no ok row
+    stalls = "; ".join(f"{'rank 0 (this process) made no progress' if r == 0 else f'rank {r} was silent'} for "
+                       f"{s:.1f} s in this run (stopped, or stuck holding the GIL)" for r, s in sorted(silent.items()))
     row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row,
            "gpu_name": sampler.gpu_name}
     written = results.add(row)

@@ -69,6 +69,8 @@ class LifelineServer:
         self.finished: dict[int, int] = {}  # rank -> exit code it said goodbye with (a normal end, not a death)
         self.last_seen: dict[int, float] = {}  # rank -> monotonic time of its last frame
         self.silences: dict[int, float] = {}  # rank -> its longest silence over STALL_S since take_silences (s)
+        self.own_stall: tuple[float, float] | None = None  # (s, monotonic end) of this process's last stall
+        self._loop_s = time.monotonic()  # when this thread last ran: a longer gap is a stall of this process
         self.quiet = False  # True: a caller names the stalled ranks itself
         self._noted: dict[int, int] = {}  # rank -> notes printed in its current silence
         self.reports: queue.Queue = queue.Queue()  # ("error" | "stats", rank, payload)
@@ -112,6 +114,7 @@ class LifelineServer:
                 ready, _, _ = select.select([self.listener, *by_sock], [], [], 0.05)
             except (OSError, ValueError):  # a socket closed meanwhile: the loop's test ends a close()
                 continue
+            self._check_own()
             for sock in ready:
                 if sock is self.listener:
                     with contextlib.suppress(OSError):
@@ -133,7 +136,19 @@ class LifelineServer:
                     self.reports.put((frame[0], rank, frame[1]))
             self._note_stalls()
 
+    def _check_own(self) -> None:
+        """This thread did not run for over STALL_S (this process stopped, or the GIL held): the workers' silence
+        meanwhile is this process's own (rank 0 in ``silences``), their last frames count from now."""
+        now = time.monotonic()
+        with self._lock:
+            if (gap := now - self._loop_s) > STALL_S:
+                self.silences[0] = max(gap, self.silences.get(0, 0.0))
+                self.own_stall = (gap, now)
+                self.last_seen = dict.fromkeys(self.last_seen, now)
+            self._loop_s = now
+
     def _seen(self, rank: int) -> None:
+        self._check_own()
         now = time.monotonic()
         with self._lock:
             if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
@@ -148,6 +163,16 @@ class LifelineServer:
                 print(f"note: rank {rank} has been silent for {age:.0f} s (stopped, or stuck holding the GIL)",
                       file=sys.stderr, flush=True)
 
+    def recent_own_stall(self, within_s: float) -> float | None:
+        """How long this process stalled (s), if that ended within ``within_s``; first lets this thread catch up
+        with a stall just ended (up to 0.5 s)."""
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() - self._loop_s > STALL_S and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            own = self.own_stall
+        return own[0] if own and time.monotonic() - own[1] < within_s else None
+
     def take_silences(self) -> dict[int, float]:
         """{rank: its longest silence over ``STALL_S`` (s), an ongoing one included} since the last call."""
         stalled = self.stalled()
@@ -161,9 +186,12 @@ class LifelineServer:
             return set(self.conns) | set(self.dead)
 
     def stalled(self) -> dict[int, float]:
-        """{rank: seconds since its last frame} of the open lifelines silent for more than STALL_S."""
+        """{rank: seconds since its last frame} of the open lifelines silent for more than STALL_S ({} while this
+        thread has not run for that long: their frames are unread, the stall may be this process's)."""
         now = time.monotonic()
         with self._lock:
+            if now - self._loop_s > STALL_S:
+                return {}
             return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > STALL_S}
 
     def close(self) -> None:

@@ -35,7 +35,8 @@ class WorkerError(RuntimeError):
     """A worker process failed; the message names the rank (and its node) and carries its traceback if sent."""
 
     def __init__(self, rank: int, detail: str):
-        super().__init__(f"tensor-parallel worker rank {rank} failed: {detail}")
+        super().__init__(f"tensor-parallel {'rank 0 (this process)' if rank == 0 else f'worker rank {rank}'} failed: "
+                         f"{detail}")
         self.rank = rank
 
 
@@ -158,6 +159,9 @@ class WorkerGroup:
             elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
                 self._drain(wait_s)
                 dead = self._dead()
+        if (self.errors or wait_s) and (own := self.lifelines.recent_own_stall(self.timeout_s + STALL_S)):
+            raise WorkerError(0, f"stalled: no progress for {own:.1f} s (stopped, or stuck holding the GIL): the "
+                                 f"workers' collectives and waits timed out meanwhile")
         stalled = self._stalled(dead, self.errors and wait_s)
         if stalled and (self.errors or dead or wait_s):  # a healthy rank's timeout is the stalled one's doing
             rank = max(stalled, key=stalled.get)

@@ -458,3 +458,53 @@ def test_a_worker_that_died_before_connecting_still_has_its_node_named():
     assert WorkerGroup.node_name(group("spawn"), 1) == socket.gethostname()
     assert WorkerGroup.node_name(group("torchrun"), 1) == "unknown: it never connected"
     assert WorkerGroup.node_name(group("torchrun"), 2) == "node-b"
+
+
+@pytest.mark.timeout(60)
+def test_rank_0_stalled_itself_is_no_workers_silence():
+    """Session 28's break test: rank 0 stopped for 5 s, and its run's row said "rank 1 was silent for 5.0 s"
+    (rank 1's beats sat unread meanwhile). The lifeline thread that did not run knows the stall is its own."""
+    from runtime.lifeline import STALL_S, Lifeline, LifelineServer
+
+    server = LifelineServer("127.0.0.1", sync_clocks=False)
+    worker = Lifeline("127.0.0.1", server.port, 1, timeout_s=10)
+    try:
+        worker.watch(on_death=lambda: None)
+        wait_until(lambda: server.connected() == {1}, 10, "the worker's lifeline")
+        with server._lock:  # as a SIGSTOP of this process: the lifeline thread does not run, the beats queue up
+            time.sleep(STALL_S + 1.5)
+            behind = time.monotonic() - server._loop_s
+        assert behind > STALL_S  # and while it is behind, stalled() judges no rank: its frames are unread
+        wait_until(lambda: server.own_stall is not None, 5, "the lifeline thread to see its own stall")
+        time.sleep(0.3)
+        silences = server.take_silences()
+        assert set(silences) == {0} and STALL_S + 1 < silences[0] < STALL_S + 5, silences
+        assert server.stalled() == {} and server.recent_own_stall(60) == pytest.approx(silences[0])
+    finally:
+        worker.close(0)
+        server.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("timeout_s,stop_s", [(4, 7), (20, 4)])
+def test_rank_0_stopped_mid_run_is_named_not_a_healthy_worker(tmp_path, model_cache, timeout_s, stop_s):
+    """Session 28's break test: SIGSTOP to rank 0 for longer than llm.timeout_s failed the run as "worker rank 1
+    failed: ... Timed out"; shorter, its row blamed rank 1's silence. Either way it is rank 0 that stalled."""
+    proc = start_long_run(tmp_path, model_cache, f"llm.timeout_s={timeout_s}")
+    try:
+        wait_until(lambda: (tmp_path / "runs.csv").exists(), 200, "the first repeat's row")  # the next one runs
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(stop_s)
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_until(lambda: len(pd.read_csv(tmp_path / "runs.csv")) > 1, 120, "the stalled repeat's row")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    assert rows.status[1] == ("failed" if stop_s > timeout_s else "stalled"), (rows.status.tolist(), err[-2000:])
+    assert "rank 0 (this process)" in rows.error[1] and "rank 1" not in rows.error[1], rows.error[1]
