@@ -211,10 +211,11 @@ class WorkerGroup:
         missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
         stalled = self.lifelines.stalled()
         silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
-        never = [r for r in missing if r not in self.lifelines.connected()]
+        never = [f"{r}{' (its process is stopped)' * _stopped(self.procs.get(r))}" for r in missing
+                 if r not in self.lifelines.connected()]  # a spawned one's state says it, its lifeline cannot
         return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:g}) for rank(s) "
                 f"{', '.join(map(str, missing))} to reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
-                + (f"; never connected: rank(s) {', '.join(map(str, never))}" if never else ""))
+                + (f"; never connected: rank(s) {', '.join(never)}" if never else ""))
 
     def collect_stats(self) -> dict[int, dict]:
         """Every worker's control-plane samples (after ``worker.REPORT``), then forgets them. Raises TimeoutError:
@@ -245,6 +246,13 @@ class WorkerGroup:
             p.join(0)
         if self.lifelines is not None:
             self.lifelines.close()
+
+
+def _stopped(p: mp.Process | None) -> bool:
+    """Whether spawned process ``p`` is stopped (SIGSTOP, or traced): its state in /proc is T or t."""
+    with contextlib.suppress(OSError, AttributeError, IndexError), open(f"/proc/{p.pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in "Tt"
+    return False
 
 
 def start_ignoring_signals(p: mp.Process) -> None:
