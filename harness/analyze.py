@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{', '.join(CONFIG_KEYS)}")
         if args.plot is not None:
             check_plot_path(args.plot)
-        df = file_failed_rows(prepare_serve(load(args.files, "stderr" if args.format == "csv" else "stdout")),
+        df = file_failed_rows(prepare_serve(load(args.files, "stdout" if args.format == "text" else "stderr")),
                               CONFIG_KEYS)
         if args.baseline is not None and args.baseline not in set(df.control.dropna()):
             raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
