@@ -35,7 +35,7 @@ class InputError(ValueError):
 def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
     """(file, named) per CSV file named (named=True) and ``*.csv`` at the top of a directory named, diverted rows'
     too, each once. Raises InputError: a path that does not exist, a directory without CSV files."""
-    files = []
+    files, given = [], {os.path.realpath(p) for p in paths}
     for path in paths:
         if os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.csv")))
@@ -52,7 +52,7 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
             files += [(f, False) for f in found]
         elif os.path.isfile(path):
             files.append((path, True))
-            stem, given = glob.escape(os.path.splitext(path)[0]), {os.path.realpath(p) for p in paths}
+            stem = glob.escape(os.path.splitext(path)[0])
             beside = [f for f in sorted(glob.glob(stem + ".schema*.csv") + glob.glob(stem + ".unwritten-*.csv"))
                       if os.path.realpath(f) not in given]
             if beside:
@@ -84,9 +84,9 @@ def _read_one(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not data.strip():
         raise InputError(f"{path}: empty file")
-    if b"\0" in data.split(b"\n", 1)[0]:
-        raise InputError(f"{path}: not a text CSV file")
     lines = data.split(b"\n")
+    if b"\0" in lines[0]:
+        raise InputError(f"{path}: not a text CSV file")
     binary = sum(b"\0" in line for line in lines)  # garbage appended: those lines, not the file, are lost
     text = b"\n".join(line for line in lines if b"\0" not in line).decode("utf-8", "replace")
     if binary or "\ufffd" in text:  # a hand edit in Latin-1: its bytes read as U+FFFD, its row kept

@@ -84,6 +84,9 @@ def whole_rows_end(data: bytes) -> int:
     """Where ``data``'s whole rows end: a row ends at a newline outside a quoted cell, as csv reads it. A row left
     open counts only at the end (its last line, or a file without a final newline): an open quote further up, or
     a stray one inside a cell, is a hand edit that leaves the rows after it where they are."""
+    last = data[data.rfind(b"\n", 0, len(data) - 1) + 1:]
+    if last.endswith(b"\n") and last.count(b'"') % 2 == 0:  # every append's case: no need to read the whole file
+        return len(data)
     reader = csv.reader(io.StringIO(data.decode("utf-8", "surrogateescape"), newline=""), strict=True)
     ends = [0]  # the line each row ends on
     try:
