@@ -159,7 +159,8 @@ class WorkerGroup:
             elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
                 self._drain(wait_s)
                 dead = self._dead()
-        if (self.errors or wait_s) and (own := self.lifelines.recent_own_stall(self.timeout_s + STALL_S)):
+        # rank 0 stalled: the workers' timeouts (their errors) are its doing; a worker that died on its own is not
+        if (self.errors or wait_s and not dead) and (own := self.lifelines.recent_own_stall(self.timeout_s + STALL_S)):
             raise WorkerError(0, f"stalled: no progress for {own:.1f} s (stopped, or stuck holding the GIL): the "
                                  f"workers' collectives and waits timed out meanwhile")
         stalled = self._stalled(dead, self.errors and wait_s)
