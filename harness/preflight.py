@@ -62,6 +62,9 @@ def overrides_of(argv: list[str]) -> list[str]:
             given = value if attached else argv[i + 1] if i + 1 < len(argv) else None
             if given is None or choices is not None and given not in choices:
                 raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
+            if given == "hydra" and "--resolve" in argv:  # Hydra resolves its node alone: ${results_dir} fails
+                raise ValueError(f"{name} hydra --resolve: the run dirs name results_dir, outside the hydra node; "
+                                 "use --cfg all --resolve, or --cfg hydra without --resolve")
         i += 1 + takes
     return overrides
 

@@ -583,6 +583,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-c=bogus"], "-c takes one of job, hydra, all"),
     (["--info=bogus"], "--info takes one of all, config, defaults"),
     (["-m", "--info"], "Hydra takes one of --run, --multirun (-m), --cfg and --info"),
+    # Hydra resolves its node alone, where ${results_dir} is missing: an InterpolationKeyError traceback
+    (["--cfg", "hydra", "--resolve"], "--cfg hydra --resolve: the run dirs name results_dir"),
+    (["--resolve", "-c=hydra"], "-c hydra --resolve: the run dirs name results_dir"),
     (["-m", "dtype=float32,int3"], "dtype 'int3' is not supported on "),  # before job 0, not at job 1
     (["cpu_threads=-1"], "cpu_threads must be 0 (cores / tp) or 1-1024, got -1"),
     # session 13's new-user trial: each was refused only inside its job, after the sweep's earlier jobs had run
