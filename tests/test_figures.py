@@ -127,6 +127,13 @@ def test_an_engine_sweep_with_ideal_draws_the_exposed_cost_first(figures, tmp_pa
         check_clean(fig)
 
 
+def test_ideal_beside_the_planes_at_tp1_says_that_nothing_is_exposed(figures, tmp_path, capsys):
+    out, lines = plot(engine_rows(tp=1, repeats=1), tmp_path, capsys)  # the message read as if ideal were missing
+    assert lines == [f"raw-metric figure (p50 bars, p99 whiskers) written to {out}",
+                     "no exposed-cost figure: at tp=1 no plane sends, so nothing is exposed"]
+    assert len(figures) == 1
+
+
 def test_an_engine_sweep_without_ideal_draws_the_raw_metrics_and_says_why(figures, tmp_path, capsys):
     rows = engine_rows(controls=("shm", "ring"), repeats=1)
     out, lines = plot(rows + [{**r, "cpu_threads": 2.0} for r in rows], tmp_path, capsys)
