@@ -176,8 +176,9 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
             raise InputError(f"--plot: cannot write {path}: {e.strerror or e}") from None
         print(f"{what} written to {path}")
     if parts[0][0] == "engine" and figures[0][1] != "exposed":
-        print("no exposed-cost figure: " + ("at tp=1 no plane sends, so nothing is exposed" if (ok["tp"] == 1).all()
-                                              else "it needs control=ideal rows in the same configuration as the planes'"))
+        why = ("at tp=1 no plane sends, so nothing is exposed" if (ok["tp"] == 1).all()
+               else "it needs control=ideal rows in the same configuration as the planes'")
+        print(f"no exposed-cost figure: {why}")
 
 
 def parse_threshold(text: str) -> float:

@@ -75,6 +75,7 @@ class LifelineServer:
         self._noted: dict[int, int] = {}  # rank -> notes printed in its current silence
         self.reports: queue.Queue = queue.Queue()  # ("error" | "stats", rank, payload)
         self.conns: dict[int, socket.socket] = {}
+        self._bufs: dict[int, bytearray] = {}  # rank -> the bytes of its frame still arriving
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="lifelines", daemon=True)
@@ -122,19 +123,33 @@ class LifelineServer:
                         threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
                     continue
                 rank = by_sock[sock]
-                frame = recv_frame(sock)
+                frames = self._read(sock, rank)
                 self._seen(rank)
-                if frame is None:
+                if frames is None:
                     with self._lock:
                         self.conns.pop(rank, None)
                         if rank not in self.finished:
                             self.dead.setdefault(rank, "its process is gone (lifeline closed)")
                     sock.close()
-                elif frame[0] == "bye":
-                    self.finished[rank] = frame[1]
-                elif frame[0] != "beat":
-                    self.reports.put((frame[0], rank, frame[1]))
+                for frame in frames or ():
+                    if frame[0] == "bye":
+                        self.finished[rank] = frame[1]
+                    elif frame[0] != "beat":
+                        self.reports.put((frame[0], rank, frame[1]))
             self._note_stalls()
+
+    def _read(self, sock: socket.socket, rank: int) -> list | None:
+        """The whole frames come from ``rank`` (one ``recv``: a worker stopped mid-frame leaves the rest in its
+        buffer and cannot block this thread); None when the connection ended."""
+        with contextlib.suppress(OSError):
+            if chunk := sock.recv(1 << 20):
+                buf, frames = self._bufs.setdefault(rank, bytearray()), []
+                buf += chunk
+                while len(buf) >= FRAME.size and len(buf) >= FRAME.size + (n := FRAME.unpack_from(buf)[0]):
+                    frames.append(pickle.loads(buf[FRAME.size:FRAME.size + n]))
+                    del buf[:FRAME.size + n]
+                return frames
+        return None
 
     def _check_own(self) -> None:
         """This thread did not run for over STALL_S (this process stopped, or the GIL held): the workers' silence

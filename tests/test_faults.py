@@ -486,6 +486,38 @@ def test_rank_0_stalled_itself_is_no_workers_silence():
         server.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_worker_stopped_mid_frame_blocks_no_other_rank():
+    """A worker stopped halfway through sending a large frame: the lifeline thread read that frame to its end,
+    so it stopped reading every other rank too (their deaths and stalls unseen, as if rank 0 had stalled)."""
+    import pickle
+    import socket
+
+    from runtime.lifeline import FRAME, STALL_S, Lifeline, LifelineServer, recv_frame, send_frame
+
+    server = LifelineServer("127.0.0.1", sync_clocks=False)
+    healthy = Lifeline("127.0.0.1", server.port, 1, timeout_s=10)
+    stopped = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        healthy.watch(on_death=lambda: None)
+        send_frame(stopped, ("hello", 2, "node"))
+        assert recv_frame(stopped)[0] == "offset"
+        wait_until(lambda: server.connected() == {1, 2}, 10, "both lifelines")
+        data = pickle.dumps(("stats", list(range(200_000))))
+        frame = FRAME.pack(len(data)) + data
+        stopped.sendall(frame[:len(frame) // 2])  # then no byte more: a SIGSTOP mid-send
+        healthy.send("stats", "rank 1's")
+        assert server.reports.get(timeout=5) == ("stats", 1, "rank 1's")
+        wait_until(lambda: 2 in server.stalled(), STALL_S + 5, "the stopped rank named stalled")
+        assert 1 not in server.stalled() and server.own_stall is None
+        stopped.sendall(frame[len(frame) // 2:])  # continued: the frame arrives whole
+        assert server.reports.get(timeout=5) == ("stats", 2, list(range(200_000)))
+    finally:
+        stopped.close()
+        healthy.close(0)
+        server.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("timeout_s,stop_s", [(4, 7), (20, 4)])
