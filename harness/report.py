@@ -94,7 +94,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         if row.get("request_rate") is not None:
             good = (f"{f('goodput_req_s', '.2f')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
             print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent "
-                  f"(first to last send), {f('req_s', '.2f')} completed (over the whole run)")
+                  f"(start to last send), {f('req_s', '.2f')} completed (start to last token)")
             print(f"{MORE}goodput: {good}")
             if row.get("control") == "ideal" and row.get("tp") != 1:
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")

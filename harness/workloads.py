@@ -42,17 +42,18 @@ class Workload:
 
 
 def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
-    """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone: 0, then vLLM ``bench serve``'s
-    Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)) gaps (``burstiness=inf``: 1 / request_rate
-    each), scaled to a mean of exactly 1 / request_rate. All at 0 for ``request_rate=inf``."""
+    """Arrivals (s from the run's start) of ``num`` requests, from ``seed`` alone, placed as vLLM ``bench serve``'s
+    ``get_request`` places them: the sums of Gamma(shape=burstiness, scale=1 / (request_rate * burstiness)) gaps,
+    the first gap included (``burstiness=inf``: 1 / request_rate each), scaled so the last arrives at
+    num / request_rate. All at 0 for ``request_rate=inf``."""
     if math.isinf(request_rate):
         return [0.0] * num
-    if math.isinf(burstiness):
-        return [i / request_rate for i in range(num)]
-    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num - 1)
-    if num > 1 and gaps.sum() > 0:
-        gaps *= (num - 1) / request_rate / gaps.sum()
-    return [0.0] + np.cumsum(gaps).tolist()
+    gaps = (np.full(num, 1.0 / request_rate) if math.isinf(burstiness)
+            else np.random.default_rng(seed).gamma(burstiness, 1.0 / (request_rate * burstiness), size=num))
+    times = np.cumsum(gaps)
+    if num and times[-1] > 0:
+        times *= num / request_rate / times[-1]
+    return times.tolist()
 
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -69,9 +70,9 @@ def check_serve(w: dict) -> None:
     if not (is_number(burstiness) or burstiness == math.inf) or not burstiness >= MIN_BURSTINESS:
         raise ValueError(f"workload.burstiness must be a number >= {MIN_BURSTINESS} (1.0: Poisson; lower: most gaps "
                          f"underflow to 0 s) or inf (evenly spaced), got {burstiness!r}")
-    if (span := (w["num_prompts"] - 1) / rate) > MAX_ARRIVAL_SPAN_S:
+    if (span := w["num_prompts"] / rate) > MAX_ARRIVAL_SPAN_S:
         raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
-                         f"{span:.3g} s ((num_prompts - 1) / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")
+                         f"{span:.3g} s (num_prompts / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")
     if (mc := w.get("max_concurrency")) is not None and (not is_int(mc) or mc < 1):
         raise ValueError(f"workload.max_concurrency must be null (unbounded) or an integer >= 1, got {mc!r}")
     if not isinstance(slo := w.get("slo") or {}, dict):
@@ -205,15 +206,15 @@ def serve_columns(work: Workload) -> dict:
 
 def idle_gap_problem(w: dict, seed: int, control: str, tp: int, timeout_s: float) -> str | None:
     """Why the trace of workload config ``w`` (as it runs) and ``seed`` cannot run: under ``control=ideal`` at
-    tp > 1, a gap between arrivals of ``timeout_s`` (s) or more, as ideal's workers wait it out in a collective.
+    tp > 1, a gap before an arrival of ``timeout_s`` (s) or more, as ideal's workers wait it out in a collective.
     Known before any run: the arrivals come from ``w`` and ``seed`` alone."""
-    if w.get("kind") != "serve" or control != "ideal" or tp < 2 or w["num_prompts"] < 2:
+    if w.get("kind") != "serve" or control != "ideal" or tp < 2:
         return None
-    gap = np.diff(arrival_offsets(w["num_prompts"], float(w["request_rate"]), float(w.get("burstiness", 1.0)),
-                                  seed)).max()
+    gap = np.diff([0.0, *arrival_offsets(w["num_prompts"], float(w["request_rate"]), float(w.get("burstiness", 1.0)),
+                                         seed)]).max()  # the first arrival's wait included
     if gap < timeout_s:
         return None
-    return (f"control=ideal: the trace has a {gap:.0f} s gap between arrivals, and ideal's workers wait it out "
+    return (f"control=ideal: the trace has a {gap:.0f} s wait for an arrival, and ideal's workers wait it out "
             f"inside a collective, which gives up after llm.timeout_s={timeout_s:g} s: raise llm.timeout_s above "
             f"{gap:.0f}")
 

@@ -126,7 +126,7 @@ BAD_INPUT = [
     (["device=cpu", "workload=serve", "workload.num_prompts=1000000000"],  # on a CPU: the 128 tokens that run
      "workload.num_prompts=1000000000 x up to 128 prompt tokens is more than 50,000,000 tokens to draw"),
     (["workload=serve", "workload.request_rate=1e-300", "workload.num_prompts=3"],
-     "the arrivals would span 2e+300 s ((num_prompts - 1) / request_rate), over a day"),
+     "the arrivals would span 3e+300 s (num_prompts / request_rate), over a day"),
     (["workload=bench", "workload.max_input_len=5000"],
      "workload bench asks for sequences of up to 5064 tokens (5000 of prompt + 64 output); the limit is 4096"),
     (["-m", "engine=tp,hf", "workload=serve"], "engine=hf runs offline batches through generate(): workload=serve "
@@ -622,7 +622,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
     # session 22's new-user trial: refused only inside its job, after a sweep's earlier jobs had run
     (["-m", "control=shm,ideal", "tp=2", "workload=serve", "workload.request_rate=0.01", "workload.num_prompts=3"],
-     "control=ideal: the trace has a 120 s gap between arrivals"),
+     "control=ideal: the trace has a 178 s wait for an arrival"),
     (["-m", "llm.num_kvcache_blocks=8,1", "workload=smoke", "llm.kvcache_block_size=16"],
      "workload smoke asks for sequences of up to 40 tokens: 3 KV blocks of llm.kvcache_block_size=16, more than "
      "llm.num_kvcache_blocks=1"),  # a failed row (exit 1) once the engine had started

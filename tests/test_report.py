@@ -60,7 +60,7 @@ def test_a_serve_run_says_its_load_and_ideal_why_no_one_way(capsys):
            "request_rate": 8.0, "achieved_rate_req_s": 7.08, "goodput_req_s": None, "slo": None,
            "queue_ms_p50": 1.5, "queue_ms_p99": 46.1, "serve_loop_us_per_step": 28.8}
     text = "\n".join(printed(capsys, row))
-    assert "8 req/s asked, 7.08 sent (first to last send), 3.09 completed (over the whole run)" in text
+    assert "8 req/s asked, 7.08 sent (start to last send), 3.09 completed (start to last token)" in text
     assert "goodput: no SLO set" in text and max(len(line) for line in text.splitlines()) <= 120
     assert "no one-way latency" in text and "launch " not in text
     assert "64 messages replayed, none sent" in text and "rank 0 checks one in" in text
