@@ -187,7 +187,10 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
     work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
     if results is not None:  # the rank that reports
         results.config.update(device=device, dtype=resolve_dtype(cfg.dtype, device))  # auto resolved
-        results.config["workload"] = effective_workload(w, device)  # what ran: the CPU scale-down applied
+        results.config["workload"] = ran = effective_workload(w, device)  # what ran: the CPU scale-down applied
+        if scaled := [f"{k} {w.get(k)} -> {v}" for k, v in ran.items() if k != "cpu" and v != w.get(k)]:
+            print(f"workload={w['name']} on CPU: its cpu: block applies ({', '.join(scaled)}); a key set on the "
+                  f"command line wins")
         results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
         if not cfg.model.get("path"):
             results.config["model"]["preset"] = OmegaConf.to_container(cfg.model.preset)

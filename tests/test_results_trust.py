@@ -196,6 +196,17 @@ def test_model_auto_says_which_preset_it_took(tmp_path, model_cache):
     assert pd.read_csv(tmp_path / "runs.csv").model.tolist() == ["qwen3-tiny"]
 
 
+@pytest.mark.slow
+def test_the_cpu_scale_down_is_said_and_a_key_set_on_the_command_line_wins(tmp_path, model_cache):
+    """A new user's trial: workload=latency-4k on CPU ran 240-token prompts under its own name, and nothing said so."""
+    res = harness("tp=1", "workload=latency-4k", "workload.iterations=1", f"results_dir={tmp_path}", "progress=false",
+                  cache=model_cache)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert ("workload=latency-4k on CPU: its cpu: block applies (input_len 3968 -> 240); a key set on the command "
+            "line wins") in res.stdout
+    assert pd.read_csv(tmp_path / "runs.csv").input_tokens.tolist() == [240]
+
+
 def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_medians(tmp_path, monkeypatch, capsys):
     """A worker silent for seconds mid-run (SIGSTOP, the GIL held) once left an ok row: --compare and the repeats'
     medians took its inflated latencies in. Its row is ``stalled`` now, numbers kept, the silence its ``error``."""
