@@ -96,7 +96,9 @@ if __name__ == "__main__":
         release_engine()
         # rank 0 writes the rows, the others serve it; an interrupted sweep sums up the jobs it finished
         sweep = "-m" in sys.argv or "--multirun" in sys.argv
-        if (len(EXIT_CODES) > 1 or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
+        report = sys.modules.get("harness.report")  # repeats of one job: their medians and spread too
+        repeats = report is not None and len(report.SWEEP_ROWS) > 1
+        if (len(EXIT_CODES) > 1 or repeats or (sweep and 130 in EXIT_CODES)) and os.environ.get("RANK", "0") == "0":
             try:
                 from .analyze import print_sweep_summary
                 from .report import SWEEP_ROWS

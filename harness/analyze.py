@@ -137,8 +137,10 @@ def busy_note(df: pd.DataFrame) -> str | None:
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
-    """The end of a sweep (if ``interrupted``, at its ``jobs``-th job): ``report`` of the ok ``rows`` it wrote."""
-    print(f"\n== sweep{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
+    """The end of a sweep (if ``interrupted``, at its ``jobs``-th job), or of one job's repeats: ``report`` of the ok
+    ``rows`` it wrote."""
+    kind = "sweep" if jobs > 1 or interrupted else "repeats"
+    print(f"\n== {kind}{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
           f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
     if rows:
         df = pd.DataFrame(rows).reindex(columns=COLUMNS)

@@ -93,6 +93,8 @@ def test_a_row_holds_its_own_run(tmp_path, model_cache, tiny_untied):
     assert set(df.model) == {os.path.basename(tiny_untied)} and df.model_hash.nunique() == 1
     assert set(df.cpu_threads) == {1} and df.cpu_cores.iloc[0] == os.cpu_count() and df.load_avg_1m.notna().all()
     assert df.hydra_dir.notna().all() and os.path.isdir(df.hydra_dir.iloc[0])
+    # the repeats' medians and spread, as a sweep's (a new user's trial: one job printed three blocks, no summary)
+    assert "== repeats: 1 job, 3 ok rows ==" in res.stdout and "median over ok repeats" in res.stdout
 
 
 @pytest.mark.slow
