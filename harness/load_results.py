@@ -39,7 +39,8 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
     for path in paths:
         if os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.csv")))
-            below = sorted(d for d in os.listdir(path) if glob.glob(os.path.join(path, d, "*.csv")))
+            below = sorted(d for d in os.listdir(path)  # steps/: step logs (python -m harness.step_log reads one)
+                           if d != "steps" and glob.glob(os.path.join(path, d, "*.csv")))
             if not found:
                 raise InputError(f"{path}: no *.csv file in this directory" + (
                     f" (its folders are not searched; name one: {_some(below, 4)})" if below else ""))

@@ -269,6 +269,15 @@ def test_a_folder_of_folders_names_the_first_and_counts_the_rest(tmp_path, capsy
     assert "(its folders are not searched; name one: a, b, c, d and 2 more)" in capsys.readouterr().err
 
 
+def test_the_step_logs_folder_is_not_offered_as_results(tmp_path, capsys):
+    # a new-user trial: "its folders are not read (steps); name one to read it", and naming it failed
+    write(sweep_rows(planes=("shm",), tps=(2,), repeats=1), tmp_path / "runs.csv")
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "0123456789ab.csv").write_text("step,prefill\n0,1\n")
+    assert main([str(tmp_path)]) == 0
+    assert "folders" not in capsys.readouterr().err
+
+
 def test_a_run_that_failed_while_its_engine_started_is_filed_with_its_configuration(tmp_path, capsys):
     # a new-user trial: its row had no launcher, nodes, cpu_threads, all_reduce, gemm (its engine never said
     # them) and sat in a section of its own, "0 (+1 failed)", beside the ok rows of the same configuration
