@@ -18,6 +18,12 @@ import numpy as np
 
 from .results_csv import open_run_file
 
+COLUMNS = ["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us", "r0_launch_us"]
+
+
+class OtherCsv(ValueError):
+    """A CSV file that is not a step log (its header says which kind)."""
+
 
 def write_step_log(path: str, steps, stats: dict) -> None:
     """Write ``path`` (its folder created) from ``StepRecord``s and ``LLM.collect_control_stats()``. Raises OSError."""
@@ -29,8 +35,7 @@ def write_step_log(path: str, steps, stats: dict) -> None:
 
     with open_run_file(path) as f:
         out = csv.writer(f)
-        out.writerow(["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us",
-                      "r0_launch_us"] + [f"r{r}_{k}" for r in ranks for k in ("oneway_us", "launch_us")])
+        out.writerow(COLUMNS + [f"r{r}_{k}" for r in ranks for k in ("oneway_us", "launch_us")])
         for i, s in enumerate(steps):
             line = [i, int(s.is_prefill), s.num_seqs, s.num_tokens, f"{s.duration_s * 1e6:.1f}", s.message_bytes,
                     f"{s.send_ns / 1e3:.1f}", "" if s.launch_ns is None else f"{s.launch_ns / 1e3:.1f}"]
@@ -49,6 +54,9 @@ def summarize(path: str) -> str:
         print(f"warning: {path}: ignored its truncated last line", file=sys.stderr)
         text = text[:text.rfind("\n") + 1]
     rows = list(csv.reader(io.StringIO(text)))
+    if rows and rows[0][:len(COLUMNS)] != COLUMNS:
+        raise OtherCsv("a results CSV, not a step log (python -m harness.analyze reads it)" if "run_id" in rows[0]
+                       else f"not a step log: its header does not start {','.join(COLUMNS[:3])},...")
     if short := next((i + 1 for i, r in enumerate(rows) if r and len(r) != len(rows[0])), None):
         raise ValueError(f"line {short} has {len(rows[short - 1])} cells, the header {len(rows[0])}")
     df = pd.read_csv(io.StringIO(text))
@@ -82,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             print(summarize(path))
+        except OtherCsv as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            code = 2
         except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
             why = (str(e).strip().splitlines() or [""])[0]
             print(f"error: {path}: not a readable step log ({type(e).__name__}: {why})", file=sys.stderr)

@@ -65,6 +65,10 @@ def test_a_file_that_is_no_step_log_is_one_line_not_a_traceback(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
     assert "a directory" in (main([str(tmp_path)]), capsys.readouterr().err)[1]
+    # a new-user trial: a results CSV gave "AttributeError: 'DataFrame' object has no attribute 'prefill'"
+    assert main([str(other)]) == 2
+    assert capsys.readouterr().err == (f"error: {other}: a results CSV, not a step log (python -m harness.analyze "
+                                       f"reads it)\n")
 
 
 def test_a_damaged_step_log_says_where(tmp_path, capsys):
