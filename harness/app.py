@@ -130,12 +130,12 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row,
            "gpu_name": sampler.gpu_name}
     written = results.add(row)
-    files = [f"run file    {results.run_file} (its configuration, columns, vLLM's names)"] if results.run_file else []
+    files = []
     if requests:
         files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
-    print_summary(row, written, steps, files)
+    print_summary(row, written, steps, files, results.run_file)
     if not stalls:
         SWEEP_ROWS.append(row)
     if gpus:
@@ -252,7 +252,7 @@ def run_hf_job(cfg: DictConfig) -> int:
                    **metrics.energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
-            print_summary(row, results.add(row))
+            print_summary(row, results.add(row), run_file=results.run_file)
             SWEEP_ROWS.append(row)
         return 1 if results.problem else 0
     except BaseException as e:  # bad input before the runs: no row; else its failed row, once there is a file

@@ -225,7 +225,7 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
     # a serve run's requests finished before the failure stay in its file
     print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
-                  if row.get("run_id") and os.path.isfile(kept) else ())
+                  if row.get("run_id") and os.path.isfile(kept) else (), run_file=results.run_file)
     print(f"error: {one_line(e)}", file=sys.stderr)
     return 130 if isinstance(e, KeyboardInterrupt) else 1
 

@@ -37,7 +37,8 @@ def control_lines(row: dict) -> list[str]:
     f = partial(_fmt, row)
     if row.get("tp") == 1:
         steps = row["prefill_steps"] + row["decode_steps"]
-        return [f"  control     nothing sent: tp=1 has no worker ({steps} steps ran on rank 0 alone)"]
+        return [f"  control     nothing sent: tp=1 has no worker ({steps} step{'s' * (steps != 1)} ran on rank 0 "
+                "alone)"]
     if row.get("control") == "ideal":
         lines = [f"  control     {row['ctrl_calls']} messages replayed, none sent ({f('ctrl_bytes_mean', '.0f')} B "
                  f"on average); rank 0 checks one in {f('ctrl_send_us_p50')} us (p50)",
@@ -80,8 +81,9 @@ def gpu_lines(row: dict) -> list[str]:
     return [f"  GPU         {lines[0]}"] + [MORE + line for line in lines[1:]]
 
 
-def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = ()) -> None:
-    """Print one engine run's row in sentences, where it went (``path``), its ``step_log`` and other ``files``."""
+def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = (),
+                  run_file: str | None = None) -> None:
+    """Print one run's row in sentences, where it went (``path``), its ``run_file``, ``step_log``, other ``files``."""
     f = partial(_fmt, row)
     print("\n" + header(row))
     if row["status"] == "stalled":
@@ -102,14 +104,16 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
                   f"{f('queue_ms_p99', '.2f')} ms; the loop's own cost {f('serve_loop_us_per_step')} us per step")
         print("\n".join(latency_lines(row)))
         if row.get("prefill_steps") is not None:  # engine=hf runs no engine steps
-            print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps; a decode "
-                  f"step takes {f('decode_step_ms_p50', '.2f')} ms (p50)")
+            decode = f"; a decode step takes {f('decode_step_ms_p50', '.2f')} ms (p50)" if row["decode_steps"] else ""
+            print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps{decode}")
         if row.get("ctrl_calls") is not None or row.get("tp") == 1 and row.get("decode_steps") is not None:
             print("\n".join(control_lines(row)))
         print("\n".join(gpu_lines(row)))
     if step_log and row["status"] != "failed":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
+    if run_file:
+        print(f"  run file    {run_file} (its configuration, columns, vLLM's names)")
     for line in files:
         print(f"  {line}")
 

@@ -47,6 +47,21 @@ def test_at_tp_1_the_control_line_says_nothing_was_sent(capsys):
     assert not any("replays its recording" in line for line in lines)  # at tp=1 ideal serves the trace as asked
 
 
+def test_a_one_token_run_has_one_step_and_no_decode_step_time(capsys):
+    # a new-user trial: "1 steps ran on rank 0 alone", "a decode step takes - ms (p50)"
+    row = {k: v for k, v in OK.items() if not k.startswith("ctrl_")}
+    lines = printed(capsys, {**row, "tp": 1, "decode_steps": 0, "decode_step_ms_p50": None})
+    assert "  steps       1 prefill and 0 decode steps" in lines
+    assert "  control     nothing sent: tp=1 has no worker (1 step ran on rank 0 alone)" in lines
+
+
+def test_the_run_file_is_named_under_the_row(capsys):
+    print_summary(OK, "/tmp/x/runs.csv", run_file="/tmp/x/runs/abc.json")  # engine=hf named none
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2:] == ["  row appended to /tmp/x/runs.csv",
+                          "  run file    /tmp/x/runs/abc.json (its configuration, columns, vLLM's names)"]
+
+
 def test_a_failed_broadcast_row_names_no_model(capsys):
     row = {"status": "failed", "engine": "tp", "control": "pipe", "tp": 2, "model": None, "device": "cpu",
            "workload": "broadcast", "repeat": 0, "error": "interrupted (SIGINT)"}
