@@ -221,6 +221,9 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     if cpu and not cfg.workload.get("scale_on_cpu"):
         notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
                      f"{', '.join(cpu)}")
+    if "workload.burstiness" in keys and "workload.request_rate" in keys and cfg.workload.request_rate == math.inf:
+        notes.append(f"note: workload.burstiness={cfg.workload.burstiness:g} shapes the gaps between arrivals; at "
+                     f"request_rate=inf there are none (every request at t=0)")
     for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
         last = [a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == key][-1]
         notes.append(f"note: {key} is given {keys.count(key)} times: the last, {key}={last}, applies")
