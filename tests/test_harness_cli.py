@@ -662,6 +662,7 @@ def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can
     assert preflight.JOB_COUNT == 6
     out = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120).stdout
+    assert out.startswith("python -m harness [-m] [key=value ...]: runs a workload")  # was "__main__ is powered by"
     groups = out[out.index("== Configuration groups =="):out.index("== Config ==")]
     assert [line.split(":")[0] for line in groups.splitlines()[2:] if line] == ["control", "model", "workload"]
 
