@@ -11,7 +11,7 @@ import pandas as pd
 from .plot_common import config_groups, key_cell
 
 WIDTH = 120
-_RIGHT = re.compile(r"^([-+\d.\[]|inf$)")  # a column of numbers is right-aligned
+_RIGHT = re.compile(r"^\(?([-+\d.\[]|inf\)?$)")  # a column of numbers is right-aligned, "(12.5)" too
 
 
 def key_cells(r: pd.Series, keys: list[str]) -> dict:

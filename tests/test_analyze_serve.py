@@ -121,6 +121,21 @@ def test_the_serve_table_fits_in_120_characters(goodput, tmp_path, capsys):
             in out.splitlines())
 
 
+@pytest.mark.parametrize("tp", [2, 1])
+def test_ideals_cells_that_follow_its_recording_are_in_parentheses(tp, tmp_path, capsys):
+    # a new-user trial: ideal's TTFT p99 289 ms beside shm's 64 read as a bad plane, with nothing on its cells
+    assert main([write(serve_rows(goodput=True, tp=tp), tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    header, _, *rows = [cells(line) for line in table_lines(out)]
+    at = {h: i for i, h in enumerate(header)}
+    marked = [h for h in ("sent/s", "good/s", "ttft50", "ttft99") if h in at]
+    for row in rows:
+        paren = {h: row[at[h]].startswith("(") for h in marked + ["tpot50"] if row[at[h]]}
+        ideal = row[at["control"]] == "ideal" and tp > 1  # tp=1: no replay, ideal serves the trace as asked
+        assert paren == {h: ideal and h != "tpot50" for h in paren}, row
+    assert ("its cells\nin parentheses" in out) == (tp > 1) and all(len(line) <= 120 for line in out.splitlines())
+
+
 def test_a_narrow_serve_table_leaves_out_the_queue_and_sent_rate_before_any_tpot(tmp_path, capsys):
     rows = [{**r, "burstiness": b, "max_concurrency": c, "ttft_ms_p99": 12345.0, "tpot_ms_p99": 1234.5}
             for r in serve_rows(controls=("ideal", "shm", "ring")) for b in (0.5, 1.0) for c in (8, 16)]
@@ -333,7 +348,7 @@ def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_
     assert "slo=" not in out.split("\n-- ")[0].splitlines()[1]  # not every row's
     done, good = table_lines(out, "done/s"), table_lines(out.split("-- slo=ttft_ms=200")[1], "good/s")
     assert "good/s" not in done[0] and cells(done[2])[5] == "3.95±1%"  # after tp, control, rate, n, sent/s
-    assert "done/s" not in good[0] and cells(good[2])[5] == "3.55±1%"
+    assert "done/s" not in good[0] and [cells(line)[5] for line in good[2:]] == ["(3.55±1%)", "3.55±1%"]  # ideal's
 
 
 def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend_does_not_deny_it(tmp_path, capsys):
@@ -341,7 +356,7 @@ def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend
     rows = [{**r, "max_concurrency": 2, "achieved_rate_req_s": 1.1357} for r in serve_rows(rates=(float("inf"),))]
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
-    assert [cells(line)[4] for line in table_lines(out)[2:]] == ["1.14±0%"] * 2  # after tp, control, rate, n
+    assert [cells(line)[4] for line in table_lines(out)[2:]] == ["(1.14±0%)", "1.14±0%"]  # after tp, control, rate, n
     assert "empty at rate inf" not in out and "empty where all were sent at once" in " ".join(out.split())
 
 
