@@ -126,7 +126,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
 
 
 def busy_note(df: pd.DataFrame) -> str | None:
-    """A line when rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
+    """A line when ok rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
+    df = df[df.status == "ok"]  # the rows the tables measure
     load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
     if not (busy := load > cores).any():
         return None

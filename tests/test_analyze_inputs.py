@@ -205,6 +205,10 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     assert "busy machine" in " ".join(capsys.readouterr().err.split())
     quiet = [{**r, "load_avg_1m": 1.0} for r in rows]
     assert main([write(quiet, tmp_path / "runs.csv")]) == 0 and "busy machine" not in capsys.readouterr().out
+    # a new-user trial: "5 of 5 rows" where one had failed; the tables measure the ok rows alone
+    failed = {**rows[1], "status": "failed", "error": "interrupted (SIGINT)", "repeat": 9}
+    assert main([write(rows + [failed], tmp_path / "runs.csv")]) == 0
+    assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine" in capsys.readouterr().out
 
 
 def test_options_of_the_gate_without_the_gate_are_refused(tmp_path, capsys):
