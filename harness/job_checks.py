@@ -234,3 +234,27 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
             notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
                          f"({vocab} ids): token ids go up to {vocab - 1}")
     return notes
+
+
+ENGINE_FREE = ("workload", "repeat", "tag", "results_dir", "results_file", "progress", "save_requests", "step_log",
+               "nvml_interval_s", "hydra")  # keys (and llm.async_scheduling) a reused engine does not depend on
+
+
+def reuse_note(argv: list[str], jobs: list[list[str]], compose) -> str | None:
+    """A note when the sweep's order starts more engines than needed (Hydra varies the last override fastest)."""
+
+    def engine_of(job):
+        keys = [a.lstrip("+~").split("=", 1)[0] for a in job]
+        return [a for a, k in zip(job, keys) if k.split(".")[0] not in ENGINE_FREE and k != "llm.async_scheduling"]
+
+    cfg = compose(jobs[0])
+    if not cfg.reuse_engine or cfg.engine != "tp" or Launch.from_env() is not None:
+        return None
+    keys = [engine_of(j) for j in jobs]
+    starts, needed = 1 + sum(a != b for a, b in zip(keys, keys[1:])), len({tuple(k) for k in keys})
+    if starts == needed:
+        return None
+    first = [a for a in argv if not a.startswith("-") and engine_of([a])]
+    better = " ".join(["-m", *first, *[a for a in argv if not a.startswith("-") and a not in first]])
+    return (f"note: this order starts an engine {starts} times where {needed} would do (Hydra varies the last "
+            f"override fastest): python -m harness {better}")

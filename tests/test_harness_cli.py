@@ -712,6 +712,14 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
      "note: workload.burstiness=0.5 shapes the gaps between arrivals; at request_rate=inf there are none"),
     (["-m", "workload=serve", "workload.request_rate=2,inf", "workload.burstiness=0.5"], "at request_rate=inf there"),
     (["workload=serve", "workload.request_rate=2", "workload.burstiness=0.5"], None),
+    # session 29's new-user trial: 4 engine starts where 2 would do, and nothing said why
+    (["-m", "workload=smoke,latency", "control=ideal,shm", "tp=2"], "note: this order starts an engine 4 times where 2 "
+     "would do (Hydra varies the last override fastest): python -m harness -m control=ideal,shm tp=2 "
+     "workload=smoke,latency"),
+    (["-m", "control=ideal,shm", "workload=smoke,latency", "tp=2"], None),
+    (["-m", "llm.async_scheduling=true,false", "control=ideal,shm"], "starts an engine 4 times where 2 would do"),
+    (["-m", "workload=smoke,latency", "control=ideal,shm", "reuse_engine=false"], None),
+    (["-m", "workload=smoke,latency", "control=ideal,shm", "engine=hf"], None),
 ])
 def test_a_file_switch_on_a_job_that_writes_no_such_file_passes_with_a_note(argv, note, capsys):
     from harness.preflight import check_command
