@@ -1,6 +1,6 @@
 """The curve figures: a line per plane (colour) and tp (style) through the medians over repeats, min-max bars, a
 row of panels per other configuration. workload=broadcast rows: one-way latency p50 and p99 against the message
-size (log), a marker per payload kind. workload=serve rows: TTFT and TPOT p50/p99 (ms) and goodput (else the
+size (log), a line and a marker per payload kind. workload=serve rows: TTFT and TPOT p50/p99 (ms) and goodput (else the
 completed rate, req/s) against the achieved rate."""
 
 from __future__ import annotations
@@ -65,13 +65,14 @@ def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
-    """One panel: ``metric`` against the message size, a line per (plane, tp), a marker per payload kind."""
+    """One panel: ``metric`` against the message size, a line per (plane, tp, payload kind), a marker per kind
+    (a line across kinds would join unrelated messages of near sizes: raw 64 kB and a 16 x 1,024 prefill)."""
     xs, ys = [], []
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
-        ax.plot(pts.x, pts["median"], color=colours[control], linestyle=style, linewidth=1.2)
         for k, part in pts.groupby("kind"):
+            ax.plot(part.x, part["median"], color=colours[control], linestyle=style, linewidth=1.2)
             ax.errorbar(part.x, part["median"], yerr=[part["median"] - part["min"], part["max"] - part["median"]],
                         color=colours[control], marker=KINDS.get(k, "D"), markersize=4, linestyle="none",
                         elinewidth=0.8, capsize=2)
