@@ -164,16 +164,19 @@ def draw_exposed(ax, rows: pd.DataFrame, colours: dict) -> None:
     ax.set_ylabel("exposed (us)", fontsize=7)
 
 
-def legends(planes: list, colours: dict) -> list[list]:
-    """Two legends: the planes' colours; the metrics' markers and what a point's fill says."""
+def legends(planes: list, colours: dict, verdicts: pd.Series) -> list[list]:
+    """Two legends: the planes' colours; the metrics' markers and what the fills drawn (of ``verdicts``) say."""
+    noise, one = verdicts == "within noise", verdicts.str.startswith("one repeat")
+
     def point(label, marker="o", fillstyle="full", color="dimgrey"):
         return Line2D([], [], color=color, marker=marker, fillstyle=fillstyle, markerfacecoloralt="white",
                       linestyle="none", label=label)
 
     return [[point(short_plane(p), color=colours[p]) for p in planes],
             [point(m, marker, color="black") for m, (marker, _) in METRICS.items()]
-            + [point("filled: spread excludes 0"), point("hollow: within noise (spread holds 0)", fillstyle="none"),
-               point("half: one repeat, no spread", fillstyle="left")]]
+            + [p for p, drawn in ((point("filled: spread excludes 0"), ~noise & ~one),
+                                  (point("hollow: within noise (spread holds 0)", fillstyle="none"), noise),
+                                  (point("half: one repeat, no spread", fillstyle="left"), one)) if drawn.any()]]
 
 
 def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFrame):
@@ -182,7 +185,7 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     groups = config_groups(table, others, sort=False)
     shared, labels = config_labels(others, [cfg for cfg, _ in groups])
     planes, colours = plane_colours(table.control)
-    handles = legends(planes, colours)
+    handles = legends(planes, colours, table.verdict)
     ncols = min(COLUMNS, len(groups))
     col_w = max(4.2, 7.5 / ncols)  # one panel: wide enough for the legend
     note = ("each plane's median minus control=ideal's, error bar [plane min - ideal max, plane max - ideal "

@@ -220,6 +220,12 @@ def test_one_repeat_is_drawn_half_filled_without_a_spread(figures, tmp_path, cap
     points = [line for line in ax.get_lines() if line.get_marker() in ("o", "s")]
     assert [p.get_fillstyle() for p in points] == ["left"] * 4
     check_clean(figures[0])
+    # the legend says only the fills drawn (a new-user trial: "half: one repeat" beside points of 2 repeats each)
+    fills = [t.get_text().split(":")[0] for t in figures[0].legends[1].get_texts()]
+    assert fills == ["decode step p50", "TPOT p50", "half"]
+    figures.clear()
+    plot(engine_rows(workloads=("latency",), repeats=2), tmp_path, capsys)
+    assert [t.get_text().split(":")[0] for t in figures[0].legends[1].get_texts()][2:] == ["filled", "hollow"]
 
 
 def test_the_broadcast_table_reads_the_planes_across_one_line_per_payload(tmp_path, capsys):
