@@ -137,8 +137,10 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
         lo, hi = np.nanmin(both[both > 0], initial=np.nanmax(both)), np.nanmax(both)  # 0 has no place on a log x
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=0.8)
     log_if_spread(ax, "x", xs, 4)
-    if not (rate and np.nanmin(ys, initial=np.inf) <= 0):  # a goodput of 0 (every request missed the SLO) is drawn
-        log_if_spread(ax, "y", xs + ys if rate else ys, 4 if rate else 10)
+    if rate and np.nanmin(ys, initial=np.inf) > 0:  # a goodput of 0 (every request missed the SLO) is drawn
+        log_if_spread(ax, "y", xs + ys, 4)
+    elif not rate:  # p50 and p99 of a metric on one kind of axis, from the values of both
+        log_if_spread(ax, "y", rows[[f"{metric[:-4]}_p50", f"{metric[:-4]}_p99"]].to_numpy().ravel(), 10)
     ax.grid(alpha=0.12, which="minor")
 
 

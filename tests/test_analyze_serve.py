@@ -191,6 +191,8 @@ def test_the_figure_draws_a_panel_for_each_metric_and_the_inf_rate(tmp_path, mon
     assert len(hollow) == 2 * (len(axes) - 1)  # rate inf, both planes, every panel but completed-vs-sent
     assert [x for line in hollow for x in line.get_xdata()] == pytest.approx([11.95] * 8)  # its completed req/s
     assert "rate inf (x: its completed req/s)" in [t.get_text() for t in figures[0].legends[0].get_texts()]
+    # TTFT p50 and p99 on one kind of axis (a new-user trial: p50 log beside p99 linear, each chosen alone)
+    assert [ax.get_yscale() for ax in axes[:4]] == ["log", "log", "linear", "linear"]
     # a new-user trial: the legend named the rate-inf diamond where no point was drawn for it
     df = prepare_serve(pd.DataFrame(serve_rows(rates=(4.0,))).reindex(columns=COLUMNS))
     plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "y.png"))
