@@ -127,19 +127,17 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
 
 def busy_note(df: pd.DataFrame) -> str | None:
     """A line when ok rows ran on a machine busier than its cores (1-min load average above ``cpu_cores``)."""
-    df = df[df.status == "ok"]  # the rows the tables measure
-    load, cores = (pd.to_numeric(df[c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
+    load, cores = (pd.to_numeric(df.loc[df.status == "ok", c], errors="coerce") for c in ("load_avg_1m", "cpu_cores"))
     if not (busy := load > cores).any():
         return None
     verdicts = ", and step and TPOT verdicts may disagree" if (df.workload != "broadcast").any() else ""
-    return (f"note: {int(busy.sum())} of {len(df)} rows ran on a busy machine (1-min load average up to "
+    return (f"note: {int(busy.sum())} of {len(load)} rows ran on a busy machine (1-min load average up to "
             f"{load[busy].max():.1f} on {int(cores[busy].min())} cores): their timings are noisy{verdicts}; "
             f"measure again on a quiet machine")
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
-    """The end of a sweep (if ``interrupted``, at its ``jobs``-th job), or of one job's repeats: ``report`` of the ok
-    ``rows`` it wrote."""
+    """The end of a sweep or of one job's repeats (``interrupted``: at job ``jobs``): ``report`` of its ok rows."""
     kind = "sweep" if jobs > 1 or interrupted else "repeats"
     print(f"\n== {kind}{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
           f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
@@ -179,9 +177,8 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
             raise InputError(f"--plot: cannot write {path}: {e.strerror or e}") from None
         print(f"{what} written to {path}")
     if parts[0][0] == "engine" and figures[0][1] != "exposed":
-        why = ("at tp=1 no plane sends, so nothing is exposed" if (ok["tp"] == 1).all()
-               else "it needs control=ideal rows in the same configuration as the planes'")
-        print(f"no exposed-cost figure: {why}")
+        print("no exposed-cost figure: " + ("at tp=1 no plane sends, so nothing is exposed" if (ok.tp == 1).all() else
+                                            "it needs control=ideal rows in the same configuration as the planes'"))
 
 
 def parse_threshold(text: str) -> float:
@@ -218,9 +215,8 @@ def parser() -> OneLineParser:
                    "of at most 120 columns, the main metrics; markdown: every key and more metrics (mean, p50, p99 of "
                    "TTFT, TPOT, ITL, E2EL...), median [min-max] (ratio); csv: every number of both tables, one CSV (a "
                    "table column: summary, serve or exposed)")
-    p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal "
-                                                  "first, the raw metrics, broadcast and serve sweeps beside "
-                                                  "it (OUT_raw.png, ...; one line says where each went)")
+    p.add_argument("--plot", metavar="OUT.png", help="write the figures: each plane's exposed cost beside ideal first, "
+                   "the raw metrics, broadcast and serve sweeps beside it (OUT_raw.png, ...; a line names each file)")
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="regression gate between two files")
     p.add_argument("--threshold", help="regression threshold for --compare (default 10%%)")
     p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
