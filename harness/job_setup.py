@@ -12,6 +12,7 @@ import platform
 import socket
 import subprocess
 import sys
+import textwrap
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -189,8 +190,8 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
         results.config.update(device=device, dtype=resolve_dtype(cfg.dtype, device))  # auto resolved
         results.config["workload"] = ran = effective_workload(w, device)  # what ran: the CPU scale-down applied
         if scaled := [f"{k} {w.get(k)} -> {v}" for k, v in ran.items() if k != "cpu" and v != w.get(k)]:
-            print(f"workload={w['name']} on CPU: its cpu: block applies ({', '.join(scaled)}); a key set on the "
-                  f"command line wins")
+            print(textwrap.fill(f"workload={w['name']} on CPU: its cpu: block applies ({', '.join(scaled)}); a key "
+                                f"set on the command line wins", 120, subsequent_indent="  "))
         results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
         if not cfg.model.get("path"):
             results.config["model"]["preset"] = OmegaConf.to_container(cfg.model.preset)
