@@ -16,6 +16,7 @@ CPU_DTYPES = ("float32", "bfloat16")
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
 MAX_SEED = 2**63 - 1  # torch's generators take a signed 64-bit seed
 MAX_CPU_THREADS = 1024  # per rank; far past any host's cores, short of where creating the threads fails
+MAX_WAIT_S = 1_000_000  # timeout_s, startup_timeout_s: 11.6 days, past a day-long serve trace
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings")
 FIELD_TYPES = {"int": (is_int, "an integer"), "float": (is_number, "a finite number"),
@@ -194,8 +195,8 @@ class EngineConfig:
             raise ConfigError(f"num_kvcache_blocks must be -1 (size from memory) or >= 1, "
                               f"got {self.num_kvcache_blocks}")
         for name in ("timeout_s", "startup_timeout_s"):  # shorter fails on a busy host: no benchmark runs that
-            if not getattr(self, name) >= 1:
-                raise ConfigError(f"{name} must be >= 1 (s), got {getattr(self, name)}")
+            if not 1 <= getattr(self, name) <= MAX_WAIT_S:  # longer overflows timedelta and C ints, after start-up
+                raise ConfigError(f"{name} must be in [1, {MAX_WAIT_S:,}] (s), got {getattr(self, name):g}")
         if problem := profile_problem(self.profile):
             raise ConfigError(problem)
         parse_window(self.profile_steps)

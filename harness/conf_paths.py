@@ -71,8 +71,9 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
         return f"cannot write results to {directory}: {reason}"
     if (free := shutil.disk_usage(blocking).free) < 1 << 20:  # Hydra's files first: a traceback, no row
         return f"cannot write results to {directory}: its file system is full ({free} bytes free)"
-    if os.path.isdir(os.path.join(directory, results_file)):
-        return f"results_file={results_file}: {os.path.join(directory, results_file)} is a directory"
+    if os.path.exists(path := os.path.join(directory, results_file)) and not os.path.isfile(path):  # a FIFO: a hang
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        return f"results_file={results_file}: {path} is {kind}"
     for name, what in folders.items():
         folder = os.path.join(directory, name)
         if os.path.lexists(folder) and not os.path.isdir(folder):

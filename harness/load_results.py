@@ -39,6 +39,9 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
     for path in paths:
         if os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.csv")))
+            if odd := [f for f in found if not (os.path.isfile(f) or os.path.isdir(f))]:  # a FIFO: reading it hangs
+                print(f"note: skipped {_some(odd, 3)}: not a regular file", file=sys.stderr)
+                found = [f for f in found if f not in odd]
             below = sorted(d for d in os.listdir(path)  # steps/: step logs (python -m harness.step_log reads one)
                            if d != "steps" and glob.glob(os.path.join(path, d, "*.csv")))
             if not found:
@@ -60,7 +63,7 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
                 print(f"note: {path}: rows diverted from it sit beside it, not read: {_some(beside, 3)} (name them, "
                       f"or the folder: python -m harness.analyze {os.path.dirname(path) or '.'})", file=sys.stderr)
         else:
-            raise InputError(f"{path}: no such file or directory")
+            raise InputError(f"{path}: {'not a regular file' if os.path.exists(path) else 'no such file or directory'}")
     once: dict[str, tuple[str, bool]] = {}  # a file named twice, or named and in a folder named: read once
     for f, named in files:
         if (real := os.path.realpath(f)) in once:

@@ -4,6 +4,7 @@ columns, --format csv. No process is run: the rows are made here."""
 from __future__ import annotations
 
 import io
+import os
 
 import pandas as pd
 import pytest
@@ -79,6 +80,15 @@ def test_a_directory_named_like_a_csv_in_a_folder_is_skipped(folder, capsys):
     assert main([str(folder)]) == 0
     out = capsys.readouterr().out
     assert f"skipped {folder / 'x.csv'}: cannot read it (Is a directory)" in out and "read " in out
+
+
+def test_a_fifo_named_like_a_csv_is_skipped_not_read(folder, capsys):
+    """Session 29's break test: a FIFO runs.csv in a folder hung the analysis; named, it was "no such file"."""
+    os.mkfifo(folder / "pipe.csv")
+    assert main([str(folder)]) == 0
+    assert f"note: skipped {folder / 'pipe.csv'}: not a regular file" in capsys.readouterr().err
+    assert main([str(folder / "pipe.csv")]) == 2
+    assert capsys.readouterr().err == f"error: {folder / 'pipe.csv'}: not a regular file\n"
 
 
 def test_a_foreign_csv_named_on_the_command_line_is_an_error_of_one_line(folder, capsys):

@@ -60,8 +60,12 @@ BAD_INPUT = [
     (["workload=latency-b8", "workload.iterations=0"], "workload.iterations must be an integer >= 1"),  # inherited
     (["llm.max_model_len=abc"], "max_model_len must be an integer"),
     (["llm.num_kvcache_blocks=0"], "num_kvcache_blocks must be -1"),
-    (["tp=2", "llm.startup_timeout_s=0.001"], "llm.startup_timeout_s must be >= 1 (s), got 0.001"),  # failed at spawn
-    (["llm.timeout_s=0.5"], "llm.timeout_s must be >= 1 (s)"),
+    (["tp=2", "llm.startup_timeout_s=0.001"], "llm.startup_timeout_s must be in [1, 1,000,000] (s), got 0.001"),
+    (["llm.timeout_s=0.5"], "llm.timeout_s must be in [1, 1,000,000] (s)"),
+    # session 29's break test: an OverflowError after start-up (timedelta, a C int), exit 1 and a failed row
+    (["llm.timeout_s=1e14"], "llm.timeout_s must be in [1, 1,000,000] (s), got 1e+14"),
+    (["-m", "llm.timeout_s=5,1e300"], "llm.timeout_s must be in [1, 1,000,000] (s), got 1e+300"),
+    (["tp=2", "llm.startup_timeout_s=1e14"], "llm.startup_timeout_s must be in [1, 1,000,000] (s)"),
     (["llm.max_model_len=8"], "max_model_len=8"),
     (["llm.gemm=cublas"], "gemm=cublas needs device=cuda"),
     (["-m", "llm.gemm=auto,cublas"], "llm.gemm=cublas needs device=cuda"),  # before the auto job runs
@@ -653,6 +657,16 @@ def test_a_results_file_that_is_a_directory_is_refused_up_front(tmp_path):
     (tmp_path / "runs.csv").mkdir()
     problem, _ = check_command(["-m", f"results_dir={tmp_path}", "results_file=ok.csv,runs.csv"])
     assert problem is not None and problem.startswith("results_file=runs.csv: "), problem
+
+
+def test_a_results_file_that_is_no_regular_file_is_refused(tmp_path):
+    """Session 29's break test: a FIFO runs.csv hung the run at its row for good (open() blocks); only SIGKILL
+    ended it, leaving its worker and segments."""
+    from harness.preflight import check_command
+
+    os.mkfifo(tmp_path / "runs.csv")
+    problem = check_command([f"results_dir={tmp_path}", "workload=smoke"])[0]
+    assert problem == f"results_file=runs.csv: {tmp_path / 'runs.csv'} is not a regular file"
 
 
 def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can_pick():
