@@ -316,6 +316,19 @@ def test_files_joined_with_cat_are_their_rows_with_one_note_for_the_repeated_hea
     assert f"read {tmp_path / 'both.csv'}: 8 row(s), 8 ok, 0 failed" in out and "| shm" in out and "| ideal" in out
 
 
+def test_a_stray_quote_in_a_row_loses_that_line_alone(tmp_path, capsys):
+    """Session 29's break test: ``,shm,`` edited to ``,"shm,`` on line 5 of 31: the appender kept the rows after it
+    whole, but the analysis read them into one cell and said "3 row(s)"; the new run's row was gone too."""
+    path = write(sweep_rows(planes=("ideal", "shm"), repeats=3), tmp_path / "runs.csv")
+    lines = open(path).read().splitlines(keepends=True)
+    assert ",ideal," in lines[4]
+    lines[4] = lines[4].replace(",ideal,", ',"ideal,', 1)
+    open(path, "w").write("".join(lines))
+    assert main([path]) == 0
+    out, err = capsys.readouterr()
+    assert f"read {path}: 11 row(s), 11 ok, 0 failed" in out and "damaged line" in err
+
+
 def test_a_file_named_says_which_diverted_rows_sit_beside_it(tmp_path, capsys):
     """A new user's trial: after a schema change the new rows went to runs.schema11-*.csv, and analysing
     runs.csv by name (as a CI gate does) read the old rows alone without a word."""
