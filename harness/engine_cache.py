@@ -4,8 +4,9 @@ equal (each timed pass starts from ``LLM.reset()``). Hydra varies the last overr
 from __future__ import annotations
 
 import json
+import sys
 
-from engine import LLM
+from engine import LLM, WorkerError
 
 _KEPT: dict[str, LLM] = {}  # at most one engine, by its settings (JSON)
 
@@ -14,7 +15,12 @@ def get_engine(settings: dict, reuse: bool) -> tuple[LLM, bool]:
     """(the kept engine if ``reuse`` and it was made of the same ``settings``, else ``LLM(**settings)``; reused)."""
     key = json.dumps(settings, sort_keys=True, default=str)
     if reuse and key in _KEPT and not _KEPT[key]._closed:
-        return _KEPT[key], True
+        try:
+            _KEPT[key].check_workers()
+            return _KEPT[key], True
+        except WorkerError as e:  # it died between the jobs: this job is not to fail for it
+            print(f"  the previous job's engine lost a worker since ({str(e).splitlines()[0]}): starting a new one",
+                  file=sys.stderr)
     release()
     llm = _KEPT[key] = LLM(**settings)
     return llm, False

@@ -168,13 +168,26 @@ class WorkerGroup:
             rank = max(stalled, key=stalled.get)
             raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "
                                     f"holding the GIL) (node {self.node_name(rank)})")
-        if self.errors:
+        silent = self._silent_deaths(dead) if self.errors else []
+        if self.errors and not silent:
             rank = min(self.errors)
             raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
         if dead:
-            rank = min(dead)
+            rank = min(silent or dead)
             where = "" if dead[rank] == NO_MAIN_GUARD else f" (node {self.node_name(rank)})"  # it never connected
             raise WorkerError(rank, dead[rank] + where)
+
+    def _silent_deaths(self, dead: dict[int, str]) -> list[int]:
+        """Ranks in ``dead`` killed by a signal, without a report (updates ``dead``): the errors of the ranks whose
+        collectives they broke ("Connection reset by peer") can arrive first, within ~0.5 s of their death."""
+        deadline = time.monotonic() + 0.5
+        while True:
+            silent = [r for r in dead if r not in self.errors
+                      and (r not in self.procs or (self.procs[r].exitcode or 0) < 0)]  # torchrun: its lifeline closed
+            if silent or time.monotonic() >= deadline:
+                return silent
+            time.sleep(POLL_S)
+            dead.update(self._dead())
 
     def _stalled(self, dead: dict, settle: bool) -> dict[int, float]:
         """Live ranks silent on their lifeline. ``settle``: a worker reported an error, perhaps a collective that

@@ -444,6 +444,76 @@ def test_a_closed_lifeline_waits_a_moment_for_the_exit_code_that_names_the_signa
     assert WorkerGroup._dead(group) == {1: "process exited with code -9 (SIGKILL)"}
 
 
+def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
+    """Session 29's break test: tp=4, rank 3 SIGKILLed mid-run, and the error named healthy rank 2 ("Read error
+    ... Connection reset by peer", its report first) in 1 of 3 trials, 2 of 3 at tp=3 broadcast."""
+    import queue
+    from types import SimpleNamespace
+
+    from engine import WorkerError
+    from runtime.worker_group import WorkerGroup
+
+    class Proc:
+        def __init__(self, exitcode, dies_after_s=0.0):
+            self.code, self.at = exitcode, time.monotonic() + dies_after_s
+
+        @property
+        def exitcode(self):  # reaped a moment after its death: the survivor's report can come first
+            return self.code if time.monotonic() >= self.at else None
+
+        def is_alive(self):
+            return self.exitcode is None
+
+        def join(self, timeout):
+            pass
+
+    def group(dies_after_s):
+        g = object.__new__(WorkerGroup)
+        reports = queue.Queue()
+        reports.put(("error", 2, "RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer"))
+        g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={}, hosts={}, stalled=dict,
+                                      recent_own_stall=lambda within_s: None, connected=lambda: {1, 2, 3})
+        g.procs = {1: Proc(None), 2: Proc(None), 3: Proc(-9, dies_after_s)}
+        g.errors, g.worker_stats, g.timeout_s, g.launch = {}, {}, 5.0, SimpleNamespace(launcher="spawn")
+        return g
+
+    for dies_after_s in (0.0, 0.2):
+        with pytest.raises(WorkerError, match=r"rank 3 failed: process exited with code -9 \(SIGKILL\)"):
+            group(dies_after_s).check()
+    lone = group(0.0)
+    lone.procs[3] = Proc(None)  # no rank died: the reporter's own error is the failure
+    with pytest.raises(WorkerError, match=r"rank 2 failed: \(on .*\)\nRuntimeError: .*Connection reset by peer"):
+        lone.check()
+
+
+def test_a_kept_engine_that_lost_a_worker_between_jobs_is_not_reused(monkeypatch, capsys):
+    """Session 29's break test: a sweep's worker SIGKILLed after job 0's row; job 1 said "reusing the engine"
+    and failed at once for it; job 2 started a new engine and passed."""
+    from engine import WorkerError
+    from harness import engine_cache
+
+    class Engine:
+        def __init__(self, **settings):
+            self._closed = self.dead = False
+
+        def check_workers(self):
+            if self.dead:
+                raise WorkerError(1, "process exited with code -9 (SIGKILL)")
+
+        def shutdown(self):
+            self._closed = True
+
+    monkeypatch.setattr(engine_cache, "LLM", Engine)
+    monkeypatch.setattr(engine_cache, "_KEPT", {})
+    first, reused = engine_cache.get_engine({"tp": 2}, True)
+    assert not reused and engine_cache.get_engine({"tp": 2}, True) == (first, True)
+    first.dead = True
+    second, reused = engine_cache.get_engine({"tp": 2}, True)
+    assert second is not first and not reused and first._closed
+    assert ("lost a worker since (tensor-parallel worker rank 1 failed: process exited with code -9 (SIGKILL)): "
+            "starting a new one") in capsys.readouterr().err
+
+
 def test_a_worker_that_died_before_connecting_still_has_its_node_named():
     """Session 13's new-user trial: a worker SIGKILLed during start-up was "(node ?)"; a spawned one runs
     here, a torchrun one is said to be unknown."""
