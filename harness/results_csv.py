@@ -18,6 +18,8 @@ import uuid
 
 from filelock import FileLock, Timeout
 
+from .signals import stopping
+
 
 def _line(values: list) -> str:
     buf = io.StringIO()
@@ -48,6 +50,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
     try:
         held = lock.acquire(timeout=1.0)
     except Timeout:
+        if stopping():  # a stop signal came: the row goes to a fallback file now, not in a minute
+            raise
         print(f"waiting for {path}.lock (another process is writing the results; up to {LOCK_WAIT_S:.0f} s)",
               file=sys.stderr, flush=True)
         held = lock.acquire(timeout=LOCK_WAIT_S - 1.0)
@@ -206,6 +210,9 @@ class Results:
             written = append_row(self.path, self.columns, row, self.schema_version)
         except (OSError, TimeoutError, ValueError) as e:  # ValueError: a file csv or UTF-8 cannot read
             return self._fallback(row, f"{type(e).__name__}: {e}" + (f"; {lost}" if lost else ""))
+        except KeyboardInterrupt:  # while waiting for the lock: the row is kept, then the stop goes on
+            self._fallback(row, "interrupted while waiting for its lock")
+            raise
         if lost:
             print(f"error: {lost}", file=sys.stderr)
         if written != self.path:

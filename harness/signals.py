@@ -56,6 +56,11 @@ def _redeliver(signum: int) -> None:
             _thread.interrupt_main(signum)  # asked until the handler raises: it defers while torch imports
 
 
+def stopping() -> bool:
+    """Whether a stop signal has come (the run is being stopped: no long waits now)."""
+    return bool(_RECEIVED)
+
+
 def interrupted_line() -> str:
     """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal."""
     return f"error: interrupted ({_RECEIVED[0]})" if _RECEIVED else "error: interrupted"

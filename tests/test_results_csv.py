@@ -127,3 +127,32 @@ def test_the_run_file_is_strict_json_with_infinities_nested_in_the_config(tmp_pa
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert data["config"]["workload"] == {"request_rate": "inf", "rates": [1.0, "-inf"]}
     assert data["row"]["tpot_ms_p50"] is None and data["row"]["output_tok_s"] == 1.5
+
+
+def test_a_stop_while_waiting_for_the_lock_keeps_the_row_and_waits_no_more(tmp_path, monkeypatch):
+    """Session 29's break test: Ctrl-C while another process held runs.csv.lock lost the finished run's ok row
+    (only its failed row reached a fallback file) and took 61 s: the failed row waited for the lock again."""
+    import time
+
+    from filelock import FileLock
+
+    from harness import results_csv, signals
+    from harness.schema import COLUMNS, SCHEMA_VERSION
+
+    path = str(tmp_path / "runs.csv")
+    results = results_csv.Results(path, COLUMNS, SCHEMA_VERSION)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(results_csv, "append_row", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        results.add({"run_id": "0123456789ab", "status": "ok", "output_tok_s": 99.5})
+    (kept,) = tmp_path.glob("runs.unwritten-*.csv")
+    assert pd.read_csv(kept).output_tok_s.tolist() == [99.5] and "interrupted while waiting" in results.problem
+    monkeypatch.undo()
+    monkeypatch.setattr(signals, "_RECEIVED", ["SIGINT"])  # the stop under way: its failed row waits 1 s, not 60
+    with FileLock(path + ".lock"):
+        start = time.monotonic()
+        written = results.add({"run_id": "0123456789ab", "status": "failed", "error": "interrupted (SIGINT)"})
+        assert time.monotonic() - start < 5 and "unwritten" in written
