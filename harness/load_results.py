@@ -92,7 +92,7 @@ def _read_one(path: str) -> pd.DataFrame:
     if b"\0" in lines[0]:
         raise InputError(f"{path}: not a text CSV file")
     binary = sum(b"\0" in line for line in lines)  # garbage appended: those lines, not the file, are lost
-    text = b"\n".join(line for line in lines if b"\0" not in line).decode("utf-8", "replace")
+    text = b"\n".join(line for line in lines if b"\0" not in line).decode("utf-8-sig", "replace")  # a BOM: no cell
     if binary or "\ufffd" in text:  # a hand edit in Latin-1: its bytes read as U+FFFD, its row kept
         print(f"warning: {path}: ignored {binary} line(s) of binary data, read {text.count(chr(0xFFFD))} byte(s) "
               f"not UTF-8 as U+FFFD", file=sys.stderr)

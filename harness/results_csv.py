@@ -59,8 +59,8 @@ def append_row(path: str, columns: list[str], row: dict, schema_version: int) ->
         text = header + line
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, "rb") as f:  # bytes: a hand edit's Latin-1 further down is not this row's problem
-                existing = f.readline().decode("utf-8", "replace")
-            if existing != header:
+                existing = f.readline().decode("utf-8-sig", "replace")  # a spreadsheet's BOM and CRLF: the same
+            if existing.rstrip("\r\n") != header.rstrip("\n"):
                 stem, ext = os.path.splitext(path)
                 digest = hashlib.sha1(header.encode()).hexdigest()[:8]
                 return append_row(f"{stem}.schema{schema_version}-{digest}{ext}", columns, row, schema_version)

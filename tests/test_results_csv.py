@@ -156,3 +156,17 @@ def test_a_stop_while_waiting_for_the_lock_keeps_the_row_and_waits_no_more(tmp_p
         start = time.monotonic()
         written = results.add({"run_id": "0123456789ab", "status": "failed", "error": "interrupted (SIGINT)"})
         assert time.monotonic() - start < 5 and "unwritten" in written
+
+
+def test_a_file_saved_by_a_spreadsheet_keeps_its_rows_and_takes_new_ones(tmp_path):
+    """Session 29's break test: a UTF-8 BOM or CRLF line ends (a spreadsheet's save) sent the next row to
+    ``runs.schema11-*.csv`` as "another schema's header", and the analysis refused the file (no schema_version)."""
+    from harness.analyze import main
+    from harness.schema import COLUMNS, SCHEMA_VERSION
+
+    path = tmp_path / "runs.csv"
+    append_row(str(path), COLUMNS, {"run_id": "a", "status": "ok", "control": "shm", "tp": 2}, SCHEMA_VERSION)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    row = {"run_id": "b", "status": "ok", "control": "shm", "tp": 2}
+    assert append_row(str(path), COLUMNS, row, SCHEMA_VERSION) == str(path)
+    assert main([str(path)]) == 0 and list(tmp_path.glob("*.csv")) == [path]
