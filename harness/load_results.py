@@ -175,11 +175,14 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf], np.nan)
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
+    odd_tp = ((numbers.tp >= 0) & ((numbers.tp < 1) | (numbers.tp % 1 != 0))).to_frame()  # tp=0, tp=2.5
     for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN or infinite cell(s) in column {}"),
-                        (negative, "negative cell(s) in column {} (it cannot be negative)")):
+                        (negative, "negative cell(s) in column {} (it cannot be negative)"),
+                        (odd_tp, "cell(s) in column {} that are not a whole number >= 1")):
         for col, bad in cells.sum()[cells.any()].items():  # the columns with such cells
             print(f"warning: {path}: ignored {bad} {what.format(col)}", file=sys.stderr)
     numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
+    numbers["tp"] = numbers.tp.mask(odd_tp.tp)
     df[NUMERIC] = numbers
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)

@@ -383,6 +383,12 @@ def test_negative_cells_are_ignored_where_a_value_cannot_be_negative(sweep, tmp_
     err = capsys.readouterr().err
     assert "ignored 1 negative cell(s) in column output_tok_s" in err and "column tpot_ms_p50" in err
     assert "ctrl_launch_lag" not in err
+    df["tp"] = df.tp.astype(float)
+    df.loc[0, "tp"], df.loc[1, "tp"] = 0, 2.5  # session 29's break test: both sat in the tables unwarned
+    df.to_csv(bad, index=False)
+    assert main([str(bad)]) == 0
+    out, err = capsys.readouterr()
+    assert "ignored 2 cell(s) in column tp that are not a whole number >= 1" in err and "2.5" not in out
     from harness.load_results import load
 
     rows = load([str(bad)], listing="stderr")
