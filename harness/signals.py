@@ -6,8 +6,10 @@ from __future__ import annotations
 import _thread
 import atexit
 import contextlib
+import multiprocessing as mp
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -17,6 +19,8 @@ _HANDLED = threading.Event()  # the harness has taken the interruption in hand (
 _OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
 AT_ONCE = threading.Event()  # nothing is started (the checks before the first job): a stop signal exits at once
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
+STUCK_S = 3.0  # a stop signal whose handler has not run by then: the main thread is stuck in C (_watch_stuck)
+_WAKEUP: list[socket.socket] = []  # the socket pair of signal.set_wakeup_fd
 POLL_S = 0.02
 
 
@@ -66,10 +70,28 @@ def interrupted_line() -> str:
     return f"error: interrupted ({_RECEIVED[0]})" if _RECEIVED else "error: interrupted"
 
 
+def _watch_stuck(sock: socket.socket) -> None:
+    """Read each stop signal's byte (``signal.set_wakeup_fd``: written even while the main thread is stuck in C,
+    where no Python handler runs, as in a collective waiting up to ``llm.timeout_s`` on a stopped worker). If the
+    handler has not run ``STUCK_S`` later, kill the spawned workers: that ends the wait; the stop ends them anyway."""
+    while sock.recv(1):
+        deadline = time.monotonic() + STUCK_S
+        while not _RECEIVED and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        with contextlib.suppress(RuntimeError, OSError):  # the set of children changed meanwhile, or one ended
+            for child in [] if _RECEIVED else list(mp.process._children):  # not the resource tracker: no Process
+                os.kill(child.pid, signal.SIGKILL)
+
+
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; re-arms an ignored SIGINT)."""
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; re-arms an ignored SIGINT), and
+    watch for a main thread too stuck to run it (:func:`_watch_stuck`)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
+    read, write = _WAKEUP[:] = socket.socketpair()  # kept: closed, the wake-up bytes would go nowhere
+    write.setblocking(False)
+    signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=_watch_stuck, args=(read,), name="stop-watch", daemon=True).start()
 
 
 def as_interrupt(e: BaseException) -> BaseException:

@@ -130,6 +130,24 @@ def test_signal_to_rank0_stops_everything(sig, tmp_path, model_cache):
 
 
 @pytest.mark.timeout(180)
+def test_ctrl_c_with_a_stalled_worker_stops_within_seconds(tmp_path, model_cache):
+    """Session 29's break test: a worker SIGSTOPped, then Ctrl-C to rank 0: rank 0 sat in the data plane's
+    all_reduce, where no Python signal handler runs, for llm.timeout_s (59 s); a second Ctrl-C and SIGTERM did
+    nothing. Once the interruption is not taken in hand within signals.STUCK_S, the workers are killed."""
+    proc = start_long_run(tmp_path, model_cache)
+    workers = wait_for_workers(proc)
+    os.kill(workers[0], signal.SIGSTOP)
+    time.sleep(1)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    finish(proc, 20)
+    assert proc.returncode == 130 and time.monotonic() - start < 20
+    wait_until(lambda: not any(os.path.exists(f"/proc/{w}") for w in workers), 5, "workers to exit")
+    assert not segments_of(proc.pid)
+    assert pd.read_csv(tmp_path / "runs.csv").status.iloc[-1] == "failed"
+
+
+@pytest.mark.timeout(180)
 def test_ctrl_c_during_start_up_stops_everything_at_once(tmp_path, model_cache):
     """Workers still starting cannot read the exit message: rank 0 must not wait its full grace for them
     (it waited 5 s, and the whole exit took over 10 s on a loaded machine)."""
