@@ -91,6 +91,7 @@ class Cluster:
         (those left are terminated, then killed), and free the plane's segments and sockets."""
         try:
             if self.control is not None:
+                self.group.kill_stalled()
                 self.control.timeout_s = min(self.control.timeout_s, 5.0)  # a stalled worker must not hold us
                 self.control.send_exit()
             if self.teardown is not None:

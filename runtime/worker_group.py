@@ -239,14 +239,19 @@ class WorkerGroup:
         stats, self.worker_stats = self.worker_stats, {}
         return stats
 
+    def kill_stalled(self) -> None:
+        """Kill the spawned workers silent on their lifelines: a stopped process ends only when killed, and cannot
+        take an exit message (a plane whose send waits for every worker, as gloo's, would wait its timeout)."""
+        for rank in self.lifelines.stalled() if self.lifelines is not None else ():
+            if rank in self.procs and self.procs[rank].is_alive():
+                self.procs[rank].kill()
+
     def join(self, timeout_s: float = 5.0) -> None:
         """Wait up to ``timeout_s`` for the workers to end, then terminate and finally kill spawned ones left;
         close the lifelines. Idempotent."""
         deadline = time.monotonic() + timeout_s
         if self.lifelines is not None:
-            for rank in self.lifelines.stalled():  # a stopped process ends only when killed: do not wait for it
-                if rank in self.procs and self.procs[rank].is_alive():
-                    self.procs[rank].kill()
+            self.kill_stalled()
             while (self.lifelines.conns or any(p.is_alive() for p in self.procs.values())) \
                     and time.monotonic() < deadline:
                 time.sleep(POLL_S)
