@@ -78,6 +78,7 @@ class ControlPlane(ABC):
     name = "base"
     scope = SPAWN  # SPAWN, HOST or NETWORK: where this plane works
     liveness_check: Callable[[], None] = staticmethod(lambda: None)  # the owner's: raises when a worker is gone
+    join_holds_gil = False  # True: joining the workers blocks in C code holding the GIL (gloo): no check runs
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context: ControlContext | None = None) -> None:
         self.world_size, self.num_workers, self.timeout_s = world_size, world_size - 1, timeout_s

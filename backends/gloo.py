@@ -25,6 +25,7 @@ PREFIX = "control/gloo"
 class GlooControlPlane(ControlPlane):
     name = "gloo"
     scope = NETWORK
+    join_holds_gil = True  # ProcessGroupGloo's constructor: a stopped worker held rank 0 for the join's timeout
 
     def __init__(self, world_size: int, timeout_s: float = 60.0, context=None):
         from torch.distributed import TCPStore

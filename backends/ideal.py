@@ -78,6 +78,10 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
     def endpoint(self, rank: int) -> IdealEndpoint:
         return IdealEndpoint(rank, self.inner.endpoint(rank))
 
+    @property
+    def join_holds_gil(self) -> bool:
+        return self.inner.join_holds_gil
+
     def workers_started(self) -> None:
         self.inner.workers_started()
 

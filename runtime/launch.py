@@ -6,8 +6,12 @@ store comes from the ``env://`` rendezvous, a run's keys under a namespace of th
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
+import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -90,3 +94,30 @@ def wait_get(store: Store, keys: list[str], timeout_s: float, check=lambda: None
 
     wait_until(lambda t: store.check(keys) or time.sleep(t), check, timeout_s, timed_out)
     return [store.get(k) for k in keys]
+
+
+def is_stopped(p: mp.Process | None) -> bool:
+    """Whether spawned process ``p`` is stopped (SIGSTOP, or traced): its state in /proc is T or t."""
+    with contextlib.suppress(OSError, AttributeError, IndexError), open(f"/proc/{p.pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in "Tt"
+    return False
+
+
+def start_ignoring_signals(p: mp.Process) -> None:
+    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker.serve``
+    registers its stack dump) from its first instruction: an inherited SIG_IGN survives spawn, a blocked mask does
+    not. SIGINT is blocked meanwhile: one that comes now stays pending for rank 0's own handler. Rank 0's own
+    SIGUSR1 stack dump (faulthandler) is off for the moment of the start."""
+    main = threading.current_thread() is threading.main_thread()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    dumps = main and faulthandler.unregister(signal.SIGUSR1)  # restores its previous handler
+    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGUSR1)} if main else {}
+    try:
+        p.start()
+    finally:
+        for s, handler in handlers.items():
+            if handler is not None:  # None: a handler set outside Python, which Python cannot put back
+                signal.signal(s, handler)
+        if dumps:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -76,6 +76,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
                 raise PeerGone(f"rank {rank}: the driver (rank 0) exited")
 
         endpoint.liveness_check = driver_alive
+        store.set(f"opening/{rank}", "1")  # a start-up stage: rank 0's notes name who has not got here
         endpoint.open(store)
         try:
             code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)

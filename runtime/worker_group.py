@@ -4,14 +4,12 @@ out the control-plane ends, liveness, shutdown."""
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import multiprocessing as mp
 import pickle
 import queue
 import signal
 import socket
 import sys
-import threading
 import time
 from datetime import timedelta
 
@@ -21,7 +19,7 @@ from backends import ControlContext, ControlPlane
 from backends.base import POLL_S, wait_until
 from backends.segments import remove_stale_segments
 
-from .launch import Launch, probe_nodes, torchrun_store
+from .launch import Launch, is_stopped, probe_nodes, start_ignoring_signals, torchrun_store
 from .lifeline import STALL_S, LifelineServer
 from .worker import serve
 
@@ -103,6 +101,8 @@ class WorkerGroup:
             if self.context.node_of[rank] != 0:
                 end.clock_offset_ns = self.lifelines.offsets[rank][0]
             self.store.set(f"endpoint/{rank}", pickle.dumps(end, protocol=pickle.HIGHEST_PROTOCOL))
+        if control.join_holds_gil:  # no liveness check runs during its join: one that waits names the late ranks
+            self.wait_for("opening")
         control.workers_started()
         control.liveness_check = self.check
         control.wait_ready()
@@ -225,7 +225,7 @@ class WorkerGroup:
         missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
         stalled = self.lifelines.stalled()
         silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
-        never = [f"{r}{' (its process is stopped)' * _stopped(self.procs.get(r))}" for r in missing
+        never = [f"{r}{' (its process is stopped)' * is_stopped(self.procs.get(r))}" for r in missing
                  if r not in self.lifelines.connected()]  # a spawned one's state says it, its lifeline cannot
         return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:g}) for rank(s) "
                 f"{', '.join(map(str, missing))} to reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
@@ -265,30 +265,3 @@ class WorkerGroup:
             p.join(0)
         if self.lifelines is not None:
             self.lifelines.close()
-
-
-def _stopped(p: mp.Process | None) -> bool:
-    """Whether spawned process ``p`` is stopped (SIGSTOP, or traced): its state in /proc is T or t."""
-    with contextlib.suppress(OSError, AttributeError, IndexError), open(f"/proc/{p.pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] in "Tt"
-    return False
-
-
-def start_ignoring_signals(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker.serve``
-    registers its stack dump) from its first instruction: an inherited SIG_IGN survives spawn, a blocked mask does
-    not. SIGINT is blocked meanwhile: one that comes now stays pending for rank 0's own handler. Rank 0's own
-    SIGUSR1 stack dump (faulthandler) is off for the moment of the start."""
-    main = threading.current_thread() is threading.main_thread()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    dumps = main and faulthandler.unregister(signal.SIGUSR1)  # restores its previous handler
-    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGUSR1)} if main else {}
-    try:
-        p.start()
-    finally:
-        for s, handler in handlers.items():
-            if handler is not None:  # None: a handler set outside Python, which Python cannot put back
-                signal.signal(s, handler)
-        if dumps:
-            faulthandler.register(signal.SIGUSR1, all_threads=True)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
