@@ -247,7 +247,7 @@ def reuse_note(argv: list[str], jobs: list[list[str]], compose) -> str | None:
         keys = [a.lstrip("+~").split("=", 1)[0] for a in job]
         return [a for a, k in zip(job, keys) if k.split(".")[0] not in ENGINE_FREE and k != "llm.async_scheduling"]
 
-    cfg = compose(jobs[0])
+    cfg = compose([a for a in jobs[0] if a.lstrip("+~").split("=", 1)[0] in ("engine", "reuse_engine")])
     if not cfg.reuse_engine or cfg.engine != "tp" or Launch.from_env() is not None:
         return None
     keys = [engine_of(j) for j in jobs]
