@@ -181,6 +181,8 @@ def _file_name(key: str, v) -> str | None:  # the rows go inside results_dir, ne
         return f"{key} is {len(str(v).encode())} bytes long: at most 230, as a fallback file adds 23"
     if "/" in str(v) or str(v) in (".", ".."):
         return f"{key} must be a file name inside results_dir, got {str(v)!r} (set results_dir for the directory)"
+    if str(v).startswith("."):  # glob's *.csv leaves a hidden file out
+        return f"{key} must not start with '.' (harness.analyze DIR would not see it), got {str(v)!r}"
     return None if str(v).endswith(".csv") else f"{key} must end in .csv (harness.analyze DIR reads *.csv), got {v!r}"
 
 

@@ -623,6 +623,7 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
     # session 28's break test: the run went ahead, then its row went to stderr (ENAMETOOLONG), exit 1
     ([f"results_file={'d' * 300}.csv"], "results_file is 304 bytes long: at most 230"),
+    (["results_file=.csv"], "results_file must not start with '.' (harness.analyze DIR would not see it)"),
     (["tag='a\nb'"], "tag must be one line of printable characters, got 'a\\nb'"),
     # session 22's new-user trial: refused only inside its job, after a sweep's earlier jobs had run
     (["-m", "control=shm,ideal", "tp=2", "workload=serve", "workload.request_rate=0.01", "workload.num_prompts=3"],
