@@ -48,8 +48,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
         watch_parent(on_death=_remove_dead_drivers_segments)
-    rank, timeout_s = launch.rank, startup_timeout_s
-    lifeline, code = None, 1
+    rank, timeout_s, lifeline, code = launch.rank, startup_timeout_s, None, 1
     try:
         if spawned:
             store = TCPStore("127.0.0.1", ports[0], launch.world_size, is_master=False,
