@@ -5,7 +5,8 @@
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh -m harness control=zmq tp=2 workload=smoke
 #   NODES=2 NPROC=1 PORT=29600 bash scripts/sim_nodes.sh path/to/script.py args...
 # Exit code: the worst node's. Node k's output goes to $LOGDIR/sim_node<k>.log (default: a new directory
-# /tmp/sim_nodes.XXXXXX, so two runs never write one file) and is printed after, also when interrupted.
+# /tmp/sim_nodes.XXXXXX, so two runs never write one file) and is printed after, also when interrupted; torchrun's
+# own log folders go there too (else each run leaves a /tmp/torchelastic_* behind).
 set -u
 [ $# -gt 0 ] || { echo "usage: [NODES=2 NPROC=1 PORT=29600] bash scripts/sim_nodes.sh -m harness OVERRIDES... | SCRIPT.py ARGS..." >&2; exit 2; }
 NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}; LOGDIR=${LOGDIR:-$(mktemp -d /tmp/sim_nodes.XXXXXX)}
@@ -29,7 +30,7 @@ for ((k = 0; k < NODES; k++)); do
   fi
   NCCL_HOSTID=sim-node$k unshare --uts --ipc --mount --propagation private sh -c "mount -t tmpfs -o size=1g tmpfs /dev/shm && \
     hostname sim-node$k && exec torchrun --nnodes=$NODES --nproc-per-node=$NPROC --node-rank=$k \
-    --master-addr=127.0.0.1 --master-port=$PORT --max-restarts=0 $args" > "$LOGDIR/sim_node$k.log" 2>&1 &
+    --master-addr=127.0.0.1 --master-port=$PORT --max-restarts=0 --log-dir=$LOGDIR/torchrun-node$k $args" > "$LOGDIR/sim_node$k.log" 2>&1 &
   pids+=($!)
 done
 code=0

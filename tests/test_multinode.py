@@ -97,9 +97,12 @@ def test_two_nodes_give_the_greedy_tokens_of_one(control, nproc, tmp_path, tiny_
 
 @pytest.mark.parametrize("control", ["shm", "ring"])
 def test_shared_memory_planes_are_refused_across_nodes(control, tmp_path, model_cache):
+    (tmp_path / "tmp").mkdir()
     proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", f"control={control}", "tp=2", "workload=smoke",
-                     f"results_dir={tmp_path}", extra_env={"TPCP_CACHE": model_cache})
+                     f"results_dir={tmp_path}", extra_env={"TPCP_CACHE": model_cache, "TMPDIR": str(tmp_path / "tmp")})
     assert proc.returncode != 0
+    # torchrun's log folders go to the script's LOGDIR, not a /tmp/torchelastic_* left behind by every run
+    assert not list((tmp_path / "tmp").glob("torchelastic_*")) and (tmp_path / "torchrun-node1").is_dir()
     line = f"error: control={control} cannot reach ranks on 2 nodes (scope: "
     for k in (0, 1):
         log = node_log(tmp_path, k)
