@@ -103,7 +103,7 @@ class ModelRunner:
                 self.model.ops.use_compiled()
             self.graphs = DecodeGraphs(self.model, config.max_num_seqs, self.max_blocks, self.block_size,
                                        self.num_kvcache_blocks, self.device)
-            if config.torch_dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
+            if config.torch_dtype in (torch.float16, torch.bfloat16) and varlen_causal() is not None:
                 self.prefill_graphs = PrefillGraphs(self.model, min(MAX_PREFILL_TOKENS, config.max_num_batched_tokens),
                                                     self.block_size, self.num_kvcache_blocks, self.device,
                                                     self.graphs.pool)

@@ -160,13 +160,14 @@ def test_best_chunk_kernel_orders_as_pack():
 def test_varlen_prefill_matches_per_sequence_sdpa(group):
     from engine.layers.attention import varlen_causal
 
-    assert varlen_causal is not None, "torch.nn.attention.varlen is missing: prefill falls back to per-sequence SDPA"
+    varlen = varlen_causal()
+    assert varlen is not None, "torch.nn.attention.varlen is missing: prefill falls back to per-sequence SDPA"
     torch.manual_seed(group)
     Hkv, D, lens = 2, 128, [1, 5, 64, 300, 1023]
     cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
     q = torch.randn(sum(lens), Hkv * group, D, device="cuda", dtype=torch.bfloat16)
     k, v = torch.randn(2, sum(lens), Hkv, D, device="cuda", dtype=torch.bfloat16)
-    out = varlen_causal(q, k, v, cu, max(lens), D ** -0.5)
+    out = varlen(q, k, v, cu, max(lens), D ** -0.5)
     for b, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         ref = F.scaled_dot_product_attention(*(t[s:e].float().transpose(0, 1) for t in (q, k, v)), is_causal=True,
                                              scale=D ** -0.5, enable_gqa=True).transpose(0, 1)

@@ -5,6 +5,7 @@ and gathered contexts ``[B, Lk_max]``, key j allowed for query i when j <= posit
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -12,11 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-try:
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # torch < 2.10: one SDPA call per sequence instead
-    varlen_attn = varlen_causal = None
 
 
 @dataclass
@@ -59,8 +55,8 @@ class Attention(nn.Module):
         self.k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)  # store the new K/V
         self.v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
         if meta.prefill_spans is not None:
-            if q.dtype in (torch.float16, torch.bfloat16) and varlen_causal is not None:
-                return varlen_causal(q, k, v, meta.cu_seqlens, meta.max_q_len, self.scale)
+            if q.dtype in (torch.float16, torch.bfloat16) and (varlen := varlen_causal()) is not None:
+                return varlen(q, k, v, meta.cu_seqlens, meta.max_q_len, self.scale)
             return self._prefill_per_sequence(q, k, v, meta.prefill_spans)
         B, Lq, Lk, D = meta.num_seqs, meta.max_q_len, meta.max_k_len, self.head_dim
         qp = q.new_zeros(B * Lq, self.num_heads, D)
@@ -90,16 +86,20 @@ def gather_context(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int
     return cache[block_tables].flatten(1, 2)[:, :max_len].transpose(1, 2)
 
 
-if varlen_attn is not None:
-    _params = inspect.signature(varlen_attn).parameters
+@functools.cache
+def varlen_causal():
+    """Causal prefill of a whole batch in one flash-attention call, grouped K/V heads read in place, as ``f(q [N, Hq,
+    D], k/v [N, Hkv, D] (bf16/fp16, CUDA), cu_seqlens [B + 1] int32 offsets of each sequence in N, max_len (the
+    longest), scale) -> [N, Hq, D]``; None before torch 2.10 (one SDPA call per sequence instead). Imported at first
+    use: ``torch.nn.attention.varlen`` imports torch._dynamo, 1.6 s of every process's start on a 2-core CPU."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
     # torch 2.10 spells causality is_causal; later releases a (left, right) window, (-1, 0) being causal.
-    _VARLEN_KWARGS = {"window_size": (-1, 0)} if "window_size" in _params else {"is_causal": True}
-    if "enable_gqa" in _params:
-        _VARLEN_KWARGS["enable_gqa"] = True
-
-    def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int,
-                      scale: float) -> torch.Tensor:
-        """Causal prefill of a whole batch in one flash-attention call, grouped K/V heads read in place: q ``[N,
-        Hq, D]``, k/v ``[N, Hkv, D]`` (bf16/fp16, CUDA), ``cu_seqlens`` ``[B + 1]`` int32 offsets of each sequence
-        in N, ``max_len`` the longest -> ``[N, Hq, D]``."""
-        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, **_VARLEN_KWARGS)
+    kwargs = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    if "enable_gqa" in params:
+        kwargs["enable_gqa"] = True
+    return lambda q, k, v, cu_seqlens, max_len, scale: varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len,
+                                                                   scale=scale, **kwargs)
