@@ -22,19 +22,32 @@ def cache_dir() -> str:
     return os.environ.get("TPCP_CACHE", os.path.expanduser("~/.cache/tp-controlplane-bench/models"))
 
 
+def preset_dir(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
+    """Where ``materialize`` keeps preset ``name``: a key of what its weights are drawn from."""
+    import torch
+
+    on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
+    material = [config, seed] + (["cuda"] if on_gpu else [])
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(root or cache_dir(), f"{name}-{key}")
+
+
+def is_built(path: str) -> bool:
+    """Whether the preset directory ``path`` (``preset_dir``'s) holds a whole checkpoint (written at once)."""
+    return os.path.isfile(os.path.join(path, "config.json"))
+
+
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
     """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
     bfloat16 on the GPU where there is one), built on first use under a file lock."""
     import torch
 
-    root = root or cache_dir()
-    os.makedirs(root, exist_ok=True)
+    path = preset_dir(name, config, seed, root)
+    root, key = os.path.dirname(path), path.rsplit("-", 1)[1]
     on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
-    material = [config, seed] + (["cuda"] if on_gpu else [])
-    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
-    path = os.path.join(root, f"{name}-{key}")
+    os.makedirs(root, exist_ok=True)
     with FileLock(path + ".lock", timeout=600):
-        if os.path.isfile(os.path.join(path, "config.json")):
+        if is_built(path):
             return path
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging

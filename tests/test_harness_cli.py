@@ -234,6 +234,24 @@ def test_a_preset_setting_with_model_auto_reaches_the_preset_it_picks(tmp_path, 
     assert df.model.iloc[0] == "qwen3-tiny" and df.overrides.iloc[0] == "model.preset.num_hidden_layers=2"
 
 
+def test_a_run_of_a_drawn_preset_imports_neither_transformers_nor_torch_dynamo(tmp_path, model_cache):
+    """Start-up cost every run paid: torch._dynamo (~1.6 s a process on a 2-core CPU, through torch's varlen
+    attention, which only CUDA's prefill calls) and transformers (~1 s, to check a preset drawn long ago)."""
+    import yaml
+
+    from harness.checkpoint import materialize
+
+    preset = yaml.safe_load(open(os.path.join(ROOT, "conf", "model", "qwen3-tiny.yaml")))["preset"]
+    materialize("qwen3-tiny", preset, root=model_cache)  # drawn before, as by any earlier run
+    env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPROFILEIMPORTTIME": "1"}  # children inherit it
+    res = subprocess.run([sys.executable, "-m", "harness", "control=shm", "tp=2", "workload=smoke", "progress=false",
+                          f"results_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" in imported and "runtime.worker" in imported  # rank 0's and the worker's lines are there
+    assert not {"transformers", "torch._dynamo"} & imported
+
+
 def test_incomplete_checkpoint_is_rejected(tmp_path, tiny_untied, model_cache):
     broken = tmp_path / "ckpt"
     broken.mkdir()
