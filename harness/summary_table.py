@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .compare import IDEAL_FOLLOWS_RECORDING
 from .plot_common import plane_order
 from .text_tables import fitting_sections, header_lines, key_cells, num4, number, ratio, spread_cell
 
@@ -23,7 +24,6 @@ SERVE_METRICS = [("achieved_rate_req_s", "sent/s"), ("goodput_req_s", "good/s"),
 # what a narrow serve table leaves out first: the queue, the sent rate, the p99s; the medians last
 SERVE_DROP = [(m, h) for first in ("queue_ms_p99", "achieved_rate_req_s", "tpot_ms_p99", "ttft_ms_p99")
               for m, h in SERVE_METRICS if m == first]
-FOLLOW_RECORDING = {"achieved_rate_req_s", "goodput_req_s", "ttft_ms_p50", "ttft_ms_p99", "queue_ms_p99"}  # ideal's
 SERVE_FULL_METRICS = list(dict.fromkeys([m for m, _ in SERVE_METRICS] + FULL_METRICS))  # markdown and csv
 BROADCAST_METRICS = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "payload_bytes"]
 ROW_KEYS = ["tp", "control"]  # a table's rows; the other keys make its sections
@@ -163,7 +163,7 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     def cell(r, m):  # ideal's cells that follow its recording's admissions, in parentheses (tp=1 replays none)
         text = spread_cell(r, m, number)
         replayed = r.get("control") == "ideal" and r.get("tp") != 1
-        return f"({text})" if text and m in FOLLOW_RECORDING and replayed else text
+        return f"({text})" if text and m in IDEAL_FOLLOWS_RECORDING and replayed else text
 
     def row(r, rows, cols):
         skip = "req_s" if goodput and rows.goodput_req_s_median.notna().any() else "goodput_req_s"
@@ -180,8 +180,8 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
               + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")
     if "control" in table.columns and ((table["control"] == "ideal") & (table.get("tp") != 1)).any():
         lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
-                     "TPOT; its cells\nin parentheses (sent/s, good/s, TTFT, queue) follow the recording's admissions: "
-                     "no floor (docs/SERVE.md)")
+                     "TPOT; its cells\nin parentheses (sent/s, good/s, done/s, TTFT, queue) follow the recording's "
+                     "admissions: no floor (docs/SERVE.md)")
     print("\n".join(header_lines(legend, common, [h for _, h in left_out]) + lines))
 
 
