@@ -118,6 +118,10 @@ def _read_one(path: str) -> pd.DataFrame:
         df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""])  # "NaN" typed: warned
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    if df.empty and (rows := [r for r in records[1:] if r != records[0]]):  # an edited header: not "a header only"
+        widths = sorted({len(r) for r in rows})
+        raise InputError(f"{path}: none of its {len(rows)} row(s) has the header's {len(records[0])} cells (they have "
+                         f"{', '.join(map(str, widths))}): damaged rows, or a header edited by hand?")
     if df.empty:
         raise InputError(f"{path}: no whole row (a header only" + (", then a truncated line)" if truncated else ")"))
     if truncated:  # warned once the file is known to be read: an error is one line
