@@ -67,13 +67,15 @@ def write(rows: list, path) -> str:
 
 
 @pytest.fixture
-def figures(monkeypatch) -> list:
+def figures(monkeypatch):
     """The Figures drawn, in order, caught as they are closed."""
     import matplotlib.pyplot as plt
 
-    caught = []
-    monkeypatch.setattr(plt, "close", caught.append)
-    return caught
+    caught, every, close = [], [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: caught.append(fig) or every.append(fig))
+    yield caught
+    for fig in every:  # closed for good (pyplot keeps every figure it made until then)
+        close(fig)
 
 
 def plot(rows: list, tmp_path, capsys) -> tuple[str, list[str]]:
