@@ -212,10 +212,11 @@ def test_a_killed_worker_on_one_host_is_the_failure_not_an_interruption(tmp_path
     wrote "interrupted (SIGTERM)" (exit 130) where a rank had died."""
     marker = f"results_dir={tmp_path}"
     env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
-    proc = subprocess.Popen(["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
-                             "harness", "control=gloo", "tp=2", "workload=bench", "repeat=100", "progress=false",
-                             marker], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    torchrun = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                f"--log-dir={tmp_path / 'torchrun'}"]  # else each run leaves a /tmp/torchelastic_* behind
+    proc = subprocess.Popen([*torchrun, "-m", "harness", "control=gloo", "tp=2", "workload=bench", "repeat=100",
+                             "progress=false", marker], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert wait_until(lambda: os.path.exists(tmp_path / "runs.csv"), 240), "no first row"
         pids = rank_pids(1, marker)
