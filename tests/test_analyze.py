@@ -120,6 +120,33 @@ def test_compare_fails_on_a_configuration_missing_or_failed_in_new(sweep, tmp_pa
     assert main(["--compare", sweep, str(missing), "--allow-missing"]) == 0
 
 
+def test_compare_fails_on_failed_repeats_in_new_and_says_a_worse_median_inside_the_ranges(sweep, tmp_path, capsys):
+    """A new-user trial: NEW with 1 of 2 repeats failed passed, "nothing missing or failed"; NEW at twice the
+    TPOT within overlapping ranges passed without a word; a file compared with itself passed silently."""
+    df = pd.read_csv(sweep).astype({"error": object}).assign(run_id=lambda d: [f"r{i}" for i in range(len(d))])
+    base, failed, slow = tmp_path / "base.csv", tmp_path / "failed.csv", tmp_path / "slow.csv"
+    df.to_csv(base, index=False)
+    broken = df.copy()
+    broken.loc[(broken.control == "shm") & (broken.repeat == 1), ["status", "error"]] = ["failed", "WorkerError: x"]
+    broken.to_csv(failed, index=False)
+    assert main(["--compare", str(base), str(failed)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAILED  in NEW (1 of 2 repeats): ") == 2 and "2 configuration(s) missing or failed" in out
+    assert "warning: OLD and NEW hold 8 of the same runs (run_id)" in out
+    assert main(["--compare", str(base), str(failed), "--allow-missing"]) == 0
+    capsys.readouterr()
+    old, new = df.copy(), df.copy()
+    old["tpot_ms_p50"] = [10.0, 30.0] * (len(old) // 2)  # median 20, range 10-30 ...
+    new["tpot_ms_p50"] = [25.0, 29.0] * (len(new) // 2)  # ... median 27 (+35%), range 25-29: they overlap
+    new["run_id"] = new.run_id.astype(str) + "b"
+    old.to_csv(tmp_path / "old.csv", index=False)
+    new.to_csv(slow, index=False)
+    assert main(["--compare", str(tmp_path / "old.csv"), str(slow), "--threshold", "10%"]) == 0
+    out = capsys.readouterr().out
+    assert "worse? " in out and "tpot_ms_p50 20 -> 27 (+35.0%" in out and "the ranges overlap, not gated" in out
+    assert "WORSE" not in out and "warning: OLD and NEW hold" not in out
+
+
 def test_compare_across_schemas_ignores_a_column_the_older_file_lacks(sweep, tmp_path, capsys):
     """A schema-7 baseline has no gemm column; a schema-8 run fills it (torch on CPU): the same
     configurations, not all of them missing (found when schema 8 met CI's committed baseline)."""
