@@ -46,12 +46,12 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 
 def split_problem(hf: dict, tp: int, where: str) -> str | None:
-    """Why ``tp`` cannot shard the attention heads, KV heads or vocabulary of ``hf`` (read from ``where``), or
+    """Why ``tp`` cannot shard the attention heads, KV heads, MLP or vocabulary of ``hf`` (read from ``where``), or
     why its KV heads do not group its query heads; None when both work."""
     if hf["num_attention_heads"] % hf["num_key_value_heads"]:
         return (f"num_key_value_heads={hf['num_key_value_heads']} does not divide num_attention_heads="
                 f"{hf['num_attention_heads']} of {where} (each KV head serves a whole group of query heads)")
-    for key in ("num_attention_heads", "num_key_value_heads", "vocab_size"):
+    for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"):
         if hf[key] % tp:
             return f"tensor_parallel_size={tp} does not divide {key}={hf[key]} of {where}"
     return None

@@ -15,13 +15,16 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
              "intermediate_size", "vocab_size", "max_position_embeddings")
 
 
-def check_preset(preset: dict) -> str | None:
-    """The first problem of ``preset`` (``Qwen3Config`` keyword arguments) as one line, or None."""
+def check_preset(preset: dict, fields: bool = True) -> str | None:
+    """The first problem of ``preset`` (``Qwen3Config`` keyword arguments) as one line, or None; ``fields``: also
+    every field as transformers takes it (imports transformers, ~1 s)."""
+    if not isinstance(preset, dict):
+        return f"model.preset must be a mapping of Qwen3Config fields (hidden_size: ..., ...), got {preset!r}"
     for key in SIZE_KEYS + (("head_dim",) if "head_dim" in preset else ()):
         v = preset.get(key)
         if not is_int(v) or v < 1:
             return f"model.preset.{key} must be a positive integer, got {v!r}"
-    for key in ("rms_norm_eps", "rope_theta"):
+    for key in ("rms_norm_eps", "rope_theta", "initializer_range"):  # the last: the weights' std (inf: garbage)
         v = preset.get(key, 1.0)
         if not is_number(v) or v <= 0:
             return f"model.preset.{key} must be a number > 0, got {v!r}"
@@ -32,6 +35,8 @@ def check_preset(preset: dict) -> str | None:
                 f"num_key_value_heads={preset['num_key_value_heads']}")
     if preset["hidden_size"] % preset["num_attention_heads"] and "head_dim" not in preset:
         return "model.preset.hidden_size must be a multiple of num_attention_heads (or set head_dim)"
+    if not fields:
+        return None
     from transformers import Qwen3Config
 
     if unknown := sorted(set(preset) - set(Qwen3Config().to_dict()) - {"rope_theta"}):
@@ -65,7 +70,7 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         shape = read_hf_config(path) if path else model.get("preset") or {}
     except ConfigError as e:
         return str(e)
-    if preset_given and not path and (problem := check_preset(shape)):
+    if not path and (problem := check_preset(shape, fields=preset_given)):  # an edited conf/model/*.yaml too
         return problem
     if tp is not None and (problem := split_problem(shape, tp, label)):
         return problem.replace("tensor_parallel_size=", "tp=", 1)

@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from helpers import ROOT, children
+from helpers import ROOT, TINY, children
 from omegaconf import OmegaConf
 
 from engine import LLM, ConfigError, EngineConfig, SamplingParams
@@ -111,3 +111,19 @@ def test_the_composed_llm_node_is_the_engines_defaults():
     assert {"max_num_seqs", "gemm", "pdl", "timeout_s"} <= set(llm)
     assert {key: defaults[key] for key in llm} == llm
     assert "llm" not in OmegaConf.load(os.path.join(ROOT, "conf", "config.yaml"))
+
+
+@pytest.mark.parametrize("preset, message", [
+    # a new-user trial: a conf/model/*.yaml edited by hand gave "KeyError: 'num_attention_heads'", and
+    # "TypeError: 'int' object is not subscriptable" for `preset: 5`; its values were checked only when drawn
+    ({"hidden_size": 64, "num_hidden_layers": 2}, "model.preset.num_attention_heads must be a positive integer"),
+    (5, "model.preset must be a mapping of Qwen3Config fields"),
+    # tp=2 split an MLP of 1 column in the workers (exit 1 after the spawn, a failed row)
+    ({**TINY, "intermediate_size": 1}, "tp=2 does not divide intermediate_size=1 of model=mine"),
+    ({**TINY, "initializer_range": float("inf")}, "model.preset.initializer_range must be a number > 0, got inf"),
+])
+def test_a_presets_shape_is_checked_before_anything_runs_whoever_wrote_it(preset, message):
+    from harness.model_checks import check_model
+
+    assert message in check_model({"name": "mine", "preset": preset}, 2, "cpu", preset_given=False)
+    assert check_model({"name": "mine", "preset": TINY}, 2, "cpu", preset_given=False) is None
