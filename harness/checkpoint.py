@@ -18,8 +18,8 @@ from .conf_paths import CONF_DIR
 
 
 def cache_dir() -> str:
-    """Where presets are kept: ``$TPCP_CACHE`` or ``~/.cache/tp-controlplane-bench/models``."""
-    return os.environ.get("TPCP_CACHE", os.path.expanduser("~/.cache/tp-controlplane-bench/models"))
+    """Where presets are kept: ``$TPCP_CACHE`` (unless empty) or ``~/.cache/tp-controlplane-bench/models``."""
+    return os.environ.get("TPCP_CACHE") or os.path.expanduser("~/.cache/tp-controlplane-bench/models")
 
 
 def preset_dir(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
@@ -43,6 +43,8 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
     import torch
 
     path = preset_dir(name, config, seed, root)
+    if is_built(path):  # written whole, at once: read without the lock (a read-only cache has no .lock to take)
+        return path
     root, key = os.path.dirname(path), path.rsplit("-", 1)[1]
     on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
     os.makedirs(root, exist_ok=True)
@@ -72,6 +74,7 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
         tmp = tempfile.mkdtemp(prefix=f".{name}-{key}-", dir=root)
         try:
             model.save_pretrained(tmp, safe_serialization=True)
+            _share(tmp)
             os.replace(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -81,6 +84,16 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None)
             if on_gpu:
                 torch.cuda.empty_cache()  # this process goes on to be rank 0: give the memory back
     return path
+
+
+def _share(folder: str) -> None:
+    """Give ``folder`` and its files the modes a plain mkdir and open would (mkdtemp's 0700, safetensors' 0600:
+    other users of a shared cache could not read a preset)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+    os.chmod(folder, 0o777 & ~mask)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     preset = OmegaConf.to_container(OmegaConf.load(path)).get("preset") if os.path.isfile(path) else None
     if not preset:
         ap.error(f"{args.model!r} is not a preset in conf/model/")
+    if args.seed < 0:  # as the harness's seed=
+        ap.error(f"--seed must be >= 0, got {args.seed}")
     print(materialize(args.model, preset, seed=args.seed))
     return 0
 

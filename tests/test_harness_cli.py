@@ -457,6 +457,36 @@ def test_checkpoint_cli_draws_a_preset_and_refuses_a_non_preset(model_cache, mon
     with pytest.raises(SystemExit) as e:
         main(["auto"])  # a model option, not a preset
     assert e.value.code == 2 and "not a preset" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["qwen3-tiny", "--seed", "-1"])  # the harness refuses seed=-1: so does this
+    assert e.value.code == 2 and "--seed must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_a_drawn_preset_reads_from_a_cache_it_cannot_write_and_others_can_read_it(tmp_path, monkeypatch):
+    """A new-user trial: a complete preset in a read-only cache failed without its .lock file ("cannot write the
+    model cache"); presets were drawn 0700 with weights 0600, so no other user of a shared cache could read one.
+    An empty TPCP_CACHE named the cache ''."""
+    import stat
+
+    import yaml
+
+    from harness.checkpoint import cache_dir, materialize
+
+    preset = yaml.safe_load(open(os.path.join(ROOT, "conf", "model", "qwen3-tiny.yaml")))["preset"]
+    path = materialize("qwen3-tiny", preset, root=str(tmp_path))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o777 & ~umask
+    assert all(stat.S_IMODE(os.stat(os.path.join(path, f)).st_mode) == 0o666 & ~umask for f in os.listdir(path))
+    os.remove(path + ".lock")
+    os.chmod(tmp_path, 0o555)  # root writes anyway: the lock is what shows whether it tried
+    try:
+        assert materialize("qwen3-tiny", preset, root=str(tmp_path)) == path
+        assert not os.path.exists(path + ".lock")
+    finally:
+        os.chmod(tmp_path, 0o755)
+    monkeypatch.setenv("TPCP_CACHE", "")
+    assert cache_dir() == os.path.expanduser("~/.cache/tp-controlplane-bench/models")
 
 
 def test_a_preset_build_killed_midway_is_cleaned_up_and_a_damaged_one_named(tmp_path):
