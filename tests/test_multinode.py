@@ -187,21 +187,23 @@ def test_conformance_across_two_nodes_of_two(control, tmp_path):
 
 def test_an_interrupted_sim_nodes_script_prints_every_nodes_log(tmp_path, model_cache):
     """The new-user trial (session 24): Ctrl-C printed only "error: interrupted", not the nodes' logs that the
-    script's header promises (the failed row's "interrupted" sat in a mktemp folder)."""
-    marker = f"results_dir={tmp_path}"
+    script's header promises (the failed row's "interrupted" sat in a mktemp folder). A new-user trial: a LOGDIR
+    not there yet failed in bash ("No such file or directory"), and SIGTERM exited 130, not 143."""
+    marker, logs = f"results_dir={tmp_path}", tmp_path / "logs" / "new"
     proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=hybrid", "tp=2", "workload=bench", "repeat=100",
-                     "progress=false", marker, wait=False, capture=True, extra_env={"TPCP_CACHE": model_cache})
+                     "progress=false", marker, wait=False, capture=True,
+                     extra_env={"TPCP_CACHE": model_cache, "LOGDIR": str(logs)})
     try:
-        assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
-        # the script's own trap (INT and TERM alike): TERM to each node's torchrun, then the logs. TERM, as a shell
-        # started in the background (CI) inherits SIGINT ignored, and bash cannot trap a signal ignored at entry.
+        assert wait_until(lambda: "[ok]" in node_log(logs, 0), 240), node_log(logs, 0)[-2000:]
+        # the script's own trap: TERM to each node's torchrun, then the logs. TERM, as a shell started in the
+        # background (CI) inherits SIGINT ignored, and bash cannot trap a signal ignored at entry.
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err[-2000:]
-    assert f"== node 0 ({tmp_path}/sim_node0.log) ==" in out and f"== node 1 ({tmp_path}/sim_node1.log) ==" in out
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "error: interrupted", err[-2000:]
+    assert f"== node 0 ({logs}/sim_node0.log) ==" in out and f"== node 1 ({logs}/sim_node1.log) ==" in out
     assert "[ok]" in out
     assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
 
