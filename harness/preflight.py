@@ -66,6 +66,8 @@ def overrides_of(argv: list[str]) -> list[str]:
                 raise ValueError(f"{name} hydra --resolve: the run dirs name results_dir, outside the hydra node; "
                                  "use --cfg all --resolve, or --cfg hydra without --resolve")
         i += 1 + takes
+    if overrides and "--hydra-help" in argv:  # Hydra composes its own config alone: a traceback for workload=...
+        raise ValueError("--hydra-help shows Hydra's own options and takes no overrides (--help takes them)")
     return overrides
 
 

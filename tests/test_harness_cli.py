@@ -138,6 +138,8 @@ BAD_INPUT = [
     # a new-user trial: Hydra's lexer refused a non-ASCII value without saying that quotes take it
     (["tag=ünïcødé"], "LexerNoViableAltException: tag=ünïcødé; 'ü' needs quotes: \"tag='ünïcødé'\" in a shell"),
     (["-m", "tag=a,b&c"], "tag=a,b&c; '&' needs quotes: quote the item with it"),
+    # a new-user trial: Hydra's traceback (Could not override 'workload'), exit 1
+    (["--hydra-help", "workload=smoke"], "--hydra-help shows Hydra's own options and takes no overrides"),
     # a group of Hydra's own: FileNotFoundError for conf/hydra (a traceback, exit 1)
     (["hydra/launcher=nope"], "unknown hydra/launcher 'nope'; available: basic"),
     (["-m", "hydra/job_logging=none,nope"], "unknown hydra/job_logging 'nope'; available: default, disabled, none"),
