@@ -36,6 +36,8 @@ _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--re
 
 def overrides_of(argv: list[str]) -> list[str]:
     """The command's overrides. Raises ValueError: a flag that is not Hydra's, or that Hydra would misread."""
+    if "--hydra-help" in argv and any(a[:1] not in "-" for a in argv):  # Hydra composes its own config alone
+        raise ValueError("--hydra-help shows Hydra's own options and takes no overrides (--help takes them)")
     modes = [a for a in argv if a.split("=", 1)[0] in _MODES]
     if len({_MODES[m.split("=", 1)[0]] for m in modes}) > 1:
         raise ValueError(f"{' and '.join(modes)}: Hydra takes one of --run, --multirun (-m), --cfg and --info")
@@ -66,8 +68,6 @@ def overrides_of(argv: list[str]) -> list[str]:
                 raise ValueError(f"{name} hydra --resolve: the run dirs name results_dir, outside the hydra node; "
                                  "use --cfg all --resolve, or --cfg hydra without --resolve")
         i += 1 + takes
-    if overrides and "--hydra-help" in argv:  # Hydra composes its own config alone: a traceback for workload=...
-        raise ValueError("--hydra-help shows Hydra's own options and takes no overrides (--help takes them)")
     return overrides
 
 
