@@ -204,7 +204,9 @@ def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) 
     left-padded batches of ``hf_batch_size`` run to their largest ``max_tokens``; only each request's own tokens
     count as output. TTFT, TPOT and ITL stay empty; E2EL is the batch's end."""
     from transformers import Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    (hf_logging.enable_progress_bar if show_progress(cfg.progress) else hf_logging.disable_progress_bar)()
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)).to(device).eval()
     torch.manual_seed(cfg.seed)
     batch_size = cfg.hf_batch_size

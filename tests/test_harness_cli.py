@@ -422,6 +422,7 @@ def test_transformers_baseline_writes_a_row_beside_the_engine(tmp_path, model_ca
         res = harness(f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}", "progress=false",
                       cache=model_cache)
         assert res.returncode == 0, res.stderr[-2000:]
+        assert "Loading weights" not in res.stdout + res.stderr  # transformers' bar, at progress=false (a trial)
     df = pd.read_csv(tmp_path / "runs.csv")
     assert list(df.engine) == ["tp", "hf"] and (df.status == "ok").all()
     assert df.output_tokens.nunique() == 1 and (df.output_tok_s > 0).all()
