@@ -18,7 +18,7 @@ from engine.config import resolve_device, resolve_dtype, torch_dtype
 from runtime.launch import Launch
 from runtime.worker import serve
 
-from . import engine_cache, metrics
+from . import engine_cache, job_setup, metrics
 from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
 from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
@@ -186,10 +186,7 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
             except WorkerError as dead:
                 e = dead
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
-            message = cli_message(str(e), cfg.llm.keys())
-            if path and not cfg.model.get("path") and path in message:  # the cache's copy, not the user's
-                message += f" (a damaged preset: delete {path} and the next run draws it again)"
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {job_setup.damaged_preset(cli_message(str(e), cfg.llm.keys()), cfg, path)}", file=sys.stderr)
             return 2
         if results is None:
             raise e from None

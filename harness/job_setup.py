@@ -185,8 +185,12 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
     """(model path, workload); ``results`` (``check_results_dir``'s, None on a worker rank) gets the run's
     configuration. Raises ConfigError (ValueError: workload)."""
     path = model_path(cfg)
+    try:
+        vocab = read_hf_config(path)["vocab_size"]
+    except ConfigError as e:
+        raise ConfigError(damaged_preset(str(e), cfg, path)) from None
     w = given_workload(OmegaConf.to_container(cfg.workload), task_overrides())  # the command's keys win over cpu
-    work = build_workload(w, device, cfg.seed, read_hf_config(path)["vocab_size"])
+    work = build_workload(w, device, cfg.seed, vocab)
     if results is not None:  # the rank that reports
         results.config.update(device=device, dtype=resolve_dtype(cfg.dtype, device))  # auto resolved
         results.config["workload"] = ran = effective_workload(w, device)  # what ran: the CPU scale-down applied
@@ -200,6 +204,13 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
             print(line)
         warn_shared_cores(cfg, device)
     return path, work
+
+
+def damaged_preset(message: str, cfg: DictConfig, path: str | None) -> str:
+    """``message`` and, where it names ``path``, a preset of the cache (not a checkpoint given), how to mend it."""
+    if path and not cfg.model.get("path") and path in message:
+        return f"{message} (a damaged preset: delete {path} and the next run draws it again)"
+    return message
 
 
 def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:

@@ -511,6 +511,11 @@ def test_a_preset_build_killed_midway_is_cleaned_up_and_a_damaged_one_named(tmp_
         f.truncate(1000)
     res = harness("model=qwen3-tiny", "tp=1", "workload=smoke", f"results_dir={tmp_path}/r", cache=str(tmp_path))
     assert res.returncode == 2 and f"a damaged preset: delete {path}" in res.stderr, res.stderr[-2000:]
+    os.remove(os.path.join(path, "model.safetensors"))  # a new-user trial: named, with no cure, for engine=hf too
+    for engine in ("tp", "hf"):
+        res = harness("model=qwen3-tiny", f"engine={engine}", "workload=smoke", f"results_dir={tmp_path}/r",
+                      cache=str(tmp_path))
+        assert res.returncode == 2 and f"a damaged preset: delete {path}" in res.stderr, res.stderr[-2000:]
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
