@@ -35,7 +35,7 @@ for ((k = 0; k < NODES; k++)); do
   fi
   NCCL_HOSTID=sim-node$k unshare --uts --ipc --mount --propagation private sh -c "mount -t tmpfs -o size=1g tmpfs /dev/shm && \
     hostname sim-node$k && exec ${PYTHON:-python3} -m torch.distributed.run --nnodes=$NODES --nproc-per-node=$NPROC --node-rank=$k \
-    --master-addr=127.0.0.1 --master-port=$PORT --max-restarts=0 --log-dir=$LOGDIR/torchrun-node$k $args" > "$LOGDIR/sim_node$k.log" 2>&1 &
+    --master-addr=127.0.0.1 --master-port=$PORT --max-restarts=0 --log-dir=$(printf %q "$LOGDIR/torchrun-node$k") $args" > "$LOGDIR/sim_node$k.log" 2>&1 &
   pids+=($!)
 done
 code=0
