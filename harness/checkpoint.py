@@ -14,6 +14,8 @@ import tempfile
 from filelock import FileLock
 from omegaconf import OmegaConf
 
+from common import ConfigError
+
 from .conf_paths import CONF_DIR
 
 
@@ -22,34 +24,30 @@ def cache_dir() -> str:
     return os.environ.get("TPCP_CACHE") or os.path.expanduser("~/.cache/tp-controlplane-bench/models")
 
 
-def preset_dir(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
-    """Where ``materialize`` keeps preset ``name``: a key of what its weights are drawn from."""
+def _is_built(path: str) -> bool:
+    """Whether preset directory ``path`` holds a whole checkpoint (``materialize`` moves it in at once)."""
+    return os.path.isfile(os.path.join(path, "config.json"))
+
+
+def materialize(name: str, config: dict, seed: int = 0, root: str | None = None, check=None) -> str:
+    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
+    bfloat16 on the GPU where there is one), built on first use under a file lock. ``check(config)``: its problem
+    as one line, or None, asked only before drawing (a drawn preset passed it then; the directory is a key of the
+    preset). Raises ConfigError: the check's problem; OSError: the cache cannot be written."""
     import torch
 
     on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
     material = [config, seed] + (["cuda"] if on_gpu else [])
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
-    return os.path.join(root or cache_dir(), f"{name}-{key}")
-
-
-def is_built(path: str) -> bool:
-    """Whether the preset directory ``path`` (``preset_dir``'s) holds a whole checkpoint (written at once)."""
-    return os.path.isfile(os.path.join(path, "config.json"))
-
-
-def materialize(name: str, config: dict, seed: int = 0, root: str | None = None) -> str:
-    """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
-    bfloat16 on the GPU where there is one), built on first use under a file lock."""
-    import torch
-
-    path = preset_dir(name, config, seed, root)
-    if is_built(path):  # written whole, at once: read without the lock (a read-only cache has no .lock to take)
+    root = root or cache_dir()
+    path = os.path.join(root, f"{name}-{key}")
+    if _is_built(path):  # read without the lock: a read-only cache has no .lock to take
         return path
-    root, key = os.path.dirname(path), path.rsplit("-", 1)[1]
-    on_gpu = config.get("dtype") == "bfloat16" and torch.cuda.is_available()
+    if check is not None and (problem := check(config)):
+        raise ConfigError(problem)
     os.makedirs(root, exist_ok=True)
     with FileLock(path + ".lock", timeout=600):
-        if is_built(path):
+        if _is_built(path):
             return path
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging

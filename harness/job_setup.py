@@ -23,7 +23,7 @@ from engine import ConfigError
 from engine.config import read_hf_config, resolve_dtype
 from runtime.launch import Launch
 
-from .checkpoint import cache_dir, is_built, materialize, preset_dir
+from .checkpoint import cache_dir, materialize
 from .conf_paths import task_overrides, user_path
 from .job_checks import picked_model
 from .metrics import pynvml
@@ -78,11 +78,8 @@ def model_path(cfg: DictConfig) -> str:
     if cfg.model.get("path"):
         return user_path(cfg.model.path)
     preset = OmegaConf.to_container(cfg.model.preset)
-    # a preset drawn before passed this check then (its directory is a key of it); transformers' import is ~1 s
-    if not is_built(preset_dir(cfg.model.name, preset, cfg.seed)) and (problem := check_preset(preset)):
-        raise ConfigError(problem)
-    try:
-        return materialize(cfg.model.name, preset, seed=cfg.seed)
+    try:  # checked before it is drawn only (transformers' import: ~1 s of every run's start)
+        return materialize(cfg.model.name, preset, seed=cfg.seed, check=check_preset)
     except OSError as e:
         raise ConfigError(f"cannot write the model cache ({cache_dir()}): {e.strerror or e}") from None
 
