@@ -11,6 +11,7 @@ fails. Fewer than 3 repeats on a side, or runs in both files: a warning.
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
 import pandas as pd
 
@@ -69,20 +70,19 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
 def _missing_or_failed(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], shown: set[str]) -> list[str]:
     """A line per configuration missing from NEW, with no ok row on a side, or with failed repeats in NEW (failures
     of NEW fail the gate: 2 of 3 repeats failed once passed as "nothing missing or failed")."""
-    count = {side: {c if isinstance(c, tuple) else (c,): n for c, n in  # one key: pandas' index is no tuple
-                    d.groupby(keys).status.agg(lambda s: ((s == "ok").sum(), len(s))).items()}
-             for side, d in (("OLD", old), ("NEW", new))}
+    sides = {"OLD": old, "NEW": new}
+    runs = {side: Counter(map(tuple, d[keys].values)) for side, d in sides.items()}
+    oks = {side: Counter(map(tuple, d[d.status == "ok"][keys].values)) for side, d in sides.items()}
     lines = []
-    for cfg in sorted(set(count["OLD"]) | set(count["NEW"]), key=str):
-        where, (ok_new, n_new), (ok_old, _) = (_label(keys, cfg, shown), count["NEW"].get(cfg, (0, 0)),
-                                               count["OLD"].get(cfg, (1, 1)))
-        if cfg in count["OLD"] and not n_new:
+    for cfg in sorted(runs["OLD"] | runs["NEW"], key=str):
+        where, n_new, ok_new = _label(keys, cfg, shown), runs["NEW"][cfg], oks["NEW"][cfg]
+        if runs["OLD"][cfg] and not n_new:
             lines.append(f"MISSING in NEW: {where}")
         elif not ok_new:
             lines.append(f"FAILED  in NEW (no ok row): {where}")
         elif ok_new < n_new:
             lines.append(f"FAILED  in NEW ({n_new - ok_new} of {n_new} repeats): {where}")
-        if not ok_old:
+        if runs["OLD"][cfg] and not oks["OLD"][cfg]:
             lines.append(f"FAILED  in OLD (no ok row): {where}")
     return lines
 
