@@ -24,6 +24,7 @@ from .lifeline import Lifeline, watch_parent
 
 REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
+INTERRUPTED = 130  # exit code of a worker stopped by a signal (torchrun's ranks take Ctrl-C and SIGTERM)
 
 
 @dataclass
@@ -42,7 +43,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
     """Join the run as rank ``launch.rank`` (spawned: with ``endpoint`` and the store's and lifeline's ``ports`` on
     loopback; torchrun: through its store), then run ``body(Joined(...), *body_args)``. Returns the exit code
     (spawned workers exit with it): the body's, 1 when anything raised (the traceback goes to rank 0 on the
-    lifeline), ``REFUSED`` when rank 0 refused the run."""
+    lifeline), ``REFUSED`` when rank 0 refused the run, ``INTERRUPTED`` after a ``KeyboardInterrupt``."""
     spawned = launch.launcher == "spawn"
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
@@ -83,6 +84,11 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
             endpoint.close()
     except PeerGone:
         code = 1
+    except KeyboardInterrupt as e:  # (torchrun) a stop signal to this rank: rank 0 reports an interruption
+        code = INTERRUPTED
+        if lifeline is not None:
+            with contextlib.suppress(OSError):
+                lifeline.send("interrupted", e.args[0] if e.args else "SIGINT")
     except BaseException:
         code = 1
         if lifeline is not None:

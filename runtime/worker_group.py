@@ -21,9 +21,9 @@ from backends.segments import remove_stale_segments
 
 from .launch import Launch, is_stopped, probe_nodes, start_ignoring_signals, torchrun_store
 from .lifeline import STALL_S, LifelineServer
-from .worker import serve
+from .worker import INTERRUPTED, serve
 
-PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often
+PROGRESS_S = 15.0  # a start-up stage still waited for says so on stderr this often (a quarter of a shorter timeout)
 RERAN_MAIN = 3  # exit code of a spawned process that found itself re-running its parent's main script
 NO_MAIN_GUARD = ('it exited while starting: the script that created the LLM has no `if __name__ == "__main__":` '
                  "guard, so the spawned worker re-ran it (see docs/USAGE.md, the Python API)")
@@ -50,6 +50,7 @@ class WorkerGroup:
         self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
         self.launch = launch or Launch(world_size=world_size)
         self.errors: dict[int, str] = {}
+        self.interrupted: dict[int, str] = {}  # (torchrun) rank -> the stop signal that ended it
         self.worker_stats: dict[int, dict] = {}
         self.procs: dict[int, mp.Process] = {}
         self.store = self.lifelines = None
@@ -74,12 +75,8 @@ class WorkerGroup:
             raise
 
     def _wait_connected(self) -> None:
-        def timed_out():
-            missing = sorted(set(self.workers) - self.lifelines.connected())
-            return TimeoutError(f"ranks {missing} did not reach rank 0 within {self.startup_timeout_s:g} s")
-
-        wait_until(lambda t: self.lifelines.connected() == set(self.workers) or time.sleep(t), self.check,
-                   self.startup_timeout_s, timed_out)
+        """(torchrun) Wait for every worker's lifeline (``wait_for``'s notes and errors, stage 'lifeline')."""
+        self.wait_for("lifeline", lambda: sorted(set(self.workers) - self.lifelines.connected()))
 
     def node_name(self, rank: int) -> str:
         """The host ``rank`` said it runs on (a spawned worker's: this host, even before it said so)."""
@@ -125,17 +122,18 @@ class WorkerGroup:
                 kind, rank, payload = self.lifelines.reports.get(block=left > 0, timeout=max(left, 0))
             except queue.Empty:
                 return
-            (self.errors if kind == "error" else self.worker_stats)[rank] = payload
-            if kind == "error":
+            {"error": self.errors, "interrupted": self.interrupted}.get(kind, self.worker_stats)[rank] = payload
+            if kind != "stats":
                 return
 
     def _dead(self) -> dict[int, str]:
-        """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline)."""
+        """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline) or an interruption."""
         for rank in self.lifelines.dead.keys() & self.procs.keys():  # its lifeline closed as it died: the exit
             self.procs[rank].join(0.5)  # code, which names a signal, comes a moment later
         gone = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
                 if not p.is_alive() and not (self.lifelines.finished.get(r) == 0 and p.exitcode == 0)}
-        ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items() if code != 0}
+        ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items()
+                 if code not in (0, INTERRUPTED)}  # an interrupted rank's report says more
         return {**ended, **self.lifelines.dead, **gone}  # the process's own exit code, then the lifeline's word
 
     def _exit_reason(self, rank: int, code: int | None) -> str:
@@ -148,7 +146,8 @@ class WorkerGroup:
         return f"process exited with code {code}"
 
     def check(self, wait_s: float = 0.0) -> None:
-        """Raise :class:`WorkerError` if a worker reported an error, is gone or (after a failure) stalled.
+        """Raise :class:`WorkerError` if a worker reported an error, is gone or (after a failure) stalled, or
+        ``KeyboardInterrupt`` if one was stopped by a signal (torchrun's ranks handle it).
         ``wait_s``: how long to wait for a traceback from a worker alive or exited on its own (s)."""
         self._drain()
         dead = self._dead()
@@ -169,6 +168,12 @@ class WorkerGroup:
             raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "
                                     f"holding the GIL) (node {self.node_name(rank)})")
         silent = self._silent_deaths(dead) if self.errors else []
+        # a stop signal to a worker breaks its partners' collectives (their errors); torchrun's agent sends SIGTERM
+        # to a node's ranks after one failed there, so that one's error comes first
+        stopped = [r for r, sig in self.interrupted.items() if not (self.errors and sig == "SIGTERM")]
+        if stopped and not silent:
+            rank = min(stopped)
+            raise KeyboardInterrupt(f"{self.interrupted[rank]} on rank {rank}, node {self.node_name(rank)}")
         if self.errors and not silent:
             rank = min(self.errors)
             raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
@@ -179,14 +184,16 @@ class WorkerGroup:
 
     def _silent_deaths(self, dead: dict[int, str]) -> list[int]:
         """Ranks in ``dead`` killed by a signal, without a report (updates ``dead``): the errors of the ranks whose
-        collectives they broke ("Connection reset by peer") can arrive first, within ~0.5 s of their death."""
+        collectives they broke ("Connection reset by peer") can arrive first, within ~0.5 s of their death (or of
+        an interrupted rank's report, which ends the wait)."""
         deadline = time.monotonic() + 0.5
         while True:
             silent = [r for r in dead if r not in self.errors
                       and (r not in self.procs or (self.procs[r].exitcode or 0) < 0)]  # torchrun: its lifeline closed
-            if silent or time.monotonic() >= deadline:
+            if silent or self.interrupted or time.monotonic() >= deadline:
                 return silent
             time.sleep(POLL_S)
+            self._drain()
             dead.update(self._dead())
 
     def _stalled(self, dead: dict, settle: bool) -> dict[int, float]:
@@ -199,37 +206,37 @@ class WorkerGroup:
                 return stalled
             time.sleep(POLL_S)
 
-    def wait_for(self, stage: str) -> None:
-        """Block until every worker has announced ``stage`` in the store, checking liveness. Raises WorkerError: a
-        worker died or failed first; TimeoutError: not within ``startup_timeout_s``."""
-        keys = [f"{stage}/{r}" for r in self.workers]
+    def wait_for(self, stage: str, missing=None) -> None:
+        """Block until every worker has announced ``stage`` in the store (or ``missing()``, the ranks not there
+        yet, is empty), checking liveness and saying every PROGRESS_S who is late. Raises WorkerError: a worker
+        died or failed first; TimeoutError: not within ``startup_timeout_s``."""
+        missing = missing or (lambda: [r for r in self.workers if not self.store.check([f"{stage}/{r}"])])
         start = said = time.monotonic()
         self.lifelines.quiet = True  # the notes below name the stage too
         try:
-            while keys and not self.store.check(keys):
+            while late := missing():
                 self.check()
                 now = time.monotonic()
                 if now > start + self.startup_timeout_s:
-                    missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
-                    raise TimeoutError(f"rank(s) {', '.join(map(str, missing))} did not reach start-up stage "
+                    raise TimeoutError(f"rank(s) {', '.join(map(str, late))} did not reach start-up stage "
                                        f"{stage!r} within {self.startup_timeout_s:g} s")
-                if now - said >= PROGRESS_S:
+                if now - said >= min(PROGRESS_S, self.startup_timeout_s / 4):
                     said = now
-                    print(self._waiting(stage, now - start), file=sys.stderr, flush=True)
+                    print(self._waiting(stage, late, now - start), file=sys.stderr, flush=True)
                 time.sleep(POLL_S)
         finally:
             self.lifelines.quiet = False
 
-    def _waiting(self, stage: str, waited_s: float) -> str:
-        """One line: the ranks not yet at ``stage`` after ``waited_s``, and which of them are silent."""
-        missing = [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
+    def _waiting(self, stage: str, missing: list[int], waited_s: float) -> str:
+        """One line: the ranks ``missing`` at ``stage`` after ``waited_s``, and which of them are silent."""
         stalled = self.lifelines.stalled()
         silent = "; ".join(f"rank {r} silent for {stalled[r]:.0f} s (stopped?)" for r in missing if r in stalled)
         never = [f"{r}{' (its process is stopped)' * is_stopped(self.procs.get(r))}" for r in missing
                  if r not in self.lifelines.connected()]  # a spawned one's state says it, its lifeline cannot
+        blind = " (one that ended first cannot say so: see its node's log)" if self.launch.launcher != "spawn" else ""
         return (f"note: waiting {waited_s:.0f} s (of {self.startup_timeout_s:g}) for rank(s) "
                 f"{', '.join(map(str, missing))} to reach start-up stage {stage!r}" + (f"; {silent}" if silent else "")
-                + (f"; never connected: rank(s) {', '.join(never)}" if never else ""))
+                + (f"; never connected: rank(s) {', '.join(never)}{blind}" if never else ""))
 
     def collect_stats(self) -> dict[int, dict]:
         """Every worker's control-plane samples (after ``worker.REPORT``), then forgets them. Raises TimeoutError:

@@ -495,6 +495,7 @@ def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
                                       recent_own_stall=lambda within_s: None, connected=lambda: {1, 2, 3})
         g.procs = {1: Proc(None), 2: Proc(None), 3: Proc(-9, dies_after_s)}
         g.errors, g.worker_stats, g.timeout_s, g.launch = {}, {}, 5.0, SimpleNamespace(launcher="spawn")
+        g.interrupted = {}
         return g
 
     for dies_after_s in (0.0, 0.2):
@@ -631,3 +632,31 @@ def test_rank_0_stopped_mid_run_is_named_not_a_healthy_worker(tmp_path, model_ca
     rows = pd.read_csv(tmp_path / "runs.csv")
     assert rows.status[1] == ("failed" if stop_s > timeout_s else "stalled"), (rows.status.tolist(), err[-2000:])
     assert "rank 0 (this process)" in rows.error[1] and "rank 1" not in rows.error[1], rows.error[1]
+
+
+@pytest.mark.parametrize("signal_name, errors", [("SIGINT", True), ("SIGTERM", False), ("SIGTERM", True)])
+def test_a_worker_stopped_by_a_signal_is_an_interruption_unless_a_failure_explains_it(signal_name, errors):
+    """Under torchrun a worker takes Ctrl-C itself (session 31: rank 0 blamed it, with its KeyboardInterrupt's
+    traceback). Its partners' broken collectives do not hide it; an error does where the signal is SIGTERM, which
+    torchrun's agent sends to a node's ranks after one of them failed."""
+    import queue
+    from types import SimpleNamespace
+
+    from engine import WorkerError
+    from runtime.worker_group import WorkerGroup
+
+    g = object.__new__(WorkerGroup)
+    reports = queue.Queue()
+    if errors:
+        reports.put(("error", 2, "RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer"))
+    reports.put(("interrupted", 1, signal_name))
+    g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={1: 130}, hosts={1: "node-b", 2: "node-c"},
+                                  stalled=dict, recent_own_stall=lambda within_s: None, connected=lambda: {2})
+    g.procs, g.errors, g.interrupted, g.worker_stats, g.timeout_s = {}, {}, {}, {}, 5.0
+    g.launch = SimpleNamespace(launcher="torchrun")
+    if errors and signal_name == "SIGTERM":
+        with pytest.raises(WorkerError, match=r"worker rank 2 failed: \(on node-c\)\nRuntimeError"):
+            g.check()
+    else:
+        with pytest.raises(KeyboardInterrupt, match=f"^{signal_name} on rank 1, node node-b$"):
+            g.check()

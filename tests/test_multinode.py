@@ -173,6 +173,44 @@ def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(victim, tmp_path
         assert any(",failed," in r and "rank 1" in r for r in rows)
 
 
+def test_a_worker_stopped_by_ctrl_c_is_an_interruption_not_its_failure(tmp_path, model_cache):
+    """Ctrl-C on node 1's torchrun sends its rank SIGINT. Rank 0's row said "WorkerError ... rank 1 ...
+    KeyboardInterrupt: SIGINT" with rank 1's traceback (session 31); it says the run was interrupted, and where."""
+    marker = f"results_dir={tmp_path}"
+    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=zmq", "tp=2", "workload=bench", "repeat=100",
+                     "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
+    try:
+        assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
+        pids = rank_pids(1, marker)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    last = (tmp_path / "runs.csv").read_text().splitlines()[-1]
+    assert ",failed," in last and "interrupted (SIGINT on rank 1, node sim-node1)" in last, node_log(tmp_path, 0)
+    log = node_log(tmp_path, 0)
+    assert "error: interrupted (SIGINT on rank 1, node sim-node1)" in log and "KeyboardInterrupt" not in log, log
+    assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
+
+
+def test_a_rank_that_ends_before_it_joins_is_waited_for_aloud(tmp_path, tiny_untied):
+    """Rank 1 exits before it connects (on a real node: a failed import, a missing checkpoint). Rank 0, on the
+    other node, cannot see that: it waited ``startup_timeout_s`` (600 s by default) without a word (session 31).
+    It now names the rank and the stage every quarter of that, and then raises."""
+    out = tmp_path / "error.txt"
+    proc = sim_nodes(tmp_path, 2, 1, os.path.join(ROOT, "tests", "torchrun_early_exit.py"), tiny_untied, str(out),
+                     "8")
+    log = node_log(tmp_path, 0)
+    assert out.read_text() == "TimeoutError: rank(s) 1 did not reach start-up stage 'lifeline' within 8 s", log
+    notes = [line for line in log.splitlines() if line.startswith("note: waiting")]
+    assert len(notes) >= 2 and notes[0] == ("note: waiting 2 s (of 8) for rank(s) 1 to reach start-up stage "
+                                            "'lifeline'; never connected: rank(s) 1 (one that ended first cannot "
+                                            "say so: see its node's log)"), log
+    assert proc.returncode == 1  # torchrun's for a failed rank
+
+
 @pytest.mark.parametrize("control", ["gloo", "zmq", "hybrid"])
 def test_conformance_across_two_nodes_of_two(control, tmp_path):
     """2,000 messages of 0 B to 20 KB (through 4 KiB ring slots for hybrid: chunked, slots reused) reach all
