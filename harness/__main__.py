@@ -9,10 +9,19 @@ import os
 import signal
 import sys
 
-from .signals import AT_ONCE, as_interrupt, exit_interrupted, install, interrupted_code, interrupted_line
+from .signals import (
+    AT_ONCE,
+    as_interrupt,
+    exit_interrupted,
+    install,
+    interrupted_code,
+    interrupted_line,
+    outlive_stdout_reader,
+)
 
 if __name__ == "__main__":
     install()  # the signal handlers first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
+    outlive_stdout_reader()  # before Hydra's log handler takes sys.stdout
     # `kill -USR1 <pid>`: every thread's stack to stderr, and go on, from here on (torchrun's ranks too; spawned
     # workers inherit it ignored: runtime/worker_group.py); ignored, never fatal, once exit unregisters faulthandler
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -8,8 +8,7 @@
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad
-arguments.
+Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad arguments.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from .exposed import exposed_cost, print_exposed, sent_apart
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
+from .signals import outlive_stdout_reader
 from .summary_table import csv_rows, default_baseline, print_table
 
 # the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    outlive_stdout_reader()  # `--compare ... | head`: the gate's exit code and the figures, as without the pipe
     try:
         sys.exit(main())
-    except BrokenPipeError:  # `... | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    except OSError as e:  # stdout on a full disk, ...
+        sys.exit(f"error: cannot write the output: {e.strerror or e}")

@@ -1,5 +1,6 @@
 """Ctrl-C, SIGTERM and SIGHUP stop a run the same orderly way, reported as an interruption even when a C
-extension swallowed the ``KeyboardInterrupt`` or turned it into another error (:func:`as_interrupt`)."""
+extension swallowed the ``KeyboardInterrupt`` or turned it into another error (:func:`as_interrupt`). A reader
+of stdout that leaves (SIGPIPE: ``... | head``) stops nothing (:func:`outlive_stdout_reader`)."""
 
 from __future__ import annotations
 
@@ -124,3 +125,36 @@ def exit_interrupted() -> None:
 def interrupted_code() -> int:
     """128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none)."""
     return 128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value)
+
+
+class _ReaderProof:
+    """A text stream whose reader may leave: from the first ``BrokenPipeError`` on, its file descriptor writes to
+    /dev/null (the buffered text too), so the process goes on as it would have, without a traceback."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+
+def outlive_stdout_reader() -> None:
+    """``... | head``: the run (its row written once, its figures, its exit code) goes on as without the pipe."""
+    if not isinstance(sys.stdout, _ReaderProof):
+        sys.stdout = _ReaderProof(sys.stdout)

@@ -197,6 +197,31 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     assert res.stderr.startswith("read ")  # markdown and csv: the files read on stderr, only tables in a file
 
 
+def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
+    """The new-user trial (session 31): `--compare OLD NEW | head -1` exited 0 where the gate failed (exit 1), and
+    `--plot OUT | head -1` wrote no figure. Stdout on a full disk gave a traceback."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    rows = sweep_rows(tps=tuple(range(1, 41)))
+    old, new = write(rows, tmp_path / "old.csv"), write([{**r, "tpot_ms_p50": 2 * r["tpot_ms_p50"]} for r in rows],
+                                                         tmp_path / "new.csv")
+    analyze = f"{sys.executable} -m harness.analyze"
+
+    def shell(cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    res = shell(f"{analyze} --compare {old} {new} | head -1; exit ${{PIPESTATUS[0]}}")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    res = shell(f"{analyze} {old} --plot {tmp_path / 'out.png'} | head -1; exit ${{PIPESTATUS[0]}}")
+    assert res.returncode == 0 and (tmp_path / "out.png").exists() and (tmp_path / "out_raw.png").exists()
+    res = shell(f"{analyze} {old} > /dev/full")
+    assert res.returncode == 1 and res.stderr.strip().splitlines()[-1] == (
+        "error: cannot write the output: No space left on device"), res.stderr[-2000:]
+
+
 def test_one_plane_alone_gets_no_ratios(tmp_path, capsys):
     """The main job or a one-plane sweep: nothing to compare, so no column of 1.00x."""
     assert main([write(sweep_rows(planes=("shm",)), tmp_path / "runs.csv")]) == 0

@@ -695,6 +695,17 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
     assert problem is not None and message in problem and "\n" not in problem, problem
 
 
+def test_a_reader_of_the_printout_that_leaves_early_changes_nothing(tmp_path, model_cache):
+    """The new-user trial (session 31): `python -m harness ... | head -1` wrote the run twice, an ok row and a failed
+    one ("BrokenPipeError") under another run_id, after a page of logging tracebacks."""
+    cmd = (f"{sys.executable} -m harness control=shm tp=2 workload=smoke results_dir={tmp_path} progress=false "
+           "| head -1; exit ${PIPESTATUS[0]}")
+    res = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env={**os.environ, "TPCP_CACHE": model_cache},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "Traceback" not in res.stderr and "Logging error" not in res.stderr, res.stderr
+    assert list(pd.read_csv(tmp_path / "runs.csv").status) == ["ok"]
+
+
 def test_a_full_results_dir_is_refused_up_front(tmp_path, monkeypatch):
     """Session 28's break test: a full disk under results_dir ended in Hydra's traceback (saving its config), with
     no row and empty files left."""
