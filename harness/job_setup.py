@@ -228,8 +228,13 @@ def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
 
 
 def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
-    """Append and print the failed row of an interrupted or crashed run; returns 130 or 1."""
+    """Append and print the failed row of an interrupted or crashed run (none when the run has its row: the stop
+    came after it); returns 130 or 1."""
     e = as_interrupt(e)
+    code = 130 if isinstance(e, KeyboardInterrupt) else 1
+    if row0.get("run_id") in results.run_ids:
+        print(f"error: {one_line(e)}, after repeat {repeat}'s row", file=sys.stderr)
+        return code
     row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
     written = results.add(row)
     kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
@@ -237,7 +242,7 @@ def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
     print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
                   if row.get("run_id") and os.path.isfile(kept) else (), run_file=results.run_file)
     print(f"error: {one_line(e)}", file=sys.stderr)
-    return 130 if isinstance(e, KeyboardInterrupt) else 1
+    return code
 
 
 def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool]:

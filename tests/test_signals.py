@@ -337,6 +337,29 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
     assert row.status == "failed" and "interrupt" in row.error.lower()
 
 
+def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path, model_cache, monkeypatch, capsys):
+    """The new-user trial (session 31): Ctrl-C while a finished run waited for the results lock wrote its ok row to a
+    fallback file, then a failed row "interrupted" for the same run, under another run_id, to a second one."""
+    import pandas as pd
+
+    from harness import app, results_csv
+    from harness.preflight import hydra_compose
+
+    def stopped(*args, **kwargs):  # the lock is held elsewhere: Ctrl-C while waiting for it
+        raise KeyboardInterrupt("SIGINT")
+
+    monkeypatch.setattr(results_csv, "append_row", stopped)
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
+                       f"results_dir={tmp_path}"])
+    assert app.run_engine_job(cfg, None) == 130
+    (kept,) = [f for f in os.listdir(tmp_path) if f.startswith("runs.unwritten-")]
+    assert pd.read_csv(tmp_path / kept).status.tolist() == ["ok"]
+    err = capsys.readouterr().err
+    assert f"the row went to {tmp_path / kept}" in err and "error: interrupted (SIGINT), after repeat 0's row" in err
+
+
 @pytest.mark.parametrize("control", ["shm", "ideal"])
 def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, model_cache, monkeypatch, capsys):
     """The new-user trial (session 22): a serve run stopped mid-run wrote its row and run file as 434449d597df but
