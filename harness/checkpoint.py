@@ -16,12 +16,13 @@ from omegaconf import OmegaConf
 
 from common import ConfigError
 
-from .conf_paths import CONF_DIR
+from .conf_paths import CONF_DIR, user_path
 
 
 def cache_dir() -> str:
-    """Where presets are kept: ``$TPCP_CACHE`` (unless empty) or ``~/.cache/tp-controlplane-bench/models``."""
-    return os.environ.get("TPCP_CACHE") or os.path.expanduser("~/.cache/tp-controlplane-bench/models")
+    """Where presets are kept: ``$TPCP_CACHE`` (unless empty) or ``~/.cache/tp-controlplane-bench/models``, as an
+    absolute path (``user_path``: the reader and the writer of a preset must agree on it)."""
+    return user_path(os.environ.get("TPCP_CACHE") or "~/.cache/tp-controlplane-bench/models")
 
 
 def _is_built(path: str) -> bool:

@@ -490,6 +490,12 @@ def test_a_drawn_preset_reads_from_a_cache_it_cannot_write_and_others_can_read_i
         os.chmod(tmp_path, 0o755)
     monkeypatch.setenv("TPCP_CACHE", "")
     assert cache_dir() == os.path.expanduser("~/.cache/tp-controlplane-bench/models")
+    # the new-user trial (session 31): '~/foo' drew the preset into ./~/foo, then the engine read ~/foo
+    monkeypatch.setenv("TPCP_CACHE", "~/foo")
+    assert cache_dir() == os.path.expanduser("~/foo")
+    monkeypatch.setenv("TPCP_CACHE", "rel/cache")
+    monkeypatch.chdir(tmp_path)
+    assert cache_dir() == str(tmp_path / "rel" / "cache")
 
 
 def test_a_preset_build_killed_midway_is_cleaned_up_and_a_damaged_one_named(tmp_path):
