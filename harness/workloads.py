@@ -58,6 +58,7 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 MAX_PROMPT_TOKENS = 50_000_000  # every prompt is drawn before the run, as Python ints: ~2 GB at this bound
+MAX_RAW_BYTES = 1 << 30  # a broadcast's raw payload
 MIN_BURSTINESS = 0.01  # Gamma(shape) draws ~U^(1 / shape): at shape 0.001 most are below 1e-308, i.e. 0
 MAX_ARRIVAL_SPAN_S = 86_400.0  # a serve trace longer than a day is a typo (request_rate=1e-6), not a benchmark
 
@@ -148,6 +149,13 @@ def _check_values(w: dict) -> None:
         if not (w.get("decode_batches") or pairs or w.get("raw_bytes")):
             raise ValueError("workload=broadcast has no payload: decode_batches, prefill_batches and raw_bytes are "
                              "all empty")
+        drawn = [(f"decode_batches: {b} x decode_context={w['decode_context']}", b * w["decode_context"])
+                 for b in w.get("decode_batches") or []] + [(f"prefill_batches: {n} x {t}", n * t) for n, t in pairs]
+        if big := next((what for what, n in drawn if n > MAX_PROMPT_TOKENS), None):
+            raise ValueError(f"workload.{big} tokens is more than {MAX_PROMPT_TOKENS:,} to draw before the run")
+        if big := [n for n in w.get("raw_bytes") or [] if n > MAX_RAW_BYTES]:
+            raise ValueError(f"workload.raw_bytes: {big[0]} is more than {MAX_RAW_BYTES >> 20} MiB, the largest "
+                             "payload sent (every rank holds it)")
 
 
 def given_workload(w: dict, overrides: list[str]) -> dict:

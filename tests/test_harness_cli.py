@@ -682,6 +682,13 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["device=cpu", "workload=serve", "workload.request_rate=0.0001"], "=0.0001 with 24 prompts: the arrivals would"),
     # a helper's find (session 21): passed, then an IndexError (exit 1) once the group had started
     (["workload=broadcast", "tp=2", "workload.warmup=0"], "workload.warmup must be an integer >= 1, got 0"),
+    # the new-user trial (session 31): a MemoryError (exit 1, a failed row) once the workers had started
+    (["workload=broadcast", "tp=2", "workload.raw_bytes=[99999999999]"],
+     "workload.raw_bytes: 99999999999 is more than 1024 MiB, the largest payload sent"),
+    (["workload=broadcast", "tp=2", "workload.decode_batches=[100000]", "workload.decode_context=1000"],
+     "workload.decode_batches: 100000 x decode_context=1000 tokens is more than 50,000,000 to draw"),
+    (["workload=broadcast", "tp=2", "workload.prefill_batches=[[1000,100000]]"],
+     "workload.prefill_batches: 1000 x 100000 tokens is more than 50,000,000 to draw"),
     (["results_file='x\ny.csv'"], "results_file must be a file name of printable characters, got 'x\\ny.csv'"),
     # session 28's break test: the run went ahead, then its row went to stderr (ENAMETOOLONG), exit 1
     ([f"results_file={'d' * 300}.csv"], "results_file is 304 bytes long: at most 230"),
