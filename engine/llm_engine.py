@@ -40,7 +40,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
             raise ConfigError("this process already runs an engine (or another torch.distributed job): "
                               "one LLM per process; shut the other one down first")
         self.cluster = self.control = self.runner = self.profiler = None
-        self._closed = False
+        self._closed, self._mid_call = False, False  # _mid_call: a call() that did not return (workers mid-step?)
         atexit.register(self.shutdown)
         try:
             cfg, launch, tp, t0 = self.config, self.config.launch, self.config.tensor_parallel_size, time.perf_counter()
@@ -89,13 +89,16 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
 
     def call(self, method: str, *args):
         """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker failed."""
+        self._mid_call = True
         if self.profiler is None:  # profile=none: this test is all profiling costs a call
             self.cluster.send(method, *args)
         else:
             with self.profiler.range("send"):
                 self.cluster.send(method, *args)
         try:
-            return getattr(self.runner, method)(*args)
+            out = getattr(self.runner, method)(*args)
+            self._mid_call = False
+            return out
         except Exception as e:  # a worker's failure explains ours: raise that one
             collective = isinstance(e, torch.distributed.DistError) or "gloo" in str(e) or "NCCL" in str(e)
             self.cluster.explain(e, "a collective" if collective else None)
@@ -248,8 +251,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
             return
         self._closed = True
         atexit.unregister(self.shutdown)
-        if self.cluster is not None:
-            self.cluster.close(grace_s)
+        if self.cluster is not None:  # workers left in a step's collectives cannot read the exit message
+            self.cluster.close(grace_s, exit_wait_s=0.5 if self._mid_call else 5.0)
 
     def _teardown(self) -> None:
         """Rank 0's part of the workers' body: the runner's process group, the profiler."""

@@ -86,13 +86,14 @@ class Cluster:
         recv = self.group.collect_stats()
         return {"send": send.as_dict(), "recv": recv, "silent_s": self.group.lifelines.take_silences()}
 
-    def close(self, grace_s: float = 5.0) -> None:
-        """The exit message, ``teardown()``, then (whatever it raised) up to ``grace_s`` for the workers to end
-        (those left are terminated, then killed), and free the plane's segments and sockets."""
+    def close(self, grace_s: float = 5.0, exit_wait_s: float = 5.0) -> None:
+        """The exit message (a send waits at most ``exit_wait_s``), ``teardown()``, then (whatever it raised) up to
+        ``grace_s`` for the workers to end (those left are terminated, then killed); free the plane's segments and
+        sockets."""
         try:
             if self.control is not None:
                 self.group.kill_stalled()
-                self.control.timeout_s = min(self.control.timeout_s, 5.0)  # a stalled worker must not hold us
+                self.control.timeout_s = min(self.control.timeout_s, exit_wait_s)  # a stalled worker must not hold us
                 self.control.send_exit()
             if self.teardown is not None:
                 with contextlib.suppress(Exception):

@@ -47,6 +47,24 @@ def test_killed_worker_is_reported_within_5s(control, tiny_untied):
 
 
 @pytest.mark.timeout(120)
+def test_a_stop_mid_step_does_not_wait_for_workers_to_read_the_exit_message(tiny_untied):
+    """The new-user trial (session 31): Ctrl-C mid-step under control=gloo took ~6 s to exit. The exit message, a gloo
+    broadcast, waited its 5 s for a worker held in the step's all-reduce, which rank 0 had left."""
+    llm = LLM(tiny_untied, tensor_parallel_size=2, control="gloo", **OPTS)
+    worker = llm.cluster.group.procs[1]
+
+    def stopped(*args):  # Ctrl-C on rank 0 before its step's collectives: the worker waits in them
+        raise KeyboardInterrupt
+
+    llm.runner.run = stopped
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([[1, 2, 3]], LONG)
+    start = time.monotonic()
+    llm.shutdown()
+    assert time.monotonic() - start < 4.0 and not worker.is_alive()  # 5 s and more before
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("control", available())
 def test_worker_exception_carries_its_traceback(control, tiny_untied):
     with LLM(tiny_untied, tensor_parallel_size=2, control=control, fault_injection=True, **OPTS) as llm:
