@@ -1,6 +1,6 @@
 """``python -m harness [overrides]``: the Hydra entry point (``-m`` for multirun sweeps). A sweep runs every job
-even when some fail; the process exits with the worst job's code: 0 ok, 1 a run failed, 2 bad input, 128 + the
-signal's number when interrupted (130 Ctrl-C, 143 SIGTERM; it also stops the sweep)."""
+even when some fail; the process exits with the worst job's code: 0 ok, 1 a run failed or stalled, 2 bad input,
+128 + the signal's number when interrupted (130 Ctrl-C, 143 SIGTERM; it also stops the sweep)."""
 
 from __future__ import annotations
 

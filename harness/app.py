@@ -99,7 +99,7 @@ def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
 
 
 def run_job(cfg: DictConfig) -> int:
-    """Run the configured job; returns the exit code (0 ok, 1 run failed, 2 bad input, 130 interrupted)."""
+    """Run the configured job; returns the exit code (0 ok, 1 a run failed or stalled, 2 bad input, 130 interrupted)."""
     launch = Launch.from_env()
     broadcast = cfg.workload.kind == "broadcast"
     if not broadcast:
@@ -116,8 +116,9 @@ def run_job(cfg: DictConfig) -> int:
     return run_engine_job(cfg, launch)
 
 
-def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> None:
-    """One timed run (``row0["run_id"]`` names its files): its row appended to ``results``, printed with its files."""
+def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, gpus: list[int]) -> bool:
+    """One timed run (``row0["run_id"]`` names its files): its row appended to ``results``, printed with its files.
+    Returns whether a rank stalled in it (its row says so; its numbers are no measurement)."""
     sampler = NvmlSampler(gpus, cfg.nvml_interval_s)
     run_id, directory = row0["run_id"], os.path.dirname(results.path)
     steps = os.path.join(directory, "steps", f"{run_id}.csv") if cfg.step_log else None
@@ -140,6 +141,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
         SWEEP_ROWS.append(row)
     if gpus:
         print_floor(row, work, llm)
+    return bool(stalls)
 
 
 def warm_up(llm: LLM, work: Workload, device: str) -> None:
@@ -173,11 +175,12 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         if work.warmup:
             warm_up(llm, work, device)
         gpus = list(range(launch.local_world_size if launch else cfg.tp)) if device == "cuda" else []
+        stalled = False
         for repeat in range(cfg.repeat):
             row0.update(repeat=repeat, run_id=new_run_id())  # a failed run's row keeps it: one id for its files
-            run_repeat(cfg, llm, work, results, dict(row0), gpus)
+            stalled |= run_repeat(cfg, llm, work, results, dict(row0), gpus)
         ok = True
-        return 1 if results.problem else 0
+        return 1 if results.problem or stalled else 0
     except BaseException as e:
         e = as_interrupt(e)
         if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?

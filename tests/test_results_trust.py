@@ -226,8 +226,8 @@ def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_median
                             "progress": False})
     results = Results(str(tmp_path / "runs.csv"), COLUMNS, SCHEMA_VERSION)
     row0 = {"schema_version": SCHEMA_VERSION, "control": "shm", "tp": 2, "workload": "smoke", "repeat": 0}
-    for run in ("a", "b"):
-        app.run_repeat(cfg, None, SimpleNamespace(arrivals=None), results, {**row0, "run_id": run}, [])
+    for run in ("a", "b"):  # the new-user trial (session 31): its job exited 0, as an ok one does (now 1)
+        assert app.run_repeat(cfg, None, SimpleNamespace(arrivals=None), results, {**row0, "run_id": run}, [])
     out = capsys.readouterr().out
     assert out.count("[stalled]") == 2 and out.count("100.0 output tok/s") == 2
     assert "warning     rank 1 was silent for 3.2 s in this run (stopped, or stuck holding the GIL): its " \
