@@ -23,7 +23,8 @@ def header(row: dict) -> str:
     what = [row.get("engine") if row.get("engine") != "tp" else None, row.get("control"),
             f"tp={row['tp']}" if row.get("tp") is not None else None,
             f"{row['model']} on {row['device']}" if row.get("model") else row.get("device"),
-            f"workload={row['workload']}" if row.get("workload") else None, row.get("overrides"),
+            f"workload={row['workload']}" if row.get("workload") else None,
+            ", ".join(str(row["overrides"]).split()) if row.get("overrides") else None,
             f"repeat {row['repeat']}" if row.get("repeat") is not None else None]
     extra = [f"{k}={row[k]}" for k in ("all_reduce", "gemm") if row.get(k) not in (None, "none", "torch")]
     return f"[{row['status']}] " + ", ".join(str(w) for w in what if w) + (f" ({', '.join(extra)})" if extra else "")

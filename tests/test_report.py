@@ -23,6 +23,9 @@ def printed(capsys, row) -> list[str]:
 def test_an_engine_run_reads_as_sentences_within_120_columns(capsys):
     lines = printed(capsys, OK)
     assert lines[0] == "[ok] shm, tp=2, qwen3-tiny on cpu, workload=bench, repeat 0 (all_reduce=gloo)"
+    # the new-user trial (session 31): "workload=serve, llm.timeout_s=10 workload.request_rate=2, repeat 0"
+    overrides = printed(capsys, {**OK, "overrides": "llm.timeout_s=10 workload.request_rate=2"})[0]
+    assert "workload=bench, llm.timeout_s=10, workload.request_rate=2, repeat 0" in overrides
     assert max(len(line) for line in lines) <= 120 and "None" not in "\n".join(lines)
     assert "  GPU         not measured: no GPU in this run" in lines
     assert any("< 0: before" in line for line in lines)  # the sign convention is printed with the lag
