@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
-from .exposed import exposed_cost, print_exposed, sent_apart
+from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cost
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
@@ -177,8 +177,7 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
             raise InputError(f"--plot: cannot write {path}: {e.strerror or e}") from None
         print(f"{what} written to {path}")
     if parts[0][0] == "engine" and figures[0][1] != "exposed":
-        print("no exposed-cost figure: " + ("at tp=1 no plane sends, so nothing is exposed" if (ok.tp == 1).all() else
-                                            "it needs control=ideal rows in the same configuration as the planes'"))
+        print(f"no exposed-cost figure: {why_no_exposed_cost(ok)}")
 
 
 def parse_threshold(text: str) -> float:

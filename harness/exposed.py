@@ -17,6 +17,15 @@ from .text_tables import fitting_sections, header_lines, num4
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
 
 
+def why_no_exposed_cost(ok: pd.DataFrame) -> str:
+    """Why the ok engine rows ``ok`` give no ``exposed_cost``, in words."""
+    if (ok.tp == 1).all():
+        return "at tp=1 no plane sends, so nothing is exposed"
+    if ok[[m for m, _ in EXPOSED_METRICS]].isna().all(axis=None):
+        return "the rows hold no decode step or TPOT"
+    return "it needs control=ideal rows in the same configuration as the planes'"
+
+
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
     ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
+from .load_results import InputError
 from .plot_common import (
     config_groups,
     config_labels,
@@ -108,7 +109,8 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
     shared, rows = bar_rows(df, [k for k in keys if k != "control"])
     rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
             for label, bars, key in rows]
-    rows = [r for r in rows if r[3]]  # a row without any metric of PANELS
+    if not (rows := [r for r in rows if r[3]]):  # a row without any metric of PANELS is left out
+        raise InputError(f"--plot: the rows hold none of {', '.join(t for _, _, t in PANELS)}; {out} not written")
     planes, colours = plane_colours(df.control)
     width = 3.6 * max([len(r[3]) for r in rows] + [1])
     handles = [Rectangle((0, 0), 1, 1, color=colours[c], label=short_plane(c)) for c in planes]

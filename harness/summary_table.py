@@ -76,7 +76,8 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
     elif table.control.nunique() > 1:  # one plane alone: nothing to compare, nothing to say
         base = table[table.control == baseline]
         print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
-              f"(no ratios: control={baseline} is not in the data)")
+              f"(no ratios: control={baseline} is not in the data)" if not len(base) else
+              f"(no ratios: control={baseline}'s rows hold no metric)")
     return False
 
 

@@ -222,6 +222,23 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
         "error: cannot write the output: No space left on device"), res.stderr[-2000:]
 
 
+def test_rows_without_metrics_say_so_not_that_ideal_is_missing(tmp_path, capsys):
+    """The new-user trial (session 31): a CSV cut to its first 10 columns said "control=ideal is not in the data"
+    beside ideal's rows, blamed ideal again for the missing exposed-cost figure, and drew an empty raw figure."""
+    keep = COLUMNS[:10]
+    path = write([{k: v for k, v in r.items() if k in keep} for r in sweep_rows()], tmp_path / "runs.csv")
+    assert main([path]) == 0
+    assert "(no ratios: control=ideal's rows hold no metric)" in capsys.readouterr().out
+    out = tmp_path / "out.png"
+    assert main([path, "--plot", str(out)]) == 2 and not out.exists()
+    assert capsys.readouterr().err.strip().endswith(f"--plot: the rows hold none of output tok/s, TPOT (ms), decode "
+                                                    f"step (ms), control one-way (us); {out} not written")
+    from harness.exposed import why_no_exposed_cost
+
+    ok = pd.read_csv(path).reindex(columns=COLUMNS)
+    assert why_no_exposed_cost(ok) == "the rows hold no decode step or TPOT"
+
+
 def test_one_plane_alone_gets_no_ratios(tmp_path, capsys):
     """The main job or a one-plane sweep: nothing to compare, so no column of 1.00x."""
     assert main([write(sweep_rows(planes=("shm",)), tmp_path / "runs.csv")]) == 0
