@@ -82,26 +82,29 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
             code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
         finally:
             endpoint.close()
-    except PeerGone:
-        code = 1
-    except KeyboardInterrupt as e:  # (torchrun) a stop signal to this rank: rank 0 reports an interruption
-        code = INTERRUPTED
-        if lifeline is not None:
-            with contextlib.suppress(OSError):
-                lifeline.send("interrupted", e.args[0] if e.args else "SIGINT")
-    except BaseException:
-        code = 1
-        if lifeline is not None:
-            with contextlib.suppress(OSError):
-                lifeline.send("error", traceback.format_exc())
-        else:
-            traceback.print_exc()
+    except BaseException as e:
+        code = _report(lifeline, e)
     finally:
         if lifeline is not None:
             lifeline.close(code)
     if spawned:
         sys.exit(code)
     return code
+
+
+def _report(lifeline: Lifeline | None, e: BaseException) -> int:
+    """(In an ``except`` block) Tell rank 0 why this worker ends: its traceback, or (torchrun's ranks take stop
+    signals) an interruption; nothing after rank 0's end (PeerGone). Returns the exit code."""
+    if isinstance(e, PeerGone):
+        return 1
+    interrupted = isinstance(e, KeyboardInterrupt)
+    if lifeline is None and not interrupted:
+        traceback.print_exc()
+    elif lifeline is not None:
+        with contextlib.suppress(OSError):
+            lifeline.send(*(("interrupted", e.args[0] if e.args else "SIGINT") if interrupted
+                            else ("error", traceback.format_exc())))
+    return INTERRUPTED if interrupted else 1
 
 
 def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=dict) -> int:
