@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from common import ConfigError
 
 from .conf_paths import CONF_DIR, user_path
+from .model_checks import parameter_count
 
 
 def cache_dir() -> str:
@@ -53,7 +54,10 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None,
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
 
-        print(f"building preset {name} once (transformers, random weights, seed {seed}) into {path}", flush=True)
+        params = parameter_count({"num_key_value_heads": config.get("num_attention_heads"), **config})
+        size = params * (2 if config.get("dtype") == "bfloat16" else 4)
+        print(f"building preset {name} once ({params / 1e6:,.1f} M parameters, {size / 2**30:.2f} GiB; transformers, "
+              f"random weights, seed {seed}) into {path}", flush=True)
         hf_logging.disable_progress_bar()
         torch.manual_seed(seed)
         if on_gpu:

@@ -498,6 +498,25 @@ def test_a_drawn_preset_reads_from_a_cache_it_cannot_write_and_others_can_read_i
     assert cache_dir() == str(tmp_path / "rel" / "cache")
 
 
+def test_a_preset_being_drawn_says_its_size(tmp_path, capsys):
+    """The new-user trial (session 31): model.preset.hidden_size=100000 drew an 11 GB checkpoint for two minutes
+    without a word of its size."""
+    import math
+
+    from helpers import TINY
+    from safetensors import safe_open
+
+    from harness.checkpoint import materialize
+
+    path = materialize("tiny-size", TINY, root=str(tmp_path))
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:  # parameter_count leaves the norms out
+        names = f.keys()  # a safe_open is not iterable
+        params = sum(math.prod(f.get_slice(k).get_shape()) for k in names if "norm" not in k)
+    said = re.search(r"building preset tiny-size once \(([\d.]+) M parameters, [\d.]+ GiB; transformers",
+                     capsys.readouterr().out)
+    assert said and float(said[1]) == round(params / 1e6, 1), params
+
+
 def test_a_preset_build_killed_midway_is_cleaned_up_and_a_damaged_one_named(tmp_path):
     """Session-7 break test: SIGKILL while a preset was drawn left a hidden temporary directory in the cache
     for good; a preset damaged later failed every run with no hint that deleting it is the cure."""
