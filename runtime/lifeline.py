@@ -1,8 +1,8 @@
 """Lifelines: one TCP connection from every worker to rank 0 for the whole run. End of file is the other side's
 death (the kernel closes a dead process's sockets; keepalive covers a vanished host). Workers send framed
-pickles: a traceback, control-plane samples, a heartbeat every ``BEAT_S`` (none from a stopped rank or one
-holding the GIL: stalled). A remote clock's offset is its time minus the midpoint of the fastest of ``PINGS``
-round trips, uncertain by half of it (Cristian 1989)."""
+pickles: a traceback or an interruption, control-plane samples, a heartbeat every ``BEAT_S`` (none from a
+stopped rank or one holding the GIL: stalled). A remote clock's offset is its time minus the midpoint of the
+fastest of ``PINGS`` round trips, uncertain by half of it (Cristian 1989)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class LifelineServer:
         self._loop_s = time.monotonic()  # when this thread last ran: a longer gap is a stall of this process
         self.quiet = False  # True: a caller names the stalled ranks itself
         self._noted: dict[int, int] = {}  # rank -> notes printed in its current silence
-        self.reports: queue.Queue = queue.Queue()  # ("error" | "stats", rank, payload)
+        self.reports: queue.Queue = queue.Queue()  # ("error" | "interrupted" | "stats", rank, payload)
         self.conns: dict[int, socket.socket] = {}
         self._bufs: dict[int, bytearray] = {}  # rank -> the bytes of its frame still arriving
         self._lock = threading.Lock()
@@ -246,7 +246,8 @@ class Lifeline:
             raise ConnectionError(f"rank {rank}: rank 0 closed the lifeline while greeting")
 
     def send(self, kind: str, payload) -> None:
-        """A report to rank 0 ("error" with a traceback, "stats" with control-plane samples)."""
+        """A report to rank 0 ("error" with a traceback, "interrupted" with a signal's name, "stats" with
+        control-plane samples)."""
         with self._send_lock:
             send_frame(self.sock, (kind, payload))
 
