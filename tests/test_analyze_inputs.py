@@ -261,6 +261,12 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     failed = {**rows[1], "status": "failed", "error": "interrupted (SIGINT)", "repeat": 9}
     assert main([write(rows + [failed], tmp_path / "runs.csv")]) == 0
     assert f"note: {len(rows) // 2} of {len(rows)} rows ran on a busy machine" in capsys.readouterr().out
+    # session 31: 141 of 144 rows of a quiet tp=2 sweep on 2 cores were flagged, at load averages up to 2.7 made of
+    # the sweep's own previous jobs; the run's own ranks on the host are allowed for
+    own = [{**r, "load_avg_1m": r["tp"] + 1.9, "nodes": 1} for r in rows] + [{**rows[0], "load_avg_1m": 4.2,
+                                                                              "nodes": 2, "repeat": 7}]
+    assert main([write(own, tmp_path / "runs.csv")]) == 0
+    assert "note: 1 of 49 rows ran on a busy machine (1-min load average up to 4.2 on 2 cores" in capsys.readouterr().out
 
 
 def test_options_of_the_gate_without_the_gate_are_refused(tmp_path, capsys):
