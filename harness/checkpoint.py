@@ -54,7 +54,8 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None,
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
 
-        params = parameter_count({"num_key_value_heads": config.get("num_attention_heads"), **config})
+        shape = Qwen3Config(**config)
+        params = parameter_count(shape.to_dict())
         size = params * (2 if config.get("dtype") == "bfloat16" else 4)
         print(f"building preset {name} once ({params / 1e6:,.1f} M parameters, {size / 2**30:.2f} GiB; transformers, "
               f"random weights, seed {seed}) into {path}", flush=True)
@@ -65,11 +66,11 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None,
             torch.set_default_dtype(torch.bfloat16)
             try:
                 with torch.device("cuda"):
-                    model = Qwen3ForCausalLM(Qwen3Config(**config))
+                    model = Qwen3ForCausalLM(shape)
             finally:
                 torch.set_default_dtype(previous)
         else:
-            model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
+            model = Qwen3ForCausalLM(shape).to(torch.bfloat16 if config.get("dtype") == "bfloat16"
                                                                   else torch.float32)
         # what a builder killed mid-write left (this process holds the lock: no builder of it is alive)
         for stale in glob.glob(os.path.join(root, f".{name}-{key}-*")):

@@ -151,7 +151,9 @@ class _ReaderProof:
             self._to_devnull()
 
     def _to_devnull(self) -> None:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
 
 
 def outlive_stdout_reader() -> None:
