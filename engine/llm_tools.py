@@ -36,7 +36,8 @@ class LLMTools:
         self.control.finish_replay()
 
     def check_workers(self, wait_s: float = 0.0) -> None:
-        """Raise ``WorkerError`` naming a worker that died, failed or stalled (its traceback awaited ``wait_s``)."""
+        """Raise ``WorkerError`` naming a worker that died, failed or stalled (its traceback awaited ``wait_s``), or
+        ``KeyboardInterrupt`` naming one a stop signal ended (torchrun's ranks take them)."""
         self.cluster.check(wait_s=wait_s)
 
     def set_async_scheduling(self, on: bool) -> None:

@@ -266,7 +266,8 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
     own = [{**r, "load_avg_1m": r["tp"] + 1.9, "nodes": 1} for r in rows] + [{**rows[0], "load_avg_1m": 4.2,
                                                                               "nodes": 2, "repeat": 7}]
     assert main([write(own, tmp_path / "runs.csv")]) == 0
-    assert "note: 1 of 49 rows ran on a busy machine (1-min load average up to 4.2 on 2 cores" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "note: 1 of 49 rows ran on a busy machine (1-min load average up to 4.2 on 2 cores" in out
 
 
 def test_options_of_the_gate_without_the_gate_are_refused(tmp_path, capsys):

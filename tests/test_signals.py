@@ -337,6 +337,41 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
     assert row.status == "failed" and "interrupt" in row.error.lower()
 
 
+@pytest.mark.parametrize("worker, error, code", [
+    (KeyboardInterrupt("SIGINT on rank 1, node b"), "interrupted (SIGINT on rank 1, node b)", 130),
+    (KeyboardInterrupt("SIGTERM on rank 1, node b"), "interrupted (SIGTERM)", 130),  # everyone's: the agent's
+    (None, "interrupted (SIGTERM)", 130),
+    ("died", "WorkerError: tensor-parallel worker rank 1 failed: died", 1)])
+def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, installed, tmp_path, model_cache,
+                                                        monkeypatch):
+    """The new-user trial (session 31): torchrun's agent sends rank 0 SIGTERM once a rank has ended; asked why, a
+    worker ended by a stop signal raised KeyboardInterrupt past the handler, and the run had no row (4 of 7 tries
+    after Ctrl-C on rank 1, 3 of 3 after SIGTERM to the agent)."""
+    import pandas as pd
+
+    from engine import LLM, WorkerError
+    from harness import app
+    from harness.preflight import hydra_compose
+
+    def check_workers(self, wait_s=0.0):
+        if worker is not None:
+            raise worker if isinstance(worker, BaseException) else WorkerError(1, worker)
+
+    def stopped(*args, **kwargs):  # the agent's SIGTERM, mid-run
+        signals._RECEIVED.append("SIGTERM")
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(app, "run_repeat", stopped)
+    monkeypatch.setattr(LLM, "check_workers", check_workers)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
+                       f"results_dir={tmp_path}"])
+    assert app.run_engine_job(cfg, None) == code
+    assert pd.read_csv(tmp_path / "runs.csv").error.tolist() == [error]
+
+
 def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path, model_cache, monkeypatch, capsys):
     """The new-user trial (session 31): Ctrl-C while a finished run waited for the results lock wrote its ok row to a
     fallback file, then a failed row "interrupted" for the same run, under another run_id, to a second one."""
