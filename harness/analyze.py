@@ -29,7 +29,7 @@ from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cos
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
-from .signals import outlive_stdout_reader
+from .signals import outlive_stdout_reader, stdout_lost
 from .summary_table import csv_rows, default_baseline, print_table
 
 # the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
@@ -294,7 +294,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     outlive_stdout_reader()  # `--compare ... | head`: the gate's exit code and the figures, as without the pipe
-    try:
-        sys.exit(main())
-    except OSError as e:  # stdout on a full disk, ...
-        sys.exit(f"error: cannot write the output: {e.strerror or e}")
+    code = main()
+    sys.exit(code or int(stdout_lost()))  # the tables are what it makes

@@ -18,6 +18,7 @@ import time
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
 _HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
 _OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
+_ECHO = threading.Event()  # a worker's interruption is in hand: a first stop signal now is its agent's echo
 AT_ONCE = threading.Event()  # nothing is started (the checks before the first job): a stop signal exits at once
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
 STUCK_S = 3.0  # a stop signal whose handler has not run by then: the main thread is stuck in C (_watch_stuck)
@@ -36,6 +37,8 @@ def _interrupt(signum, frame):
     if AT_ONCE.is_set():  # not raised: Hydra's or OmegaConf's cleanup could turn it into a traceback of their own
         os.write(2, f"{interrupted_line()}\n".encode())
         os._exit(interrupted_code())
+    if _ECHO.is_set() and len(_RECEIVED) == 1:  # a worker's interruption is being handled: this is its echo
+        return
     first = len(_RECEIVED) == 1
     if first:
         _OWED.set()
@@ -99,6 +102,8 @@ def as_interrupt(e: BaseException) -> BaseException:
     """``e``, or a ``KeyboardInterrupt`` naming the first signal when one arrived before ``e`` was handled. Not
     a worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
     if not _RECEIVED:
+        if isinstance(e, KeyboardInterrupt):  # a worker's (torchrun): the signal its agent sends next stops nothing
+            _ECHO.set()
         return e
     _HANDLED.set()
     if isinstance(e, KeyboardInterrupt) or (from_torchrun_agent() and type(e).__name__ == "WorkerError"):
@@ -128,11 +133,12 @@ def interrupted_code() -> int:
 
 
 class _ReaderProof:
-    """A text stream whose reader may leave: from the first ``BrokenPipeError`` on, its file descriptor writes to
-    /dev/null (the buffered text too), so the process goes on as it would have, without a traceback."""
+    """A text stream whose reader may leave, or whose disk may fill: from the first failed write on (``lost``: its
+    error), its file descriptor writes to /dev/null (the buffered text too), so the process goes on as it would
+    have, without a traceback; a full disk is said once on stderr."""
 
     def __init__(self, stream):
-        self._stream = stream
+        self._stream, self.lost = stream, None
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -140,23 +146,33 @@ class _ReaderProof:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._to_devnull()
+        except OSError as e:
+            self._drop(e)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._to_devnull()
+        except OSError as e:
+            self._drop(e)
 
-    def _to_devnull(self) -> None:
+    def _drop(self, e: OSError) -> None:
+        if self.lost is None and not isinstance(e, BrokenPipeError):  # a reader that left chose to
+            print(f"warning: cannot write stdout ({e.strerror or e}): the rest of the printout is lost",
+                  file=sys.stderr)
+        self.lost = self.lost or e
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self._stream.fileno())
         os.close(devnull)
 
 
 def outlive_stdout_reader() -> None:
-    """``... | head``: the run (its row written once, its figures, its exit code) goes on as without the pipe."""
-    if not isinstance(sys.stdout, _ReaderProof):
+    """``... | head``, ``> /dev/full``: the run (its row written once, its figures, its exit code) goes on as
+    without them. Nothing for a closed stdout (``>&-``: ``sys.stdout`` is None, and ``print`` writes nothing)."""
+    if sys.stdout is not None and not isinstance(sys.stdout, _ReaderProof):
         sys.stdout = _ReaderProof(sys.stdout)
+
+
+def stdout_lost() -> bool:
+    """Whether stdout failed for another reason than its reader leaving (a full disk: the printout is lost)."""
+    return not isinstance(getattr(sys.stdout, "lost", None), (type(None), BrokenPipeError))

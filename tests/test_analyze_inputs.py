@@ -217,9 +217,12 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     res = shell(f"{analyze} {old} --plot {tmp_path / 'out.png'} | head -1; exit ${{PIPESTATUS[0]}}")
     assert res.returncode == 0 and (tmp_path / "out.png").exists() and (tmp_path / "out_raw.png").exists()
-    res = shell(f"{analyze} {old} > /dev/full")
+    res = shell(f"{analyze} {old} --plot {tmp_path / 'full.png'} > /dev/full")  # the tables lost: exit 1
     assert res.returncode == 1 and res.stderr.strip().splitlines()[-1] == (
-        "error: cannot write the output: No space left on device"), res.stderr[-2000:]
+        "warning: cannot write stdout (No space left on device): the rest of the printout is lost"), res.stderr
+    assert (tmp_path / "full.png").exists() and (tmp_path / "full_raw.png").exists()
+    res = shell(f"{analyze} --compare {old} {new} >&-")  # a closed stdout: print() writes nothing
+    assert res.returncode == 1 and not res.stderr.strip(), res.stderr[-2000:]
 
 
 def test_rows_without_metrics_say_so_not_that_ideal_is_missing(tmp_path, capsys):

@@ -727,11 +727,12 @@ def test_the_up_front_checks_refuse_in_one_line(argv, message):
     assert problem is not None and message in problem and "\n" not in problem, problem
 
 
-def test_a_reader_of_the_printout_that_leaves_early_changes_nothing(tmp_path, model_cache):
-    """The new-user trial (session 31): `python -m harness ... | head -1` wrote the run twice, an ok row and a failed
-    one ("BrokenPipeError") under another run_id, after a page of logging tracebacks."""
+@pytest.mark.parametrize("out", ["| head -1", "> /dev/full"])
+def test_a_reader_of_the_printout_that_leaves_early_changes_nothing(out, tmp_path, model_cache):
+    """The new-user trials (session 31): `python -m harness ... | head -1` wrote the run twice, an ok row and a failed
+    one ("BrokenPipeError") under another run_id, after a page of logging tracebacks; `> /dev/full` failed the run."""
     cmd = (f"{sys.executable} -m harness control=shm tp=2 workload=smoke results_dir={tmp_path} progress=false "
-           "| head -1; exit ${PIPESTATUS[0]}")
+           f"{out}; exit ${{PIPESTATUS[0]}}")
     res = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env={**os.environ, "TPCP_CACHE": model_cache},
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "Traceback" not in res.stderr and "Logging error" not in res.stderr, res.stderr

@@ -25,6 +25,17 @@ def installed():
     signals._RECEIVED.clear()
     signals._HANDLED.clear()
     signals._OWED.clear()
+    signals._ECHO.clear()
+
+
+def test_the_agents_sigterm_after_a_workers_interruption_is_its_echo(installed):
+    """The new-user trial (session 31): torchrun's agent sent rank 0 SIGTERM while it shut down after a worker's
+    Ctrl-C: "Exception ignored in atexit callback ... KeyboardInterrupt: SIGTERM", and a second error line."""
+    e = KeyboardInterrupt("SIGINT on rank 1, node b")
+    assert signals.as_interrupt(e) is e
+    os.kill(os.getpid(), signal.SIGTERM)  # raised in the handler, it would come out of the sleep
+    time.sleep(0.1)
+    assert signals._RECEIVED == ["SIGTERM"] and signals.interrupted_code() == 143
 
 
 def test_an_error_without_a_signal_stays_itself(installed):
