@@ -20,7 +20,7 @@ REQUIRED = ["schema_version", "control", "tp", "status"]
 NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
            "decode_step_ms_p99", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_bytes_mean", "ctrl_calls",
            "ctrl_launch_lag_us_mean", "ctrl_launch_lag_us_p50", "ctrl_launch_late_us_mean", "repeat"]
-ABSURD = 1e15  # no measured value comes near (a cell of 1e300 printed 300 digits in the tables)
+ABSURD = 1e12  # no measured value comes near, in any unit (a cell of 1e300 printed 300 digits in the tables)
 # a time, rate, size or count: a negative cell was edited or damaged (a launch lag and a one-way latency measured
 # across nodes' clocks can be negative)
 CANNOT_BE_NEGATIVE = [c for c in NUMERIC if not c.startswith(("ctrl_launch_lag", "ctrl_oneway"))]
@@ -174,15 +174,17 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     if version > SCHEMA_VERSION:
         print(f"warning: {path}: schema_version {version:g} is newer than this harness's ({SCHEMA_VERSION}): "
               f"columns it does not know are left out", file=sys.stderr)
-    if version >= SCHEMA_VERSION:  # should have
-        for col in dict.fromkeys(c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns):
-            print(f"warning: {path}: no column {col} (its schema has one): read as empty", file=sys.stderr)
+    lacking = list(dict.fromkeys(c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns))
+    if version >= SCHEMA_VERSION and lacking:  # its schema has them
+        more = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
+        print(f"warning: {path}: no column{'s' * (len(lacking) > 1)} {', '.join(lacking[:4])}{more} (its schema has "
+              f"{'them' if len(lacking) > 1 else 'one'}): read as empty", file=sys.stderr)
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
     numbers = numbers.mask(numbers.abs() >= ABSURD)  # inf too
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
     odd_tp = ((numbers.tp >= 0) & ((numbers.tp < 1) | (numbers.tp % 1 != 0))).to_frame()  # tp=0, tp=2.5
-    for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN, infinite or absurd (>= 1e15) "
+    for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN, infinite or absurd (beyond ±1e12) "
                                                                 "cell(s) in column {}"),
                         (negative, "negative cell(s) in column {} (it cannot be negative)"),
                         (odd_tp, "cell(s) in column {} that are not a whole number >= 1")):

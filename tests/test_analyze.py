@@ -399,15 +399,16 @@ def test_non_numeric_cells_do_not_crash(sweep, tmp_path, capsys):
     bad.write_text("\n".join(text[:2] + [text[2].replace(",29.0,", ",NaN,", 1)] + text[3:]) + "\n")
     assert main([str(bad)]) == 0
     err = capsys.readouterr().err
-    assert "ignored 1 non-numeric, NaN, infinite or absurd (>= 1e15) cell(s) in column output_tok_s" in err
-    assert "ignored 1 non-numeric, NaN, infinite or absurd (>= 1e15) cell(s) in column tpot_ms_p50" in err
+    assert "ignored 1 non-numeric, NaN, infinite or absurd (beyond ±1e12) cell(s) in column output_tok_s" in err
+    assert "ignored 1 non-numeric, NaN, infinite or absurd (beyond ±1e12) cell(s) in column tpot_ms_p50" in err
     # the new-user trial (session 31): 1e300 printed 300-digit numbers, lines of 370 columns, tp=1e+300
     df = pd.read_csv(sweep).astype({"tp": float})
-    df.loc[0, "tpot_ms_p50"], df.loc[1, "tp"] = 1e300, 1e300
+    df.loc[0, "tpot_ms_p50"], df.loc[1, "tp"], df.loc[2, "decode_step_ms_p50"] = 1e300, 1e300, 1e14
     df.to_csv(bad, index=False)
     assert main([str(bad)]) == 0
     out, err = capsys.readouterr()
-    assert "absurd (>= 1e15) cell(s) in column tpot_ms_p50" in err and "in column tp" in err
+    assert "absurd (beyond ±1e12) cell(s) in column tpot_ms_p50" in err and "in column tp" in err
+    assert "absurd (beyond ±1e12) cell(s) in column decode_step_ms_p50" in err  # 3,000 years
     assert max(map(len, out.splitlines())) <= 120 and "e+300" not in out
 
 

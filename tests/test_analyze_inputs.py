@@ -228,10 +228,14 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
 def test_rows_without_metrics_say_so_not_that_ideal_is_missing(tmp_path, capsys):
     """The new-user trial (session 31): a CSV cut to its first 10 columns said "control=ideal is not in the data"
     beside ideal's rows, blamed ideal again for the missing exposed-cost figure, and drew an empty raw figure."""
-    keep = COLUMNS[:10]
-    path = write([{k: v for k, v in r.items() if k in keep} for r in sweep_rows()], tmp_path / "runs.csv")
+    path = str(tmp_path / "runs.csv")
+    pd.DataFrame(sweep_rows()).reindex(columns=COLUMNS[:10]).to_csv(path, index=False)
     assert main([path]) == 0
-    assert "(no ratios: control=ideal's rows hold no metric)" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "(no ratios: control=ideal's rows hold no metric)" in out
+    (lacking,) = [line for line in err.splitlines() if "no column" in line]  # 45 lines before
+    assert lacking.endswith("no columns duration_s, output_tok_s, total_tok_s, req_s and 40 more (its schema has "
+                            "them): read as empty")
     out = tmp_path / "out.png"
     assert main([path, "--plot", str(out)]) == 2 and not out.exists()
     assert capsys.readouterr().err.strip().endswith(f"--plot: the rows hold none of output tok/s, TPOT (ms), decode "
