@@ -201,11 +201,11 @@ def test_a_rank_that_ends_before_it_joins_is_waited_for_aloud(tmp_path, tiny_unt
     It now names the rank and the stage every quarter of that, and then raises."""
     out = tmp_path / "error.txt"
     proc = sim_nodes(tmp_path, 2, 1, os.path.join(ROOT, "tests", "torchrun_early_exit.py"), tiny_untied, str(out),
-                     "8")
+                     "4")
     log = node_log(tmp_path, 0)
-    assert out.read_text() == "TimeoutError: rank(s) 1 did not reach start-up stage 'lifeline' within 8 s", log
+    assert out.read_text() == "TimeoutError: rank(s) 1 did not reach start-up stage 'lifeline' within 4 s", log
     notes = [line for line in log.splitlines() if line.startswith("note: waiting")]
-    assert len(notes) >= 2 and notes[0] == ("note: waiting 2 s (of 8) for rank(s) 1 to reach start-up stage "
+    assert len(notes) >= 2 and notes[0] == ("note: waiting 1 s (of 4) for rank(s) 1 to reach start-up stage "
                                             "'lifeline'; never connected: rank(s) 1 (one that ended first cannot "
                                             "say so: see its node's log)"), log
     assert proc.returncode == 1  # torchrun's for a failed rank
