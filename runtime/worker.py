@@ -98,12 +98,12 @@ def _report(lifeline: Lifeline | None, e: BaseException) -> int:
     if isinstance(e, PeerGone):
         return 1
     interrupted = isinstance(e, KeyboardInterrupt)
-    if lifeline is None and not interrupted:
-        traceback.print_exc()
-    elif lifeline is not None:
+    report = ("interrupted", e.args[0] if e.args else "SIGINT") if interrupted else ("error", traceback.format_exc())
+    if lifeline is not None:
         with contextlib.suppress(OSError):
-            lifeline.send(*(("interrupted", e.args[0] if e.args else "SIGINT") if interrupted
-                            else ("error", traceback.format_exc())))
+            lifeline.send(*report)
+    elif not interrupted:
+        traceback.print_exc()
     return INTERRUPTED if interrupted else 1
 
 
