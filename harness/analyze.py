@@ -127,11 +127,13 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
 
 def busy_note(df: pd.DataFrame) -> str | None:
     """A line when ok rows ran on a busy machine: a 1-min load average, read at the job's start, above ``cpu_cores``
-    plus the run's own ranks on the host (a sweep's previous job, ranks like these, is still in that average)."""
-    ok = df.loc[df.status == "ok", ["load_avg_1m", "cpu_cores", "tp", "nodes"]].apply(pd.to_numeric, errors="coerce")
-    if not (busy := ok.load_avg_1m > ok.cpu_cores + ok.tp / ok.nodes.fillna(1)).any():
+    plus the run's ranks (a sweep's previous job, ranks like these, is still in that average; all ranks: simulated
+    nodes share one host)."""
+    ok = df.loc[df.status == "ok", ["load_avg_1m", "cpu_cores", "tp"]].apply(pd.to_numeric, errors="coerce")
+    if not (busy := ok.load_avg_1m > ok.cpu_cores + ok.tp).any():
         return None
-    verdicts = ", and step and TPOT verdicts may disagree" if (df.workload != "broadcast").any() else ""
+    flagged = df.loc[busy[busy].index, "workload"]
+    verdicts = ", and step and TPOT verdicts may disagree" if (flagged != "broadcast").any() else ""
     return (f"note: {int(busy.sum())} of {len(ok)} rows ran on a busy machine (1-min load average up to "
             f"{ok.load_avg_1m[busy].max():.1f} on {int(ok.cpu_cores[busy].min())} cores, more than the run's own "
             f"ranks add): their timings are noisy{verdicts}; measure again on a quiet machine")
