@@ -16,8 +16,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 GPU_SCRIPTS = {"ab_one_gpu.sh": 1, "bench_one_gpu.sh": 1, "decode_tile_ab.sh": 1, "serve_ladder.sh": 1,
                "control_cost.sh": 2, "gemm_ab.sh": 2, "multi_gpu_sweep.sh": 2, "tp_scaling_check.sh": 2}
-PY_GPU_SCRIPTS = ["all_reduce_sizes.py", "bench_decode_gemm.py", "bench_decode_kernel.py", "bench_gemv.py",
-                  "gemm_batch_sweep.py", "prefill_cost.py", "profile_steps.py", "step_ablation.py"]
+# every Python script that asks for CUDA (gpu_only.py defines the asking)
+PY_GPU_SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py")
+                        if "require_cuda(" in p.read_text() and p.name != "gpu_only.py")
 
 
 def run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
