@@ -135,10 +135,10 @@ def interrupted_code() -> int:
 class _ReaderProof:
     """A text stream whose reader may leave, or whose disk may fill: from the first failed write on (``lost``: its
     error), its file descriptor writes to /dev/null (the buffered text too), so the process goes on as it would
-    have, without a traceback; a full disk is said once on stderr."""
+    have, without a traceback; a full disk under stdout is said once on stderr, one under stderr nowhere."""
 
-    def __init__(self, stream):
-        self._stream, self.lost = stream, None
+    def __init__(self, stream, say_lost: bool = True):
+        self._stream, self.lost, self._say = stream, None, say_lost
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -157,7 +157,7 @@ class _ReaderProof:
             self._drop(e)
 
     def _drop(self, e: OSError) -> None:
-        if self.lost is None and not isinstance(e, BrokenPipeError):  # a reader that left chose to
+        if self._say and self.lost is None and not isinstance(e, BrokenPipeError):  # a reader that left chose to
             print(f"warning: cannot write stdout ({e.strerror or e}): the rest of the printout is lost",
                   file=sys.stderr)
         self.lost = self.lost or e
@@ -167,10 +167,13 @@ class _ReaderProof:
 
 
 def outlive_stdout_reader() -> None:
-    """``... | head``, ``> /dev/full``: the run (its row written once, its figures, its exit code) goes on as
-    without them. Nothing for a closed stdout (``>&-``: ``sys.stdout`` is None, and ``print`` writes nothing)."""
+    """``... | head``, ``> /dev/full``, ``2> /dev/full``: the run (its row written once, its figures, its exit code:
+    2 for bad input) goes on as without them. Nothing for a closed stream (``>&-``: ``sys.stdout`` is None, and
+    ``print`` writes nothing)."""
     if sys.stdout is not None and not isinstance(sys.stdout, _ReaderProof):
         sys.stdout = _ReaderProof(sys.stdout)
+    if sys.stderr is not None and not isinstance(sys.stderr, _ReaderProof):
+        sys.stderr = _ReaderProof(sys.stderr, say_lost=False)
 
 
 def stdout_lost() -> bool:

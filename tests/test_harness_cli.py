@@ -739,6 +739,14 @@ def test_a_reader_of_the_printout_that_leaves_early_changes_nothing(out, tmp_pat
     assert list(pd.read_csv(tmp_path / "runs.csv").status) == ["ok"]
 
 
+@pytest.mark.parametrize("argv", [["-m", "harness", "tp=abc"], ["-m", "harness.analyze", "--bogus"]])
+def test_bad_input_exits_2_when_stderr_cannot_be_written(argv):
+    """Session 31 noticed: with `2> /dev/full` the one line failed and bad input exited 1, after a traceback."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=full, timeout=120)
+    assert res.returncode == 2 and not res.stdout
+
+
 def test_a_full_results_dir_is_refused_up_front(tmp_path, monkeypatch):
     """Session 28's break test: a full disk under results_dir ended in Hydra's traceback (saving its config), with
     no row and empty files left."""
