@@ -19,7 +19,7 @@ from runtime.launch import Launch
 from runtime.worker import serve
 
 from . import engine_cache, job_setup, metrics
-from .broadcast import broadcast_worker, check_broadcast, run_broadcast_job
+from .broadcast import broadcast_worker, run_broadcast_job
 from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
@@ -81,14 +81,11 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
 
 
 def run_worker_rank(cfg: DictConfig, launch: Launch) -> int:
-    """A rank other than 0 under torchrun: check the configuration as rank 0 does, then serve rank 0's run. Returns
+    """A rank other than 0 under torchrun (checked up front as rank 0 is: ``job_checks``), serving rank 0's run. Returns
     the exit code: 0 after rank 0's exit message, 1 on a failure, 2 on bad input (here, or refused by rank 0)."""
     try:
         if cfg.workload.get("kind") == "broadcast":
-            check_broadcast(cfg, launch)
             return serve(launch, broadcast_worker, (cfg.tp, cfg.llm.timeout_s), cfg.llm.startup_timeout_s)
-        if cfg.engine != "tp":
-            raise ConfigError("engine=hf runs on one device: do not launch it with torchrun")
         device = resolve_device(cfg.device)
         path, _ = prepare(cfg, device, None)
         config = EngineConfig(**engine_settings(cfg, path, device)[0])
