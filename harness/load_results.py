@@ -94,13 +94,13 @@ def _read_one(path: str) -> pd.DataFrame:
         raise InputError(f"{path}: not a text CSV file")
     binary = sum(b"\0" in line for line in lines)  # garbage appended: those lines, not the file, are lost
     text = b"\n".join(line for line in lines if b"\0" not in line).decode("utf-8-sig", "replace")  # a BOM: no cell
-    if binary or "\ufffd" in text:  # a hand edit in Latin-1: its bytes read as U+FFFD, its row kept
-        print(f"warning: {path}: ignored {binary} line(s) of binary data, read {text.count(chr(0xFFFD))} byte(s) "
-              f"not UTF-8 as U+FFFD", file=sys.stderr)
-    truncated = not text.endswith("\n")
+    replaced, truncated = text.count("\ufffd"), not text.endswith("\n")
     text = text[:text.rfind("\n") + 1]
     if not text:
         raise InputError(f"{path}: not one whole line (a writer died in its header?)")
+    if binary or replaced:  # a hand edit in Latin-1: its bytes read as U+FFFD, its row kept
+        print(f"warning: {path}: ignored {binary} line(s) of binary data, read {replaced} byte(s) not UTF-8 as U+FFFD",
+              file=sys.stderr)
     # A row with more or fewer cells than the header is damaged: pandas would drop the first kind but fill the
     # second with empty cells and count it (a writer that died mid-row, whose line the next writer ended).
     # Each line alone (the harness writes no cell with a newline): a stray quote damages its own line, not the rest.
