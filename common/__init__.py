@@ -3,12 +3,22 @@ upward)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
+import sys
 
 
 class ConfigError(ValueError):
     """Bad input; the message is one line that says what to change."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error:`` line on stderr and exit 2, like the rest of the harness."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
 
 
 def is_int(v) -> bool:

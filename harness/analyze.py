@@ -24,12 +24,14 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from common import OneLineParser
+
 from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
 from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cost
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
-from .signals import outlive_stdout_reader, stdout_lost
+from .signals import exit_interrupted, install, interrupted_line, outlive_stdout_reader, stdout_lost, stopping
 from .summary_table import csv_rows, default_baseline, print_table
 
 # the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
@@ -197,14 +199,6 @@ def parse_threshold(text: str) -> float:
     return value / 100 if percent else value
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one ``error:`` line and exit 2, like the rest of the harness."""
-
-    def error(self, message: str):
-        print(f"error: {message} (see python -m harness.analyze --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def parser() -> OneLineParser:
     """The command line's options (see the module docstring)."""
     p = OneLineParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
@@ -295,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    install()  # Ctrl-C, SIGTERM, SIGHUP: one line and 128 + N, also when a library swallowed the interrupt
     outlive_stdout_reader()  # `--compare ... | head`: the gate's exit code and the figures, as without the pipe
-    code = main()
+    code = None
+    with contextlib.suppress(KeyboardInterrupt):  # the stop is said below, as when a library swallowed it
+        code = main()
+    if stopping():
+        print(interrupted_line(), file=sys.stderr)
+        exit_interrupted()
     sys.exit(code or int(stdout_lost()))  # the tables are what it makes

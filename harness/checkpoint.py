@@ -3,7 +3,6 @@ saved as config.json + model.safetensors in a cache directory, then loaded like 
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import json
@@ -14,7 +13,7 @@ import tempfile
 from filelock import FileLock
 from omegaconf import OmegaConf
 
-from common import ConfigError
+from common import ConfigError, OneLineParser
 
 from .conf_paths import CONF_DIR, user_path
 from .model_checks import parameter_count
@@ -102,7 +101,7 @@ def _share(folder: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.checkpoint MODEL [--seed N]``: draw preset ``conf/model/MODEL.yaml``, print its path."""
-    ap = argparse.ArgumentParser(prog="python -m harness.checkpoint")
+    ap = OneLineParser(prog="python -m harness.checkpoint")
     ap.add_argument("model", help="a preset: the name of a file in conf/model/")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -3,6 +3,7 @@ keys every panel shares said once), the header and legends at the top, the layou
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import textwrap
@@ -126,7 +127,13 @@ def save_figure(fig, text: str, legends: list[list], out: str):
         fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False, borderaxespad=0,
                    bbox_to_anchor=(0.5, 1 - y / height), handletextpad=0.4, columnspacing=1.2)
         y += 0.23 * math.ceil(len(handles) / ncol)
-    fig.savefig(out, dpi=110)
+    tmp = f"{out}.tmp{os.getpid()}"  # a stop while drawing leaves no cut-off figure, nor a figure cut
+    try:
+        fig.savefig(tmp, dpi=110, format=os.path.splitext(out)[1][1:].lower() or None)
+        os.replace(tmp, out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
     plt.close(fig)
     return fig
 

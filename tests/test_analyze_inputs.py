@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -409,3 +412,25 @@ def test_a_hand_edit_in_latin1_or_binary_garbage_loses_only_its_bytes(tmp_path, 
     out, err = capsys.readouterr()
     assert f"read {path}: 8 row(s), 8 ok, 0 failed" in out
     assert "ignored 1 line(s) of binary data, read 1 byte(s) not UTF-8 as U+FFFD" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_drawing_is_one_line_and_leaves_no_cut_figure(sig, tmp_path):
+    """The new-user trial (session 32): Ctrl-C during `--plot` printed a KeyboardInterrupt traceback (or, swallowed
+    by matplotlib, exited 0), and an SVG being written was left cut off under its final name."""
+    from helpers import ROOT
+
+    out = tmp_path / "fig.svg"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.analyze", os.path.join(ROOT, "results", "cpu"),
+                             "--plot", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in proc.stdout:  # the first figure is written: stop it while it draws the next
+        if "written to" in line:
+            proc.send_signal(sig)
+            break
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig and err.strip().splitlines()[-1] == f"error: interrupted ({sig.name})", err
+    assert "Traceback" not in err, err
+    for svg in tmp_path.iterdir():  # each figure there whole; no temporary file left
+        assert svg.suffix == ".svg" and svg.read_text().rstrip().endswith("</svg>"), svg

@@ -739,6 +739,18 @@ def test_a_reader_of_the_printout_that_leaves_early_changes_nothing(out, tmp_pat
     assert list(pd.read_csv(tmp_path / "runs.csv").status) == ["ok"]
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["nosuch"], "error: 'nosuch' is not a preset in conf/model/ (see python -m harness.checkpoint --help)"),
+    ([], "error: the following arguments are required: model (see python -m harness.checkpoint --help)"),
+    (["qwen3-0.6b", "--seed", "-1"], "error: --seed must be >= 0, got -1 (see python -m harness.checkpoint --help)"),
+])
+def test_the_checkpoint_command_refuses_in_one_line(argv, message):
+    """The new-user trial (session 32): argparse's usage line came first, two lines in all."""
+    res = subprocess.run([sys.executable, "-m", "harness.checkpoint", *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr == message + "\n" and not res.stdout, res.stderr
+
+
 @pytest.mark.parametrize("argv", [["-m", "harness", "tp=abc"], ["-m", "harness.analyze", "--bogus"]])
 def test_bad_input_exits_2_when_stderr_cannot_be_written(argv):
     """Session 31 noticed: with `2> /dev/full` the one line failed and bad input exited 1, after a traceback."""
