@@ -33,10 +33,11 @@ COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 
 def normalize_overrides(text) -> str | None:
     """The ``overrides`` cell in one spelling per configuration: items sorted, without Hydra's ``+`` / ``++``,
-    ``True``/``False`` and ``Inf``/``NaN`` (as Hydra reads them) lower-case; None for no overrides."""
+    ``True``/``False`` and ``Inf``/``NaN`` (as Hydra reads them) lower-case, a key given twice once (the last value,
+    as Hydra takes it); None for no overrides."""
     if not isinstance(text, str) or not text.strip():
         return None
-    items = [item.lstrip("+").partition("=") for item in text.split()]
     words = ("true", "false", "inf", "+inf", "-inf", "nan")
-    return " ".join(sorted(key + sep + (value.lower() if value.lower() in words else value)
-                           for key, sep, value in items))
+    items = {key: sep + (value.lower() if value.lower() in words else value)
+             for key, sep, value in (item.lstrip("+").partition("=") for item in text.split())}
+    return " ".join(sorted(key + value for key, value in items.items()))

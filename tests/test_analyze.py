@@ -444,6 +444,9 @@ def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, ca
         "llm.async_scheduling=true workload.iterations=5"
     assert normalize_overrides("") is None and normalize_overrides(float("nan")) is None
     assert normalize_overrides("workload.request_rate=Inf") == "workload.request_rate=inf"  # a new user's trial
+    # session 32's trial: `workload.request_rate=4 workload.request_rate=inf` ran at inf and wrote both
+    assert normalize_overrides("workload.request_rate=4 tp=2 workload.request_rate=inf") == \
+        "tp=2 workload.request_rate=inf"
     df = pd.read_csv(sweep)
     a, b = df.copy(), df.copy()
     a["overrides"], b["overrides"] = "++workload.iterations=5 llm.async_scheduling=True", \
