@@ -10,10 +10,9 @@ Prints ms per replay of each variant (median of ``--rounds``, min-max) and the d
 """
 
 import argparse
-import statistics
 
 import torch
-from gpu_only import graph_ms, require_cuda
+from gpu_only import require_cuda
 
 if __name__ == "__main__":
     require_cuda()
@@ -82,7 +81,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     from profile_steps import open_engine
-    from step_ablation import patched
+    from step_ablation import compare, patched
 
     from engine.layers import gemm
     from engine.staged_inputs import views
@@ -119,17 +118,7 @@ def main():
                 torch.cuda.synchronize()
             found[name] = graph
             print(f"{name}: {len(side.order)} GEMVs per step", flush=True)
-        times = {name: [] for name in found}
-        for _ in range(args.rounds):
-            for name, graph in found.items():
-                graph.replay()
-                times[name].append(graph_ms(graph, args.replays))
-    base = statistics.median(times["engine graph"])
-    print(f"{args.model} batch 1, context {context} tokens, {split} KV splits: decode graph replayed alone, ms per "
-          f"replay (median of {args.rounds} rounds of {args.replays}; min-max)")
-    for name, t in times.items():
-        med = statistics.median(t)
-        print(f"  {name:42s} {med:7.3f}  ({min(t):.3f}-{max(t):.3f})  {med - base:+7.3f}")
+        compare(found, args.rounds, args.replays, f"{args.model} batch 1, context {context} tokens, {split} KV splits")
 
 
 if __name__ == "__main__":

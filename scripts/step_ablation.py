@@ -86,7 +86,7 @@ def main():
     ap.add_argument("--replays", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    from gpu_only import graph_ms, require_cuda
+    from gpu_only import require_cuda
 
     require_cuda()
     from profile_steps import open_engine
@@ -102,17 +102,24 @@ def main():
         for name, (split, changes) in variants(bs, graphs.kv_heads, torch.device("cuda")).items():
             with patched(*changes):
                 found[name] = capture(graphs, bs, split)
-        times = {name: [] for name in found}
-        for _ in range(args.rounds):  # rounds interleave the variants: drift hits them alike
-            for name, graph in found.items():
-                graph.replay()
-                times[name].append(graph_ms(graph, args.replays))
+        compare(found, args.rounds, args.replays, f"{args.model} batch {bs}, context {context} tokens")
+
+
+def compare(found: dict, rounds: int, replays: int, title: str) -> None:
+    """Time each graph of ``found`` (name -> CUDA graph, "engine graph" first) and print ms per replay: the median
+    of ``rounds`` rounds of ``replays`` (min-max), and the difference from the engine's graph."""
+    from gpu_only import graph_ms
+
+    times = {name: [] for name in found}
+    for _ in range(rounds):  # rounds interleave the variants: drift hits them alike
+        for name, graph in found.items():
+            graph.replay()
+            times[name].append(graph_ms(graph, replays))
     base = statistics.median(times["engine graph"])
-    print(f"{args.model} batch {bs}, context {context} tokens: decode graph replayed alone, ms per replay "
-          f"(median of {args.rounds} rounds of {args.replays}; min-max)")
+    print(f"{title}: decode graph replayed alone, ms per replay (median of {rounds} rounds of {replays}; min-max)")
     for name, t in times.items():
         med = statistics.median(t)
-        print(f"  {name:40s} {med:7.3f}  ({min(t):.3f}-{max(t):.3f})  {med - base:+7.3f}")
+        print(f"  {name:42s} {med:7.3f}  ({min(t):.3f}-{max(t):.3f})  {med - base:+7.3f}")
 
 
 if __name__ == "__main__":
