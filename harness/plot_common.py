@@ -127,7 +127,7 @@ def save_figure(fig, text: str, legends: list[list], out: str):
         fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False, borderaxespad=0,
                    bbox_to_anchor=(0.5, 1 - y / height), handletextpad=0.4, columnspacing=1.2)
         y += 0.23 * math.ceil(len(handles) / ncol)
-    tmp = f"{out}.tmp{os.getpid()}"  # a stop while drawing leaves no cut-off figure, nor a figure cut
+    tmp = f"{out}.tmp{os.getpid()}"  # drawn aside, then renamed: a stop while drawing cuts no figure, old or new
     try:
         fig.savefig(tmp, dpi=110, format=os.path.splitext(out)[1][1:].lower() or None)
         os.replace(tmp, out)
