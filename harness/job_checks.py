@@ -25,6 +25,14 @@ def _given(job: list[str]) -> list[str]:
     return [a.split("=", 1)[0].lstrip("+") for a in job if "=" in a and not a.startswith("~")]
 
 
+def given_twice(args: list[str]) -> list[str]:
+    """A note for each key that the overrides ``args`` set more than once: Hydra applies the last."""
+    keys = _given(args)
+    last = {a.split("=", 1)[0].lstrip("+"): a.lstrip("+") for a in args if "=" in a and not a.startswith("~")}
+    return [f"note: {k} is given {keys.count(k)} times: the last, {last[k]}, applies"
+            for k in dict.fromkeys(k for k in keys if keys.count(k) > 1)]
+
+
 def cli_message(message: str, llm_keys) -> str:
     """An engine ``ConfigError`` message, ``llm.`` put before the setting it names when that is one of ``llm_keys``."""
     name = message.split(" ", 1)[0].split("=", 1)[0]
@@ -224,9 +232,7 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     if "workload.burstiness" in keys and "workload.request_rate" in keys and cfg.workload.request_rate == math.inf:
         notes.append(f"note: workload.burstiness={cfg.workload.burstiness:g} shapes the gaps between arrivals; at "
                      f"request_rate=inf there are none (every request at t=0)")
-    for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
-        last = [a.split("=", 1)[1] for a in job if a.lstrip("+").split("=", 1)[0] == key][-1]
-        notes.append(f"note: {key} is given {keys.count(key)} times: the last, {key}={last}, applies")
+    notes += given_twice(job)
     if "workload.max_token_id" in keys:
         model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
         top, vocab = cfg.workload.max_token_id, model_shape(model)["vocab_size"]

@@ -22,7 +22,7 @@ from engine import ConfigError, EngineConfig
 
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
-from .job_checks import check_job, cli_message, has_key, job_notes, no_option, options_having, reuse_note
+from .job_checks import check_job, cli_message, given_twice, has_key, job_notes, no_option, options_having, reuse_note
 from .signals import AT_ONCE
 
 _CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
@@ -292,6 +292,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
                 return problem, argv
         if multirun and (note := reuse_note(argv, jobs, compose)):
             notes.append(note)
+        notes += given_twice(overrides) if multirun else []  # a sweep's jobs hold the last value alone
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         argv = for_hydra(argv, compose)

@@ -842,6 +842,9 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     (["workload=smoke", "profile=torch", "profile_steps=1-3"], None),
     # session 18's new-user trial: tp=2 tp=4 ran at tp=4 without a word
     (["workload=smoke", "tp=2", "tp=4"], "note: tp is given 2 times: the last, tp=4, applies"),
+    # session 32's new-user trial: the sweep ran smoke alone, without a word
+    (["-m", "workload=serve,smoke", "workload=smoke"], "note: workload is given 2 times: the last, workload=smoke, "
+                                                       "applies"),
     # session 29's new-user trial: recorded without a word, and its rows fell apart from rate=inf's others
     (["workload=serve", "workload.request_rate=inf", "workload.burstiness=0.5"],
      "note: workload.burstiness=0.5 shapes the gaps between arrivals; at request_rate=inf there are none"),
