@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import textwrap
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -66,10 +67,12 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
         else:
             raise InputError(f"{path}: {'not a regular file' if os.path.exists(path) else 'no such file or directory'}")
     once: dict[str, tuple[str, bool]] = {}  # a file named twice, or named and in a folder named: read once
+    times = Counter(os.path.realpath(f) for f, _ in files)
     for f, named in files:
         if (real := os.path.realpath(f)) in once:
-            print(f"note: {f} is given twice (by name or in a folder): read once", file=sys.stderr)
             f, named = once[real][0], named or once[real][1]
+        elif times[real] > 1:
+            print(f"note: {f} is given {times[real]} times (by name or in a folder): read once", file=sys.stderr)
         once[real] = (f, named)
     return list(once.values())
 

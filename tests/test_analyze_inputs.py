@@ -305,20 +305,23 @@ def test_the_sweep_line_counts_in_the_singular_and_plural(rows, jobs, line, caps
     assert line in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("twice", ["same", "folder", "copy", "edited copy"])
+@pytest.mark.parametrize("twice", ["same", "thrice", "folder", "copy", "edited copy"])
 def test_rows_read_twice_count_once_with_a_note(twice, tmp_path, capsys):
     # a new-user trial: runs.csv named twice gave n=2 ±0% and turned "one repeat" into firm verdicts; a copy with
     # edited values was dropped as a plain copy (session 24)
     rows = [{**r, "run_id": f"r{i}"} for i, r in enumerate(sweep_rows(planes=("ideal", "shm"), tps=(2,), repeats=1))]
     path = write(rows, tmp_path / "runs.csv")
     copied = [{**r, "output_tok_s": r["output_tok_s"] * 10} for r in rows] if twice == "edited copy" else rows
-    other = write(copied, tmp_path / "copy.csv") if "copy" in twice else {"same": path, "folder": str(tmp_path)}[twice]
-    assert main([other, path] if twice == "folder" else [path, other]) == 0
+    other = write(copied, tmp_path / "copy.csv") if "copy" in twice else {"same": path, "thrice": path,
+                                                                          "folder": str(tmp_path)}[twice]
+    assert main([other, path] if twice == "folder" else [path, other] + [path] * (twice == "thrice")) == 0
     out, err = capsys.readouterr()
     assert "one repeat" in out and "costs" not in out and "faster" not in out and "±0%" not in out
     assert ("note: dropped 2 row(s) read twice" in err) == ("copy" in twice)
     assert ("2 of them differ from the row kept, the first read" in err) == (twice == "edited copy")
-    assert (f"{path} is given twice (by name or in a folder): read once" in err) == ("copy" not in twice)
+    # named three times: one note that says so (session 32 saw "given twice" printed twice)
+    times = "3 times" if twice == "thrice" else "2 times"
+    assert err.count(f"{path} is given {times} (by name or in a folder): read once") == ("copy" not in twice)
 
 
 def test_failed_rows_errors_and_missing_metric_columns_are_said_once(tmp_path, capsys):
