@@ -6,6 +6,7 @@ prints its usage, exit 2."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,16 @@ def test_a_python_gpu_script_without_a_gpu_says_so_in_one_line(script, tmp_path)
 def test_a_script_given_nothing_to_do_prints_its_usage(argv, tmp_path):
     res = run(argv, tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("usage: ") and res.stderr.count("\n") == 1, res.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs CUDA's compiler (no GPU)")
+@pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "scripts").glob("*.cu")))
+def test_a_cuda_source_builds_for_hopper_without_spills(source, tmp_path):
+    """The CUDA C++ a device script builds there (NVRTC through CuPy) also builds here, so that a device call is
+    not spent on a typo; ptxas's report: no spill, no stack frame."""
+    res = subprocess.run(["nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-o",
+                          str(tmp_path / "k.cubin"), f"scripts/{source}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    frames = [line.strip() for line in res.stderr.splitlines() if "stack frame" in line]
+    assert frames and all(f == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" for f in frames), frames

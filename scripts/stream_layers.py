@@ -1,0 +1,110 @@
+"""Would a persistent kernel that streams the weights through shared memory beat the kernel-per-stage chain at batch
+1? ``stream_layers.cu`` (read it first) computes Qwen3-0.6B's 28 layers of GEMVs as ``persistent_layers.py`` does,
+one block per SM, each weight tile copied into a ring of NS 16 KB shared-memory slots by Hopper's bulk copy, up to
+NS tiles ahead of the arithmetic and across the grid barriers between stages. Call 90's persistent Triton kernel
+held the next stage's weights in registers (200-255 a thread) and lost to the chain by 4.6 us a layer; here the
+registers stay free and the copies stay in flight while a block waits at a barrier.
+
+Prints, for the engine's chain (``norm_gemv``/``gemv`` under PDL) and each ring depth: ms per CUDA-graph replay
+(median of 5 timings), us per layer, the share of 4.3 TB/s and the largest error against a float32 torch
+reference. The variant without barriers computes wrong values: it is the bound with the barriers taken out.
+Builds the kernel with NVRTC through CuPy (on the device image).
+
+    python scripts/stream_layers.py [--layers 28] [--replays 50]
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+from gpu_only import require_cuda
+
+if __name__ == "__main__":
+    require_cuda()
+from persistent_layers import INTER, QKV, QO, H, chain, reference, timed  # noqa: E402
+
+THREADS, SLOT, WARPS = 256, 16384, 8
+KERNELS = {"stream_ns4": 4, "stream_ns8": 8, "stream_ns13": 13, "stream_ns13_nobarrier": 13}
+
+
+def build():
+    """The module's kernels by name, or exit 2 with one line where CuPy is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise SystemExit("error: stream_layers.py builds its kernel with CuPy, which this Python lacks") from None
+    src = (Path(__file__).parent / "stream_layers.cu").read_text()
+    module = cupy.RawModule(code=src, options=("-std=c++17",))  # CuPy adds -arch for the GPU it runs on
+    return cupy, {name: module.get_function(name) for name in KERNELS}
+
+
+def smem_bytes(ns: int) -> int:
+    """The kernel's dynamic shared memory: the ring, xs [INTER], part [2, WARPS], red [WARPS], NS mbarriers."""
+    return ns * SLOT + (INTER + 3 * WARPS) * 4 + ns * 8
+
+
+def streamer(cupy, kernel, ns: int, w: dict, h: torch.Tensor):
+    """A launcher of ``kernel`` over ``w``'s layers updating h ``[H]`` float32 in place, and its flag (set when a
+    grid barrier gave up), on torch's current stream so that a CUDA graph captures it."""
+    dev, layers = h.device, w["qkv"].shape[0]
+    blocks = torch.cuda.get_device_properties(dev).multi_processor_count
+    assert blocks <= 256, "every stage needs a tile for each block"
+    qkv, act = torch.empty(QKV, device=dev), torch.empty(INTER, device=dev)
+    ctr, flag = torch.zeros(4 * layers, dtype=torch.int32, device=dev), torch.zeros(1, dtype=torch.int32, device=dev)
+    kernel.max_dynamic_shared_size_bytes = smem_bytes(ns)
+    bits = [cupy.asarray(w[k].view(torch.int16)) for k in ("qkv", "o", "gu", "d", "n1", "n2")]
+    args = (*bits, *(cupy.asarray(t) for t in (h, qkv, act, ctr, flag)), cupy.int32(layers), cupy.float32(1e-6))
+
+    def launch():
+        ctr.zero_()
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            kernel((blocks,), (THREADS,), args, shared_mem=smem_bytes(ns))
+    return launch, flag
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--replays", type=int, default=50)
+    args = ap.parse_args()
+    cupy, kernels = build()
+    torch.manual_seed(0)
+    dev, n = torch.device("cuda"), args.layers
+
+    def weight(rows, k):
+        return (torch.randn(n, rows, k, device=dev) * (0.5 / k ** 0.5)).to(torch.bfloat16)
+    w = {"qkv": weight(QKV, H), "o": weight(H, QO), "gu": weight(2 * INTER, H), "d": weight(H, INTER),
+         "n1": (1 + 0.1 * torch.randn(n, H, device=dev)).to(torch.bfloat16),
+         "n2": (1 + 0.1 * torch.randn(n, H, device=dev)).to(torch.bfloat16)}
+    h0 = torch.randn(H, device=dev)
+    ref = reference(w, h0)
+    mb = sum(t.numel() * t.element_size() for t in w.values()) / 1e6
+    floor_us = mb / 4.3e6 * 1e6
+    print(f"Qwen3-0.6B shapes, {n} layers, {mb:.0f} MB of weights: floor {floor_us:.1f} us at 4.3 TB/s "
+          f"({floor_us / n:.2f} us per layer); ms per replay, median of 5 timings of {args.replays}")
+
+    def report(name, launch, out, flag=None):
+        ms = timed(launch, args.replays)
+        launch()
+        torch.cuda.synchronize()
+        err = ((out - ref).abs().max() / ref.abs().max()).item()
+        stuck = "  TIMED OUT at a barrier" if flag is not None and flag.item() else ""
+        print(f"  {name:44s} {ms:7.4f} ms  {ms * 1e3 / n:6.2f} us/layer  {floor_us / (ms * 1e3):5.1%} of 4.3 TB/s"
+              f"  max error {err:.1e}{stuck}", flush=True)
+
+    launch, out = chain(w, h0.clone())
+    report("engine chain (norm_gemv, gemv; PDL)", launch, out)
+    for name, ns in KERNELS.items():
+        k = kernels[name]
+        h = h0.clone()
+        go, flag = streamer(cupy, k, ns, w, h)
+
+        def launch(go=go, h=h):
+            h.copy_(h0)
+            go()
+        print(f"  ({name}: {k.num_regs} registers/thread, {k.local_size_bytes} B local, {smem_bytes(ns)} B shared)")
+        report(f"{name} ({ns} x 16 KB ring)", launch, h, flag)
+
+
+if __name__ == "__main__":
+    main()
