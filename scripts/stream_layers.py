@@ -45,20 +45,23 @@ def smem_bytes(ns: int) -> int:
 
 def streamer(cupy, kernel, ns: int, w: dict, h: torch.Tensor):
     """A launcher of ``kernel`` over ``w``'s layers updating h ``[H]`` float32 in place, and its flag (set when a
-    grid barrier gave up), on torch's current stream so that a CUDA graph captures it."""
+    grid barrier of the last launch gave up), on torch's current stream so that a CUDA graph captures it."""
     dev, layers = h.device, w["qkv"].shape[0]
     blocks = torch.cuda.get_device_properties(dev).multi_processor_count
     assert blocks <= 256, "every stage needs a tile for each block"
     qkv, act = torch.empty(QKV, device=dev), torch.empty(INTER, device=dev)
     ctr, flag = torch.zeros(4 * layers, dtype=torch.int32, device=dev), torch.zeros(1, dtype=torch.int32, device=dev)
-    kernel.max_dynamic_shared_size_bytes = smem_bytes(ns)
+    # ask for all of an SM's shared memory, used or not: one block per SM at every ring depth
+    shared = max(smem_bytes(ns), torch.cuda.get_device_properties(dev).shared_memory_per_block_optin)
+    kernel.max_dynamic_shared_size_bytes = shared
     bits = [cupy.asarray(w[k].view(torch.int16)) for k in ("qkv", "o", "gu", "d", "n1", "n2")]
     args = (*bits, *(cupy.asarray(t) for t in (h, qkv, act, ctr, flag)), cupy.int32(layers), cupy.float32(1e-6))
 
     def launch():
         ctr.zero_()
+        flag.zero_()
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kernel((blocks,), (THREADS,), args, shared_mem=smem_bytes(ns))
+            kernel((blocks,), (THREADS,), args, shared_mem=shared)
     return launch, flag
 
 
