@@ -9,7 +9,7 @@
 // them in shared memory. No headers: bf16 is unpacked by shifting, so NVRTC and nvcc both build it as is.
 
 constexpr int H = 1024, QKV = 4096, QO = 2048, INTER = 3072;
-constexpr int THREADS = 256, WARPS = THREADS / 32;
+constexpr int MAX_WARPS = 16;          // part and red are sized for up to 16 warps a block
 constexpr int SLOT = 16384;            // bytes of one tile's slot
 constexpr unsigned POLLS = 1u << 22;   // a grid barrier's polls before it gives up (flag set): no hang
 
@@ -80,7 +80,7 @@ __device__ __forceinline__ float dot8(uint4 w, const float* x) {  // 8 bf16 weig
 }
 
 // Each warp's share of tile [R, K] . xs: warp w takes row w % R and the (w / R)-th of WARPS / R segments of K.
-template <int R, int K>
+template <int R, int K, int WARPS>
 __device__ __forceinline__ void tile_dot(const unsigned char* tile, const float* xs, float* part) {
     constexpr int SEG = K * R / WARPS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = warp % R, seg = warp / R;
@@ -94,9 +94,10 @@ __device__ __forceinline__ void tile_dot(const unsigned char* tile, const float*
 }
 
 // xs[0:n] = src (read past L1: other blocks wrote it), RMS-normalised and scaled by ``norm`` when given.
+template <int WARPS>
 __device__ void load_x(float* xs, const float* src, int n, const unsigned short* norm, float eps, float* red) {
     float ss = 0.f;
-    for (int i = 4 * threadIdx.x; i < n; i += 4 * THREADS) {
+    for (int i = 4 * threadIdx.x; i < n; i += 4 * 32 * WARPS) {
         const float4 v = __ldcg(reinterpret_cast<const float4*>(src + i));
         *reinterpret_cast<float4*>(xs + i) = v;
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -109,7 +110,7 @@ __device__ void load_x(float* xs, const float* src, int n, const unsigned short*
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) total += red[w];
     const float rstd = rsqrtf(total / n + eps);
-    for (int i = threadIdx.x; i < n; i += THREADS) xs[i] *= rstd * __uint_as_float(unsigned(norm[i]) << 16);
+    for (int i = threadIdx.x; i < n; i += 32 * WARPS) xs[i] *= rstd * __uint_as_float(unsigned(norm[i]) << 16);
     __syncthreads();
 }
 
@@ -133,32 +134,42 @@ __device__ __forceinline__ void grid_wait(const unsigned* ctr, unsigned target, 
     __syncthreads();
 }
 
-// A tile's outputs, by threads 0..R-1, from ``part`` (the warps' sums; warp w holds row w % R's segment w / R).
+// Row r's sum over the warps that took its segments (warp w holds row w % R's segment w / R).
+template <int R, int WARPS>
+__device__ __forceinline__ float row_sum(const float* part, int r) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = r; w < WARPS; w += R) s += part[w];
+    return s;
+}
+
+// A tile's outputs, by threads 0..R-1, from ``part``.
+template <int WARPS>
 __device__ void epilogue(Tile c, const float* part, float* h, float* qkv, float* act) {
     const int r = threadIdx.x;
     if (c.stage == 0 && r < 8) {
-        qkv[c.t * 8 + r] = part[r];
+        qkv[c.t * 8 + r] = row_sum<8, WARPS>(part, r);
     } else if (c.stage == 1 && r < 4) {
         float* y = h + c.t * 4 + r;
-        *y = __ldcg(y) + part[r] + part[r + 4];
+        *y = __ldcg(y) + row_sum<4, WARPS>(part, r);
     } else if (c.stage == 2 && r < 4) {
-        const float g = part[r], u = part[r + 4];
+        const float g = row_sum<8, WARPS>(part, r), u = row_sum<8, WARPS>(part, r + 4);
         act[c.t * 4 + r] = g / (1.f + __expf(-g)) * u;
     } else if (c.stage == 3 && r < 2) {
         float* y = h + c.t * 2 + r;
-        *y = __ldcg(y) + part[r] + part[r + 2] + part[r + 4] + part[r + 6];
+        *y = __ldcg(y) + row_sum<2, WARPS>(part, r);
     }
 }
 
-template <int NS, bool BARRIER>
+template <int NS, bool BARRIER, int WARPS>
 __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n1, const unsigned short* n2, float* h,
                                               float* qkv, float* act, unsigned* ctr, int* flag, int layers, float eps) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* ring = smem;
     float* xs = reinterpret_cast<float*>(smem + NS * SLOT);          // [INTER] the stage's input
-    float* part = xs + INTER;                                        // [2][WARPS], alternate tiles
-    float* red = part + 2 * WARPS;                                   // [WARPS]
-    unsigned long long* mbar = reinterpret_cast<unsigned long long*>(red + WARPS);  // [NS]
+    float* part = xs + INTER;                                        // [2][MAX_WARPS], alternate tiles
+    float* red = part + 2 * MAX_WARPS;                               // [MAX_WARPS]
+    unsigned long long* mbar = reinterpret_cast<unsigned long long*>(red + MAX_WARPS);  // [NS]
     const int first = blockIdx.x, step = gridDim.x;
     if (threadIdx.x == 0) {
         for (int i = 0; i < NS; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(mbar + i)));
@@ -174,38 +185,38 @@ __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n
         if (BARRIER && (c.layer | c.stage)) grid_wait(ctr + 4 * c.layer + c.stage - 1, step, flag);
         const int k = c.stage == 1 ? QO : (c.stage == 3 ? INTER : H);
         const unsigned short* norm = c.stage == 0 ? n1 + c.layer * H : (c.stage == 2 ? n2 + c.layer * H : nullptr);
-        load_x(xs, c.stage == 1 ? qkv : (c.stage == 3 ? act : h), k, norm, eps, red);
+        load_x<WARPS>(xs, c.stage == 1 ? qkv : (c.stage == 3 ? act : h), k, norm, eps, red);
         for (c.t = first; c.t < tiles_of(c.stage); c.t += step, ++n) {
             const int s = n % NS;
             while (!mbar_done(smem_addr(mbar + s), (phases >> s) & 1u)) {}
             phases ^= 1u << s;
-            float* pt = part + (n & 1) * WARPS;
+            float* pt = part + (n & 1) * MAX_WARPS;
             const unsigned char* tile = ring + s * SLOT;
-            if (c.stage == 0) tile_dot<8, H>(tile, xs, pt);
-            else if (c.stage == 1) tile_dot<4, QO>(tile, xs, pt);
-            else if (c.stage == 2) tile_dot<8, H>(tile, xs, pt);
-            else tile_dot<2, INTER>(tile, xs, pt);
+            if (c.stage == 0 || c.stage == 2) tile_dot<8, H, WARPS>(tile, xs, pt);
+            else if (c.stage == 1) tile_dot<4, QO, WARPS>(tile, xs, pt);
+            else tile_dot<2, INTER, WARPS>(tile, xs, pt);
             __syncthreads();  // the slot is read and the sums are in: refill the slot, then the outputs
             if (p.layer < layers) {
                 if (threadIdx.x == 0) issue(W, p, ring + s * SLOT, smem_addr(mbar + s));
                 p.next(first, step);
             }
-            epilogue(c, pt, h, qkv, act);
+            epilogue<WARPS>(c, pt, h, qkv, act);
         }
         if (BARRIER) grid_signal(ctr + 4 * c.layer + c.stage);
         else __syncthreads();
     }
 }
 
-#define STREAM_KERNEL(NAME, NS, BARRIER)                                                                            \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                         \
+#define STREAM_KERNEL(NAME, NS, BARRIER, WARPS)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, 1)                                                      \
     NAME(const unsigned short* wqkv, const unsigned short* wo, const unsigned short* wgu, const unsigned short* wd,  \
          const unsigned short* n1, const unsigned short* n2, float* h, float* qkv, float* act, unsigned* ctr,        \
          int* flag, int layers, float eps) {                                                                        \
-        stream_layers<NS, BARRIER>(Weights{wqkv, wo, wgu, wd}, n1, n2, h, qkv, act, ctr, flag, layers, eps);         \
+        stream_layers<NS, BARRIER, WARPS>(Weights{wqkv, wo, wgu, wd}, n1, n2, h, qkv, act, ctr, flag, layers, eps);  \
     }
 
-STREAM_KERNEL(stream_ns4, 4, true)
-STREAM_KERNEL(stream_ns8, 8, true)
-STREAM_KERNEL(stream_ns13, 13, true)
-STREAM_KERNEL(stream_ns13_nobarrier, 13, false)  // wrong values: the bound with the barriers taken out
+STREAM_KERNEL(stream_ns4, 4, true, 8)
+STREAM_KERNEL(stream_ns8, 8, true, 8)
+STREAM_KERNEL(stream_ns13, 13, true, 8)
+STREAM_KERNEL(stream_ns13_w16, 13, true, 16)         // 512 threads: the arithmetic of a tile in half the time
+STREAM_KERNEL(stream_ns13_nobarrier, 13, false, 8)  // wrong values: the bound with the barriers taken out

@@ -23,8 +23,9 @@ if __name__ == "__main__":
     require_cuda()
 from persistent_layers import INTER, QKV, QO, H, chain, reference, timed  # noqa: E402
 
-THREADS, SLOT, WARPS = 256, 16384, 8
-KERNELS = {"stream_ns4": 4, "stream_ns8": 8, "stream_ns13": 13, "stream_ns13_nobarrier": 13}
+SLOT, MAX_WARPS = 16384, 16
+KERNELS = {"stream_ns4": (4, 8), "stream_ns8": (8, 8), "stream_ns13": (13, 8), "stream_ns13_w16": (13, 16),
+           "stream_ns13_nobarrier": (13, 8)}  # name: ring slots, warps a block
 
 
 def build():
@@ -39,11 +40,11 @@ def build():
 
 
 def smem_bytes(ns: int) -> int:
-    """The kernel's dynamic shared memory: the ring, xs [INTER], part [2, WARPS], red [WARPS], NS mbarriers."""
-    return ns * SLOT + (INTER + 3 * WARPS) * 4 + ns * 8
+    """The kernel's dynamic shared memory: the ring, xs [INTER], part [2, MAX_WARPS], red [MAX_WARPS], NS mbarriers."""
+    return ns * SLOT + (INTER + 3 * MAX_WARPS) * 4 + ns * 8
 
 
-def streamer(cupy, kernel, ns: int, w: dict, h: torch.Tensor):
+def streamer(cupy, kernel, ns: int, warps: int, w: dict, h: torch.Tensor):
     """A launcher of ``kernel`` over ``w``'s layers updating h ``[H]`` float32 in place, and its flag (set when a
     grid barrier of the last launch gave up), on torch's current stream so that a CUDA graph captures it."""
     dev, layers = h.device, w["qkv"].shape[0]
@@ -61,7 +62,7 @@ def streamer(cupy, kernel, ns: int, w: dict, h: torch.Tensor):
         ctr.zero_()
         flag.zero_()
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kernel((blocks,), (THREADS,), args, shared_mem=shared)
+            kernel((blocks,), (32 * warps,), args, shared_mem=shared)
     return launch, flag
 
 
@@ -97,16 +98,16 @@ def main():
 
     launch, out = chain(w, h0.clone())
     report("engine chain (norm_gemv, gemv; PDL)", launch, out)
-    for name, ns in KERNELS.items():
+    for name, (ns, warps) in KERNELS.items():
         k = kernels[name]
         h = h0.clone()
-        go, flag = streamer(cupy, k, ns, w, h)
+        go, flag = streamer(cupy, k, ns, warps, w, h)
 
         def launch(go=go, h=h):
             h.copy_(h0)
             go()
         print(f"  ({name}: {k.num_regs} registers/thread, {k.local_size_bytes} B local, {smem_bytes(ns)} B shared)")
-        report(f"{name} ({ns} x 16 KB ring)", launch, h, flag)
+        report(f"{name} ({ns} x 16 KB, {warps} warps)", launch, h, flag)
 
 
 if __name__ == "__main__":
