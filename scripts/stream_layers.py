@@ -13,7 +13,6 @@ Builds the kernel with NVRTC through CuPy (on the device image).
     python scripts/stream_layers.py [--layers 28] [--replays 50]
 """
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -21,7 +20,7 @@ from gpu_only import require_cuda
 
 if __name__ == "__main__":
     require_cuda()
-from persistent_layers import INTER, QKV, QO, H, chain, reference, timed  # noqa: E402
+from persistent_layers import INTER, QKV, chain, setup  # noqa: E402
 
 SLOT, MAX_WARPS = 16384, 16
 KERNELS = {"stream_ns4": (4, 8), "stream_ns8": (8, 8), "stream_ns13": (13, 8), "stream_ns13_w16": (13, 16),
@@ -67,35 +66,8 @@ def streamer(cupy, kernel, ns: int, warps: int, w: dict, h: torch.Tensor):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--replays", type=int, default=50)
-    args = ap.parse_args()
     cupy, kernels = build()
-    torch.manual_seed(0)
-    dev, n = torch.device("cuda"), args.layers
-
-    def weight(rows, k):
-        return (torch.randn(n, rows, k, device=dev) * (0.5 / k ** 0.5)).to(torch.bfloat16)
-    w = {"qkv": weight(QKV, H), "o": weight(H, QO), "gu": weight(2 * INTER, H), "d": weight(H, INTER),
-         "n1": (1 + 0.1 * torch.randn(n, H, device=dev)).to(torch.bfloat16),
-         "n2": (1 + 0.1 * torch.randn(n, H, device=dev)).to(torch.bfloat16)}
-    h0 = torch.randn(H, device=dev)
-    ref = reference(w, h0)
-    mb = sum(t.numel() * t.element_size() for t in w.values()) / 1e6
-    floor_us = mb / 4.3e6 * 1e6
-    print(f"Qwen3-0.6B shapes, {n} layers, {mb:.0f} MB of weights: floor {floor_us:.1f} us at 4.3 TB/s "
-          f"({floor_us / n:.2f} us per layer); ms per replay, median of 5 timings of {args.replays}")
-
-    def report(name, launch, out, flag=None):
-        ms = timed(launch, args.replays)
-        launch()
-        torch.cuda.synchronize()
-        err = ((out - ref).abs().max() / ref.abs().max()).item()
-        stuck = "  TIMED OUT at a barrier" if flag is not None and flag.item() else ""
-        print(f"  {name:44s} {ms:7.4f} ms  {ms * 1e3 / n:6.2f} us/layer  {floor_us / (ms * 1e3):5.1%} of 4.3 TB/s"
-              f"  max error {err:.1e}{stuck}", flush=True)
-
+    w, h0, report = setup()
     launch, out = chain(w, h0.clone())
     report("engine chain (norm_gemv, gemv; PDL)", launch, out)
     for name, (ns, warps) in KERNELS.items():
