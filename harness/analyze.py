@@ -21,12 +21,11 @@ import sys
 import textwrap
 from functools import partial
 
-import numpy as np
 import pandas as pd
 
 from common import OneLineParser
 
-from .compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare
+from .compare import compare, parse_metrics, parse_threshold
 from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cost
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
@@ -185,20 +184,6 @@ def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out
         print(f"no exposed-cost figure: {why_no_exposed_cost(ok)}")
 
 
-def parse_threshold(text: str) -> float:
-    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
-    percent = text.endswith("%")
-    try:
-        value = float(text[:-1] if percent else text)
-    except ValueError:
-        raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
-    if not np.isfinite(value) or value < 0:
-        raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
-    if not percent and value > 1:
-        raise InputError(f"--threshold {text} is not a fraction in [0, 1]; for a percentage write {text}%")
-    return value / 100 if percent else value
-
-
 def parser() -> OneLineParser:
     """The command line's options (see the module docstring)."""
     p = OneLineParser(prog="python -m harness.analyze", description=__doc__.splitlines()[0])
@@ -217,7 +202,7 @@ def parser() -> OneLineParser:
     p.add_argument("--threshold", help="regression threshold for --compare (default 10%%)")
     p.add_argument("--allow-missing", action="store_true", help="--compare: configurations missing or failed "
                                                                  "on a side are listed but do not fail the gate")
-    p.add_argument("--metrics", nargs="+", help="--compare: only these metrics")
+    p.add_argument("--metrics", nargs="+", help="--compare: only these metrics (spaces or commas between)")
     return p
 
 
@@ -233,17 +218,14 @@ def run_compare(args: argparse.Namespace) -> int:
     if given := _given(args, ("--group", "--baseline", "--plot", "--format")):
         raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
                          "prints its own table")
-    threshold = parse_threshold(args.threshold or "10%")
-    if bad := [m for m in args.metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
-        raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
-                         f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
+    threshold, metrics = parse_threshold(args.threshold or "10%"), parse_metrics(args.metrics)
     with contextlib.redirect_stdout(io.StringIO()) as read:  # said once both files are read, not before an error
         old, new = [file_failed_rows(prepare_serve(load([path])), CONFIG_KEYS) for path in args.compare]
     print(read.getvalue(), end="")
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
         print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
-    return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, args.metrics)
+    return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, metrics)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 
+from .load_results import InputError
 from .plot_common import key_cell
 
 HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s", "goodput_req_s"]
@@ -44,6 +46,30 @@ def gated(keys: list[str], cfg: tuple, metrics: list[str], asked: bool) -> list[
 def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
     """``key=value, ...`` of a configuration: its non-empty cells of the ``shown`` keys."""
     return ", ".join(f"{k}={key_cell(v)}" for k, v in zip(keys, cfg) if v != "-" and k in shown)  # 4, not 4.0
+
+
+def parse_threshold(text: str) -> float:
+    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1] if percent else text)
+    except ValueError:
+        raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
+    if not percent and value > 1:
+        raise InputError(f"--threshold {text} is not a fraction in [0, 1]; for a percentage write {text}%")
+    return value / 100 if percent else value
+
+
+def parse_metrics(given: list[str] | None) -> list[str] | None:
+    """``--metrics`` as given, names apart by spaces or commas (vLLM's ``--percentile-metrics ttft,tpot``): the
+    names, or None. Raises InputError: a name the gate cannot compare."""
+    metrics = [m for arg in given or [] for m in arg.split(",") if m] or None
+    if bad := [m for m in metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
+        raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
+                         f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
+    return metrics
 
 
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
@@ -126,11 +152,11 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     values = len(problems) - missing_cfgs
     missing = " and ".join([f"{missing_cfgs} configuration(s) missing or failed"] * bool(missing_cfgs)
                            + [f"{values} metric value(s) missing"] * bool(values))
-    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold:.0%} and outside the "
+    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold * 100:g}% and outside the "
           f"repeats' ranges; {missing or 'nothing missing or failed'}")
-    fails = ("no configuration has ok rows in both files, so nothing was compared" if not common
-             else f"{worse} regression(s)" if worse
-             else f"{missing} on a side, listed above (--allow-missing lists them without failing)"
-             if problems and not allow_missing else None)
+    reasons = [f"{worse} regression(s)"] * bool(worse)
+    if problems and not allow_missing:
+        reasons.append(f"{missing} on a side, listed above (--allow-missing lists them without failing)")
+    fails = " and ".join(reasons) if common else "no configuration has ok rows in both files, so nothing was compared"
     print(f"the gate fails: {fails}" if fails else "the gate passes")
     return 1 if fails else 0

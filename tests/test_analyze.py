@@ -79,6 +79,24 @@ def test_compare_fails_when_new_has_no_value_of_a_metric_old_has(damage, sweep, 
         assert "NO VALUE in NEW: output_tok_s" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("metrics", [[], ["--metrics", "output_tok_s", "itl_ms_p99"],
+                                     ["--metrics", "output_tok_s,itl_ms_p99"]])
+def test_the_gates_last_line_names_every_reason_and_the_threshold_as_given(metrics, sweep, tmp_path, capsys):
+    """Session 33's new-user trial: with a regression and a missing value the last line named the regression
+    only; --threshold 2.5% was printed "beyond 2%"; --metrics a,b (vLLM's lists) was one unknown name."""
+    df = pd.read_csv(sweep)
+    df["output_tok_s"] /= 2
+    df = df.drop(columns=["itl_ms_p99"])
+    bad = tmp_path / "bad.csv"
+    df.to_csv(bad, index=False)
+    assert main(["--compare", sweep, str(bad), "--threshold", "2.5%", *metrics]) == 1
+    out = capsys.readouterr().out
+    n = len(pd.read_csv(sweep).groupby(["tp", "control"]))
+    assert "regression(s) beyond 2.5% and outside" in out
+    assert out.strip().splitlines()[-1] == (f"the gate fails: {n} regression(s) and {n} metric value(s) missing on a "
+                                            "side, listed above (--allow-missing lists them without failing)")
+
+
 def test_compare_fails_on_an_asked_metric_neither_file_has(sweep, tmp_path, capsys):
     df = pd.read_csv(sweep)
     df["itl_ms_p99"] = None
