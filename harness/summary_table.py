@@ -69,7 +69,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
 def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bool:
     """Whether any ratio to ``baseline`` was computed; if not (but one was asked for) print why."""
     cols = [c for c in table.columns if c.endswith(f"_vs_{baseline}")]
-    if not baseline or (cols and table[cols].notna().any().any()):
+    others = table[table.control != baseline] if "control" in keys else table  # the baseline's own are 1.00x
+    if not baseline or (cols and others[cols].notna().any().any()):
         return bool(baseline)
     if "control" not in keys:
         print(f"(no ratios to control={baseline}: control is not a grouping column)")
@@ -77,7 +78,8 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
         base = table[table.control == baseline]
         print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
               f"(no ratios: control={baseline} is not in the data)" if not len(base) else
-              f"(no ratios: control={baseline}'s rows hold no metric)")
+              f"(no ratios: control={baseline}'s rows hold no metric)" if not table[cols].notna().any().any() else
+              f"(no ratios: no configuration has control={baseline} beside another plane)")
     return False
 
 

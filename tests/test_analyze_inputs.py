@@ -229,6 +229,17 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
     assert res.returncode == 1 and not res.stderr.strip(), res.stderr[-2000:]
 
 
+def test_configurations_of_one_plane_each_get_no_ratios_to_themselves(tmp_path, capsys):
+    """Session 33's new-user trial: results/h200/ printed "ratios to control=shm" and then 1.00x in every cell of
+    eleven tables whose configurations (tags) each held shm alone."""
+    rows = [{**r, "tag": f"v{i}"} for i, r in enumerate(sweep_rows(planes=("shm",), tps=(1,), repeats=1) * 3)]
+    rows.append({**rows[0], "control": "ring", "tag": "other"})  # a second plane, never beside shm
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "(no ratios: no configuration has control=shm beside another plane)" in out
+    assert "1.00x" not in out and "ratios to control=shm" not in out
+
+
 def test_rows_without_metrics_say_so_not_that_ideal_is_missing(tmp_path, capsys):
     """The new-user trial (session 31): a CSV cut to its first 10 columns said "control=ideal is not in the data"
     beside ideal's rows, blamed ideal again for the missing exposed-cost figure, and drew an empty raw figure."""
