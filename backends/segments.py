@@ -2,7 +2,7 @@
 stale), and registry segments ``tpcp_<pid>_sems<random>`` listing the named semaphores a plane creates.
 
 All are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it holds
-"leaked" whoever removes it. The creator unlinks at release (or exit), spawned workers a dead rank 0's
+"leaked" whoever removes it. The creator unlinks at release (or exit), the workers on its host a dead rank 0's
 (:func:`remove_segments_of`), the next run those of a run that died whole (:func:`remove_stale_segments`).
 """
 
@@ -33,6 +33,15 @@ def remove_stale_segments() -> list[str]:
         except PermissionError:  # alive, another user's
             pass
     return removed
+
+
+def exited(pid: int) -> bool:
+    """``pid`` has ended: gone from /proc, or a zombie (its exit done, only its parent's reaping left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def remove_segments_of(pid: int) -> list[str]:

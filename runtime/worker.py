@@ -8,7 +8,9 @@ import faulthandler
 import multiprocessing as mp
 import pickle
 import signal
+import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +18,7 @@ from datetime import timedelta
 from torch.distributed import TCPStore
 
 from backends import EXIT, PeerGone, WorkerEndpoint
-from backends.segments import remove_segments_of
+from backends.segments import exited, remove_segments_of
 from common import ConfigError
 
 from .launch import Launch, probe_nodes, torchrun_store, wait_get
@@ -57,9 +59,10 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
             host, port = "127.0.0.1", ports[1]
         else:
             store = torchrun_store(launch, timeout_s)
-            host, port = wait_get(store, ["lifeline"], timeout_s)[0].decode().rsplit(":", 1)
+            address, driver = (v.decode() for v in wait_get(store, ["lifeline", "driver"], timeout_s))
+            host, port = address.rsplit(":", 1)
         lifeline = Lifeline(host, int(port), rank, timeout_s)
-        lifeline.watch(on_death=_remove_dead_drivers_segments)
+        lifeline.watch(on_death=_remove_dead_drivers_segments if spawned else _on_driver_death(rank, driver))
         node_of = [0] * launch.world_size
         if not spawned:
             node_of = probe_nodes(store, rank, launch.world_size, timeout_s)
@@ -125,6 +128,23 @@ def _remove_dead_drivers_segments() -> None:
     parent = mp.parent_process()
     if parent is not None and not parent.is_alive():
         remove_segments_of(parent.pid)
+
+
+def _on_driver_death(rank: int, driver: str):
+    """(torchrun) What this worker does when rank 0's end of the lifeline closes: say so (torchrun's summary gives
+    only exit codes), and unlink rank 0's segments once it has exited, when it ran on this host. ``driver``: rank
+    0's "<hostname> <pid>"."""
+    host, pid = driver.rsplit(" ", 1)
+
+    def on_death() -> None:
+        print(f"error: rank {rank}: rank 0 is gone (its lifeline closed), so this rank exits", file=sys.stderr)
+        deadline = time.monotonic() + 2.0  # its sockets close before its exit is done
+        while host == socket.gethostname() and time.monotonic() < deadline:
+            if exited(int(pid)):
+                remove_segments_of(int(pid))
+                return
+            time.sleep(0.02)
+    return on_death
 
 
 def _refused(store) -> None:

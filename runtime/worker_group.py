@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import pickle
 import queue
 import signal
@@ -66,6 +67,7 @@ class WorkerGroup:
                 self.store = torchrun_store(self.launch, startup_timeout_s)
                 self.lifelines = LifelineServer("0.0.0.0", sync_clocks=True)
                 host = self.launch.master_addr
+                self.store.set("driver", f"{socket.gethostname()} {os.getpid()}")  # whose segments a worker unlinks
                 self.store.set("lifeline", f"{host}:{self.lifelines.port}")
                 self._wait_connected()
                 node_of = probe_nodes(self.store, 0, world_size, startup_timeout_s, self.check)

@@ -268,3 +268,28 @@ def test_a_killed_worker_on_one_host_is_the_failure_not_an_interruption(tmp_path
             os.killpg(proc.pid, 9)
     last = (tmp_path / "runs.csv").read_text().splitlines()[-1]
     assert ",failed," in last and "rank 1" in last and "interrupted" not in last, out[-3000:]
+
+
+def test_a_killed_rank_0_on_one_host_leaves_no_segment_and_its_worker_says_why(tmp_path, model_cache):
+    """Under torchrun on one host (the test name must not hold "torchrun": rank_pids filters on it), with ring, the
+    one plane of segments that torchrun takes. Session 33's new-user trial: rank 0 SIGKILLed left its 4 MiB segment
+    in /dev/shm (only spawned workers unlinked a dead rank 0's), and rank 1 exited 1 without a word."""
+    marker = f"results_dir={tmp_path}"
+    env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
+    torchrun = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                f"--log-dir={tmp_path / 'torchrun'}"]
+    proc = subprocess.Popen([*torchrun, "-m", "harness", "control=ring", "tp=2", "workload=bench",
+                             "repeat=100", "progress=false", marker], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_until(lambda: os.path.exists(tmp_path / "runs.csv"), 240), "no first row"
+        (rank0,) = rank_pids(0, marker)
+        assert any(n.startswith(f"tpcp_{rank0}_") for n in os.listdir("/dev/shm"))
+        os.kill(rank0, 9)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"tpcp_{rank0}_")], out[-3000:]
+    assert "error: rank 1: rank 0 is gone (its lifeline closed), so this rank exits" in out, out[-3000:]
+    assert wait_until(lambda: not rank_pids(1, marker), 10.0)
