@@ -202,11 +202,12 @@ def timed(launch, replays: int, rounds: int = 5) -> float:
     return statistics.median(graph_ms(graph, replays) for _ in range(rounds))
 
 
-def setup(argv=None):
-    """The command line, random weights of ``--layers`` layers, h0 ``[H]``, and a ``report(name, launch, out,
-    flag=None)`` that times ``launch`` and prints its ms, us per layer, share of 4.3 TB/s and error against the
-    float32 reference (``flag``: set when a barrier gave up). Shared with ``stream_layers.py``."""
-    ap = argparse.ArgumentParser()
+def setup(argv=None, ap=None):
+    """The command line (``ap``: a parser to add to), random weights of ``--layers`` layers, h0 ``[H]``, and a
+    ``report(name, launch, out, flag=None, against=None)`` that times ``launch`` and prints its ms, us per layer,
+    share of 4.3 TB/s and error against the float32 reference (or ``against``; ``flag``: set when a barrier gave
+    up). Shared with ``stream_layers.py``, which also gets the parsed arguments."""
+    ap = ap or argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--replays", type=int, default=50)
     args = ap.parse_args(argv)
@@ -225,19 +226,20 @@ def setup(argv=None):
     print(f"Qwen3-0.6B shapes, {n} layers, {mb:.0f} MB of weights: floor {floor_us:.1f} us at 4.3 TB/s "
           f"({floor_us / n:.2f} us per layer); ms per replay, median of 5 timings of {args.replays}")
 
-    def report(name, launch, out, flag=None):
+    def report(name, launch, out, flag=None, against=None):
         ms = timed(launch, args.replays)
         launch()
         torch.cuda.synchronize()
-        err = ((out - ref).abs().max() / ref.abs().max()).item()
+        want = ref if against is None else against
+        err = ((out - want).abs().max() / want.abs().max()).item()
         stuck = "  TIMED OUT at a barrier" if flag is not None and flag.item() else ""
         print(f"  {name:44s} {ms:7.4f} ms  {ms * 1e3 / n:6.2f} us/layer  {floor_us / (ms * 1e3):5.1%} of 4.3 TB/s"
               f"  max error {err:.1e}{stuck}", flush=True)
-    return w, h0, report
+    return w, h0, report, args
 
 
 def main():
-    w, h0, report = setup()
+    w, h0, report, _ = setup()
     h = h0.clone()
     launch, out = chain(w, h)
     report("engine chain (norm_gemv, gemv; PDL)", launch, out)

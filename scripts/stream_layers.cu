@@ -6,12 +6,15 @@
 // stages. The copies do not depend on the activations, so the ring runs up to NS tiles ahead of the arithmetic,
 // across the barriers: HBM keeps streaming while the blocks wait (Hazy Research's "No Bubbles" megakernel does
 // likewise). Call 90's persistent Triton kernel held the next stage's weights in registers and lost; this holds
-// them in shared memory. No headers: bf16 is unpacked by shifting, so NVRTC and nvcc both build it as is.
+// them in shared memory. No system headers: bf16 is unpacked by shifting, so NVRTC and nvcc both build it as is.
+// ATTN (the full layer): attention between the qkv and o stages (stream_attention.cuh), a barrier on either side.
 
 constexpr int H = 1024, QKV = 4096, QO = 2048, INTER = 3072;
 constexpr int MAX_WARPS = 16;          // part and red are sized for up to 16 warps a block
 constexpr int SLOT = 16384;            // bytes of one tile's slot
 constexpr unsigned POLLS = 1u << 22;   // a grid barrier's polls before it gives up (flag set): no hang
+
+#include "stream_attention.cuh"
 
 // Stage s of a layer: rows of a tile, K, tiles. 0 qkv [8 x 1024], 1 o [4 x 2048], 2 gate rows then up rows
 // [4 + 4 x 1024], 3 down [2 x 3072] (12 KB).
@@ -161,9 +164,12 @@ __device__ void epilogue(Tile c, const float* part, float* h, float* qkv, float*
     }
 }
 
-template <int NS, bool BARRIER, int WARPS>
+template <int NS, bool BARRIER, int WARPS, bool ATTN>
 __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n1, const unsigned short* n2, float* h,
-                                              float* qkv, float* act, unsigned* ctr, int* flag, int layers, float eps) {
+                                              float* qkv, float* act, unsigned* ctr, int* flag, int layers, float eps,
+                                              Attn A) {
+    static_assert(BARRIER || !ATTN, "attention reads every block's qkv rows: it needs the barriers");
+    constexpr int NC = ATTN ? 5 : 4;  // grid counters a layer: after qkv, (attention,) o, gate/up, down
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* ring = smem;
     float* xs = reinterpret_cast<float*>(smem + NS * SLOT);          // [INTER] the stage's input
@@ -182,10 +188,16 @@ __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n
     unsigned phases = 0, n = 0;
     for (Tile c{0, 0, first}; c.layer < layers; ++c.stage) {
         if (c.stage == 4) { c.stage = 0; ++c.layer; if (c.layer == layers) break; }
-        if (BARRIER && (c.layer | c.stage)) grid_wait(ctr + 4 * c.layer + c.stage - 1, step, flag);
+        unsigned* done = ctr + NC * c.layer + c.stage + (ATTN && c.stage > 0);  // this stage's counter
+        if (ATTN && c.stage == 1) {
+            grid_wait(done - 2, step, flag);
+            if (first < QH) attend<WARPS>(qkv, A, c.layer, first, eps, xs, red);
+            grid_signal(done - 1);
+        }
+        if (BARRIER && (c.layer | c.stage)) grid_wait(done - 1, step, flag);
         const int k = c.stage == 1 ? QO : (c.stage == 3 ? INTER : H);
         const unsigned short* norm = c.stage == 0 ? n1 + c.layer * H : (c.stage == 2 ? n2 + c.layer * H : nullptr);
-        load_x<WARPS>(xs, c.stage == 1 ? qkv : (c.stage == 3 ? act : h), k, norm, eps, red);
+        load_x<WARPS>(xs, c.stage == 1 ? (ATTN ? A.out : qkv) : (c.stage == 3 ? act : h), k, norm, eps, red);
         for (c.t = first; c.t < tiles_of(c.stage); c.t += step, ++n) {
             const int s = n % NS;
             while (!mbar_done(smem_addr(mbar + s), (phases >> s) & 1u)) {}
@@ -202,21 +214,27 @@ __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n
             }
             epilogue<WARPS>(c, pt, h, qkv, act);
         }
-        if (BARRIER) grid_signal(ctr + 4 * c.layer + c.stage);
+        if (BARRIER) grid_signal(done);
         else __syncthreads();
     }
 }
 
-#define STREAM_KERNEL(NAME, NS, BARRIER, WARPS)                                                                     \
+#define STREAM_KERNEL(NAME, NS, BARRIER, WARPS, ATTN)                                                               \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, 1)                                                      \
     NAME(const unsigned short* wqkv, const unsigned short* wo, const unsigned short* wgu, const unsigned short* wd,  \
          const unsigned short* n1, const unsigned short* n2, float* h, float* qkv, float* act, unsigned* ctr,        \
-         int* flag, int layers, float eps) {                                                                        \
-        stream_layers<NS, BARRIER, WARPS>(Weights{wqkv, wo, wgu, wd}, n1, n2, h, qkv, act, ctr, flag, layers, eps);  \
+         int* flag, int layers, float eps, const unsigned short* qn, const unsigned short* kn, unsigned short* kc,   \
+         unsigned short* vc, const float* cos_sin, float* attn, int pos, int max_ctx) {                              \
+        stream_layers<NS, BARRIER, WARPS, ATTN>(Weights{wqkv, wo, wgu, wd}, n1, n2, h, qkv, act, ctr, flag, layers,  \
+                                                eps, Attn{qn, kn, kc, vc, cos_sin, attn, pos, max_ctx});             \
     }
 
-STREAM_KERNEL(stream_ns4, 4, true, 8)
-STREAM_KERNEL(stream_ns8, 8, true, 8)
-STREAM_KERNEL(stream_ns13, 13, true, 8)
-STREAM_KERNEL(stream_ns13_w16, 13, true, 16)         // 512 threads: the arithmetic of a tile in half the time
-STREAM_KERNEL(stream_ns13_nobarrier, 13, false, 8)  // wrong values: the bound with the barriers taken out
+// the GEMVs alone, attention replaced by passing q through to o_proj (persistent_layers.py's computation)
+STREAM_KERNEL(stream_ns4, 4, true, 8, false)
+STREAM_KERNEL(stream_ns8, 8, true, 8, false)
+STREAM_KERNEL(stream_ns13, 13, true, 8, false)
+STREAM_KERNEL(stream_ns13_w16, 13, true, 16, false)         // 512 threads: the arithmetic of a tile in half the time
+STREAM_KERNEL(stream_ns13_nobarrier, 13, false, 8, false)  // wrong values: the bound with the barriers taken out
+// the full layer: Qwen3's attention at batch 1 between qkv and o
+STREAM_KERNEL(layer_ns13, 13, true, 8, true)
+STREAM_KERNEL(layer_ns13_w16, 13, true, 16, true)
