@@ -8,7 +8,8 @@
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), 2 unreadable input or bad arguments.
+Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), or --plot with no ok row; 2
+unreadable input or bad arguments.
 """
 
 from __future__ import annotations
@@ -160,13 +161,11 @@ FIGURES = {"engine": [("exposed-cost figure (each plane's decode step and TPOT p
 
 
 def plot_figures(ok: pd.DataFrame, keys: list[str], group: list[str] | None, out: str) -> None:
-    """Write the FIGURES of the ok rows, the first to ``out``, the others beside it (``side_path``), a line each.
-    Raises InputError: no ok row, a file that cannot be written."""
+    """Write the FIGURES of the ok rows (at least one), the first to ``out``, the others beside it (``side_path``),
+    a line each. Raises InputError: a file that cannot be written."""
     from .plot_curves import plot_broadcast, plot_load
     from .plots import plot, plot_exposed
 
-    if ok.empty:
-        raise InputError(f"--plot: no ok row to plot (every row failed); {out} not written")
     parts, draws, figures = _parts(ok, keys, group), {"raw": plot, "broadcast": plot_broadcast, "load": plot_load}, []
     for kind, rows, k in parts:
         rows = fill_keys(rows, k)
@@ -261,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
                              f"{', '.join(sorted(set(df.control.dropna())))})")
         keys = report(df, args.group, args.baseline, args.format)
+        if args.plot is not None and not (df.status == "ok").any():  # every run failed (the tables said so): exit 1
+            print(f"error: --plot: no ok row to plot (every row failed); {args.plot} not written", file=sys.stderr)
+            return 1
         if args.plot is not None:  # its line to stderr under --format csv, which is for a program to read
             with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):
                 plot_figures(df[df.status == "ok"], keys, args.group, args.plot)

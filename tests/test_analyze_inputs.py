@@ -229,6 +229,19 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
     assert res.returncode == 1 and not res.stderr.strip(), res.stderr[-2000:]
 
 
+def test_plot_of_only_failed_rows_prints_the_tables_and_exits_1_not_as_bad_input(tmp_path, capsys):
+    """Sessions 32-33 noticed: a readable file whose runs all failed printed its tables, then exited 2, the code
+    for unreadable input and bad arguments; a failed run is exit 1, as for the harness and the gate."""
+    rows = [{**r, "status": "failed", "error": "RuntimeError: boom"} for r in sweep_rows(planes=("ideal", "shm"),
+                                                                                            repeats=1)]
+    assert main([write(rows, tmp_path / "runs.csv"), "--plot", str(tmp_path / "f.png")]) == 1
+    out, err = capsys.readouterr()
+    assert "0 (+1 failed)" in out and "RuntimeError: boom" in out
+    png = tmp_path / "f.png"
+    assert err.strip().splitlines()[-1] == f"error: --plot: no ok row to plot (every row failed); {png} not written"
+    assert not png.exists()
+
+
 def test_configurations_of_one_plane_each_get_no_ratios_to_themselves(tmp_path, capsys):
     """Session 33's new-user trial: results/h200/ printed "ratios to control=shm" and then 1.00x in every cell of
     eleven tables whose configurations (tags) each held shm alone."""
