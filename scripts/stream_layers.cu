@@ -198,8 +198,8 @@ __device__ __forceinline__ void stream_layers(Weights W, const unsigned short* n
         const int k = c.stage == 1 ? QO : (c.stage == 3 ? INTER : H);
         const unsigned short* norm = c.stage == 0 ? n1 + c.layer * H : (c.stage == 2 ? n2 + c.layer * H : nullptr);
         load_x<WARPS>(xs, c.stage == 1 ? (ATTN ? A.out : qkv) : (c.stage == 3 ? act : h), k, norm, eps, red);
-        for (c.t = first; c.t < tiles_of(c.stage); c.t += step, ++n) {
-            const int s = n % NS;
+        for (c.t = first; NS > 0 && c.t < tiles_of(c.stage); c.t += step, ++n) {  // NS = 0: no weights at all
+            const int s = n % (NS > 0 ? NS : 1);
             while (!mbar_done(smem_addr(mbar + s), (phases >> s) & 1u)) {}
             phases ^= 1u << s;
             float* pt = part + (n & 1) * MAX_WARPS;
@@ -235,6 +235,7 @@ STREAM_KERNEL(stream_ns8, 8, true, 8, false)
 STREAM_KERNEL(stream_ns13, 13, true, 8, false)
 STREAM_KERNEL(stream_ns13_w16, 13, true, 16, false)         // 512 threads: the arithmetic of a tile in half the time
 STREAM_KERNEL(stream_ns13_nobarrier, 13, false, 8, false)  // wrong values: the bound with the barriers taken out
+STREAM_KERNEL(stream_barriers_only, 0, true, 8, false)     // wrong values: the barriers and reloads without weights
 // the full layer: Qwen3's attention at batch 1 between qkv and o
 STREAM_KERNEL(layer_ns13, 13, true, 8, true)
 STREAM_KERNEL(layer_ns13_w16, 13, true, 16, true)

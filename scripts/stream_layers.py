@@ -7,7 +7,8 @@ registers stay free and the copies stay in flight while a block waits at a barri
 
 Prints, for the engine's chain (``norm_gemv``/``gemv`` under PDL) and each ring depth: ms per CUDA-graph replay
 (median of 5 timings), us per layer, the share of 4.3 TB/s and the largest error against a float32 torch
-reference. The variant without barriers computes wrong values: it is the bound with the barriers taken out.
+reference. Two variants compute wrong values: without barriers (the bound with the barriers taken out), and
+without weights (the barriers and the activations' reloads alone: the critical path the copies must hide).
 Then the full layer (``layer_*``: Qwen3's attention at batch 1 between qkv and o, ``stream_attention.cuh``) at each
 of ``--positions`` (the query's position; the cache holds that many earlier ones), against a float32 torch
 reference of the whole layer, and the new K/V it stored against the reference's. Builds the kernels with NVRTC
@@ -28,7 +29,7 @@ from persistent_layers import INTER, QKV, QO, chain, setup  # noqa: E402
 
 SLOT, MAX_WARPS, D, QH, KVH, THETA = 16384, 16, 128, 16, 8, 1e6  # Qwen3-0.6B's heads and RoPE theta
 KERNELS = {"stream_ns4": (4, 8), "stream_ns8": (8, 8), "stream_ns13": (13, 8), "stream_ns13_w16": (13, 16),
-           "stream_ns13_nobarrier": (13, 8)}  # name: ring slots, warps a block
+           "stream_ns13_nobarrier": (13, 8), "stream_barriers_only": (0, 8)}  # name: ring slots, warps a block
 LAYER_KERNELS = {"layer_ns13": (13, 8), "layer_ns13_w16": (13, 16)}
 
 
