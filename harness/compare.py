@@ -49,7 +49,7 @@ def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
 
 
 def parse_threshold(text: str) -> float:
-    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1]."""
+    """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1)."""
     percent = text.endswith("%")
     try:
         value = float(text[:-1] if percent else text)
@@ -57,16 +57,20 @@ def parse_threshold(text: str) -> float:
         raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
     if not np.isfinite(value) or value < 0:
         raise InputError(f"--threshold must be a finite number >= 0, got {text!r}")
-    if not percent and value > 1:
-        raise InputError(f"--threshold {text} is not a fraction in [0, 1]; for a percentage write {text}%")
+    if not percent and value >= 1:  # "1" is more likely 1% than 100%: ask
+        raise InputError(f"--threshold {text} is not a fraction in [0, 1); for a percentage write {text}%")
     return value / 100 if percent else value
 
 
 def parse_metrics(given: list[str] | None) -> list[str] | None:
     """``--metrics`` as given, names apart by spaces or commas (vLLM's ``--percentile-metrics ttft,tpot``): the
-    names, or None. Raises InputError: a name the gate cannot compare."""
-    metrics = [m for arg in given or [] for m in arg.split(",") if m] or None
-    if bad := [m for m in metrics or [] if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
+    names, each once, or None. Raises InputError: no name, or a name the gate cannot compare."""
+    if given is None:
+        return None
+    metrics = list(dict.fromkeys(m.strip() for arg in given for m in arg.split(",") if m.strip()))  # once each
+    if not metrics:
+        raise InputError("--metrics: give at least one metric name")
+    if bad := [m for m in metrics if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
         raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                          f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
     return metrics

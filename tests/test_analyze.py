@@ -80,7 +80,8 @@ def test_compare_fails_when_new_has_no_value_of_a_metric_old_has(damage, sweep, 
 
 
 @pytest.mark.parametrize("metrics", [[], ["--metrics", "output_tok_s", "itl_ms_p99"],
-                                     ["--metrics", "output_tok_s,itl_ms_p99"]])
+                                     ["--metrics", "output_tok_s,itl_ms_p99"],
+                                     ["--metrics", "output_tok_s, itl_ms_p99", "output_tok_s"]])  # a crash: twice
 def test_the_gates_last_line_names_every_reason_and_the_threshold_as_given(metrics, sweep, tmp_path, capsys):
     """Session 33's new-user trial: with a regression and a missing value the last line named the regression
     only; --threshold 2.5% was printed "beyond 2%"; --metrics a,b (vLLM's lists) was one unknown name."""
@@ -95,6 +96,13 @@ def test_the_gates_last_line_names_every_reason_and_the_threshold_as_given(metri
     assert "regression(s) beyond 2.5% and outside" in out
     assert out.strip().splitlines()[-1] == (f"the gate fails: {n} regression(s) and {n} metric value(s) missing on a "
                                             "side, listed above (--allow-missing lists them without failing)")
+
+
+@pytest.mark.parametrize("given", ["", ",", " , "])
+def test_an_empty_metrics_list_is_refused_not_read_as_every_metric(given, sweep, capsys):
+    """Session 33's second trial: --metrics "" gated on every metric and exited 0."""
+    assert main(["--compare", sweep, sweep, "--metrics", given]) == 2
+    assert capsys.readouterr().err.strip() == "error: --metrics: give at least one metric name"
 
 
 def test_compare_fails_on_an_asked_metric_neither_file_has(sweep, tmp_path, capsys):
@@ -492,7 +500,7 @@ def test_rows_of_different_workloads_and_settings_are_never_pooled(sweep, tmp_pa
     assert main(["--compare", str(mixed), str(mixed)]) == 0  # empty payload / overrides cells are keys too
 
 
-@pytest.mark.parametrize("threshold, code", [("2", 2), ("0.02", 0), ("2%", 0), ("-1%", 2)])
+@pytest.mark.parametrize("threshold, code", [("2", 2), ("1", 2), ("0.02", 0), ("2%", 0), ("-1%", 2)])
 def test_threshold_is_a_percentage_or_a_fraction(sweep, threshold, code):
     assert main(["--compare", sweep, sweep, f"--threshold={threshold}"]) == code
 
