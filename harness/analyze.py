@@ -8,8 +8,8 @@
     python -m harness.analyze runs.csv --plot out.png                # exposed cost first, the rest beside it
     python -m harness.analyze --compare OLD.csv NEW.csv --threshold 10%   # exit 1 on a regression
 
-Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), or --plot with no ok row; 2
-unreadable input or bad arguments.
+Exit codes: 0 ok, 1 a regression or a missing/failed configuration (--compare), or no ok row at all (every run
+failed); 2 unreadable input or bad arguments.
 """
 
 from __future__ import annotations
@@ -260,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
                              f"{', '.join(sorted(set(df.control.dropna())))})")
         keys = report(df, args.group, args.baseline, args.format)
-        if args.plot is not None and not (df.status == "ok").any():  # every run failed (the tables said so): exit 1
-            print(f"error: --plot: no ok row to plot (every row failed); {args.plot} not written", file=sys.stderr)
+        if not (df.status == "ok").any():  # every run failed, the tables said why: exit 1, as the runs did
+            print("error: no ok row: every run failed" + (f"; {args.plot} not written" if args.plot else ""),
+                  file=sys.stderr)
             return 1
         if args.plot is not None:  # its line to stderr under --format csv, which is for a program to read
             with contextlib.redirect_stdout(sys.stderr if args.format == "csv" else sys.stdout):

@@ -366,7 +366,8 @@ def test_a_plot_that_cannot_be_drawn_is_one_line_not_a_traceback(case, sweep, tm
         df.to_csv(src, index=False)
     assert main([src, "--plot", out]) == (1 if case == "every row failed" else 2)  # a failed run; a bad place
     err = capsys.readouterr().err
-    assert err.startswith("error: --plot:") and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: no ok row" if case == "every row failed" else "error: --plot:")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
@@ -374,7 +375,7 @@ def test_failed_rows_are_counted_per_configuration(sweep, tmp_path, capsys):
     df = pd.read_csv(sweep)
     df["status"] = "failed"
     df.to_csv(only_failed, index=False)
-    assert main([str(only_failed)]) == 0
+    assert main([str(only_failed)]) == 1  # no ok row at all: exit 1, after the tables
     out = capsys.readouterr().out
     assert out.count("0 (+2 failed)") == 4
 

@@ -229,16 +229,18 @@ def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
     assert res.returncode == 1 and not res.stderr.strip(), res.stderr[-2000:]
 
 
-def test_plot_of_only_failed_rows_prints_the_tables_and_exits_1_not_as_bad_input(tmp_path, capsys):
-    """Sessions 32-33 noticed: a readable file whose runs all failed printed its tables, then exited 2, the code
-    for unreadable input and bad arguments; a failed run is exit 1, as for the harness and the gate."""
+@pytest.mark.parametrize("plot", [False, True])
+def test_only_failed_rows_print_the_tables_and_exit_1_not_as_bad_input(plot, tmp_path, capsys):
+    """Sessions 32-33: a readable file whose runs all failed printed its tables, then exited 2 with --plot (the
+    code for unreadable input) and 0 without (a CI step passed on runs that made nothing). Exit 1 both ways, as
+    the runs and the gate do."""
     rows = [{**r, "status": "failed", "error": "RuntimeError: boom"} for r in sweep_rows(planes=("ideal", "shm"),
                                                                                             repeats=1)]
-    assert main([write(rows, tmp_path / "runs.csv"), "--plot", str(tmp_path / "f.png")]) == 1
+    png = tmp_path / "f.png"
+    assert main([write(rows, tmp_path / "runs.csv")] + ["--plot", str(png)] * plot) == 1
     out, err = capsys.readouterr()
     assert "0 (+1 failed)" in out and "RuntimeError: boom" in out
-    png = tmp_path / "f.png"
-    assert err.strip().splitlines()[-1] == f"error: --plot: no ok row to plot (every row failed); {png} not written"
+    assert err.strip().splitlines()[-1] == "error: no ok row: every run failed" + f"; {png} not written" * plot
     assert not png.exists()
 
 
