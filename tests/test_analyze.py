@@ -547,6 +547,25 @@ def test_broadcast_rows_grouped_without_a_key_of_their_table_get_the_generic_one
     assert "one-way latency p50" not in out and "1-way p50 us" in out
 
 
+def test_a_payload_at_two_sizes_is_two_rows_not_one_pooled_median(tmp_path, capsys):
+    """Session 33's second trial: results/h200/ pooled decode-256 of two message formats (6684 and 7219 B, 234
+    and 36.1 us) into one cell of 99.4 us and a size no message had. A byte more (a longer pickled counter) is
+    the same payload."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = pd.read_csv(os.path.join(root, "results", "cpu", "broadcast_cpu.csv"))
+    rows = rows[rows.status == "ok"]
+    other = rows.assign(run_id=rows.run_id + "x", payload_bytes=rows.payload_bytes * 1.08 // 1,
+                        ctrl_oneway_us_p50=rows.ctrl_oneway_us_p50 / 7)
+    longer = rows.assign(run_id=rows.run_id + "y", payload_bytes=rows.payload_bytes + 1)
+    pd.concat([rows, other, longer]).to_csv(tmp_path / "b.csv", index=False)
+    assert main([str(tmp_path / "b.csv")]) == 0
+    out, err = capsys.readouterr()
+    size = int(rows.payload_bytes[rows.payload == "decode-1"].iloc[0])
+    assert f"| decode-1 ({size} B) " in out and f"| decode-1 ({int(size * 1.08)} B) " in out
+    assert f"| decode-1 ({size + 1} B) " not in out  # one byte more: the first size's row
+    assert "payload(s) come at sizes more than 2% apart (payload_bytes), told apart by size: decode-1" in err
+
+
 @pytest.mark.parametrize("column", ["payload_bytes", "ctrl_oneway_us_p50"])
 def test_broadcast_rows_without_a_metric_leave_its_cells_empty(column, tmp_path, capsys):
     """A metric that no ok row has (ideal's one-way latency, or payload_bytes of an older file) left summary()'s
