@@ -216,6 +216,8 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
     numbers["tp"] = numbers.tp.mask(odd_tp.tp)
     df[NUMERIC] = numbers
+    oneway = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_oneway_over_step_pct"]  # ideal has no transport:
+    df[oneway] = df[oneway].mask(df.control.eq("ideal").to_numpy()[:, None] & df[oneway].eq(0))  # empty, not 0 (older)
     df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)
     return df

@@ -62,6 +62,8 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
         ref = out[others].merge(base, on=others, how="left") if others else base.iloc[[0] * len(out)]
         with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline (ideal's one-way): no ratio
             value = out[cols].to_numpy(dtype=float) / ref[cols].to_numpy(dtype=float)
+        if others:  # the baseline alone in its configuration: no 1.00x to itself
+            value[out.groupby(others, dropna=False).control.transform("size").eq(1).to_numpy()] = np.nan
         out[[f"{c[:-7]}_vs_{baseline}" for c in cols]] = np.where(np.isfinite(value), value, np.nan)
     return out
 
@@ -69,16 +71,16 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
 def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bool:
     """Whether any ratio to ``baseline`` was computed; if not (but one was asked for) print why."""
     cols = [c for c in table.columns if c.endswith(f"_vs_{baseline}")]
-    others = table[table.control != baseline] if "control" in keys else table  # the baseline's own are 1.00x
-    if not baseline or (cols and others[cols].notna().any().any()):
+    if not baseline or (cols and table[cols].notna().any().any()):
         return bool(baseline)
     if "control" not in keys:
         print(f"(no ratios to control={baseline}: control is not a grouping column)")
     elif table.control.nunique() > 1:  # one plane alone: nothing to compare, nothing to say
         base = table[table.control == baseline]
+        held = base[[c[:-len(f"_vs_{baseline}")] + "_median" for c in cols]].notna().any().any()
         print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
               f"(no ratios: control={baseline} is not in the data)" if not len(base) else
-              f"(no ratios: control={baseline}'s rows hold no metric)" if not table[cols].notna().any().any() else
+              f"(no ratios: control={baseline}'s rows hold no metric)" if not held else
               f"(no ratios: no configuration has control={baseline} beside another plane)")
     return False
 

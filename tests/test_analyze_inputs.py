@@ -244,6 +244,21 @@ def test_only_failed_rows_print_the_tables_and_exit_1_not_as_bad_input(plot, tmp
     assert not png.exists()
 
 
+def test_ideals_one_way_written_as_0_by_older_files_reads_as_empty(tmp_path, capsys):
+    """Session 33's second trial: older files (results/h200x2/) wrote 0 for ideal's one-way latency, which fresh
+    rows leave empty (no transport): the tables showed a measured 0, and a gate from such a file to a fresh one
+    failed on "NO VALUE in NEW"."""
+    fresh = sweep_rows(planes=("ideal", "shm"))
+    older = [{**r, **({"ctrl_oneway_us_p50": 0.0, "ctrl_oneway_us_p99": 0.0} if r["control"] == "ideal" else {}),
+              "run_id": f"old{i}"} for i, r in enumerate(fresh)]
+    old, new = write(older, tmp_path / "old.csv"), write(fresh, tmp_path / "new.csv")
+    assert main([old]) == 0
+    (ideal_row,) = [line for line in capsys.readouterr().out.splitlines() if "| ideal " in line][:1]
+    assert not ideal_row.rstrip(" |").endswith(" 0")
+    assert main(["--compare", old, new]) == 0
+    assert capsys.readouterr().out.strip().endswith("the gate passes")
+
+
 def test_configurations_of_one_plane_each_get_no_ratios_to_themselves(tmp_path, capsys):
     """Session 33's new-user trial: results/h200/ printed "ratios to control=shm" and then 1.00x in every cell of
     eleven tables whose configurations (tags) each held shm alone."""
