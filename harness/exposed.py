@@ -48,7 +48,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                 diff_us = (p.median() - i.median()) * 1e3
                 low, high = (p.min() - i.max()) * 1e3, (p.max() - i.min()) * 1e3
                 verdict = ("one repeat: no spread" if min(len(p), len(i)) < 2 else "within noise" if low <= 0 <= high
-                           else "costs" if diff_us > 0 else "faster")
+                           else "costs" if diff_us > 0 else "ideal no floor")  # a plane cannot beat no transport
                 out.append({**dict(zip(others, cfg)), "control": control, "metric": label,
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,

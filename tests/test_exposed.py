@@ -33,7 +33,7 @@ def test_exposed_cost_is_the_median_difference_with_the_repeats_spread_and_a_ver
     assert (ring.low_us, ring.high_us) == (pytest.approx(30), pytest.approx(70)) and ring.verdict == "costs"
     assert ring.repeats == "3/3"
     assert tpot.loc["shm"].verdict == "within noise"  # [1.00 - 1.02, 1.03 - 1.00] contains 0
-    assert tpot.loc["pipe"].verdict == "faster" and tpot.loc["pipe"].exposed_us == pytest.approx(-100)
+    assert tpot.loc["pipe"].verdict == "ideal no floor" and tpot.loc["pipe"].exposed_us == pytest.approx(-100)
     assert tpot.loc["gloo"].verdict == "one repeat: no spread"
 
 
