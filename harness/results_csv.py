@@ -139,11 +139,13 @@ def _plain(v):
 
 
 def write_run_json(directory: str, row: dict, config: dict | None) -> tuple[str | None, str | None]:
-    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value).
+    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value, and a
+    serve run's ``max_concurrency`` always, null when unbounded, as ``vllm bench serve --save-result`` writes it).
     Returns (its path, None), or (None, why) when it cannot be written, leaving nothing (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
-    data = _plain({"config": config, "row": row,
-                   "vllm": {alias: row[col] for alias, col in VLLM_ALIASES.items() if row.get(col) is not None}})
+    always = {"max_concurrency"} if row.get("request_rate") is not None else set()  # a serve row
+    data = _plain({"config": config, "row": row, "vllm": {alias: row.get(col) for alias, col in VLLM_ALIASES.items()
+                                                          if row.get(col) is not None or alias in always}})
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _write_whole(path + ".tmp", json.dumps(data, indent=1, default=str, allow_nan=False).encode(), append=False)

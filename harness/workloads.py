@@ -69,8 +69,8 @@ def check_serve(w: dict) -> None:
     if not (is_number(rate) or rate == math.inf) or not rate > 0:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
     if not (is_number(burstiness) or burstiness == math.inf) or not burstiness >= MIN_BURSTINESS:
-        raise ValueError(f"workload.burstiness must be a number >= {MIN_BURSTINESS} (1.0: Poisson; lower: most gaps "
-                         f"underflow to 0 s) or inf (evenly spaced), got {burstiness!r}")
+        raise ValueError(f"workload.burstiness must be a number >= {MIN_BURSTINESS} (1.0: Poisson; below "
+                         f"{MIN_BURSTINESS}: most gaps underflow to 0 s) or inf (evenly spaced), got {burstiness!r}")
     if (span := w["num_prompts"] / rate) > MAX_ARRIVAL_SPAN_S:
         raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
                          f"{span:.3g} s (num_prompts / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")
