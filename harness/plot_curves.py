@@ -112,7 +112,8 @@ def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
     """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates, rate
-    inf a hollow diamond; ideal's TTFT faint: it follows its recording's admissions, no floor (docs/SERVE.md)."""
+    inf a hollow diamond; ideal's TTFT and rates faint: they follow its recording's admissions, no floor, as the
+    tables' parentheses say (docs/SERVE.md)."""
     if metric == "rate":  # per section: goodput where its rows set an SLO, else the completed rate
         metric = "goodput_req_s" if rows.goodput_req_s.notna().any() else "req_s"
         ax.set_title("goodput (req/s)" if metric == "goodput_req_s" else "completed (req/s)")
@@ -120,7 +121,7 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
-        faint = control == "ideal" and metric.startswith("ttft")
+        faint = control == "ideal" and (metric.startswith("ttft") or metric in ("goodput_req_s", "req_s"))
         for completed, part in pts.groupby("completed"):
             if completed and metric == "req_s":  # rate inf sits at its completed rate: on y = x by construction
                 continue
@@ -155,8 +156,8 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
 
 def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
     """The planes, the tps' line styles, rate inf where a point is drawn for it, y = x."""
-    handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT faint: no floor)" if c == "ideal"
-                                                                          else "")) for c in planes]
+    handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT, rates faint: no floor)"
+                                                                          if c == "ideal" else "")) for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: its completed req/s)")] if rate_inf else []
     return handles + tp_handles(tps) + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]

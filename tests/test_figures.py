@@ -193,6 +193,9 @@ def test_each_serve_section_ends_in_its_own_rate_panel_goodput_only_where_an_slo
     plot(serve_rows() + slo, tmp_path, capsys)
     load = figures[0]
     assert titles(load)[4::5] == ["completed (req/s)", "goodput (req/s)"]  # the last panel drew blank without SLO
+    # ideal's goodput is no floor, as the table's parentheses say: faint like its TTFT (session 33's trial: solid)
+    ideal = [c for c in load.axes[9].get_children() if getattr(c, "get_alpha", lambda: None)() == 0.35]
+    assert ideal, "ideal's goodput points are not faint"
     check_clean(load)
 
 
