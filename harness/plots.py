@@ -155,7 +155,7 @@ def draw_exposed(ax, rows: pd.DataFrame, colours: dict) -> None:
                         marker=marker, color=colours[plane], fillstyle=fill, markerfacecoloralt="white",
                         markersize=6, elinewidth=1.1, capsize=2.5, linestyle="none")
             pct = f"{r.exposed_pct:+.1f}%".replace("-0.0%", "+0.0%")
-            ax.annotate(pct, (i + dx, max(top, 0)), xytext=(0, 7), textcoords="offset points",  # clear of the marker
+            ax.annotate(pct, (i + dx, top), xytext=(0, 7), textcoords="offset points",  # clear of the marker
                         rotation=90, fontsize=6.5, ha="center", va="bottom", annotation_clip=False)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(planes)), [textwrap.fill(short_plane(p), 14) for p in planes], fontsize=7)

@@ -248,3 +248,13 @@ def test_the_broadcast_table_reads_the_planes_across_one_line_per_payload(tmp_pa
     assert payloads == 2 * ["decode-1", "raw-256B", "decode-8", "raw-65536B", "raw-1048576B"]
     assert table[2].startswith("|    2 | decode-1     |    89 B |  55.1 |") and "1.05 MB" in table[6]
     assert len(table) == 2 * (2 + 10) and "one-way latency p99 (us)" in "\n".join(lines)
+
+
+def test_a_plane_below_ideal_has_its_percentages_beside_its_points_not_above_zero(figures, tmp_path, capsys):
+    """Session 33's third trial: -13.9% sat near +1000 us above the zero line while its point was at -4400 us."""
+    rows = [{**r, "decode_step_ms_p50": r["decode_step_ms_p50"] * 0.5, "tpot_ms_p50": r["tpot_ms_p50"] * 0.5}
+            if r["control"] == "ring" else r for r in engine_rows(workloads=("latency",))]
+    plot(rows, tmp_path, capsys)
+    ax = figures[0].axes[0]
+    ring = [a for a in ax.texts if a.get_text().startswith("-")]
+    assert ring and all(a.xy[1] < 0 for a in ring), [(a.get_text(), a.xy) for a in ax.texts]
