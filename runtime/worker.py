@@ -138,8 +138,10 @@ def _on_driver_death(rank: int, driver: str):
 
     def on_death() -> None:
         print(f"error: rank {rank}: rank 0 is gone (its lifeline closed), so this rank exits", file=sys.stderr)
+        if host != socket.gethostname():  # its segments are on its own host
+            return
         deadline = time.monotonic() + 2.0  # its sockets close before its exit is done
-        while host == socket.gethostname() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             if exited(int(pid)):
                 remove_segments_of(int(pid))
                 return
