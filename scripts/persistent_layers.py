@@ -202,7 +202,7 @@ def timed(launch, replays: int, rounds: int = 5) -> float:
     return statistics.median(graph_ms(graph, replays) for _ in range(rounds))
 
 
-def setup(argv=None, ap=None):
+def setup(ap=None):
     """The command line (``ap``: a parser to add to), random weights of ``--layers`` layers, h0 ``[H]``, and a
     ``report(name, launch, out, flag=None, against=None)`` that times ``launch`` and prints its ms, us per layer,
     share of 4.3 TB/s and error against the float32 reference (or ``against``; ``flag``: set when a barrier gave
@@ -210,7 +210,7 @@ def setup(argv=None, ap=None):
     ap = ap or argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--replays", type=int, default=50)
-    args = ap.parse_args(argv)
+    args = ap.parse_args()
     torch.manual_seed(0)
     dev, n = torch.device("cuda"), args.layers
 
