@@ -139,13 +139,17 @@ def _plain(v):
 
 
 def write_run_json(directory: str, row: dict, config: dict | None) -> tuple[str | None, str | None]:
-    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value, and a
-    serve run's ``max_concurrency`` always, null when unbounded, as ``vllm bench serve --save-result`` writes it).
-    Returns (its path, None), or (None, why) when it cannot be written, leaving nothing (the CSV row is the record)."""
+    """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value; a serve
+    run's ``max_concurrency`` and ``request_goodput`` always, null when unbounded or without an SLO, and ``failed``,
+    0 when the run is ok: ``vllm bench serve --save-result`` writes all three). Returns (its path, None), or (None,
+    why) when it cannot be written, leaving nothing (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
-    always = {"max_concurrency"} if row.get("request_rate") is not None else set()  # a serve row
-    data = _plain({"config": config, "row": row, "vllm": {alias: row.get(col) for alias, col in VLLM_ALIASES.items()
-                                                          if row.get(col) is not None or alias in always}})
+    serve = row.get("request_rate") is not None
+    vllm = {alias: row.get(col) for alias, col in VLLM_ALIASES.items()
+            if row.get(col) is not None or (serve and alias in ("max_concurrency", "request_goodput"))}
+    if serve:
+        vllm["failed"] = 0 if row.get("status") == "ok" else None  # an ok run completed every request
+    data = _plain({"config": config, "row": row, "vllm": vllm})
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _write_whole(path + ".tmp", json.dumps(data, indent=1, default=str, allow_nan=False).encode(), append=False)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 import random
@@ -232,7 +233,8 @@ def request_record(index: int, out: dict, work: Workload, start_s: float) -> dic
     is when the engine took the request, the time its latencies count from: the send, or under ``control=ideal`` an
     admission the recording made before the scheduled arrival."""
     sent = out["arrival_s"]
-    return {"request_id": index, "arrival_s": work.arrivals[index], "sent_s": sent - start_s,
+    # to the ns: a send at the scheduled arrival then reads as equal to it, not 1e-12 s before (float subtraction)
+    return {"request_id": index, "arrival_s": round(work.arrivals[index], 9), "sent_s": round(sent - start_s, 9),
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
             "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
             "finish_reason": out["finish_reason"]}
@@ -253,11 +255,12 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
     bar = tqdm(total=n, desc="serve", unit="req", disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
     arrivals = [start + a for a in work.arrivals]
+    free = [start] * min(limit, n)  # a min-heap of the times the client's slots freed
     sent, loop_ns, last = 0, 0, start
     while sent < n or llm.has_unfinished_requests():
         t0 = time.perf_counter_ns()
-        while sent < n and len(index) < limit:  # unbounded: every request at once, each at its arrival time
-            at = arrivals[sent] if limit >= n else max(arrivals[sent], time.perf_counter())
+        while sent < n and free:  # unbounded: every request at once, each at its arrival time
+            at = max(arrivals[sent], heapq.heappop(free))
             index[llm.add_request(work.prompts[sent], work.params[sent], at)] = sent
             sent += 1
         t1 = time.perf_counter_ns()
@@ -266,6 +269,8 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         for out in finished:
             i = index.pop(out["request_id"])
             records[i], last = request_record(i, out, work, start), max(last, out["token_times_s"][-1])
+            if limit < n:  # its slot freed with its last token, though step() may report it a step later
+                heapq.heappush(free, out["token_times_s"][-1])
             if log:
                 print(json.dumps(records[i]), file=log, flush=True)
         bar.update(len(finished))

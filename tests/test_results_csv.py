@@ -129,6 +129,21 @@ def test_the_run_file_is_strict_json_with_infinities_nested_in_the_config(tmp_pa
     assert data["row"]["tpot_ms_p50"] is None and data["row"]["output_tok_s"] == 1.5
 
 
+def test_a_serve_run_file_has_the_keys_vllm_always_writes(tmp_path):
+    """Reported (session 34's trial): without an SLO ``request_goodput`` was left out and ``failed`` never written,
+    where ``vllm bench serve --save-result`` writes both (null goodput without --goodput)."""
+    import json
+
+    for status, failed in (("ok", 0), ("stalled", None)):
+        row = {"run_id": f"r{status}", "status": status, "request_rate": 4.0, "max_concurrency": None,
+               "goodput_req_s": None, "req_s": 3.5}
+        vllm = json.loads(open(write_run_json(str(tmp_path), row, {})[0]).read())["vllm"]
+        assert vllm == {"request_throughput": 3.5, "request_goodput": None, "request_rate": 4.0,
+                        "max_concurrency": None, "failed": failed}
+    bench = json.loads(open(write_run_json(str(tmp_path), {"run_id": "b", "status": "ok", "req_s": 3.5}, {})[0]).read())
+    assert bench["vllm"] == {"request_throughput": 3.5}  # not a serve run: vLLM's serve keys stay out
+
+
 def test_a_stop_while_waiting_for_the_lock_keeps_the_row_and_waits_no_more(tmp_path, monkeypatch):
     """Session 29's break test: Ctrl-C while another process held runs.csv.lock lost the finished run's ok row
     (only its failed row reached a fallback file) and took 61 s: the failed row waited for the lock again."""

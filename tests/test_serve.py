@@ -87,6 +87,7 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
         assert run["vllm"]["request_goodput"] == pytest.approx(row.goodput_req_s)
         assert run["vllm"]["output_throughput"] == pytest.approx(row.output_tok_s)
         assert run["vllm"]["max_concurrency"] is None  # unbounded: null, as vLLM writes it (session 33's trial)
+        assert run["vllm"]["failed"] == 0  # vLLM always writes it (session 34's trial)
     shm = df[df.control == "shm"].iloc[0]
     assert np.isnan(df[df.control == "ideal"].iloc[0].ctrl_oneway_us_p50) and shm.ctrl_oneway_us_p50 > 0
     a = subprocess.run([sys.executable, "-m", "harness.analyze", str(tmp_path / "runs.csv")], cwd=ROOT,

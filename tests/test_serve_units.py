@@ -191,6 +191,37 @@ def test_max_concurrency_holds_requests_on_the_client_side_as_vllm_does():
     assert row["achieved_rate_req_s"] < 400.0 and row["num_requests"] == 12
 
 
+class LateEngine(InstantEngine):
+    """Reports a finished request one step after its last token, as the engine does on a CPU with async
+    scheduling (the next step has run before the finished one is returned)."""
+
+    def reset(self):
+        super().reset()
+        self.held = []
+
+    def has_unfinished_requests(self):
+        return super().has_unfinished_requests() or bool(self.held)
+
+    def step(self):
+        done, self.held = self.held, super().step()
+        return done
+
+
+def test_a_held_request_is_sent_when_its_slot_freed_not_when_the_engine_reported_it():
+    """Reported (session 34's trial): with async scheduling on a CPU a held request went in a whole step (20-37 ms)
+    after the last token of the request whose slot it took; vLLM's client sends it at that token."""
+    work = build_workload({**SERVE, "num_prompts": 10, "request_rate": math.inf, "max_concurrency": 2}, "cpu", 0, 1000)
+    engine = LateEngine()
+    records, *_ = serve_pass(engine, work, progress=False)
+    assert engine.most <= 3  # the reported-late request still counts in the engine: at most one step's worth
+    ends = sorted(r["sent_s"] + r["e2el_ms"] / 1e3 for r in records)
+    held = sorted(r["sent_s"] for r in records)[2:]  # the first two took the free slots at t=0
+    assert held == pytest.approx(ends[:8], abs=1e-6)  # each at the k-th freed slot's last token (1 step: 2 ms)
+    work = build_workload({**SERVE, "num_prompts": 10, "request_rate": 300.0}, "cpu", 0, 1000)
+    records, *_ = serve_pass(engine, work, progress=False)  # unbounded: each sent at its arrival, not 1e-12 s before
+    assert all(r["sent_s"] == r["arrival_s"] > 0 for r in records)
+
+
 class EarlyEngine(InstantEngine):
     """Admits every pending request at once, each counting from its admission as ideal's replay does (the
     scheduler moves ``arrival_s`` to then)."""
