@@ -101,12 +101,13 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per request rate (inf last) of ``rows`` (one plane and tp): median, min, max over repeats of x, the achieved
-    rate (req/s; ``completed``: req_s, at rate inf or without an achieved rate), and of ``metric``."""
-    completed = np.isinf(pd.to_numeric(rows.request_rate, errors="coerce")) | rows.achieved_rate_req_s.isna()
-    rows = rows.assign(completed=completed, x=rows.achieved_rate_req_s.where(~completed, rows.req_s), y=rows[metric])
+    rate (req/s; the completed req_s where there is none: rate inf without ``max_concurrency``), and of ``metric``;
+    ``inf``: the rate is inf."""
+    inf = np.isinf(pd.to_numeric(rows.request_rate, errors="coerce"))
+    rows = rows.assign(inf=inf, x=rows.achieved_rate_req_s.fillna(rows.req_s), y=rows[metric])
     g = rows.dropna(subset=["x", "y"]).groupby("request_rate")
     out = pd.concat([g.x.agg(["median", "min", "max"]).add_prefix("x_"),
-                     g.y.agg(["median", "min", "max"]).add_prefix("y_"), g.completed.any()], axis=1)
+                     g.y.agg(["median", "min", "max"]).add_prefix("y_"), g.inf.any()], axis=1)
     return out.sort_index().reset_index()
 
 
@@ -122,13 +123,11 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
         pts = load_points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
         faint = control == "ideal" and (metric.startswith("ttft") or metric in ("goodput_req_s", "req_s"))
-        for completed, part in pts.groupby("completed"):
-            if completed and metric == "req_s":  # rate inf sits at its completed rate: on y = x by construction
-                continue
+        for inf, part in pts.groupby("inf"):  # unbounded at rate inf: on y = x in the completed panel, by construction
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
-                        linestyle="none" if completed else style, marker="D" if completed else "o",
-                        markerfacecolor="white" if completed else colours[control], markersize=4, linewidth=1.2,
+                        linestyle="none" if inf else style, marker="D" if inf else "o",
+                        markerfacecolor="white" if inf else colours[control], markersize=4, linewidth=1.2,
                         elinewidth=0.8, capsize=2, alpha=0.35 if faint else 1.0)
         xs += [*pts.x_min, *pts.x_max]
         ys += [*pts.y_min, *pts.y_max]
@@ -148,7 +147,7 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
-    inf = (np.isinf(pd.to_numeric(df.request_rate, errors="coerce")) | df.achieved_rate_req_s.isna()).any()
+    inf = np.isinf(pd.to_numeric(df.request_rate, errors="coerce")).any()
     return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [("rate", "")],
                          partial(load_legend, rate_inf=bool(inf)), draw_load_panel, out, col_w=3.3,
                          blank_label="workload=serve")
@@ -159,5 +158,5 @@ def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
     handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT, rates faint: no floor)"
                                                                           if c == "ideal" else "")) for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
-                      label="rate inf (x: its completed req/s)")] if rate_inf else []
+                      label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
     return handles + tp_handles(tps) + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]

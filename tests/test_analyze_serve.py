@@ -188,9 +188,9 @@ def test_the_figure_draws_a_panel_for_each_metric_and_the_inf_rate(tmp_path, mon
     assert [ax.get_title() for ax in axes][-1] == "completed (req/s)"  # no goodput: the completed rate
     assert all(ax.has_data() for ax in axes)
     hollow = [line for ax in axes for line in ax.get_lines() if line.get_marker() == "D"]
-    assert len(hollow) == 2 * (len(axes) - 1)  # rate inf, both planes, every panel but completed-vs-sent
-    assert [x for line in hollow for x in line.get_xdata()] == pytest.approx([11.95] * 8)  # its completed req/s
-    assert "rate inf (x: its completed req/s)" in [t.get_text() for t in figures[0].legends[0].get_texts()]
+    assert len(hollow) == 2 * len(axes)  # rate inf, both planes, every panel (on y = x in completed-vs-sent)
+    assert [x for line in hollow for x in line.get_xdata()] == pytest.approx([11.95] * 10)  # its completed req/s
+    assert "rate inf (x: sent req/s, else completed)" in [t.get_text() for t in figures[0].legends[0].get_texts()]
     # TTFT p50 and p99 on one kind of axis (a new-user trial: p50 log beside p99 linear, each chosen alone)
     assert [ax.get_yscale() for ax in axes[:4]] == ["log", "log", "linear", "linear"]
     # a new-user trial: the legend named the rate-inf diamond where no point was drawn for it
@@ -351,6 +351,24 @@ def test_goodput_is_shown_with_its_slo_and_rows_without_one_keep_done_per_s(tmp_
     done, good = table_lines(out, "done/s"), table_lines(out.split("-- slo=ttft_ms=200")[1], "good/s")
     assert "good/s" not in done[0] and [cells(line)[5] for line in done[2:]] == ["(3.95±1%)", "3.95±1%"]  # ideal's
     assert "done/s" not in good[0] and [cells(line)[5] for line in good[2:]] == ["(3.55±1%)", "3.55±1%"]  # ideal's
+
+
+def test_rate_inf_under_max_concurrency_sits_at_its_sent_rate_and_fills_the_completed_panel(tmp_path, monkeypatch):
+    """Reported (session 34's trial): a section of rate-inf rows drew an empty "completed" panel, and a row held by
+    max_concurrency sat at its completed rate though it has a sent rate, as the tables show."""
+    import matplotlib.pyplot as plt
+
+    from harness.plot_curves import plot_load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rows = [{**r, "max_concurrency": 2, "achieved_rate_req_s": 1.1357} for r in serve_rows(rates=(float("inf"),))]
+    df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
+    axes = figures[0].axes
+    assert all(ax.has_data() for ax in axes) and axes[-1].get_title() == "completed (req/s)"
+    diamonds = [line for line in axes[-1].get_lines() if line.get_marker() == "D"]
+    assert len(diamonds) == 2 and all(list(d.get_xdata()) == pytest.approx([1.1357]) for d in diamonds)
 
 
 def test_the_sent_rate_at_rate_inf_under_max_concurrency_is_shown_and_the_legend_does_not_deny_it(tmp_path, capsys):

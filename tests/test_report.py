@@ -56,6 +56,10 @@ def test_a_one_token_run_has_one_step_and_no_decode_step_time(capsys):
     lines = printed(capsys, {**row, "tp": 1, "decode_steps": 0, "decode_step_ms_p50": None})
     assert "  steps       1 prefill and 0 decode steps" in lines
     assert "  control     nothing sent: tp=1 has no worker (1 step ran on rank 0 alone)" in lines
+    # session 34's trial: at tp=2 the control line ended "over the decode step: -%"
+    lines = printed(capsys, {**OK, "decode_steps": 0, "decode_step_ms_p50": None, "ctrl_oneway_over_step_pct": None})
+    assert any(line.endswith("p99 6724.1); no decode step to set it beside") for line in lines), lines
+    assert not any("%" in line or "over the mean decode step" in line for line in lines)
 
 
 def test_the_run_file_is_named_under_the_row(capsys):
