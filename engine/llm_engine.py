@@ -5,14 +5,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import math
 import time
 
 import torch
 from tqdm.auto import tqdm
 
-from common import is_int, is_number
 from runtime.cluster import Cluster
+from runtime.worker_group import WorkerError
 
 from .config import ConfigError, EngineConfig
 from .llm_tools import LLMTools
@@ -20,6 +19,7 @@ from .loader import check_checkpoint
 from .model_runner import ModelRunner
 from .model_worker import model_worker
 from .profiling import ProfiledRunner, make_profiler
+from .requests import arrival_times, checked_requests
 from .scheduler import Arrivals, BlockManager, Scheduler
 from .sequence import SamplingParams, Sequence
 from .step_batch import InFlightStep, StepBatch, StepRecord
@@ -38,9 +38,11 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         check_checkpoint(self.config.model, self.config.hf_config)
         if torch.distributed.is_initialized():
             raise ConfigError("this process already runs an engine (or another torch.distributed job): "
-                              "one LLM per process; shut the other one down first")
+                              "one LLM per process; shut the other one down first (one dropped without shutdown() "
+                              "keeps its workers until this process exits)")
         self.cluster = self.control = self.runner = self.profiler = None
         self._closed, self._mid_call = False, False  # _mid_call: a call() that did not return (workers mid-step?)
+        self._broken: str | None = None  # why a step() that raised left the engine unusable
         atexit.register(self.shutdown)
         try:
             cfg, launch, tp, t0 = self.config, self.config.launch, self.config.tensor_parallel_size, time.perf_counter()
@@ -61,6 +63,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
             try:
                 if isinstance(e, Exception) and self.cluster is not None:
                     self.cluster.explain(e, None, wait_s=0.5)  # a worker that died while starting explains ours
+            except WorkerError as w:
+                raise w from None  # that one alone: ours repeats it ("During handling ..." and a second traceback)
             finally:
                 self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
             raise
@@ -88,7 +92,11 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         return self.runner.num_kvcache_blocks
 
     def call(self, method: str, *args):
-        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker failed."""
+        """Run ``method(*args)`` on every rank (SPMD); returns rank 0's result. Raises WorkerError: a worker failed;
+        RuntimeError: an earlier call or step did not complete (the ranks may be out of step)."""
+        if self._mid_call or self._broken:
+            raise RuntimeError(self._broken or "an earlier call did not complete and the ranks may be out of step: "
+                               "shut this LLM down and create a new one")
         self._mid_call = True
         if self.profiler is None:  # profile=none: this test is all profiling costs a call
             self.cluster.send(method, *args)
@@ -107,40 +115,16 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
     def add_request(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                     arrival_s: float | None = None) -> int:
         """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s; None:
-        now). Returns its ``request_id``. Raises ConfigError: it can never be served (``_check_requests``,
+        now). Returns its ``request_id``. Raises ConfigError: it can never be served (``checked_requests``,
         ``arrival_times``)."""
-        self._check_requests([prompt_token_ids], [sampling_params])
+        [prompt], [params] = checked_requests(self.config, self.num_kvcache_blocks, [prompt_token_ids], sampling_params)
         [t] = arrival_times(None if arrival_s is None else [arrival_s])
-        return self._add(prompt_token_ids, sampling_params, t)
+        return self._add(prompt, params, t)
 
-    def _check_requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
-        """Raises ConfigError (one line, naming the prompt): no prompts, a params/prompts count mismatch, a prompt
-        not a list of ints, empty, ``max_model_len`` tokens or more, out of the vocabulary, or over the KV cache."""
-        cfg, num_blocks, vocab = self.config, self.num_kvcache_blocks, self.config.hf_config["vocab_size"]
-        if not prompts:
-            raise ConfigError("generate() needs at least one prompt")
-        if len(params) != len(prompts):
-            raise ConfigError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
-            if not isinstance(p, (list, tuple)) and not (hasattr(p, "ndim") and p.ndim == 1):
-                raise ConfigError(f"prompt {i} is a {type(p).__name__}; prompt_token_ids is a list of token-id lists")
-            if len(p) == 0:
-                raise ConfigError(f"prompt {i} is empty")
-            if not all(type(t) is int for t in p) and not all(is_int(t) for t in p):  # (the first: 10x faster)
-                raise ConfigError(f"prompt {i} has a token id that is not an integer")
-            if len(p) >= cfg.max_model_len:
-                raise ConfigError(f"prompt {i} has {len(p)} tokens; max_model_len={cfg.max_model_len} leaves "
-                                  f"no room to generate")
-            if min(p) < 0 or max(p) >= vocab:
-                raise ConfigError(f"prompt {i} has a token id outside [0, {vocab})")
-            need = math.ceil(min(len(p) + sp.max_tokens, cfg.max_model_len) / cfg.kvcache_block_size)
-            if need > num_blocks:
-                raise ConfigError(f"prompt {i} needs {need} KV blocks; the cache has {num_blocks}")
-
-    def _add(self, prompt_token_ids, sampling_params: SamplingParams, arrival_s: float) -> int:
+    def _add(self, prompt_token_ids: list[int], sampling_params: SamplingParams, arrival_s: float) -> int:
         if self._closed:
             raise RuntimeError("a request for an LLM that was shut down")
-        seq = Sequence(list(map(int, prompt_token_ids)), sampling_params, self.config.kvcache_block_size)
+        seq = Sequence(prompt_token_ids, sampling_params, self.config.kvcache_block_size)
         seq.arrival_s = arrival_s
         self.arrivals.add(seq)
         return seq.seq_id
@@ -154,11 +138,9 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         """:meth:`add_request` every prompt (now, or at ``arrival_s``), then :meth:`step` until nothing is
         unfinished. Returns :meth:`step`'s outputs in input order; the step records go to ``self.steps``. Raises
         ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed."""
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompt_token_ids)
-        self._check_requests(prompt_token_ids, sampling_params)
-        times = arrival_times(arrival_s, len(prompt_token_ids))
-        ids = [self._add(p, sp, t) for p, sp, t in zip(prompt_token_ids, sampling_params, times, strict=True)]
+        prompts, params = checked_requests(self.config, self.num_kvcache_blocks, prompt_token_ids, sampling_params)
+        times = arrival_times(arrival_s, len(prompts))
+        ids = [self._add(p, sp, t) for p, sp, t in zip(prompts, params, times, strict=True)]
         self.steps, self._last_done_s = [], None
         done: dict[int, dict] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm, dynamic_ncols=True) as bar:
@@ -172,11 +154,20 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         """Admit the arrived requests (while idle, first wait for one), launch a step, finish the one before it
         (async scheduling) or this one. Returns the finished requests: ``request_id``, ``token_ids`` (generated),
         ``finish_reason`` ("stop" or "length"), ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter()
-        s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; RuntimeError: a scheduler bug."""
-        self._admit()
+        s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; RuntimeError: a scheduler bug, or
+        an earlier step that raised (a caught Ctrl-C included): the engine is then unusable until shut down."""
+        if self._broken:
+            raise RuntimeError(self._broken)
+        try:
+            self._admit()
+            finished = self._step()
+        except BaseException as e:
+            self._broken = (f"an earlier step() ended by {type(e).__name__} and the ranks may be out of step: shut "
+                            f"this LLM down and create a new one")
+            raise
         return [{"request_id": s.seq_id, "token_ids": s.completion_token_ids, "finish_reason": s.finish_reason,
                  "arrival_s": s.arrival_s, "first_scheduled_s": s.first_scheduled_s,
-                 "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in self._step()]
+                 "token_times_s": s.token_times_s, "num_preemptions": s.num_preemptions} for s in finished]
 
     def _admit(self) -> None:
         t0 = time.perf_counter_ns()
@@ -261,21 +252,3 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                 self.runner.exit()
         if self.profiler is not None:
             self.profiler.close()
-
-
-MAX_AHEAD_S = 86_400.0  # an arrival further ahead is a mistake (time.time() given for time.perf_counter())
-
-
-def arrival_times(arrival_s: list | None, n: int = 1) -> list[float]:
-    """The arrival times of ``n`` requests, ``time.perf_counter()`` s (None: all now). Raises ConfigError: not ``n``
-    of them, or one that is not a finite number at most ``MAX_AHEAD_S`` ahead (it would never be served)."""
-    now = time.perf_counter()
-    if arrival_s is None:
-        return [now] * n
-    if len(arrival_s) != n:
-        raise ConfigError(f"{len(arrival_s)} arrival times for {n} prompts")
-    for t in arrival_s:
-        if not is_number(t) or t - now > MAX_AHEAD_S:
-            raise ConfigError(f"arrival time {t!r} is not a time.perf_counter() value within a day of now "
-                              f"({now:.1f}): that request would never be served")
-    return [float(t) for t in arrival_s]

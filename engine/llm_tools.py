@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from common import is_int
+
 from .config import ConfigError
 from .model_worker import FAULT_DRILL, fault_drill
 from .profiling import PROFILE, trace_path
@@ -53,7 +55,12 @@ class LLMTools:
 
     def inject_fault(self, rank: int, message: str) -> None:
         """A fault drill: rank ``rank`` raises ``RuntimeError(message)`` at once; the next step reports it
-        (``WorkerError``). Raises RuntimeError: ``rank`` is 0, or ``fault_injection`` is off."""
+        (``WorkerError``). Raises RuntimeError: ``rank`` is 0; ConfigError (nothing sent): ``fault_injection`` is
+        off, or no rank has that number."""
+        if not self.config.fault_injection:
+            raise ConfigError("inject_fault: this engine was built without fault_injection=True")
+        if not is_int(rank) or not 0 <= rank < self.config.tensor_parallel_size:
+            raise ConfigError(f"inject_fault: rank {rank!r} is not one of 0..{self.config.tensor_parallel_size - 1}")
         self.cluster.send(FAULT_DRILL, rank, message)
         fault_drill(self.config, 0, rank, message)
 

@@ -6,12 +6,16 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
 
+import numpy as np
+
 from common import is_int, is_number
+
+MAX_TEMPERATURE = float(np.finfo(np.float32).max)  # a step sends temperatures as float32
 
 
 @dataclass
 class SamplingParams:
-    """How to pick each next token of one request. Raises ValueError: temperature not a finite number >= 0,
+    """How to pick each next token of one request. Raises ValueError: temperature not a number in [0, float32's max],
     max_tokens not an integer >= 1, ignore_eos not a bool."""
 
     temperature: float = 1.0  # 0: greedy (argmax); > 0: sample from softmax(logits / temperature)
@@ -19,8 +23,9 @@ class SamplingParams:
     ignore_eos: bool = False  # keep generating past the end-of-sequence token (benchmarks use this)
 
     def __post_init__(self) -> None:
-        if not is_number(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not is_number(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"temperature must be a number in [0, {MAX_TEMPERATURE:.3g}] (float32's largest), "
+                             f"got {self.temperature!r}")
         if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not isinstance(self.ignore_eos, bool):

@@ -47,19 +47,26 @@ def test_killed_worker_is_reported_within_5s(control, tiny_untied):
 
 
 @pytest.mark.timeout(120)
-def test_a_stop_mid_step_does_not_wait_for_workers_to_read_the_exit_message(tiny_untied):
+@pytest.mark.parametrize("control", ["gloo", "shm"])
+def test_a_stop_mid_step_does_not_wait_for_workers_to_read_the_exit_message(control, tiny_untied):
     """The new-user trial (session 31): Ctrl-C mid-step under control=gloo took ~6 s to exit. The exit message, a gloo
-    broadcast, waited its 5 s for a worker held in the step's all-reduce, which rank 0 had left."""
-    llm = LLM(tiny_untied, tensor_parallel_size=2, control="gloo", **OPTS)
+    broadcast, waited its 5 s for a worker held in the step's all-reduce, which rank 0 had left. Session 34's trial:
+    a caught Ctrl-C, then generate() again: under shm gloo aborted the process (a collective mismatch), under gloo it
+    ran the old requests first or timed out after 60 s; it is refused at once now."""
+    llm = LLM(tiny_untied, tensor_parallel_size=2, control=control, **OPTS)
     worker = llm.cluster.group.procs[1]
 
     def stopped(*args):  # Ctrl-C on rank 0 before its step's collectives: the worker waits in them
         raise KeyboardInterrupt
 
-    llm.runner.run = stopped
+    run, llm.runner.run = llm.runner.run, stopped
     with pytest.raises(KeyboardInterrupt):
         llm.generate([[1, 2, 3]], LONG)
+    llm.runner.run = run
     start = time.monotonic()
+    with pytest.raises(RuntimeError, match="KeyboardInterrupt and the ranks may be out of step: shut this LLM down"):
+        llm.generate([[4, 5]], SamplingParams(temperature=0, max_tokens=2))
+    assert time.monotonic() - start < 1.0
     llm.shutdown()
     assert time.monotonic() - start < 4.0 and not worker.is_alive()  # 5 s and more before
 
@@ -68,6 +75,8 @@ def test_a_stop_mid_step_does_not_wait_for_workers_to_read_the_exit_message(tiny
 @pytest.mark.parametrize("control", available())
 def test_worker_exception_carries_its_traceback(control, tiny_untied):
     with LLM(tiny_untied, tensor_parallel_size=2, control=control, fault_injection=True, **OPTS) as llm:
+        with pytest.raises(ConfigError, match=r"rank 2 is not one of 0\.\.1"):  # session 34's trial: it did nothing
+            llm.inject_fault(2, "no such rank")
         llm.inject_fault(1, "injected failure 4242")
         t0 = time.monotonic()
         with pytest.raises(WorkerError) as err:
@@ -75,6 +84,17 @@ def test_worker_exception_carries_its_traceback(control, tiny_untied):
         assert time.monotonic() - t0 < 5.0
     text = str(err.value)
     assert "rank 1" in text and "injected failure 4242" in text and "Traceback" in text
+
+
+@pytest.mark.timeout(120)
+def test_a_drill_refused_sends_nothing_and_the_engine_goes_on(tiny_untied):
+    """Session 34's trial: without fault_injection the drill was sent before rank 0 refused it, so the worker died of
+    the refusal and the next generate() failed."""
+    with LLM(tiny_untied, tensor_parallel_size=2, control="shm", **OPTS) as llm:
+        with pytest.raises(ConfigError, match="built without fault_injection=True"):
+            llm.inject_fault(1, "x")
+        out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+        assert len(out[0]["token_ids"]) == 3
 
 
 @pytest.mark.timeout(120)

@@ -7,7 +7,9 @@ import dataclasses
 import os
 import time
 
+import numpy as np
 import pytest
+import torch
 from helpers import ROOT, TINY, children
 from omegaconf import OmegaConf
 
@@ -86,15 +88,28 @@ def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
             llm.generate([[1, 2], [3]], ok, arrival_s=[time.perf_counter(), float("inf")])
         with pytest.raises(ConfigError, match="1 arrival times for 2 prompts"):
             llm.generate([[1, 2], [3]], ok, arrival_s=[time.perf_counter()])
+        # session 34's trial: these gave TypeError, AttributeError or a misleading ConfigError
+        for prompts, params, message in [(torch.ones(2, 3, dtype=torch.long), None, "sampling_params is a"),
+                                         ((p for p in [[1]]), ok, "not generator"),
+                                         ([[1, 2]], {"max_tokens": 4}, "not dict"), ([[1, 2]], [ok, ok], "2 sampling"),
+                                         ([torch.ones(2, 2, dtype=torch.long)], ok, "prompt 0 is of type Tensor"),
+                                         ([5], ok, "prompt 0 is of type int")]:
+            with pytest.raises(ConfigError, match=message):
+                llm.generate(prompts, params)
+        with pytest.raises(ConfigError, match="2 sampling params for 1 prompts"):
+            llm.add_request([1, 2], [ok, ok])
         assert not llm.has_unfinished_requests()
-        assert llm.generate([[1, 2]], ok)[0]["token_ids"]  # still usable afterwards
+        # a 1-D tensor or array of token ids is a prompt (torch's scalars once failed the integer check)
+        want = llm.generate([[1, 2, 3]], ok)[0]["token_ids"]  # still usable afterwards
+        assert want and llm.generate([torch.tensor([1, 2, 3])], ok)[0]["token_ids"] == want
+        assert llm.generate(np.array([[1, 2, 3]]), ok)[0]["token_ids"] == want
     for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": "a"}, {"temperature": -1.0}, {"max_tokens": True},
-                                    {"ignore_eos": "no"}])
+@pytest.mark.parametrize("kwargs", [{"temperature": "a"}, {"temperature": -1.0}, {"temperature": 1e300},
+                                    {"max_tokens": True}, {"ignore_eos": "no"}])  # 1e300: inf as float32
 def test_bad_sampling_params_are_refused(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
