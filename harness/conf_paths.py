@@ -21,8 +21,9 @@ OmegaConf.register_new_resolver("expanduser", os.path.expanduser, replace=True)
 
 
 def group_options(group: str) -> list[str]:
-    """The options of config group ``group``: its yaml files' names in ``conf/<group>/``, sorted."""
-    return sorted(f[:-5] for f in os.listdir(os.path.join(CONF_DIR, group)) if f.endswith(".yaml"))
+    """The options of config group ``group``: its yaml files' names in ``conf/<group>/``, sorted ([]: not a group)."""
+    folder = os.path.join(CONF_DIR, group)
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml")) if os.path.isdir(folder) else []
 
 
 def task_overrides() -> list[str]:

@@ -150,18 +150,30 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
     """A switch set to anything but true or false: OmegaConf would read ``yes``, ``on`` or ``2`` as true."""
     for arg in job:
         key, _, raw = arg.lstrip("+").partition("=")
-        if isinstance(OmegaConf.select(cfg, key, default=None), bool) and raw.lower() not in ("true", "false"):
+        value = OmegaConf.select(cfg, key, default=None)  # an interpolation resolved: its value is what counts
+        if isinstance(value, bool) and "${" not in raw and raw.lower() not in ("true", "false"):
             return f"{key} must be true or false, got {raw!r}"
     return None
 
 
-def _unknown_keys(cfg: DictConfig) -> str | None:
-    """A top-level or ``llm.*`` key the schema lacks (``+foo=1`` adds one): nothing would read it."""
+def _unknown_keys(cfg: DictConfig, job: list[str], compose) -> str | None:
+    """A key the schema or the group's options lack (``+foo=1``, ``+model.pth=x`` add one): nothing would read it.
+    A workload key of another workload is the exception (a sweep's ``++``: job_setup notes it)."""
     if not isinstance(cfg.llm, DictConfig):  # HarnessConfig.llm is untyped: the defaults list places LlmConfig
         return "llm holds the engine's settings: set one with llm.<key>=value (the keys: harness/conf_schema.py)"
     known = {f.name for f in dataclasses.fields(HarnessConfig)}
     extra = [k for k in cfg if k not in known] + [f"llm.{k}" for k in cfg.llm if k not in LLM_DEFAULTS]
-    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py)" if extra else None
+    for key in _given(job):
+        group, _, rest = key.partition(".")
+        if key in ("control.name", "model.name", "workload.name", "workload.kind"):
+            return (f"{key} comes with the option: choose one with {group}=<name> (available: "
+                    f"{', '.join(group_options(group))}); label runs with tag=...")
+        if rest and group == "workload":
+            extra += [] if options_having("workload", rest, compose) else [key]
+        elif rest and group in ("model", "control") and rest.split(".")[0] not in ("preset", "options"):
+            extra += [] if has_key(compose([f"{group}={cfg[group].name}"])[group], rest) else [key]
+    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)" if extra \
+        else None
 
 
 def run_folders(cfg: DictConfig) -> dict[str, str]:
@@ -202,7 +214,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     builds_engine = cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
-    if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg) or next(filter(None, values), None)
+    if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg, job, compose) or next(filter(None, values), None)
                    or _check_where(cfg) or _check_workload(cfg, job, compose)
                    or (_check_llm(cfg, given) if builds_engine else None)):
         return problem

@@ -64,6 +64,8 @@ def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
 
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
     """The first problem of one job's model (``model=auto`` resolved), or None; ``tp``: None when no engine."""
+    if isinstance(model.get("path"), list | dict | bool):  # a number names a directory: 3 is ./3
+        return f"model.path is a checkpoint directory, got {model['path']!r}"
     path = os.path.abspath(os.path.expanduser(str(model["path"]))) if model.get("path") else None
     label = path or f"model={model['name']}"
     try:

@@ -1,134 +1,50 @@
-"""A command checked before its first job runs: its flags and overrides, then every job of a sweep composed with
-Hydra's compose API; Hydra's error becomes one line, ``job_checks`` checks what Hydra cannot know."""
+"""A command checked before its first job runs: its flags and overrides (``command_line``), then every job of a
+sweep composed with Hydra's compose API; Hydra's error becomes one line, ``job_checks`` checks what Hydra cannot
+know."""
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import re
 import sys
 
 import hydra
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import ValueType
-from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from backends import get_control_plane
 from engine import ConfigError, EngineConfig
 
+from .command_line import check_options, engine_defaults, first_line, overrides_of, package_of, parse
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
-from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
+from .conf_schema import VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, given_twice, has_key, job_notes, no_option, options_having, reuse_note
 from .signals import AT_ONCE
-
-_CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-_VALUE_FLAGS = {"--cfg": _CFG, "-c": _CFG, "--info": _INFO, "-i": _INFO, **dict.fromkeys(
-    ["--package", "-p", "--experimental-rerun"])}
-# the checks before any job compose conf/ as installed: a primary config from elsewhere would go unchecked
-_OTHER_CONFIG = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
-_MODES = {"--run": "r", "-r": "r", "--multirun": "m", "-m": "m", "--cfg": "c", "-c": "c", "--info": "i", "-i": "i"}
-_FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
-
-
-def overrides_of(argv: list[str]) -> list[str]:
-    """The command's overrides. Raises ValueError: a flag that is not Hydra's, or that Hydra would misread."""
-    if "--hydra-help" in argv and any(a[:1] not in "-" for a in argv):  # Hydra composes its own config alone
-        raise ValueError("--hydra-help shows Hydra's own options and takes no overrides (--help takes them)")
-    modes = [a for a in argv if a.split("=", 1)[0] in _MODES]
-    if len({_MODES[m.split("=", 1)[0]] for m in modes}) > 1:
-        raise ValueError(f"{' and '.join(modes)}: Hydra takes one of --run, --multirun (-m), --cfg and --info")
-    overrides, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        name, attached, value = arg.partition("=")  # --cfg=job: attached
-        # --cfg job: job is its value (not --cfg=job, nor --info before another flag or at the end)
-        takes = (name in _VALUE_FLAGS and not attached and i + 1 < len(argv)
-                 and not (name in ("--info", "-i") and argv[i + 1].startswith("-")))
-        if not arg.startswith("-"):
-            overrides.append(arg)
-        elif name in _OTHER_CONFIG:
-            raise ValueError(f"{name}: the harness composes its own conf/ (config.yaml and its groups); change it "
-                             "with overrides, or add an option under conf/<group>/")
-        elif name not in _FLAGS:
-            raise ValueError(f"unknown option {arg!r} (Hydra's: -m, --cfg job|hydra|all, --info, --help, --hydra-help)")
-        elif overrides and (name in ("-m", "--multirun") or any(not a.startswith("-") for a in argv[i + 1 + takes:])):
-            flag = argv[i:i + 1 + takes]  # Hydra's argparse takes one run of overrides: else its usage text
-            rest = " ".join(a for j, a in enumerate(argv) if not i <= j < i + len(flag))
-            raise ValueError(f"{arg} goes before the overrides (python -m harness {' '.join(flag)} {rest})")
-        elif name in _VALUE_FLAGS and (attached or takes or name not in ("--info", "-i")):
-            choices = _VALUE_FLAGS[name]  # --info's value is optional (all), yet argparse would take an override
-            given = value if attached else argv[i + 1] if i + 1 < len(argv) else None
-            if given is None or choices is not None and given not in choices:
-                raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
-            if given == "hydra" and "--resolve" in argv:  # Hydra resolves its node alone: ${results_dir} fails
-                raise ValueError(f"{name} hydra --resolve: the run dirs name results_dir, outside the hydra node; "
-                                 "use --cfg all --resolve, or --cfg hydra without --resolve")
-        i += 1 + takes
-    return overrides
-
-
-def check_options(parsed: list) -> None:
-    """Raises ValueError: an override Hydra would take and then fail on (a list for a group, an empty or unwritable
-    ``hydra.run.dir`` / ``hydra.sweep.dir``, a string for ``hydra.launcher`` / ``hydra.sweeper``), or worse."""
-    for o in parsed:
-        key, value = o.key_or_group, o.value()
-        if not key:
-            raise ValueError(f"{o.input_line!r}: an override is key=value; the key before '=' is missing")
-        if key in GROUPS and isinstance(value, list):
-            raise ValueError(f"{key} takes one option; to run several, sweep them: -m {key}="
-                             f"{','.join(map(str, value))}")
-        if key in GROUPS and not (isinstance(value, str) or o.is_sweep_override() or o.is_delete()):
-            raise ValueError(f"{key} takes the name of one option, got {o.input_line.split('=', 1)[1]!r} "
-                             f"(available: {', '.join(group_options(key))})")
-        if key in ("hydra.launcher", "hydra.sweeper"):
-            raise ValueError(f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> "
-                             "(installed: basic)")
-        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in str(value):
-            continue
-        if value in ("", None):
-            raise ValueError(f"{key} is empty: give a directory (or leave it out: Hydra's default)")
-        if reason := cannot_write(str(value)):  # Hydra creates it when the job starts; a refused command leaves none
-            raise ValueError(f"{key}={value}: cannot create the directory: {reason}")
-
-
-def _first_line(e: Exception) -> str:
-    """The first line of ``e``'s message that is not blank, stripped ("" for none)."""
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-
-
-def parse(arg: str):
-    """``arg`` as Hydra parses it (an ``Override``). Raises ValueError (Hydra's first line): it does not parse."""
-    try:
-        return OverridesParser.create().parse_overrides([arg])[0]
-    except HydraException as e:
-        lines = [ln for ln in str(e).strip().splitlines() if not ln.startswith(("Error parsing", "See https"))]
-        first = re.sub(r" expecting \{.*\}", "", lines[0]) if lines else type(e).__name__  # not the token list
-        raise ValueError(f"cannot parse {arg!r}: {first}{_quote_hint(arg, lines)} (the grammar: "
-                         f"https://hydra.cc/docs/1.2/advanced/override_grammar/basic)") from None
-
-
-def _quote_hint(arg: str, lines: list[str]) -> str:
-    """For a character of a value that Hydra's lexer takes only quoted (non-ASCII, ``&;#!``): how to quote it."""
-    lead = "LexerNoViableAltException: "
-    if len(lines) < 2 or not lines[0].startswith(lead) or lines[1].strip() != "^":
-        return ""
-    at, (key, _, value) = lines[1].index("^") - len(lead), arg.partition("=")
-    if not len(key) < at < len(arg):  # in the key: no quotes help
-        return ""
-    plain = not set(value) & set("'\"[]{}(),")  # else a list, a sweep or a quote of its own: quote the item
-    return f"; {arg[at]!r} needs quotes: " + (f"\"{key}='{value}'\" in a shell" if plain else "quote the item with it")
 
 
 @contextlib.contextmanager
 def hydra_compose():
     """Hydra's compose API over ``conf/``: yields ``compose(overrides) -> DictConfig``."""
+    def compose(overrides) -> DictConfig:
+        cfg = hydra.compose("config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # ${hydra:runtime.cwd} and the like resolve as in the job
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
     GlobalHydra.instance().clear()  # initialize_config_dir puts this cleared state back on exit
-    with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        yield lambda overrides: hydra.compose("config", overrides=list(overrides))
+    before = HydraConfig.instance().cfg
+    try:
+        with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            yield compose
+    finally:
+        HydraConfig.instance().cfg = before  # a composition's is not the job's (its output dir is unset)
 
 
 def jobs_of(parsed: list) -> list[list[str]]:
@@ -141,8 +57,9 @@ def jobs_of(parsed: list) -> list[list[str]]:
             raise ValueError(f"{o.input_line}: glob() picks options of a config group ({', '.join(GROUPS)}); "
                              f"sweep {o.key_or_group} with a,b,c, choice() or range()")
         if o.is_discrete_sweep() and not list(o.sweep_string_iterator()):
-            raise ValueError(f"{o.input_line} selects nothing; options of {o.key_or_group}: "
-                             f"{', '.join(group_options(o.key_or_group)) or 'none (not a config group)'}")
+            options = group_options(o.key_or_group)
+            raise ValueError(f"{o.input_line} selects nothing" + (
+                f"; options of {o.key_or_group}: {', '.join(options)}" if options else ": the sweep has no value"))
     bare = {f"~{o.key_or_group}=null": f"~{o.key_or_group}" for o in parsed if o.is_delete() and o.value() is None}
     return [[bare.get(a, a) for a in job] for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
@@ -153,7 +70,7 @@ def for_hydra(argv: list[str], compose) -> list[str]:
     keys = [a.split("=", 1)[0] for a in argv if "=" in a and a.split(".", 1)[0] in GROUPS and a[0] not in "+~-"]
     if not keys:  # each one dotted: <group>.<key>
         return argv
-    base = compose([a for a in argv if a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()])
+    base = compose([a for a in argv if "=" in a and a.split("=", 1)[0] in GROUPS and not parse(a).is_sweep_override()])
     missing = {k for k in keys if not has_key(base, k)}
     return [f"++{a}" if a.split("=", 1)[0] in missing else a for a in argv]
 
@@ -203,7 +120,7 @@ def hydra_message(e: Exception, job: list[str], compose) -> str:
     m = re.match(r"Error merging override ([^=]+)=(.*)", text)
     if m and isinstance(e.__cause__, ValidationError):  # a value of the wrong type for the schema
         return _type_message(m[1].lstrip("+"), m[2], e.__cause__, job, compose)
-    return _first_line(e) or type(e).__name__
+    return first_line(e) or type(e).__name__
 
 
 def _type_message(key: str, raw: str, error: Exception, job: list[str], compose) -> str:
@@ -235,6 +152,29 @@ def _type_message(key: str, raw: str, error: Exception, job: list[str], compose)
     return f"{key} must be {kind}, got {raw!r}"
 
 
+_HYDRA_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.job.name")
+
+
+def _hydra_dirs(job: list[str]) -> str | None:
+    """A ``hydra.run.dir``, ``sweep.dir``, ``sweep.subdir`` or ``job.name`` of ``job`` (just composed) that does not
+    resolve, or a directory of them that cannot be made; Hydra fails on either after the sweep has begun."""
+    keys = [k for k in _HYDRA_KEYS if k in {a.lstrip("+").split("=", 1)[0] for a in job}]
+    if not keys:
+        return None
+    root = hydra.compose("config", overrides=job, return_hydra_config=True)  # they may name the job's keys
+    OmegaConf.set_readonly(root.hydra, False)
+    root.hydra.job.num = 0  # a sweep sets it per job
+    for key in keys:
+        try:
+            value = OmegaConf.select(root, key)
+        except Exception as e:  # ${oops}, ${oc.env:UNSET}, ...
+            return f"{key}: {type(e).__name__}: {first_line(e)}"
+        where = os.path.join(root.hydra.sweep.dir, value) if key == "hydra.sweep.subdir" else value
+        if key != "hydra.job.name" and (reason := cannot_write(str(where))):
+            return f"{key}={value}: cannot create the directory: {reason}"
+    return None
+
+
 def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
     """One job's first problem as one line (an error composing or checking it too), else its notes onto ``notes``."""
     deleted = next((a[1:].split("=", 1)[0] for a in job if a.startswith("~")), None)  # ~llm.KEY: taken out before
@@ -247,6 +187,8 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
         cfg = compose(job)
     except Exception as e:  # Hydra's and OmegaConf's errors alike
         return hydra_message(e, job, compose)
+    if problem := _hydra_dirs(job):
+        return problem
     try:
         problem = check_job(cfg, job, compose)
         if not problem:
@@ -254,7 +196,7 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
         return problem
     except Exception as e:  # an interpolation that does not resolve (${oc.env:...}), ...
         where = f" (in {e.full_key})" if getattr(e, "full_key", None) else ""
-        return f"{type(e).__name__}: {_first_line(e)}{where}"
+        return f"{type(e).__name__}: {first_line(e)}{where}"
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -263,10 +205,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     AT_ONCE.set()
     try:
         overrides = overrides_of(argv)
-        deleted = [a for a in argv if a.startswith("~llm.") and a[5:].split("=", 1)[0] in LLM_DEFAULTS]
-        notes = [f"note: llm.{k} was deleted (~): the engine's default, {LLM_DEFAULTS[k]!r}, applies"
-                 for k in (a[5:].split("=", 1)[0] for a in deleted)]
-        argv = [a for a in argv if a not in deleted]
+        argv, notes = engine_defaults(argv, overrides)
         overrides = [a for a in overrides if a in argv]
         parsed = [parse(a) for a in overrides]
         check_options(parsed)
@@ -282,7 +221,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         except ValueError as e:
             return str(e), argv
         except Exception as e:  # interval(): the basic sweeper cannot list it
-            return f"{_first_line(e)} (the basic sweeper takes a,b,c, choice(), range() and glob())", argv
+            return f"{first_line(e)} (the basic sweeper takes a,b,c, choice(), range() and glob())", argv
         global JOB_COUNT
         JOB_COUNT = len(jobs)
         for job in jobs:
@@ -290,6 +229,8 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
                    for a in job]  # model=auto has no preset: job_setup puts these onto its pick
             if problem := _check_job(job, compose, notes):
                 return problem, argv
+        if (package := package_of(argv)) and not has_key(compose(jobs[0]), package):
+            return f"--package {package}: no such key in the configuration (e.g. llm, workload, control.options)", argv
         if multirun and (note := reuse_note(argv, jobs, compose)):
             notes.append(note)
         notes += given_twice(overrides) if multirun else []  # a sweep's jobs hold the last value alone

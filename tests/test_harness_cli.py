@@ -719,6 +719,22 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "llm.num_kvcache_blocks=8,1", "workload=smoke", "llm.kvcache_block_size=16"],
      "workload smoke asks for sequences of up to 40 tokens: 3 KV blocks of llm.kvcache_block_size=16, more than "
      "llm.num_kvcache_blocks=1"),  # a failed row (exit 1) once the engine had started
+    # session 34's Hydra trial: each ran silently, ran with the wrong value, or ended in a traceback (exit 1)
+    (["+model.pth=/nonexistent"], "unknown config key 'model.pth': nothing reads it"),
+    (["+control.foo=1"], "unknown config key 'control.foo'"),
+    (["+workload.cpu.foo=1"], "unknown config key 'workload.cpu.foo'"),
+    (["control.name=ring"], "control.name comes with the option: choose one with control=<name> (available: gloo"),
+    (["model.path=[a,b]"], "model.path is a checkpoint directory, got ['a', 'b']"),
+    (["~llm.max_num_seqs=999"], "~llm.max_num_seqs=999: llm.max_num_seqs is 512 here, not 999"),
+    (["--resolve"], "--resolve goes with --cfg"),
+    (["--help", "-m", "tp=1,2"], "--help shows one job's configuration"),
+    (["-c", "job", "-p", "nope"], "--package nope: no such key in the configuration"),
+    (["-m", "tp=range(1,1)"], "tp=range(1,1) selects nothing: the sweep has no value"),  # was conf/tp: no such file
+    (["hydra.run.dir=${oops}"], "hydra.run.dir: InterpolationKeyError: Interpolation key 'oops' not found"),
+    (["-m", "hydra.sweep.subdir=${oops}"], "hydra.sweep.subdir: InterpolationKeyError"),
+    (["-m", "hydra.sweep.subdir=/proc/x"], "hydra.sweep.subdir=/proc/x: cannot create the directory"),
+    (["hydra.run.dir=/proc/${tp}"], "hydra.run.dir=/proc/1: cannot create the directory"),
+    (["--experimental-rerun", "x.pickle"], "--experimental-rerun: the harness does not save the pickled jobs"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
@@ -803,11 +819,32 @@ def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can
 
 
 @pytest.mark.parametrize("argv", [["--cfg", "job"], ["--cfg", "job", "tp=2"], ["--info", "config"], ["--cfg=job"],
-                                  ["--info=defaults", "tp=2"], ["model.path=null"], ["tag=null"]])
+                                  ["--info=defaults", "tp=2"], ["model.path=null"], ["tag=null"],
+                                  # session 34's Hydra trial: refused, or a traceback (a flag's value read as an
+                                  # override; ${hydra:...} without Hydra's config; a bool set by interpolation)
+                                  ["-c", "job", "-p", "workload", "workload.num_seqs=3"],
+                                  ["-c", "job", "-p", "control.options"], ["tp=2", "--cfg", "job", "-p", "llm"],
+                                  ["--shell-completion", "install=bash"],
+                                  ["results_dir=${hydra:runtime.cwd}/x"], ["tag=${hydra:runtime.choices.control}"],
+                                  ["progress=${reuse_engine}"], ["-m", "hydra.sweep.subdir=${hydra.job.num}_x"]])
 def test_hydras_flags_and_null_defaults_pass_the_up_front_checks(argv):
+    from hydra.core.hydra_config import HydraConfig
+
     from harness.preflight import check_command
 
     assert check_command(argv)[0] is None
+    assert not HydraConfig.initialized()  # the checks' compositions leave Hydra's config unset for the job
+
+
+def test_a_deletion_after_a_setting_wins_and_one_before_it_does_not(capsys):
+    """Session 34's Hydra trial: llm.max_num_seqs=2 ~llm.max_num_seqs said the default applied, and the run used 2."""
+    from harness.preflight import check_command
+
+    problem, argv = check_command(["llm.max_num_seqs=2", "~llm.max_num_seqs", "tp=2"])
+    assert problem is None and argv == ["tp=2"]
+    assert "llm.max_num_seqs was deleted (~): the engine's default, 512, applies" in capsys.readouterr().err
+    problem, argv = check_command(["~llm.max_num_seqs", "llm.max_num_seqs=3"])
+    assert problem is None and argv == ["llm.max_num_seqs=3"] and "deleted" not in capsys.readouterr().err
 
 
 def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
