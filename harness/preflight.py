@@ -133,6 +133,10 @@ def _type_message(key: str, raw: str, error: Exception, job: list[str], compose)
         keys = list(OmegaConf.select(compose(rest), key) or ()) or ["..."]
         several = f" or several ({key}={{{keys[0]}:...,{keys[1]}:...}})" if len(keys) > 1 else ""
         return f"{key} is a group of keys ({', '.join(keys)}): set one ({key}.{keys[0]}=...){several}, got {raw!r}"
+    if "not Optional" in text:
+        return f"{key} cannot be null"
+    if key.startswith("hydra.") and (first := first_line(error)):  # Hydra's own schema: its words
+        return f"{key}: {first}"
     if key.startswith("llm."):
         problem = problem_of(ConfigError, EngineConfig.check_settings, **{key[4:]: None if raw == "null" else raw})
         problem = problem and cli_message(problem, {key[4:]})
@@ -144,8 +148,6 @@ def _type_message(key: str, raw: str, error: Exception, job: list[str], compose)
         problem = VALUE_CHECKS[key](key, raw) if key in VALUE_CHECKS else None
     if problem:
         return problem
-    if "not Optional" in text:
-        return f"{key} cannot be null"
     kinds = [("Integer", "a list of integers" if raw.startswith("[") else "an integer"), ("Float", "a number"),
              ("bool", "true or false"), ("ListConfig", "a list"), ("str", "a string")]
     kind = next((k for word, k in kinds if word in text), "of the schema's type (harness/conf_schema.py)")

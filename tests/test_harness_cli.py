@@ -735,6 +735,8 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "hydra.sweep.subdir=/proc/x"], "hydra.sweep.subdir=/proc/x: cannot create the directory"),
     (["hydra.run.dir=/proc/${tp}"], "hydra.run.dir=/proc/1: cannot create the directory"),
     (["--experimental-rerun", "x.pickle"], "--experimental-rerun: the harness does not save the pickled jobs"),
+    (["llm.max_num_seqs=null"], "llm.max_num_seqs cannot be null"),  # was "must be an integer, got None"
+    (["hydra.mode=BOGUS"], "hydra.mode: Invalid value 'BOGUS', expected one of [RUN, MULTIRUN]"),
 ])
 def test_the_up_front_checks_refuse_in_one_line(argv, message):
     from harness.preflight import check_command
