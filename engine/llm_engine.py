@@ -137,7 +137,11 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                  use_tqdm: bool = False, arrival_s: list[float] | None = None) -> list[dict]:
         """:meth:`add_request` every prompt (now, or at ``arrival_s``), then :meth:`step` until nothing is
         unfinished. Returns :meth:`step`'s outputs in input order; the step records go to ``self.steps``. Raises
-        ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed."""
+        ConfigError: bad prompts or parameters (before the first step); WorkerError: a worker failed; RuntimeError:
+        requests queued by :meth:`add_request` are unfinished (their outputs would be dropped)."""
+        if self._broken or self.has_unfinished_requests():
+            raise RuntimeError(self._broken or "generate() while requests added by add_request() are unfinished: "
+                               "step() them to the end first")
         prompts, params = checked_requests(self.config, self.num_kvcache_blocks, prompt_token_ids, sampling_params)
         times = arrival_times(arrival_s, len(prompts))
         ids = [self._add(p, sp, t) for p, sp, t in zip(prompts, params, times, strict=True)]

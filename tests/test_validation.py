@@ -103,6 +103,12 @@ def test_bad_generate_input_fails_before_the_first_step(tiny_untied):
         want = llm.generate([[1, 2, 3]], ok)[0]["token_ids"]  # still usable afterwards
         assert want and llm.generate([torch.tensor([1, 2, 3])], ok)[0]["token_ids"] == want
         assert llm.generate(np.array([[1, 2, 3]]), ok)[0]["token_ids"] == want
+        llm.add_request([4, 5], ok)  # session 34's trial: generate() ran it and dropped its output, silently
+        with pytest.raises(RuntimeError, match="requests added by add_request"):
+            llm.generate([[1, 2, 3]], ok)
+        while llm.has_unfinished_requests():
+            llm.step()
+        assert llm.generate([[1, 2, 3]], ok)[0]["token_ids"] == want
     for bad in (dict(max_tokens=0), dict(temperature=-1.0)):
         with pytest.raises(ValueError):
             SamplingParams(**bad)
