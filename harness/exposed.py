@@ -112,16 +112,20 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
 
 def sent_apart(table: pd.DataFrame) -> list[str]:
     """A note per serve configuration where ideal sent more than 10% off the plane's rate: ideal admits each
-    request at its recording's launch, ahead of the trace when the timed pass runs faster (docs/SERVE.md)."""
+    request at its recording's launch, ahead of the trace when the timed pass runs faster (docs/SERVE.md), later
+    when it runs slower or its slots (``max_concurrency``) free later."""
     far = table[(table.ideal_sent_req_s / table.plane_sent_req_s - 1).abs() > 0.1]
     far = far.drop_duplicates([c for c in table.columns[:list(table.columns).index("metric")]])
     keys = table.columns[:list(table.columns).index("control")]
     lines = []
     for _, r in far.iterrows():
         where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
+        why = ("it admitted requests ahead of the trace, so its batches were larger" if r.ideal_sent_req_s >
+               r.plane_sent_req_s else "its requests went in later (at its recording's launches, or as its slots freed), so its batches "
+               "differ")
         lines += textwrap.wrap(f"note: {where + ': ' if where else ''}ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
-                               f"{r.control}'s {r.plane_sent_req_s:.2f}: it admitted requests ahead of the trace, so "
-                               f"its batches were larger and its step is no floor here", 110, subsequent_indent="  ")
+                               f"{r.control}'s {r.plane_sent_req_s:.2f}: {why} and its step is no floor here", 110,
+                               subsequent_indent="  ")
     return lines
 
 

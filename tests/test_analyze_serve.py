@@ -318,6 +318,12 @@ def test_ideal_sending_faster_than_the_plane_is_said_under_the_exposed_cost(tmp_
     out = " ".join(capsys.readouterr().out.split())
     assert "note: tp=2, request_rate=4: ideal sent 6.15 req/s beside shm's 3.80: it admitted requests ahead" in out
     assert "request_rate=16: ideal sent" not in out
+    for r in rows:  # session 34: slower under max_concurrency, and the note said "ahead of the trace"
+        if r["control"] == "ideal" and r["request_rate"] == 4.0:
+            r["achieved_rate_req_s"] = 3.0
+    assert main([write(rows, tmp_path / "slower.csv")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ideal sent 3.00 req/s beside shm's 3.80: its requests went in later" in out and "ahead" not in out
     assert main([str(tmp_path / "runs.csv"), "--group", "control"]) == 0  # no key before control: "note: : ideal"
     assert "note: ideal sent " in capsys.readouterr().out
     assert main([str(tmp_path / "runs.csv"), "--format", "csv"]) == 0  # a new user's trial: csv dropped it
