@@ -120,9 +120,9 @@ def sent_apart(table: pd.DataFrame) -> list[str]:
     lines = []
     for _, r in far.iterrows():
         where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
-        why = ("it admitted requests ahead of the trace, so its batches were larger" if r.ideal_sent_req_s >
-               r.plane_sent_req_s else "its requests went in later (at its recording's launches, or as its slots freed), so its batches "
-               "differ")
+        faster = r.ideal_sent_req_s > r.plane_sent_req_s
+        why = ("it admitted requests ahead of the trace, so its batches were larger" if faster else
+               "its requests went in later (at its recording's launches, or as its slots freed), so its batches differ")
         lines += textwrap.wrap(f"note: {where + ': ' if where else ''}ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
                                f"{r.control}'s {r.plane_sent_req_s:.2f}: {why} and its step is no floor here", 110,
                                subsequent_indent="  ")
