@@ -214,14 +214,20 @@ class WorkerGroup:
         died or failed first; TimeoutError: not within ``startup_timeout_s``."""
         missing = missing or (lambda: [r for r in self.workers if not self.store.check([f"{stage}/{r}"])])
         start = said = time.monotonic()
+        stopped_since: dict[int, float] = {}
         self.lifelines.quiet = True  # the notes below name the stage too
         try:
             while late := missing():
                 self.check()
                 now = time.monotonic()
+                stopped_since = {r: stopped_since.get(r, now) for r in late if is_stopped(self.procs.get(r))}
+                if (rank := next((r for r, t in stopped_since.items() if now - t > self.timeout_s), None)) is not None:
+                    raise WorkerError(rank, f"stalled: its process is stopped, for {now - stopped_since[rank]:.1f} s "
+                                            f"before start-up stage {stage!r} (node {self.node_name(rank)})")
                 if now > start + self.startup_timeout_s:
                     raise TimeoutError(f"rank(s) {', '.join(map(str, late))} did not reach start-up stage "
-                                       f"{stage!r} within {self.startup_timeout_s:g} s")
+                                       f"{stage!r} within {self.startup_timeout_s:g} s"
+                                       + self._waiting(stage, late, now - start).partition(f"{stage!r}")[2])
                 if now - said >= min(PROGRESS_S, self.startup_timeout_s / 4):
                     said = now
                     print(self._waiting(stage, late, now - start), file=sys.stderr, flush=True)

@@ -462,10 +462,30 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(control,
         LLM(tiny_untied, tensor_parallel_size=2, control=control, startup_timeout_s=3, **OPTS)
     assert time.monotonic() - t0 < 15
     assert re.search(r"rank(\(s\))? 1\b", str(failure.value)), failure.value  # the error line names it too
+    assert "its process is stopped" in str(failure.value)  # session 34's chaos trial: the line dropped the cause
     err = capfd.readouterr().err
     assert f"for rank(s) 1 to reach start-up stage {'opening' if control == 'gloo' else 'joining'!r}" in err
     assert "never connected: rank(s) 1 (its process is stopped)" in err  # session 28: it said "never connected"
     assert not stopped[0].is_alive()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_stopped_during_spawn_fails_as_a_stall_after_timeout_s(tiny_untied, monkeypatch):
+    """Session 34's chaos trial: a worker stopped at start-up held rank 0 for startup_timeout_s (600 s by default)
+    though rank 0 saw its process stopped; mid-run the same stall fails after timeout_s."""
+    from runtime import worker_group
+
+    started = worker_group.start_ignoring_signals
+
+    def start_then_stop(p):
+        started(p)
+        os.kill(p.pid, signal.SIGSTOP)
+
+    monkeypatch.setattr(worker_group, "start_ignoring_signals", start_then_stop)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker rank 1 failed: stalled: its process is stopped, for \d"):
+        LLM(tiny_untied, tensor_parallel_size=2, control="shm", timeout_s=2, **OPTS)
+    assert time.monotonic() - t0 < 15
 
 
 def test_a_worker_ended_by_a_signal_is_named_with_it():
