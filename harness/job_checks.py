@@ -158,7 +158,7 @@ def _strict_bools(cfg: DictConfig, job: list[str]) -> str | None:
 
 def _unknown_keys(cfg: DictConfig, job: list[str], compose) -> str | None:
     """A key the schema or the group's options lack (``+foo=1``, ``+model.pth=x`` add one): nothing would read it.
-    A workload key of another workload is the exception (a sweep's ``++``: job_setup notes it)."""
+    Workload keys: ``_unknown_workload_keys``."""
     if not isinstance(cfg.llm, DictConfig):  # HarnessConfig.llm is untyped: the defaults list places LlmConfig
         return "llm holds the engine's settings: set one with llm.<key>=value (the keys: harness/conf_schema.py)"
     known = {f.name for f in dataclasses.fields(HarnessConfig)}
@@ -168,10 +168,16 @@ def _unknown_keys(cfg: DictConfig, job: list[str], compose) -> str | None:
         if key in ("control.name", "model.name", "workload.name", "workload.kind"):
             return (f"{key} comes with the option: choose one with {group}=<name> (available: "
                     f"{', '.join(group_options(group))}); label runs with tag=...")
-        if rest and group == "workload":
-            extra += [] if options_having("workload", rest, compose) else [key]
-        elif rest and group in ("model", "control") and rest.split(".")[0] not in ("preset", "options"):
+        if rest and group in ("model", "control") and rest.split(".")[0] not in ("preset", "options"):
             extra += [] if has_key(compose([f"{group}={cfg[group].name}"])[group], rest) else [key]
+    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)" if extra \
+        else None
+
+
+def _unknown_workload_keys(job: list[str], compose) -> str | None:
+    """A ``workload.*`` key no workload has (``+workload.foo=1``); one of another workload passes (a sweep's ``++``:
+    job_setup notes it). After ``_check_workload``, whose words for its own keys (an unknown SLO) are better."""
+    extra = [k for k in _given(job) if k.startswith("workload.") and not options_having("workload", k[9:], compose)]
     return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)" if extra \
         else None
 
@@ -215,7 +221,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
     if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg, job, compose) or next(filter(None, values), None)
-                   or _check_where(cfg) or _check_workload(cfg, job, compose)
+                   or _check_where(cfg) or _check_workload(cfg, job, compose) or _unknown_workload_keys(job, compose)
                    or (_check_llm(cfg, given) if builds_engine else None)):
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))

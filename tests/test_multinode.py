@@ -203,7 +203,8 @@ def test_a_rank_that_ends_before_it_joins_is_waited_for_aloud(tmp_path, tiny_unt
     proc = sim_nodes(tmp_path, 2, 1, os.path.join(ROOT, "tests", "torchrun_early_exit.py"), tiny_untied, str(out),
                      "4")
     log = node_log(tmp_path, 0)
-    assert out.read_text() == "TimeoutError: rank(s) 1 did not reach start-up stage 'lifeline' within 4 s", log
+    assert out.read_text() == ("TimeoutError: rank(s) 1 did not reach start-up stage 'lifeline' within 4 s; never "
+                               "connected: rank(s) 1 (one that ended first cannot say so: see its node's log)"), log
     notes = [line for line in log.splitlines() if line.startswith("note: waiting")]
     assert len(notes) >= 2 and notes[0] == ("note: waiting 1 s (of 4) for rank(s) 1 to reach start-up stage "
                                             "'lifeline'; never connected: rank(s) 1 (one that ended first cannot "
