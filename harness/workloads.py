@@ -230,8 +230,8 @@ def idle_gap_problem(w: dict, seed: int, control: str, tp: int, timeout_s: float
 
 def request_record(index: int, out: dict, work: Workload, start_s: float) -> dict:
     """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms. ``sent_s``
-    is when the engine took the request, the time its latencies count from: the send, or under ``control=ideal`` an
-    admission the recording made before the scheduled arrival."""
+    is when the request was sent, the time its latencies count from: its arrival, the freeing of a slot under
+    ``max_concurrency``, or under ``control=ideal`` an admission the recording made before the scheduled arrival."""
     sent = out["arrival_s"]
     # to the ns: a send at the scheduled arrival then reads as equal to it, not 1e-12 s before (float subtraction)
     return {"request_id": index, "arrival_s": round(work.arrivals[index], 9), "sent_s": round(sent - start_s, 9),

@@ -211,7 +211,8 @@ class WorkerGroup:
     def wait_for(self, stage: str, missing=None) -> None:
         """Block until every worker has announced ``stage`` in the store (or ``missing()``, the ranks not there
         yet, is empty), checking liveness and saying every PROGRESS_S who is late. Raises WorkerError: a worker
-        died or failed first; TimeoutError: not within ``startup_timeout_s``."""
+        died or failed first, or its process stayed stopped for ``timeout_s``; TimeoutError: not within
+        ``startup_timeout_s``."""
         missing = missing or (lambda: [r for r in self.workers if not self.store.check([f"{stage}/{r}"])])
         start = said = time.monotonic()
         stopped_since: dict[int, float] = {}
