@@ -41,7 +41,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                               "one LLM per process; shut the other one down first (one dropped without shutdown() "
                               "keeps its workers until this process exits)")
         self.cluster = self.control = self.runner = self.profiler = None
-        self._closed, self._mid_call = False, False  # _mid_call: a call() that did not return (workers mid-step?)
+        self._closed, self._mid_call = False, True  # _mid_call: a call() that did not return (workers mid-step?);
+        # until start-up is over, too: workers still starting cannot read an exit message (no long wait for them)
         self._broken: str | None = None  # why a step() that raised left the engine unusable
         atexit.register(self.shutdown)
         try:
@@ -66,9 +67,10 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
             except WorkerError as w:
                 raise w from None  # that one alone: ours repeats it ("During handling ..." and a second traceback)
             finally:
-                self.shutdown(grace_s=0.5)  # workers still starting cannot read an exit message: no long wait
+                self.shutdown(grace_s=0.5)
             raise
         self._in_flight: InFlightStep | None = None
+        self._mid_call = False
         self.reset()
 
     def reset(self) -> None:

@@ -440,7 +440,7 @@ def test_broadcast_worker_killed_during_start_up_is_named_at_once(monkeypatch):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("control", ["shm", "gloo"])
+@pytest.mark.parametrize("control", ["shm", "gloo", "zmq"])
 def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(control, tiny_untied, monkeypatch, capfd):
     """Before: nothing printed until startup_timeout_s (600 s by default; 93 s seen before it was killed). gloo
     (session 29's break test): its join waited max(timeout_s, startup_timeout_s), 64.7 s, and named no rank."""
@@ -460,7 +460,8 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(control,
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, WorkerError)) as failure:
         LLM(tiny_untied, tensor_parallel_size=2, control=control, startup_timeout_s=3, **OPTS)
-    assert time.monotonic() - t0 < 15
+    # session 34's chaos trial: zmq's exit message waited 5 s for the worker that never connected
+    assert time.monotonic() - t0 < 3 + 3.5
     assert re.search(r"rank(\(s\))? 1\b", str(failure.value)), failure.value  # the error line names it too
     assert "its process is stopped" in str(failure.value)  # session 34's chaos trial: the line dropped the cause
     err = capfd.readouterr().err
