@@ -53,7 +53,7 @@ def control_lines(row: dict) -> list[str]:
         lines.append(f"{MORE}a worker has it {f('ctrl_oneway_us_p50')} us after the send began (p50; p99 "
                      f"{f('ctrl_oneway_us_p99')}); {over}")
         if row.get("ctrl_oneway_over_step_pct") is not None:
-            lines.append(f"{MORE}(the slowest worker's mean one-way over the mean decode step)")
+            lines.append(f"{MORE}(the mean of each decode step's slowest one-way, over the mean decode step)")
     if row.get("ctrl_launch_lag_us_mean") is not None:
         lines.append(f"  launch      the last worker finishes a step {f('ctrl_launch_lag_us_mean')} us after rank 0 "
                      f"(mean; p50 {f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")

@@ -140,13 +140,15 @@ def _plain(v):
 
 def write_run_json(directory: str, row: dict, config: dict | None) -> tuple[str | None, str | None]:
     """Write ``<directory>/runs/<run_id>.json``: ``config``, ``row`` and ``vllm`` (vLLM's names with a value; a serve
-    run's ``max_concurrency`` and ``request_goodput`` always, null when unbounded or without an SLO, and ``failed``,
-    0 when the run is ok: ``vllm bench serve --save-result`` writes all three). Returns (its path, None), or (None,
+    run's ``max_concurrency`` and ``request_goodput`` always, null when unbounded or without an SLO, ``failed``, 0 when
+    the run is ok, and an ok run's latency keys, null without a sample: ``vllm bench serve --save-result`` writes
+    all of them, 0.0 for a latency without a sample). Returns (its path, None), or (None,
     why) when it cannot be written, leaving nothing (the CSV row is the record)."""
     path = os.path.join(directory, "runs", f"{row['run_id']}.json")
     serve = row.get("request_rate") is not None
-    vllm = {alias: row.get(col) for alias, col in VLLM_ALIASES.items()
-            if row.get(col) is not None or (serve and alias in ("max_concurrency", "request_goodput"))}
+    always = ("max_concurrency", "request_goodput") if serve else ()
+    always += tuple(a for a in VLLM_ALIASES if a.endswith("_ms")) if serve and row.get("status") == "ok" else ()
+    vllm = {alias: row.get(col) for alias, col in VLLM_ALIASES.items() if row.get(col) is not None or alias in always}
     if serve:
         vllm["failed"] = 0 if row.get("status") == "ok" else None  # an ok run completed every request
     data = _plain({"config": config, "row": row, "vllm": vllm})

@@ -232,9 +232,10 @@ def request_record(index: int, out: dict, work: Workload, start_s: float) -> dic
     """One line of the per-request JSONL (docs/SERVE.md): times in s from the run's start, latencies in ms. ``sent_s``
     is when the request was sent, the time its latencies count from: its arrival, the freeing of a slot under
     ``max_concurrency``, or under ``control=ideal`` an admission the recording made before the scheduled arrival."""
-    sent = out["arrival_s"]
-    # to the ns: a send at the scheduled arrival then reads as equal to it, not 1e-12 s before (float subtraction)
-    return {"request_id": index, "arrival_s": round(work.arrivals[index], 9), "sent_s": round(sent - start_s, 9),
+    sent, arrival = out["arrival_s"], work.arrivals[index]
+    # a send at the scheduled arrival gives its very number: start_s + a - start_s may differ from a in the last bit
+    sent_s = arrival if sent == start_s + arrival else sent - start_s
+    return {"request_id": index, "arrival_s": round(arrival, 9), "sent_s": round(sent_s, 9),
             "input_len": len(work.prompts[index]), "output_len": len(out["token_ids"]), **latencies(out),
             "queue_ms": (out["first_scheduled_s"] - sent) * 1e3 if out["first_scheduled_s"] is not None else None,
             "finish_reason": out["finish_reason"]}
@@ -266,14 +267,14 @@ def serve_pass(llm: LLM, work: Workload, progress: bool, plan: list[tuple[int, b
         t1 = time.perf_counter_ns()
         finished = llm.step()
         t2 = time.perf_counter_ns()
-        for out in finished:
-            i = index.pop(out["request_id"])
+        done = [index.pop(out["request_id"]) for out in finished]
+        for i, out in zip(done, finished):
             records[i], last = request_record(i, out, work, start), max(last, out["token_times_s"][-1])
             if limit < n:  # its slot freed with its last token, though step() may report it a step later
                 heapq.heappush(free, out["token_times_s"][-1])
-            if log:
-                print(json.dumps(records[i]), file=log, flush=True)
         bar.update(len(finished))
         loop_ns += (t1 - t0) + (time.perf_counter_ns() - t2)
+        for i in done if log else ():  # after the clock: the file is no cost of the loop
+            print(json.dumps(records[i]), file=log, flush=True)
     bar.close()
     return records, llm.steps, start, last, (loop_ns + llm.admit_ns) / 1e3 / max(len(llm.steps), 1)

@@ -109,6 +109,8 @@ class WorkerGroup:
     def describe(self) -> dict:
         """``launcher``, ``nodes``, and the one-way latencies' ``clock_sync`` and ``clock_uncertainty_us``."""
         where = {"launcher": self.launch.launcher, "nodes": self.context.num_nodes}
+        if not self.workers:  # tp=1: no one-way latency to put on a clock
+            return where
         if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
             return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
         uncertainty_us = max(self.lifelines.offsets[r][1] for r in self.workers if self.context.node_of[r]) / 1e3

@@ -43,6 +43,8 @@ def test_main_job_appends_a_valid_row(tmp_path, model_cache):
     df = pd.read_csv(tmp_path / "runs.csv")
     assert len(df) == 2 and list(df.tp) == [2, 1]
     assert pd.isna(df.ctrl_launch_lag_us_p50[1])  # tp=1: no worker to lag
+    # and no one-way latency to put on a clock (session 35's audit: "same host clock", 0.0 read as measured)
+    assert pd.isna(df.clock_sync[1]) and pd.isna(df.clock_uncertainty_us[1]) and df.clock_sync[0] == "same host clock"
 
 
 BAD_INPUT = [

@@ -131,15 +131,18 @@ def test_the_run_file_is_strict_json_with_infinities_nested_in_the_config(tmp_pa
 
 def test_a_serve_run_file_has_the_keys_vllm_always_writes(tmp_path):
     """Reported (session 34's trial): without an SLO ``request_goodput`` was left out and ``failed`` never written,
-    where ``vllm bench serve --save-result`` writes both (null goodput without --goodput)."""
+    where ``vllm bench serve --save-result`` writes both (null goodput without --goodput). Session 35's audit: an ok
+    run without a 2-token request had no TPOT or ITL keys, which vLLM writes (0.0; null here)."""
     import json
 
     for status, failed in (("ok", 0), ("stalled", None)):
         row = {"run_id": f"r{status}", "status": status, "request_rate": 4.0, "max_concurrency": None,
                "goodput_req_s": None, "req_s": 3.5}
         vllm = json.loads(open(write_run_json(str(tmp_path), row, {})[0]).read())["vllm"]
+        latencies = {f"{s}_{m}_ms": None for m in ("ttft", "tpot", "itl", "e2el")
+                     for s in ("mean", "median", "std", "p90", "p99")} if status == "ok" else {}
         assert vllm == {"request_throughput": 3.5, "request_goodput": None, "request_rate": 4.0,
-                        "max_concurrency": None, "failed": failed}
+                        "max_concurrency": None, "failed": failed, **latencies}
     bench = json.loads(open(write_run_json(str(tmp_path), {"run_id": "b", "status": "ok", "req_s": 3.5}, {})[0]).read())
     assert bench["vllm"] == {"request_throughput": 3.5}  # not a serve run: vLLM's serve keys stay out
 

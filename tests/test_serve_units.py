@@ -3,6 +3,7 @@ and the serve metrics against vLLM's formulas."""
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from helpers import vllm_metrics
 from engine.scheduler import Arrivals
 from engine.sequence import SamplingParams, Sequence
 from harness.metrics import serve_metrics
-from harness.workloads import arrival_offsets, build_workload, check_workload, serve_columns, serve_pass
+from harness.workloads import arrival_offsets, build_workload, check_workload, request_record, serve_columns, serve_pass
 
 SERVE = dict(name="serve", kind="serve", num_prompts=8, min_input_len=4, max_input_len=16, min_output_len=2,
              max_output_len=8, max_token_id=100, temperature=0.0, ignore_eos=True, request_rate=4.0, burstiness=1.0,
@@ -220,6 +221,38 @@ def test_a_held_request_is_sent_when_its_slot_freed_not_when_the_engine_reported
     work = build_workload({**SERVE, "num_prompts": 10, "request_rate": 300.0}, "cpu", 0, 1000)
     records, *_ = serve_pass(engine, work, progress=False)  # unbounded: each sent at its arrival, not 1e-12 s before
     assert all(r["sent_s"] == r["arrival_s"] > 0 for r in records)
+
+
+def test_a_request_sent_at_its_arrival_has_sent_s_equal_to_arrival_s_to_the_ns():
+    """Reported (session 35's metrics audit): 5 of 89 requests read ``sent_s`` 1 ns before ``arrival_s`` (rounded
+    apart: start + a - start is not a in the last bit). Here start 421497.76... and a 0.376... round 1 ns apart."""
+    work = build_workload({**SERVE, "num_prompts": 1}, "cpu", 0, 1000)
+    start, a = 421497.7605298668, 0.37607860950262584
+    assert round(start + a - start, 9) != round(a, 9)  # the case
+    work.arrivals[0] = a
+    out = {"arrival_s": start + a, "token_ids": [1, 2], "token_times_s": [start + a + 0.01, start + a + 0.02],
+           "first_scheduled_s": start + a, "finish_reason": "length"}
+    record = request_record(0, out, work, start)
+    assert record["sent_s"] == record["arrival_s"] == round(a, 9)
+    held = request_record(0, {**out, "arrival_s": start + a + 0.5}, work, start)
+    assert held["sent_s"] == pytest.approx(a + 0.5, abs=1e-9) and held["arrival_s"] == round(a, 9)
+
+
+class SlowLog(io.StringIO):
+    """A requests file whose every write takes 5 ms."""
+
+    def write(self, text):
+        time.sleep(0.005)
+        return super().write(text)
+
+
+def test_the_requests_file_is_written_outside_the_loops_clock():
+    """Reported (session 35's metrics audit): ``save_requests=true`` raised ``serve_loop_us_per_step`` by 55%
+    (the file's writes were timed), though the option is not in the row's ``overrides``."""
+    work = build_workload({**SERVE, "num_prompts": 6, "request_rate": math.inf}, "cpu", 0, 1000)
+    log = SlowLog()
+    records, steps, *_, loop_us = serve_pass(InstantEngine(), work, progress=False, log=log)
+    assert len(log.getvalue().splitlines()) == 6 and loop_us < 2500  # 6 lines x 5 ms over <= 8 steps: >= 3750
 
 
 class EarlyEngine(InstantEngine):
