@@ -26,7 +26,7 @@ import pandas as pd
 
 from common import OneLineParser
 
-from .compare import compare, parse_metrics, parse_threshold
+from .compare import compare, parse_metrics, parse_threshold, provenance_notes
 from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cost
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
@@ -44,8 +44,6 @@ def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
     configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
     if group:
-        if twice := sorted({g for g in group if group.count(g) > 1}):
-            raise InputError(f"--group: {', '.join(twice)} given twice")
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
                                 and df[k].nunique(dropna=False) > 1]
@@ -127,18 +125,18 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     return keys
 
 
-def busy_note(df: pd.DataFrame) -> str | None:
-    """A line when ok rows ran on a busy machine: a 1-min load average, read at the job's start, above ``cpu_cores``
-    plus the run's ranks (a sweep's previous job, ranks like these, is still in that average; all ranks: simulated
-    nodes share one host)."""
+def busy_note(df: pd.DataFrame, side: str = "") -> str | None:
+    """A line when ok rows (of ``side``, the gate's OLD or NEW) ran on a busy machine: a 1-min load average, read at
+    the job's start, above ``cpu_cores`` plus the run's ranks (a sweep's previous job, ranks like these, is still in
+    that average; all ranks: simulated nodes share one host)."""
     ok = df.loc[df.status == "ok", ["load_avg_1m", "cpu_cores", "tp"]].apply(pd.to_numeric, errors="coerce")
     if not (busy := ok.load_avg_1m > ok.cpu_cores + ok.tp).any():
         return None
     flagged = df.loc[busy[busy].index, "workload"]
     verdicts = ", and step and TPOT verdicts may disagree" if (flagged != "broadcast").any() else ""
-    return (f"note: {int(busy.sum())} of {len(ok)} rows ran on a busy machine (1-min load average up to "
-            f"{ok.load_avg_1m[busy].max():.1f} on {int(ok.cpu_cores[busy].min())} cores, more than the run's own "
-            f"ranks add): their timings are noisy{verdicts}; measure again on a quiet machine")
+    return (f"note: {int(busy.sum())} of {len(ok)} {side + ' ' if side else ''}rows ran on a busy machine (1-min load "
+            f"average up to {ok.load_avg_1m[busy].max():.1f} on {int(ok.cpu_cores[busy].min())} cores, more than "
+            f"the run's own ranks add): their timings are noisy{verdicts}; measure again on a quiet machine")
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
@@ -217,14 +215,19 @@ def run_compare(args: argparse.Namespace) -> int:
     if given := _given(args, ("--group", "--baseline", "--plot", "--format")):
         raise InputError(f"{', '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to --compare, which "
                          "prints its own table")
-    threshold, metrics = parse_threshold(args.threshold or "10%"), parse_metrics(args.metrics)
-    with contextlib.redirect_stdout(io.StringIO()) as read:  # said once both files are read, not before an error
-        old, new = [file_failed_rows(prepare_serve(load([path])), CONFIG_KEYS) for path in args.compare]
-    print(read.getvalue(), end="")
+    threshold = parse_threshold("10%" if args.threshold is None else args.threshold)
+    metrics = parse_metrics(args.metrics)
+    with contextlib.redirect_stderr(io.StringIO()) as read:  # said once both files are read, not before an error
+        sides = [load([path]) for path in args.compare]
+    print(read.getvalue(), end="", file=sys.stderr)
+    damaged = {side: df.attrs["damaged"] for side, df in zip(("OLD", "NEW"), sides)}
+    old, new = [file_failed_rows(prepare_serve(df), CONFIG_KEYS) for df in sides]
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
         print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
-    return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, metrics)
+    for note in filter(None, [busy_note(old, "OLD"), busy_note(new, "NEW"), *provenance_notes(old, new)]):
+        print(textwrap.fill(note, 110, subsequent_indent="  "))
+    return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, metrics, damaged)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,16 +252,20 @@ def main(argv: list[str] | None = None) -> int:
         if given := _given(args, ("--threshold", "--allow-missing", "--metrics")):
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
         args.format = args.format or "text"
+        args.group = args.group and [g for arg in args.group for g in arg.split(",") if g]  # as --metrics takes them
         if bad := [g for g in args.group or () if g not in CONFIG_KEYS]:  # before the files are read and listed
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(CONFIG_KEYS)}")
+        if twice := sorted({g for g in args.group or () if args.group.count(g) > 1}):
+            raise InputError(f"--group: {', '.join(twice)} given twice")
         if args.plot is not None:
             check_plot_path(args.plot)
-        df = file_failed_rows(prepare_serve(load(args.files, "stdout" if args.format == "text" else "stderr")),
-                              CONFIG_KEYS)
+        with contextlib.redirect_stderr(io.StringIO()) as listing:  # said once the rows pass, not before an error
+            df = file_failed_rows(prepare_serve(load(args.files)), CONFIG_KEYS)
         if args.baseline is not None and args.baseline not in set(df.control.dropna()):
             raise InputError(f"--baseline {args.baseline or repr('')}: no such control in the rows (they have "
                              f"{', '.join(sorted(set(df.control.dropna())))})")
+        print(listing.getvalue(), end="", file=sys.stderr)
         keys = report(df, args.group, args.baseline, args.format)
         if not (df.status == "ok").any():  # every run failed, the tables said why: exit 1, as the runs did
             print("error: no ok row: every run failed" + (f"; {args.plot} not written" if args.plot else ""),

@@ -1,15 +1,18 @@
 """``python -m harness.analyze --compare OLD NEW``: the regression gate.
 
 Configurations are matched on every configuration column. A metric's median over repeats regresses when it is
-worse by more than the threshold AND the repeats' ranges (old [min, max], new [min, max]) do not overlap; worse
-by more inside overlapping ranges is listed (``worse?``), never failing. Configurations of OLD that NEW lacks or
-has failed rows for (or only failed rows in OLD), and metrics OLD has a value of where NEW has none, are listed
-and fail the gate unless ``allow_missing``; those only NEW has are listed, never failing. Comparing nothing
-fails. Fewer than 3 repeats on a side, or runs in both files: a warning.
+worse by more than the threshold AND the two sides' spreads do not overlap: a side's [min, max] over up to 4
+repeats, its middle half (25th to 75th percentile) from 5, which one outlier does not widen. Worse by more with
+overlapping spreads is listed (``worse?``), never failing. Configurations of OLD that NEW lacks or has failed rows
+for (or only failed rows in OLD), metrics one side has a value of where the other has none, and lines lost from a
+file (damaged, truncated) are listed and fail the gate unless ``allow_missing``; configurations only NEW has are
+listed, never failing. Comparing nothing fails. Fewer than 3 repeats on a side, runs in both files, rows of several
+commits on a side: a warning.
 """
 
 from __future__ import annotations
 
+import difflib
 import textwrap
 from collections import Counter
 
@@ -24,6 +27,11 @@ LOWER_IS_BETTER = ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "
                    "e2el_ms_p50", "e2el_ms_p99", "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
                    "ctrl_bytes_mean", "ctrl_calls"]
 MIN_REPEATS = 3
+MIDDLE_HALF_FROM = 5  # repeats: from here a side's spread is its 25th-75th percentile, not [min, max]
+DETERMINISTIC = {"ctrl_bytes_mean", "ctrl_calls"}  # the same in every repeat: no spread to warn about
+# the columns that say where and with what a row ran: the gate notes where OLD and NEW differ
+PROVENANCE = ["host", "cpu_model", "cpu_cores", "gpu_name", "driver_version", "cuda_version", "torch_version",
+              "triton_version", "transformers_version", "python_version"]
 # workload=serve rows, unless --metrics names them: how many steps ran (so messages and their mean size) depends
 # on when requests arrived
 SERVE_UNGATED = {"ctrl_calls", "ctrl_bytes_mean"}
@@ -46,6 +54,29 @@ def gated(keys: list[str], cfg: tuple, metrics: list[str], asked: bool) -> list[
 def _label(keys: list[str], cfg: tuple, shown: set[str]) -> str:
     """``key=value, ...`` of a configuration: its non-empty cells of the ``shown`` keys."""
     return ", ".join(f"{k}={key_cell(v)}" for k, v in zip(keys, cfg) if v != "-" and k in shown)  # 4, not 4.0
+
+
+def provenance_notes(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
+    """Warnings: a side whose ok rows come from several commits (pooled as repeats), and the machine and software
+    columns whose values differ between the sides (pytest-benchmark warns likewise)."""
+    notes = []
+    for side, df in (("OLD", old), ("NEW", new)):
+        if (commits := df[df.status == "ok"].git_commit.dropna().unique()).size > 1:
+            notes.append(f"warning: {side} holds ok rows of {commits.size} commits ({', '.join(map(str, commits[:4]))})"
+                         f": their repeats are pooled; keep one commit's rows in a file to compare it")
+    values = [{c: ", ".join(sorted(map(str, d[d.status == "ok"][c].dropna().unique()))) for c in PROVENANCE}
+              for d in (old, new)]
+    if differ := [f"{c} {values[0][c]} -> {values[1][c]}" for c in PROVENANCE if values[0][c] != values[1][c]]:
+        notes.append(f"note: OLD and NEW ran on other machines or software: {'; '.join(differ)}")
+    return notes
+
+
+def spreads(group, metrics: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(low, high) per configuration and metric of ``group`` (a groupby): [min, max] of up to 4 repeats, the 25th
+    and 75th percentiles (numpy's linear) of ``MIDDLE_HALF_FROM`` or more."""
+    wide = group.count() >= MIDDLE_HALF_FROM
+    return (group.min().mask(wide, group.quantile(0.25)[metrics]),
+            group.max().mask(wide, group.quantile(0.75)[metrics]))
 
 
 def parse_threshold(text: str) -> float:
@@ -71,14 +102,16 @@ def parse_metrics(given: list[str] | None) -> list[str] | None:
     if not metrics:
         raise InputError("--metrics: give at least one metric name")
     if bad := [m for m in metrics if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
+        if near := difflib.get_close_matches(bad[0], HIGHER_IS_BETTER + LOWER_IS_BETTER, n=1, cutoff=0.6):
+            raise InputError(f"--metrics: {bad[0]} is not comparable (did you mean {near[0]}?)")
         raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
                          f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
     return metrics
 
 
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
-    """Print each metric of ``cfg`` that moved beyond ``threshold`` with the repeats' ranges apart (``old``,
-    ``new``: median, min, max tables); returns how many got worse."""
+    """Print each metric of ``cfg`` that moved beyond ``threshold`` with the sides' spreads apart (``old``, ``new``:
+    median, low, high tables: ``spreads``); returns how many got worse."""
     (omed, omin, omax), (nmed, nmin, nmax) = old, new
     worse = 0
     for m in metrics:
@@ -93,7 +126,7 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
             worse += better < 0
             print(f"{'WORSE' if better < 0 else 'better':6} {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges})")
         elif better < -threshold:  # said, not failed: a noisy machine's ranges can hide a real change
-            print(f"worse? {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges}: the ranges overlap, not gated)")
+            print(f"worse? {where}: {m} {a:.4g} -> {b:.4g} ({change:+.1%}; {ranges}: the spreads overlap, not gated)")
     return worse
 
 
@@ -117,10 +150,23 @@ def _missing_or_failed(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], sh
     return lines
 
 
+def _no_value(keys, common, metrics, asked, shown, med) -> list[str]:
+    """A line per metric one side has a value of and the other lacks at a configuration both have (a column gone,
+    cells damaged): it cannot pass unseen; and per metric ``asked`` that OLD has no value of anywhere."""
+    (omed, nmed), lines = med, []
+    for cfg in common:
+        for m in metrics:
+            if pd.isna(omed.at[cfg, m]) != pd.isna(nmed.at[cfg, m]):
+                lines.append(f"NO VALUE in {'NEW' if pd.isna(nmed.at[cfg, m]) else 'OLD'}: {m} of "
+                             f"{_label(keys, cfg, shown)}")
+    return lines + [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
+
+
 def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
-            metrics: list[str] | None = None) -> int:
+            metrics: list[str] | None = None, damaged: dict[str, list[str]] | None = None) -> int:
     """Print every change beyond the gate and every missing or failed configuration of ``old`` and ``new`` (key
-    cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has)."""
+    cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has);
+    ``damaged``: {"OLD" or "NEW": the lines lost from its file (``load_results.load``)}."""
     asked, metrics = metrics, [m for m in (metrics or HIGHER_IS_BETTER + LOWER_IS_BETTER) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new, good_old, good_new = (set(map(tuple, d[keys].values)) for d in (old, new, ok_old, ok_new))
@@ -132,32 +178,30 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     if every and set(keys) - shown:
         print(textwrap.fill(f"every configuration: {_label(keys, next(iter(every)), set(keys) - shown)}", 110,
                             subsequent_indent="  "))
-    problems = _missing_or_failed(old, new, keys, shown)
-    missing_cfgs = len(problems)
+    counts = {"file(s) with lines lost": [f"DAMAGED {side}: {line}" for side, lines in (damaged or {}).items()
+                                          for line in lines],
+              "configuration(s) missing or failed": _missing_or_failed(old, new, keys, shown)}
     common = sorted(good_old & good_new, key=str)
     groups = [ok.groupby(keys)[metrics] for ok in (ok_old, ok_new)]
-    (omed, omin, omax, on), (nmed, nmin, nmax, nn) = ((g.median(), g.min(), g.max(), g.size()) for g in groups)
-    # a metric OLD has and NEW lacks (a column gone, cells damaged) cannot pass unseen: it is not compared
-    problems += [f"NO VALUE in NEW: {m} of {_label(keys, cfg, shown)}" for cfg in common for m in metrics
-                 if pd.notna(omed.at[cfg, m]) and pd.isna(nmed.at[cfg, m])]
-    problems += [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
-    for line in problems:
+    (omed, on), (nmed, nn) = ((g.median(), g.size()) for g in groups)
+    counts["metric value(s) missing"] = _no_value(keys, common, metrics, asked, shown, (omed, nmed))
+    for line in (problems := [line for lines in counts.values() for line in lines]):
         print(line)
     for cfg in sorted(cfg_new - cfg_old, key=str):
         print(f"NEW only (nothing to compare with): {_label(keys, cfg, shown)}")
-    if few := [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]:
+    few = [c for c in common if min(on.loc[c], nn.loc[c]) < MIN_REPEATS]
+    if few and set(metrics) - DETERMINISTIC:
         print(f"warning: {len(few)} of {len(common)} configuration(s) have fewer than {MIN_REPEATS} repeats on a "
               f"side:\n  their ranges say little about the spread, so small regressions can pass unseen")
     if not asked and any(gated(keys, c, metrics, False) != metrics for c in common):
         print("serve rows: ctrl_calls and ctrl_bytes_mean are not gated (the steps depend on the arrivals), nor "
               "ideal's TTFT, E2EL, throughput and goodput (its recording's admissions); --metrics gates them")
-    worse = sum(_changes(_label(keys, cfg, shown), cfg, gated(keys, cfg, metrics, bool(asked)), (omed, omin, omax),
-                         (nmed, nmin, nmax), threshold) for cfg in common)
-    values = len(problems) - missing_cfgs
-    missing = " and ".join([f"{missing_cfgs} configuration(s) missing or failed"] * bool(missing_cfgs)
-                           + [f"{values} metric value(s) missing"] * bool(values))
-    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold * 100:g}% and outside the "
-          f"repeats' ranges; {missing or 'nothing missing or failed'}")
+    (olo, ohi), (nlo, nhi) = (spreads(g, metrics) for g in groups)
+    worse = sum(_changes(_label(keys, cfg, shown), cfg, gated(keys, cfg, metrics, bool(asked)), (omed, olo, ohi),
+                         (nmed, nlo, nhi), threshold) for cfg in common)
+    missing = " and ".join(f"{len(lines)} {what}" for what, lines in counts.items() if lines)
+    print(f"{len(common)} configuration(s) compared, {worse} regression(s) beyond {threshold * 100:g}% with the "
+          f"spreads apart; {missing or 'nothing missing or failed'}")
     reasons = [f"{worse} regression(s)"] * bool(worse)
     if problems and not allow_missing:
         reasons.append(f"{missing} on a side, listed above (--allow-missing lists them without failing)")

@@ -129,20 +129,23 @@ def _read_one(path: str) -> pd.DataFrame:
                          f"{', '.join(map(str, widths))}): damaged rows, or a header edited by hand?")
     if df.empty:
         raise InputError(f"{path}: no whole row (a header only" + (", then a truncated line)" if truncated else ")"))
-    if truncated:  # warned once the file is known to be read: an error is one line
-        print(f"warning: {path}: ignored its truncated last line (no newline: a writer died mid-row?)", file=sys.stderr)
+    damaged = len(records) - len(good) - headers
+    lost = [f"ignored {binary} line(s) of binary data"] * bool(binary)
+    lost += ["ignored its truncated last line (no newline: a writer died mid-row?)"] * truncated
+    lost += [f"ignored {damaged} damaged line(s) (wrong number of cells)"] * bool(damaged)
+    for line in lost[bool(binary):]:  # warned once the file is known to be read: an error is one line
+        print(f"warning: {path}: {line}", file=sys.stderr)
     if headers:
         print(f"note: {path}: ignored {headers} repeated header line(s) (files joined with cat?)", file=sys.stderr)
-    if len(good) + headers < len(records):
-        print(f"warning: {path}: ignored {len(records) - len(good) - headers} damaged line(s) (wrong number of cells)",
-              file=sys.stderr)
+    df.attrs["damaged"] = [f"{path}: {line}" for line in lost]  # the gate fails on them (compare)
     return df
 
 
-def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
-    """Every row of the CSVs (``find_csvs``) in the current schema, a line per file read or skipped to ``listing``
-    ("stdout", "stderr"). Raises InputError: a file named that ``_read_one`` refuses; no CSV read."""
-    frames, lines = [], []
+def load(paths: list[str]) -> pd.DataFrame:
+    """Every row of the CSVs (``find_csvs``) in the current schema, a line per file read or skipped to stderr;
+    ``attrs["damaged"]``: a line per file's lost lines, and for rows of one run_id that differ. Raises InputError: a
+    file named that ``_read_one`` refuses; no CSV read."""
+    frames, lines, damaged = [], [], []
     for path, named in find_csvs(paths):
         try:
             df = _read_one(path)
@@ -151,6 +154,7 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
                 raise
             lines.append(f"skipped {e}")
             continue
+        damaged += df.attrs["damaged"]
         frames.append(_normalize(df, path))
         ok, stalled = int((df.status == "ok").sum()), int((df.status == "stalled").sum())
         lines.append(f"read {path}: {len(df)} row(s), {ok} ok, {len(df) - ok - stalled} failed"
@@ -160,14 +164,20 @@ def load(paths: list[str], listing: str = "stdout") -> pd.DataFrame:
                   for (status, e), n in errors.items()]
     if not frames:
         raise InputError(f"no results CSV among {', '.join(paths)} ({'; '.join(lines)})")
-    print("\n".join(lines), file=getattr(sys, listing))
+    print("\n".join(lines), file=sys.stderr)
     df = pd.concat(frames, ignore_index=True)
     twice = df.run_id.notna() & df.duplicated("run_id") | df.run_id.isna() & df.duplicated()
     if twice.any():  # a copy of a file: its rows are not more repeats
         differ = int(df[df.run_id.notna()].drop_duplicates().duplicated("run_id").sum())  # an edited copy
-        print(f"note: dropped {int(twice.sum())} row(s) read twice (same run_id, or identical without one: a copy?)"
-              + (f"; {differ} of them differ from the row kept, the first read" if differ else ""), file=sys.stderr)
-    return _apart_by_size(df[~twice].reset_index(drop=True))
+        print(f"note: dropped {int(twice.sum())} row(s) read twice (same run_id, or identical without one: a copy?)",
+              file=sys.stderr)
+        if differ:
+            damaged.append(f"{differ} row(s) of {', '.join(paths)} differ from another of their run_id (kept: the "
+                           f"first read)")
+            print(f"warning: {damaged[-1]}", file=sys.stderr)
+    df = _apart_by_size(df[~twice].reset_index(drop=True))
+    df.attrs["damaged"] = damaged
+    return df
 
 
 def _apart_by_size(df: pd.DataFrame) -> pd.DataFrame:
