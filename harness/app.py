@@ -104,8 +104,8 @@ def run_job(cfg: DictConfig) -> int:
     if launch is not None and launch.rank != 0:
         return run_worker_rank(cfg, launch)
     if cfg.profile != "none" and (broadcast or cfg.engine == "hf"):
-        print(f"note: profile={cfg.profile} traces this project's engine (engine=tp) only: this job writes no trace",
-              file=sys.stderr)
+        why = "workload=broadcast runs no engine step" if broadcast else "it traces this engine (engine=tp) only"
+        print(f"note: profile={cfg.profile}: {why}, so this job writes no trace", file=sys.stderr)
     if broadcast:
         return run_broadcast_job(cfg, launch)
     if cfg.engine == "hf":
