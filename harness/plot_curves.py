@@ -95,8 +95,14 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({str(p).split("-")[0] for p in df.payload})
-    return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
-                         draw_panel, out, col_w=4.6, panel_h=2.8)
+    if df.tp.nunique() == 1:
+        return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
+                             draw_panel, out, col_w=4.6, panel_h=2.8)
+    # a row of panels per tp, named: 5 planes x 3 tps x 3 kinds of line in one panel could not be followed
+    return curves_figure(df, [*rest, "tp"], "payload", "message size (payload_bytes)", PANELS,
+                         lambda planes, _, colours: legend(planes, [], colours, kinds),
+                         lambda ax, rows, metric, colours, _: draw_panel(ax, rows, metric, colours, list(rows.tp[:1])),
+                         out, col_w=4.6, panel_h=2.8)
 
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
