@@ -21,6 +21,11 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message that is not blank, stripped ("" for none)."""
+    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+
+
 def is_int(v) -> bool:
     """An integer (any ``numbers.Integral``: int, numpy ints), never a bool (``tp=true`` must not mean 1)."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -40,6 +40,23 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def placement_problem(device: str, tp: int, launch, count_gpus: bool = True) -> str | None:
+    """Why ``tp`` ranks cannot run on ``device`` (auto, cpu or cuda) as launched, or None: torchrun (``launch``, a
+    ``runtime.launch.Launch``; None: spawned) started another number, CUDA is missing, or this host has fewer GPUs
+    than its ranks (``count_gpus``). The engine and the harness's checks before the first job both ask it."""
+    if launch is not None and tp != launch.world_size:
+        return (f"tp={tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: tp must equal nnodes x "
+                f"nproc-per-node")
+    if resolve_device(device) != "cuda":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return "device=cuda but CUDA is not available here (use device=cpu or auto)"
+    local, n = launch.local_world_size if launch else tp, torch.cuda.device_count()
+    return f"{local} ranks on this host need as many GPUs; {n} visible" if count_gpus and local > n else None
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` -> ``bfloat16`` on CUDA, ``float32`` on CPU; other values unchanged."""
     return ("bfloat16" if device == "cuda" else "float32") if dtype == "auto" else dtype
@@ -221,27 +238,16 @@ class EngineConfig:
             self.launcher = "torchrun" if env is not None else "spawn"
         if self.launcher not in ("spawn", "torchrun"):
             raise ConfigError(f"launcher must be auto, spawn or torchrun, got {self.launcher!r}")
-        if self.launcher == "torchrun":
-            if env is None:
-                raise ConfigError("launcher=torchrun but this process was not started by torchrun "
-                                  "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not all set)")
-            if self.tensor_parallel_size != env.world_size:
-                raise ConfigError(f"tp={self.tensor_parallel_size} but torchrun started WORLD_SIZE={env.world_size} "
-                                  f"ranks: tp must equal nnodes x nproc-per-node")
+        if self.launcher == "torchrun" and env is None:
+            raise ConfigError("launcher=torchrun but this process was not started by torchrun "
+                              "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not all set)")
 
     def _check_device_and_dtype(self) -> None:
         self.device = resolve_device(self.device)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("device=cuda but CUDA is not available here (use device=cpu or auto)")
-            n = torch.cuda.device_count()
-            local = self.launch.local_world_size if self.launcher == "torchrun" else self.tensor_parallel_size
-            if local > n:
-                raise ConfigError(f"{local} ranks on this host need as many GPUs; {n} visible")
+        if problem := placement_problem(self.device, self.tensor_parallel_size, self.launch):
+            raise ConfigError(problem)
         self._check_kernels_and_dtype()
 
     def _check_kernels_and_dtype(self) -> None:

@@ -94,11 +94,6 @@ def check_options(parsed: list) -> None:
             raise ValueError(f"{key}={value}: cannot create the directory: {reason}")
 
 
-def first_line(e: Exception) -> str:
-    """The first line of ``e``'s message that is not blank, stripped ("" for none)."""
-    return next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-
-
 def parse(arg: str):
     """``arg`` as Hydra parses it (an ``Override``). Raises ValueError (Hydra's first line): it does not parse."""
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+from common import first_line
 from engine import LLM, WorkerError
 
 _KEPT: dict[str, LLM] = {}  # at most one engine, by its settings (JSON)
@@ -19,7 +20,7 @@ def get_engine(settings: dict, reuse: bool) -> tuple[LLM, bool]:
             _KEPT[key].check_workers()
             return _KEPT[key], True
         except WorkerError as e:  # it died between the jobs: this job is not to fail for it
-            print(f"  the previous job's engine lost a worker since ({str(e).splitlines()[0]}): starting a new one",
+            print(f"  the previous job's engine lost a worker since ({first_line(e)}): starting a new one",
                   file=sys.stderr)
     release()
     llm = _KEPT[key] = LLM(**settings)

@@ -10,13 +10,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from backends import ControlContext, get_control_plane, scope_fits
 from engine import ConfigError, EngineConfig
-from engine.config import batch_tokens_problem, read_hf_config, resolve_device
+from engine.config import batch_tokens_problem, placement_problem, read_hf_config, resolve_device
 from runtime.cluster import make_control_plane
 from runtime.launch import Launch
 
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
-from .model_checks import check_gpu_count, check_model
+from .model_checks import check_model
 from .workloads import check_workload, effective_workload, given_workload, idle_gap_problem, request_shape
 
 
@@ -192,19 +192,14 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
     return {name: what for name, what in folders.items() if writes[name]}
 
 
-def _check_where(cfg: DictConfig) -> str | None:
-    """Where the job runs (torchrun, CUDA, ``engine=hf``'s one device and offline batches), and where its rows go."""
+def _check_where(cfg: DictConfig, builds_engine: bool) -> str | None:
+    """Where the job runs (torchrun, CUDA and its GPUs for an engine, ``engine=hf``'s one device and offline batches),
+    and where its rows go."""
     launch = Launch.from_env()
     if launch is not None and cfg.engine == "hf":
         return "engine=hf runs on one device: do not launch it with torchrun"
-    if launch is not None and cfg.tp != launch.world_size:
-        return (f"tp={cfg.tp} but torchrun started WORLD_SIZE={launch.world_size} ranks: tp must equal nnodes x "
-                f"nproc-per-node")
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            return "device=cuda but CUDA is not available here (use device=cpu or auto)"
+    if problem := placement_problem(cfg.device, cfg.tp, launch, count_gpus=builds_engine):
+        return problem
     if cfg.engine == "hf" and cfg.tp != 1:
         return "engine=hf runs on one device: use tp=1"
     if cfg.engine == "hf" and cfg.workload.get("kind") == "serve":
@@ -221,12 +216,12 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
     if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg, job, compose) or next(filter(None, values), None)
-                   or _check_where(cfg) or _check_workload(cfg, job, compose) or _unknown_workload_keys(job, compose)
-                   or (_check_llm(cfg, given) if builds_engine else None)):
+                   or _check_where(cfg, builds_engine) or _check_workload(cfg, job, compose)
+                   or _unknown_workload_keys(job, compose) or (_check_llm(cfg, given) if builds_engine else None)):
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
-    return (check_model(model, tp, cfg.device, preset_given) or check_gpu_count([cfg.device], [tp] if tp else [])
-            or _check_control(cfg, compose) or _check_requests(cfg, job, model, builds_engine))
+    return (check_model(model, tp, cfg.device, preset_given) or _check_control(cfg, compose)
+            or _check_requests(cfg, job, model, builds_engine))
 
 
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:

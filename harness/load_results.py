@@ -16,6 +16,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from common import first_line
+
 from .schema import COLUMNS, LATENCY, RENAMED, SCHEMA_VERSION, normalize_overrides
 
 REQUIRED = ["schema_version", "control", "tp", "status"]
@@ -122,7 +124,7 @@ def _read_one(path: str) -> pd.DataFrame:
     try:
         df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""])  # "NaN" typed: warned
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise InputError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+        raise InputError(f"{path}: not a readable CSV ({first_line(e)})") from None
     if df.empty and (rows := [r for r in records[1:] if r != records[0]]):  # an edited header: not "a header only"
         widths = sorted({len(r) for r in rows})
         raise InputError(f"{path}: none of its {len(rows)} row(s) has the header's {len(records[0])} cells (they have "

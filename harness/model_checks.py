@@ -49,19 +49,6 @@ def check_preset(preset: dict, fields: bool = True) -> str | None:
     return None
 
 
-def check_gpu_count(devices: list[str], tps: list[int]) -> str | None:
-    """The engine's message for more ranks on this host (``tp``; torchrun's: ``LOCAL_WORLD_SIZE``) than visible GPUs
-    on CUDA, or None."""
-    if not tps or not {"cuda", "auto"} & set(devices):
-        return None
-    import torch
-
-    if not torch.cuda.is_available():
-        return None  # device=cuda is refused by its own check; auto runs on the CPU
-    n, ranks = torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE") or max(tps))
-    return f"{ranks} ranks on this host need as many GPUs; {n} visible" if ranks > n else None
-
-
 def check_model(model: dict, tp: int | None, device: str, preset_given: bool) -> str | None:
     """The first problem of one job's model (``model=auto`` resolved), or None; ``tp``: None when no engine."""
     if isinstance(model.get("path"), list | dict | bool):  # a number names a directory: 3 is ./3

@@ -19,9 +19,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from backends import get_control_plane
+from common import first_line
 from engine import ConfigError, EngineConfig
 
-from .command_line import check_options, engine_defaults, first_line, overrides_of, package_of, parse
+from .command_line import check_options, engine_defaults, overrides_of, package_of, parse
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, given_twice, has_key, job_notes, no_option, options_having, reuse_note

@@ -16,6 +16,8 @@ import sys
 
 import numpy as np
 
+from common import first_line
+
 from .results_csv import open_run_file
 
 COLUMNS = ["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us", "r0_launch_us"]
@@ -94,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path}: {e}", file=sys.stderr)
             code = 2
         except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
-            why = (str(e).strip().splitlines() or [""])[0]
-            print(f"error: {path}: not a readable step log ({type(e).__name__}: {why})", file=sys.stderr)
+            print(f"error: {path}: not a readable step log ({type(e).__name__}: {first_line(e)})", file=sys.stderr)
             code = 2
     return code
 

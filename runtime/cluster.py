@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
-from common import ConfigError
+from common import ConfigError, first_line
 
 from .launch import Launch
 from .worker import REPORT
@@ -72,9 +72,8 @@ class Cluster:
         ``wait_s`` for its report), else a :class:`DataPlaneError` when ``collective`` names what failed."""
         self.check(wait_s=wait_s)
         if collective is not None:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise DataPlaneError(f"{collective} failed on rank 0 and no worker reported an error (a worker may be "
-                                 f"stalled): {first}") from error
+                                 f"stalled): {first_line(error) or type(error).__name__}") from error
 
     def collect_stats(self) -> dict:
         """Every rank's control-plane samples since the last call (without its message), then afresh: ``{"send":

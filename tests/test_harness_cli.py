@@ -564,18 +564,22 @@ def test_a_sweep_asking_more_gpus_than_visible_is_refused_before_its_first_job(m
     """Call 28 (one H200): ``-m tp=1,2 device=cuda`` ran the tp=1 job, then stopped at tp=2 (exit 2)."""
     import torch
 
-    from harness.model_checks import check_gpu_count
+    from engine.config import placement_problem
+    from harness.preflight import check_command
+    from runtime.launch import Launch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert check_gpu_count(["cuda"], [1, 2]) == "2 ranks on this host need as many GPUs; 1 visible"
-    assert check_gpu_count(["auto"], [2]) == "2 ranks on this host need as many GPUs; 1 visible"
-    assert check_gpu_count(["cpu"], [1, 2]) is None and check_gpu_count(["cuda"], [1]) is None
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # under torchrun each host checks its own ranks
-    assert check_gpu_count(["cuda"], [2]) is None
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc-per-node=2 on one GPU: once refused in the job
-    assert check_gpu_count(["cuda"], [2]) == "2 ranks on this host need as many GPUs; 1 visible"
+    assert check_command(["-m", "tp=1,2", "device=cuda", "workload=smoke"])[0] == (
+        "2 ranks on this host need as many GPUs; 1 visible")
+    assert placement_problem("auto", 2, None) == "2 ranks on this host need as many GPUs; 1 visible"
+    assert placement_problem("cpu", 2, None) is None and placement_problem("cuda", 1, None) is None
+    assert placement_problem("cuda", 2, None, count_gpus=False) is None  # a broadcast job builds no engine
+    two_hosts = Launch("torchrun", 0, 2, 0, 1)  # under torchrun each host checks its own ranks
+    assert placement_problem("cuda", 2, two_hosts) is None
+    one_host = Launch("torchrun", 0, 2, 0, 2)  # torchrun --nproc-per-node=2 on one GPU: once refused in the job
+    assert placement_problem("cuda", 2, one_host) == "2 ranks on this host need as many GPUs; 1 visible"
+    assert placement_problem("cuda", 4, one_host).startswith("tp=4 but torchrun started WORLD_SIZE=2 ranks")
 
 
 @pytest.mark.parametrize("argv, message", [

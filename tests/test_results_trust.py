@@ -237,6 +237,6 @@ def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_median
     assert list(rows.status) == ["stalled"] * 2 and list(rows.output_tok_s) == [100.0] * 2
     pd.concat([rows.assign(status="ok", run_id=["c", "d"]), rows]).to_csv(tmp_path / "runs.csv", index=False)
     assert analyze.main([str(tmp_path / "runs.csv")]) == 0
-    out = capsys.readouterr().out
-    assert "4 row(s), 2 ok, 0 failed, 2 stalled (left out like the failed)" in out
-    assert "  2 stalled: rank 1 was silent for 3.2 s in this run" in out and "| 2 (+2 stalled) |" in out, out
+    out, err = capsys.readouterr()  # the files read on stderr
+    assert "4 row(s), 2 ok, 0 failed, 2 stalled (left out like the failed)" in err
+    assert "  2 stalled: rank 1 was silent for 3.2 s in this run" in err and "| 2 (+2 stalled) |" in out, out

@@ -13,6 +13,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from common import first_line
+
 from .gemm import linear
 
 # Largest message (bytes) sent one-shot (each rank reads every peer's buffer), by tp size.
@@ -115,7 +117,7 @@ def make_all_reduce(mode: str, world_size: int, device: torch.device, dtype: tor
             impl = SymmMemAllReduce(world_size, numel, dtype, device)
             _set_up_in_process = True
         except Exception as e:  # no driver support, old torch: NCCL instead (agreed below)
-            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            reason = f"{type(e).__name__}: {first_line(e)}"
     elif mode != "nccl" and not reason:
         reason = "another rank cannot use it"
     ok = torch.tensor([impl is not None], dtype=torch.int32, device=device)
