@@ -223,6 +223,15 @@ class EngineConfig:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
+    def agreed(self) -> dict:
+        """What every rank's copy must hold alike under torchrun (the runtime compares them at start-up): every field
+        but ``model``, a path that may differ between hosts, whose config.json and weight files' names and sizes
+        stand in for it (their values are not read: two presets of one shape differ only in ``seed``)."""
+        alike = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "hf_config")}
+        files = sorted(f for f in os.listdir(self.model) if f.endswith(".safetensors"))
+        alike["weights"] = [(f, os.path.getsize(os.path.join(self.model, f))) for f in files]
+        return {**alike, "hf_config": {k: v for k, v in self.hf_config.items() if k != "transformers_version"}}
+
     @property
     def launch(self):
         """The torchrun ``launch.Launch`` of this process, or None when rank 0 spawns the workers."""

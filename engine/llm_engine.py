@@ -52,7 +52,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                                    self._teardown)
             self.control, group = self.cluster.control, self.cluster.group
             log.info("%s", "waiting for torchrun's ranks" if launch else f"spawning {tp - 1} worker(s)")
-            self.cluster.start(model_worker, (cfg, None))
+            self.cluster.start(model_worker, (cfg, None), cfg.agreed())
             self.runner = ModelRunner(cfg, 0, group.store, group.wait_for, launch.local_rank if launch else 0,
                                       group.context.num_nodes)
             self.profiler = make_profiler(cfg, 0)  # None unless profile != none
@@ -62,7 +62,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                      self.runner.num_kvcache_blocks, self.runner.all_reduce)
         except BaseException as e:
             try:
-                if isinstance(e, Exception) and self.cluster is not None:
+                if isinstance(e, Exception) and not isinstance(e, ConfigError) and self.cluster is not None:
                     self.cluster.explain(e, None, wait_s=0.5)  # a worker that died while starting explains ours
             except WorkerError as w:
                 raise w from None  # that one alone: ours repeats it ("During handling ..." and a second traceback)

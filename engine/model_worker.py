@@ -27,7 +27,7 @@ def serve_worker(config) -> int:
     launch = config.launch
     if launch is None or launch.rank == 0:
         raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
-    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s)
+    return serve(launch, model_worker, (config, launch.local_rank), config.startup_timeout_s, agree=config.agreed())
 
 
 def model_worker(joined: Joined, config, local_rank: int | None) -> int:

@@ -195,7 +195,10 @@ def run_folders(cfg: DictConfig) -> dict[str, str]:
 def _check_where(cfg: DictConfig, builds_engine: bool) -> str | None:
     """Where the job runs (torchrun, CUDA and its GPUs for an engine, ``engine=hf``'s one device and offline batches),
     and where its rows go."""
-    launch = Launch.from_env()
+    try:
+        launch = Launch.from_env()
+    except ConfigError as e:
+        return str(e)
     if launch is not None and cfg.engine == "hf":
         return "engine=hf runs on one device: do not launch it with torchrun"
     if problem := placement_problem(cfg.device, cfg.tp, launch, count_gpus=builds_engine):

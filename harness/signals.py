@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import atexit
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -137,13 +138,17 @@ class _ReaderProof:
     error), its file descriptor writes to /dev/null (the buffered text too), so the process goes on as it would
     have, without a traceback; a full disk under stdout is said once on stderr, one under stderr nowhere."""
 
-    def __init__(self, stream, say_lost: bool = True):
-        self._stream, self.lost, self._say = stream, None, say_lost
+    def __init__(self, stream, say_lost: bool = True, error_file: str | None = None):
+        self._stream, self.lost, self._say, self._error_file = stream, None, say_lost, error_file
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
 
     def write(self, text: str) -> int:
+        if self._error_file and text.startswith("error: "):  # torchrun's summary of a failed rank shows it
+            with contextlib.suppress(OSError), open(self._error_file, "w") as f:
+                json.dump({"message": text.strip(), "timestamp": int(time.time())}, f)
+            self._error_file = None  # the first: the cause
         try:
             return self._stream.write(text)
         except OSError as e:
@@ -172,8 +177,8 @@ def outlive_stdout_reader() -> None:
     ``print`` writes nothing)."""
     if sys.stdout is not None and not isinstance(sys.stdout, _ReaderProof):
         sys.stdout = _ReaderProof(sys.stdout)
-    if sys.stderr is not None and not isinstance(sys.stderr, _ReaderProof):
-        sys.stderr = _ReaderProof(sys.stderr, say_lost=False)
+    if sys.stderr is not None and not isinstance(sys.stderr, _ReaderProof):  # under torchrun: its error file too
+        sys.stderr = _ReaderProof(sys.stderr, say_lost=False, error_file=os.environ.get("TORCHELASTIC_ERROR_FILE"))
 
 
 def stdout_lost() -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 from backends import ControlContext, ControlPlaneError, get_control_plane, planes_for, scope_fits
 from common import ConfigError, first_line
 
-from .launch import Launch
-from .worker import REPORT
+from .launch import Launch, wait_get
+from .worker import REPORT, agreement
 from .worker_group import WorkerGroup
 
 
@@ -55,9 +56,28 @@ class Cluster:
             self.close(grace_s=0.5)  # refused ranks need a moment to read why
             raise
 
-    def start(self, body, body_args: tuple = ()) -> None:
-        """Run ``body(joined, *body_args)`` on every worker; wait until they have joined the plane."""
+    def start(self, body, body_args: tuple = (), agree: dict | None = None) -> None:
+        """Run ``body(joined, *body_args)`` on every worker; wait until they have joined the plane. Under torchrun
+        each rank started its own body with its own settings: one that differs from rank 0's (``agree``) is refused.
+        Raises ConfigError (the waiting ranks are told; they exit with code 2)."""
+        if self.group.launch.launcher == "torchrun":
+            self._agree(body, agree)
         self.group.start(self.control, body, body_args)
+
+    def _agree(self, body, agree: dict | None) -> None:
+        """(torchrun) Raises ConfigError naming the first rank whose body or settings differ from rank 0's."""
+        mine, store = json.loads(agreement(body, agree)), self.group.store
+        texts = wait_get(store, [f"agree/{r}" for r in self.group.workers], self.group.startup_timeout_s, self.check)
+        for rank, text in zip(self.group.workers, texts, strict=True):
+            theirs = json.loads(text)
+            differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            if differ := ["body"] if "body" in differ else differ:  # another body: its settings are no comparison
+                said = "; ".join(f"{k}={theirs.get(k)!r} (rank 0: {mine.get(k)!r})" for k in differ[:3])
+                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+                problem = (f"rank {rank} (node {self.group.node_name(rank)}) was started with other settings than "
+                           f"rank 0: {said}{more}; start every node with the same command")
+                store.set("abort", problem)
+                raise ConfigError(problem)
 
     def send(self, method: str, *args) -> None:
         """Broadcast ``method(*args)``; a failed send raises the failure of a worker that explains it, if any."""

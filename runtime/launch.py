@@ -21,6 +21,7 @@ from torch.distributed import PrefixStore, Store
 
 from backends.base import wait_until
 from backends.segments import create_segment, open_segment, release_segment
+from common import ConfigError
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -39,13 +40,21 @@ class Launch:
 
     @classmethod
     def from_env(cls) -> Launch | None:
-        """The torchrun launch described by the environment, or None when torchrun's variables are not set."""
+        """The torchrun launch described by the environment, or None when torchrun's variables are not set. Raises
+        ConfigError: a rank's identity (RANK, WORLD_SIZE or LOCAL_RANK) set without the rest, as a launcher that
+        forgot one leaves it (each process would run alone), or a count that is not an integer >= 0."""
         env = os.environ
         if not all(env.get(v) for v in TORCHRUN_VARS):
+            if any(env.get(v) for v in TORCHRUN_VARS[:3]):
+                missing = ", ".join(v for v in TORCHRUN_VARS if not env.get(v))
+                raise ConfigError(f"{missing} not set where RANK, WORLD_SIZE or LOCAL_RANK is: start the ranks with "
+                                  f"torchrun, which sets all of {', '.join(TORCHRUN_VARS)}, or unset them to spawn")
             return None
-        return cls("torchrun", int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]),
-                   int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), env["MASTER_ADDR"],
-                   env.get("TORCHELASTIC_RUN_ID", "none"))
+        names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+        values = [env.get(v, env["WORLD_SIZE"]) for v in names]
+        if bad := next((f"{n}={v!r}" for n, v in zip(names, values, strict=True) if not v.isdigit()), None):
+            raise ConfigError(f"{bad}: torchrun's variables are integers >= 0")
+        return cls("torchrun", *map(int, values), env["MASTER_ADDR"], env.get("TORCHELASTIC_RUN_ID", "none"))
 
 
 _runs_in_process = 0  # engines started in this process: every rank of a sweep counts the same way

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import json
 import multiprocessing as mp
 import pickle
 import signal
@@ -40,10 +41,17 @@ class Joined:
     node_of: list[int]
 
 
+def agreement(body, agree: dict | None) -> str:
+    """What a rank started by torchrun publishes for rank 0 to compare with its own (``Cluster.start``): the body's
+    name and ``agree``, the settings its caller needs alike on every rank, as JSON."""
+    return json.dumps({"body": body.__name__, **(agree or {})}, sort_keys=True, default=str)
+
+
 def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endpoint: WorkerEndpoint | None = None,
-          ports: tuple[int, int] = (0, 0)) -> int:
+          ports: tuple[int, int] = (0, 0), agree: dict | None = None) -> int:
     """Join the run as rank ``launch.rank`` (spawned: with ``endpoint`` and the store's and lifeline's ``ports`` on
-    loopback; torchrun: through its store), then run ``body(Joined(...), *body_args)``. Returns the exit code
+    loopback; torchrun: through its store, publishing ``agreement(body, agree)``, which rank 0 may refuse), then run
+    ``body(Joined(...), *body_args)``. Returns the exit code
     (spawned workers exit with it): the body's, 1 when anything raised (the traceback goes to rank 0 on the
     lifeline), ``REFUSED`` when rank 0 refused the run, ``INTERRUPTED`` after a ``KeyboardInterrupt``."""
     spawned = launch.launcher == "spawn"
@@ -59,6 +67,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
             host, port = "127.0.0.1", ports[1]
         else:
             store = torchrun_store(launch, timeout_s)
+            store.set(f"agree/{rank}", agreement(body, agree))
             address, driver = (v.decode() for v in wait_get(store, ["lifeline", "driver"], timeout_s))
             host, port = address.rsplit(":", 1)
         lifeline = Lifeline(host, int(port), rank, timeout_s)

@@ -609,6 +609,26 @@ def test_what_torchrun_cannot_run_is_refused_before_the_first_job(argv, message,
                                                            "spawn); planes that can: gloo, hybrid, zmq")
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"},
+     "MASTER_PORT not set where RANK, WORLD_SIZE or LOCAL_RANK is: start the ranks with torchrun"),
+    ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     "RANK='x': torchrun's variables are integers >= 0"),
+    ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, None),  # a cluster's defaults alone: spawned
+])
+def test_torchruns_variables_half_set_are_refused_not_ignored(env, message, monkeypatch):
+    """Session 35's torchrun trial: MASTER_PORT missing ran the process as a rank 0 of its own (spawned workers, an ok
+    row); under a launcher that forgot one variable every process would run alone. RANK=x: a ValueError."""
+    from harness.preflight import check_command
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    problem = check_command(["control=hybrid", "tp=2", "device=cpu", "workload=smoke"])[0]
+    assert (problem or "").startswith(message or "") and (problem is None) == (message is None), problem
+
+
 def test_a_results_dir_under_home_holds_hydras_output_too(tmp_path):
     """A new user's trial: results_dir='~/x' put the rows under $HOME/x and Hydra's output in ./~/x/hydra."""
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": ROOT}

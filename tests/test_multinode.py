@@ -294,3 +294,24 @@ def test_a_killed_rank_0_on_one_host_leaves_no_segment_and_its_worker_says_why(t
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"tpcp_{rank0}_")], out[-3000:]
     assert "error: rank 1: rank 0 is gone (its lifeline closed), so this rank exits" in out, out[-3000:]
     assert wait_until(lambda: not rank_pids(1, marker), 10.0)
+
+
+@pytest.mark.parametrize("differ, says", [
+    ("seed=$RANK", "seed=1 (rank 0: 0)"),
+    ("workload=$([ $RANK = 0 ] && echo smoke || echo broadcast)", "body='broadcast_worker' (rank 0: 'model_worker')"),
+])
+def test_ranks_started_with_other_settings_are_refused_at_start_up(differ, says, tmp_path, model_cache):
+    """Session 35's torchrun trial: node 1 with seed=1 loaded another preset's weights and the run wrote an ok row
+    of two models' tokens; node 1 with workload=broadcast waited llm.timeout_s, then a store timeout."""
+    env = {**os.environ, "TPCP_CACHE": model_cache, "PYTHONPATH": ROOT}
+    script = (f"exec python -m harness control=gloo tp=2 workload=smoke progress=false results_dir={tmp_path} "
+              f"llm.timeout_s=30 {differ}")
+    proc = subprocess.run(["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           f"--log-dir={tmp_path / 'torchrun'}", "--no-python", "bash", "-c", script], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
+    out = proc.stdout + proc.stderr
+    line = f"error: rank 1 (node {socket.gethostname()}) was started with other settings than rank 0: {says}"
+    assert proc.returncode != 0 and out.count(line) >= 2, out[-3000:]  # rank 0's line and the refused worker's
+    assert not (tmp_path / "runs.csv").exists()  # bad input: no row
+    # torchrun's summary shows each failed rank's line (its error file), not "To enable traceback see ..."
+    assert "error_file: <N/A>" not in out and out.count(f"traceback : {line}") == 2, out[-3000:]
