@@ -19,6 +19,7 @@ import time
 _RECEIVED: list[str] = []  # names of the signals received by this process, in order
 _HANDLED = threading.Event()  # the harness has taken the interruption in hand (as_interrupt, exit_interrupted)
 _OWED = threading.Event()  # an interruption is owed to the main thread: not raised yet, or swallowed since
+_REMOTE: list[str] = []  # (torchrun) the stop signals that ended a worker, "SIGTERM on rank 1, node n1"
 _ECHO = threading.Event()  # a worker's interruption is in hand: a first stop signal now is its agent's echo
 AT_ONCE = threading.Event()  # nothing is started (the checks before the first job): a stop signal exits at once
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
@@ -71,8 +72,10 @@ def stopping() -> bool:
 
 
 def interrupted_line() -> str:
-    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal."""
-    return f"error: interrupted ({_RECEIVED[0]})" if _RECEIVED else "error: interrupted"
+    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal (a worker's
+    under torchrun: ``SIGTERM on rank 1, node n1``)."""
+    first = (_RECEIVED or _REMOTE)[:1]
+    return f"error: interrupted ({first[0]})" if first else "error: interrupted"
 
 
 def _watch_stuck(sock: socket.socket) -> None:
@@ -105,6 +108,7 @@ def as_interrupt(e: BaseException) -> BaseException:
     if not _RECEIVED:
         if isinstance(e, KeyboardInterrupt):  # a worker's (torchrun): the signal its agent sends next stops nothing
             _ECHO.set()
+            _REMOTE.append(str(e.args[0]) if e.args else "SIGINT")  # "SIGTERM on rank 1, node n1": 143 here too
         return e
     _HANDLED.set()
     if isinstance(e, KeyboardInterrupt) or (from_torchrun_agent() and type(e).__name__ == "WorkerError"):
@@ -129,8 +133,10 @@ def exit_interrupted() -> None:
 
 
 def interrupted_code() -> int:
-    """128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP; 130 when none)."""
-    return 128 + (signal.Signals[_RECEIVED[0]].value if _RECEIVED else signal.SIGINT.value)
+    """128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP), a worker's when this process had
+    none (torchrun: another node's); 130 when neither is known."""
+    name = (_RECEIVED or [r.split()[0] for r in _REMOTE] or ["SIGINT"])[0]
+    return 128 + (signal.Signals[name].value if name in signal.Signals.__members__ else signal.SIGINT.value)
 
 
 class _ReaderProof:
@@ -147,7 +153,7 @@ class _ReaderProof:
     def write(self, text: str) -> int:
         if self._error_file and text.startswith("error: "):  # torchrun's summary of a failed rank shows it
             with contextlib.suppress(OSError), open(self._error_file, "w") as f:
-                json.dump({"message": text.strip(), "timestamp": int(time.time())}, f)
+                json.dump({"message": {"message": text.strip(), "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
             self._error_file = None  # the first: the cause
         try:
             return self._stream.write(text)

@@ -113,7 +113,11 @@ class Cluster:
             if self.control is not None:
                 self.group.kill_stalled()
                 self.control.timeout_s = min(self.control.timeout_s, exit_wait_s)  # a stalled worker must not hold us
-                self.control.send_exit()
+                try:
+                    self.control.send_exit()
+                except KeyboardInterrupt:  # a stop signal here, or a worker's interruption met again: said already
+                    if not self.group.interrupted:
+                        raise
             if self.teardown is not None:
                 with contextlib.suppress(Exception):
                     self.teardown()

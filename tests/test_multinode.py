@@ -173,9 +173,11 @@ def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(victim, tmp_path
         assert any(",failed," in r and "rank 1" in r for r in rows)
 
 
-def test_a_worker_stopped_by_ctrl_c_is_an_interruption_not_its_failure(tmp_path, model_cache):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_worker_stopped_by_ctrl_c_is_an_interruption_not_its_failure(sig, tmp_path, model_cache):
     """Ctrl-C on node 1's torchrun sends its rank SIGINT. Rank 0's row said "WorkerError ... rank 1 ...
-    KeyboardInterrupt: SIGINT" with rank 1's traceback (session 31); it says the run was interrupted, and where."""
+    KeyboardInterrupt: SIGINT" with rank 1's traceback (session 31); it says the run was interrupted, and where.
+    Session 35's torchrun trial: rank 0 exited 130 after a SIGTERM there, with a second, bare "error: interrupted"."""
     marker = f"results_dir={tmp_path}"
     proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=zmq", "tp=2", "workload=bench", "repeat=100",
                      "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
@@ -183,15 +185,17 @@ def test_a_worker_stopped_by_ctrl_c_is_an_interruption_not_its_failure(tmp_path,
         assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
         pids = rank_pids(1, marker)
         assert len(pids) == 1, pids
-        os.kill(pids[0], signal.SIGINT)
+        os.kill(pids[0], sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
     last = (tmp_path / "runs.csv").read_text().splitlines()[-1]
-    assert ",failed," in last and "interrupted (SIGINT on rank 1, node sim-node1)" in last, node_log(tmp_path, 0)
+    assert ",failed," in last and f"interrupted ({sig.name} on rank 1, node sim-node1)" in last, node_log(tmp_path, 0)
     log = node_log(tmp_path, 0)
-    assert "error: interrupted (SIGINT on rank 1, node sim-node1)" in log and "KeyboardInterrupt" not in log, log
+    assert "KeyboardInterrupt" not in log and f"exitcode  : {128 + sig} " in log, log  # 130 or 143, as for rank 0's own
+    assert [line for line in log.splitlines() if line.startswith("error: ")] == [
+        f"error: interrupted ({sig.name} on rank 1, node sim-node1)"], log
     assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
 
 
