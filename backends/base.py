@@ -1,14 +1,15 @@
 """The control-plane interface: rank 0 (a :class:`ControlPlane`) broadcasts (method, args) messages to ranks
 1..world_size-1 (each a picklable :class:`WorkerEndpoint`). Backends move opaque bytes; framing, time stamps and
-statistics live here. A message is ``pickle((send_ns, method, args))``, ``send_ns`` being rank 0's
-``time.monotonic_ns()`` before serialising, so ``recv_ns - send_ns`` on a worker is the one-way latency (minus
-``clock_offset_ns`` on another host). Every blocking wait calls ``liveness_check`` at least every POLL_S.
+statistics live here. A message is ``send_ns`` (8 bytes: ``STAMP``) then ``pickle((method, args))``, ``send_ns``
+being rank 0's ``time.monotonic_ns()`` before serialising, so ``recv_ns - send_ns`` on a worker is the one-way latency
+(minus ``clock_offset_ns`` on another host). Every blocking wait calls ``liveness_check`` at least every POLL_S.
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
 import pickle
+import struct
 import time
 from abc import ABC, abstractmethod
 from array import array
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 EXIT = "exit"
+STAMP = struct.Struct("<q")  # fixed: a pickled int grows with the host's uptime, and the bytes per message with it
 POLL_S = 0.05  # how often a blocked wait re-checks liveness (s)
 
 
@@ -107,7 +109,7 @@ class ControlPlane(ABC):
             self.send_stats.add(0, 0)
             return 0
         t0 = self.last_send_start_ns = time.monotonic_ns()
-        payload = pickle.dumps((t0, method, args), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = STAMP.pack(t0) + pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL)
         self._send_bytes(payload)
         self.send_stats.add(len(payload), time.monotonic_ns() - t0)
         return len(payload)
@@ -172,7 +174,7 @@ class WorkerEndpoint(ABC):
     def recv(self) -> tuple[str, tuple]:
         """The next message's ``(method, args)``. Raises PeerGone / ControlPlaneError: from the liveness check."""
         payload = self._recv_bytes()
-        send_ns, method, args = pickle.loads(payload)
+        (send_ns,), (method, args) = STAMP.unpack_from(payload), pickle.loads(memoryview(payload)[STAMP.size:])
         self.last_send_ns = send_ns
         self.recv_stats.add(len(payload), time.monotonic_ns() - self.clock_offset_ns - send_ns)
         return method, args

@@ -73,8 +73,9 @@ def provenance_notes(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
 
 def spreads(group, metrics: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(low, high) per configuration and metric of ``group`` (a groupby): [min, max] of up to 4 repeats, the 25th
-    and 75th percentiles (numpy's linear) of ``MIDDLE_HALF_FROM`` or more."""
-    wide = group.count() >= MIDDLE_HALF_FROM
+    and 75th percentiles (numpy's linear) of ``MIDDLE_HALF_FROM`` or more; [min, max] always for a DETERMINISTIC
+    count, where one repeat that moved is a change."""
+    wide = (group.count() >= MIDDLE_HALF_FROM) & ~group.count().columns.isin(list(DETERMINISTIC))
     return (group.min().mask(wide, group.quantile(0.25)[metrics]),
             group.max().mask(wide, group.quantile(0.75)[metrics]))
 
@@ -111,12 +112,21 @@ def parse_metrics(given: list[str] | None) -> list[str] | None:
 
 def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, threshold: float) -> int:
     """Print each metric of ``cfg`` that moved beyond ``threshold`` with the sides' spreads apart (``old``, ``new``:
-    median, low, high tables: ``spreads``); returns how many got worse."""
+    median, low, high tables: ``spreads``), and each DETERMINISTIC count whose lowest or highest repeat moved, either
+    way; returns how many got worse or changed."""
     (omed, omin, omax), (nmed, nmin, nmax) = old, new
     worse = 0
     for m in metrics:
         a, b = omed.at[cfg, m], nmed.at[cfg, m]
         if pd.isna(a) or pd.isna(b) or a == 0:
+            continue
+        if m in DETERMINISTIC:  # the same in every repeat: one repeat that moved is a change, more or fewer
+            was, now = (omin.at[cfg, m], omax.at[cfg, m]), (nmin.at[cfg, m], nmax.at[cfg, m])
+            if max(abs(now[0] - was[0]), abs(now[1] - was[1])) > threshold * abs(a):
+                worse += 1
+                print(f"CHANGED {where}: {m} {'-'.join(f'{v:.6g}' for v in dict.fromkeys(was))} -> "
+                      f"{'-'.join(f'{v:.6g}' for v in dict.fromkeys(now))} (a count the same in every repeat; an "
+                      f"intended change needs a new baseline: docs/USAGE.md)")
             continue
         change = (b - a) / abs(a)
         better = change if m in HIGHER_IS_BETTER else -change

@@ -241,3 +241,23 @@ def test_a_gloo_worker_whose_driver_is_gone_stops_waiting_to_connect():
     endpoint = GlooEndpoint(1, "127.0.0.1", _refused_port(), 2, join_timeout_s=0.5)  # no check: the deadline
     with pytest.raises(ControlPlaneError, match=r"could not reach rank 0's store .* in 0 s \(Connection refused\)"):
         endpoint.open()
+
+
+def test_a_message_has_the_same_size_whatever_the_hosts_uptime(monkeypatch):
+    """Session 35's CI trial: the send stamp was pickled as an int, one byte longer once the host had been up 2^47 ns
+    (39 h), so ``ctrl_bytes_mean``, gated at 0% in CI, failed on a runner up for two days with no change."""
+    from backends import base
+
+    class Captured(base.ControlPlane):
+        def endpoint(self, rank):
+            raise NotImplementedError
+
+        def _send_bytes(self, payload: bytes) -> None:
+            self.payload = payload
+
+    plane, sizes = Captured(2), set()
+    for uptime_ns in (5, 2**39 + 1, 2**47 + 1, 2**62):
+        monkeypatch.setattr(base.time, "monotonic_ns", lambda n=uptime_ns: n)
+        sizes.add(plane.send("step", [1, 2, 3]))
+        assert base.STAMP.unpack_from(plane.payload) == (uptime_ns,)
+    assert len(sizes) == 1

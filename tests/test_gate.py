@@ -112,3 +112,20 @@ def test_the_spread_is_the_middle_half_from_five_repeats():
     low, high = spreads(df.groupby("k")[["m"]], ["m"])
     assert (low.at["a", "m"], high.at["a", "m"]) == (2.0, 4.0)  # numpy's 25th and 75th percentiles
     assert (low.at["b", "m"], high.at["b", "m"]) == (1.0, 100.0)  # 4 repeats: all of them
+
+
+def test_a_count_that_moved_in_any_repeat_fails_either_way(tmp_path, capsys):
+    """Session 35's CI trial: ctrl_calls and ctrl_bytes_mean, the same in every repeat, passed when 2 of 3 NEW repeats
+    sent 196% more bytes (the spreads overlapped) and when one repeat made one call fewer, without a line."""
+    old = repeats([20.0] * 3, "a", ctrl_calls=8, ctrl_bytes_mean=134.875)
+    more = [{**r, "ctrl_bytes_mean": 400.0} if r["repeat"] else r for r in repeats([20.0] * 3, "b", ctrl_calls=8,
+                                                                                 ctrl_bytes_mean=134.875)]
+    code, out = gate(tmp_path, capsys, old, more, "--metrics", "ctrl_bytes_mean", "--threshold", "0%")
+    assert code == 1 and "CHANGED control=shm, tp=2: ctrl_bytes_mean 134.875 -> 134.875-400" in out, out
+    fewer = [{**r, "ctrl_calls": 7} if r["repeat"] == 1 else r for r in repeats([20.0] * 3, "c", ctrl_calls=8,
+                                                                                ctrl_bytes_mean=134.875)]
+    code, out = gate(tmp_path, capsys, old, fewer, "--metrics", "ctrl_calls", "--threshold", "0%")
+    assert code == 1 and "CHANGED control=shm, tp=2: ctrl_calls 8 -> 7-8" in out, out
+    code, out = gate(tmp_path, capsys, old, repeats([20.0] * 3, "d", ctrl_calls=8, ctrl_bytes_mean=134.875),
+                     "--metrics", "ctrl_calls,ctrl_bytes_mean", "--threshold", "0%")
+    assert code == 0 and "CHANGED" not in out
