@@ -23,16 +23,16 @@ pytestmark = pytest.mark.slow  # every benchmark starts processes
 def test_broadcast_round_trip_decode_64(benchmark, control):
     """rank 0 sends the engine's decode message for 64 sequences; both ranks meet in a barrier."""
     message = step_message(64, 1024, False, 256)
-    group = BroadcastGroup(control, 2, {}, 30)
-    try:
-        benchmark.pedantic(group.run, args=(message, 1, 0.0), rounds=200, warmup_rounds=20)
+    group, rounds = BroadcastGroup(control, 2, {}, 30), []
+    try:  # the rounds run, counted: 220, or 1 under --benchmark-disable (pytest-benchmark's plain-test mode)
+        benchmark.pedantic(lambda: rounds.append(group.run(message, 1, 0.0)), rounds=200, warmup_rounds=20)
         stats = group.collect_stats()
         send, recv = stats["send"], stats["recv"]
     finally:
         group.close()
     expected = STAMP.size + len(pickle.dumps((message[0], message[1:]), protocol=pickle.HIGHEST_PROTOCOL))
     assert set(send["nbytes"]) == {expected}  # same bytes on the wire, whatever the backend or the load
-    assert len(recv[1]["ns"]) == len(send["ns"]) == 220  # one message per round, each delivered once
+    assert len(recv[1]["ns"]) == len(send["ns"]) == len(rounds)  # one message per round, each delivered once
     assert not dist.is_initialized()
 
 
@@ -43,12 +43,12 @@ def test_engine_decode_step(benchmark, tiny_untied):
         for i in range(8):
             llm.scheduler.add(Sequence([i + 1] * 20, params, llm.config.kvcache_block_size))
         llm.step()  # the prefill
-        calls_before = len(llm.control.send_stats.ns)
-        benchmark.pedantic(llm.step, rounds=60, warmup_rounds=5)
+        calls_before, rounds = len(llm.control.send_stats.ns), []
+        benchmark.pedantic(lambda: rounds.append(llm.step()), rounds=60, warmup_rounds=5)
         llm.finish_step()  # async scheduling: the last step launched is still in flight
         calls = len(llm.control.send_stats.ns) - calls_before
         decode = [s for s in llm.steps if not s.is_prefill]
-    assert calls == 65 and len(decode) == 65  # exactly one control-plane message per decode step
+    assert calls == len(decode) == len(rounds) > 0  # exactly one control-plane message per decode step
     # A decode message carries per sequence its length, last token and block count (int32 each) and its
     # block table (int32 per block; at most 6 blocks of 16 here), plus a 16-byte header and the pickle frame.
     # A change that starts shipping whole token lists or Sequence objects grows it past this bound.
