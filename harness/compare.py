@@ -64,7 +64,7 @@ def provenance_notes(old: pd.DataFrame, new: pd.DataFrame) -> list[str]:
         if (commits := df[df.status == "ok"].git_commit.dropna().unique()).size > 1:
             notes.append(f"warning: {side} holds ok rows of {commits.size} commits ({', '.join(map(str, commits[:4]))})"
                          f": their repeats are pooled; keep one commit's rows in a file to compare it")
-    values = [{c: ", ".join(sorted(map(str, d[d.status == "ok"][c].dropna().unique()))) for c in PROVENANCE}
+    values = [{c: ", ".join(sorted(map(str, d[d.status == "ok"][c].dropna().unique()))) or "(none)" for c in PROVENANCE}
               for d in (old, new)]
     if differ := [f"{c} {values[0][c]} -> {values[1][c]}" for c in PROVENANCE if values[0][c] != values[1][c]]:
         notes.append(f"note: OLD and NEW ran on other machines or software: {'; '.join(differ)}")

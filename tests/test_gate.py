@@ -68,14 +68,15 @@ def test_lines_lost_from_a_file_fail_the_gate(damage, tmp_path, capsys):
 
 
 def test_rows_of_several_commits_or_machines_are_said(tmp_path, capsys):
-    old = repeats([20.0, 20.1, 20.2], "a", git_commit="abc1234", host="ci-1", torch_version="2.13.0")
+    old = repeats([20.0, 20.1, 20.2], "a", git_commit="abc1234", host="ci-1", torch_version="2.13.0", cuda_version=None)
     new = repeats([20.0, 20.1], "b", git_commit="abc1234", host="ci-2", torch_version="2.14.1")
     new += repeats([20.2], "c", git_commit="def5678", host="ci-2", torch_version="2.14.1")
+    new = [{**r, "cuda_version": "13.0"} for r in new]
     code, out = gate(tmp_path, capsys, old, new)
     out = " ".join(out.split())
     assert code == 0 and "warning: NEW holds ok rows of 2 commits (abc1234, def5678): their repeats are pooled" in out
-    assert "note: OLD and NEW ran on other machines or software: host ci-1 -> ci-2; torch_version 2.13.0 -> 2.14.1" \
-        in out and "OLD holds" not in out
+    assert "note: OLD and NEW ran on other machines or software: host ci-1 -> ci-2; cuda_version (none) -> 13.0; " \
+        "torch_version 2.13.0 -> 2.14.1" in out and "OLD holds" not in out
 
 
 def test_fewer_repeats_is_no_warning_for_counts_that_do_not_vary(tmp_path, capsys):
