@@ -75,7 +75,8 @@ def spreads(group, metrics: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(low, high) per configuration and metric of ``group`` (a groupby): [min, max] of up to 4 repeats, the 25th
     and 75th percentiles (numpy's linear) of ``MIDDLE_HALF_FROM`` or more; [min, max] always for a DETERMINISTIC
     count, where one repeat that moved is a change."""
-    wide = (group.count() >= MIDDLE_HALF_FROM) & ~group.count().columns.isin(list(DETERMINISTIC))
+    count = group.count()
+    wide = (count >= MIDDLE_HALF_FROM) & ~count.columns.isin(list(DETERMINISTIC))
     return (group.min().mask(wide, group.quantile(0.25)[metrics]),
             group.max().mask(wide, group.quantile(0.75)[metrics]))
 

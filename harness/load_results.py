@@ -132,13 +132,13 @@ def _read_one(path: str) -> pd.DataFrame:
     if df.empty:
         raise InputError(f"{path}: no whole row (a header only" + (", then a truncated line)" if truncated else ")"))
     damaged = len(records) - len(good) - headers
-    lost = [f"ignored {binary} line(s) of binary data"] * bool(binary)
-    lost += ["ignored its truncated last line (no newline: a writer died mid-row?)"] * truncated
+    lost = ["ignored its truncated last line (no newline: a writer died mid-row?)"] * truncated
     lost += [f"ignored {damaged} damaged line(s) (wrong number of cells)"] * bool(damaged)
-    for line in lost[bool(binary):]:  # warned once the file is known to be read: an error is one line
+    for line in lost:  # warned once the file is known to be read: an error is one line
         print(f"warning: {path}: {line}", file=sys.stderr)
     if headers:
         print(f"note: {path}: ignored {headers} repeated header line(s) (files joined with cat?)", file=sys.stderr)
+    lost = [f"ignored {binary} line(s) of binary data"] * bool(binary) + lost  # that one warned above
     df.attrs["damaged"] = [f"{path}: {line}" for line in lost]  # the gate fails on them (compare)
     return df
 
