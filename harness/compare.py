@@ -119,15 +119,17 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
     worse = 0
     for m in metrics:
         a, b = omed.at[cfg, m], nmed.at[cfg, m]
-        if pd.isna(a) or pd.isna(b) or a == 0:
+        if pd.isna(a) or pd.isna(b):
             continue
-        if m in DETERMINISTIC:  # the same in every repeat: one repeat that moved is a change, more or fewer
+        if m in DETERMINISTIC:  # the same in every repeat: one repeat that moved is a change, either way, from 0 too
             was, now = (omin.at[cfg, m], omax.at[cfg, m]), (nmin.at[cfg, m], nmax.at[cfg, m])
             if max(abs(now[0] - was[0]), abs(now[1] - was[1])) > threshold * abs(a):
                 worse += 1
                 print(f"CHANGED {where}: {m} {'-'.join(f'{v:.6g}' for v in dict.fromkeys(was))} -> "
                       f"{'-'.join(f'{v:.6g}' for v in dict.fromkeys(now))} (a count the same in every repeat; an "
                       f"intended change needs a new baseline: docs/USAGE.md)")
+            continue
+        if a == 0:
             continue
         change = (b - a) / abs(a)
         better = change if m in HIGHER_IS_BETTER else -change

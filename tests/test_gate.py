@@ -130,3 +130,6 @@ def test_a_count_that_moved_in_any_repeat_fails_either_way(tmp_path, capsys):
     code, out = gate(tmp_path, capsys, old, repeats([20.0] * 3, "d", ctrl_calls=8, ctrl_bytes_mean=134.875),
                      "--metrics", "ctrl_calls,ctrl_bytes_mean", "--threshold", "0%")
     assert code == 0 and "CHANGED" not in out
+    code, out = gate(tmp_path, capsys, repeats([20.0] * 3, "e", ctrl_calls=0), repeats([20.0] * 3, "f", ctrl_calls=2),
+                     "--metrics", "ctrl_calls", "--threshold", "0%")
+    assert code == 1 and "CHANGED control=shm, tp=2: ctrl_calls 0 -> 2" in out, out  # from 0: no % to take
