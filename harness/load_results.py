@@ -18,7 +18,7 @@ import pandas as pd
 
 from common import first_line
 
-from .schema import COLUMNS, LATENCY, RENAMED, SCHEMA_VERSION, normalize_overrides
+from .schema import COLUMNS, LATENCY, RENAMED, SCHEMA_VERSION, TEXT, normalize_overrides
 
 REQUIRED = ["schema_version", "control", "tp", "status"]
 NUMERIC = ["tp", "duration_s", "output_tok_s", "total_tok_s", "req_s", *LATENCY, "decode_step_ms_p50",
@@ -122,7 +122,8 @@ def _read_one(path: str) -> pd.DataFrame:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(good)
     try:
-        df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""])  # "NaN" typed: warned
+        df = pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""],  # "NaN" typed: warned
+                         dtype=dict.fromkeys(TEXT, str))
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({first_line(e)})") from None
     if df.empty and (rows := [r for r in records[1:] if r != records[0]]):  # an edited header: not "a header only"

@@ -30,6 +30,11 @@ RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -
 
 COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 
+# read as text, never as numbers: a run_id "122e20195055" is not inf, a cuda_version "12.10" not 12.1
+TEXT = ["time_utc", "run_id", "tag", "status", "error", "engine", "control", "launcher", "model", "model_hash",
+        "device", "dtype", "all_reduce", "gemm", "workload", "overrides", "payload", "slo", "clock_sync",
+        "gpu_util_pct_by_gpu", "nvml"] + [c for c in META if c not in ("cpu_cores", "load_avg_1m")]
+
 
 def normalize_overrides(text) -> str | None:
     """The ``overrides`` cell in one spelling per configuration: items sorted, without Hydra's ``+`` / ``++``,

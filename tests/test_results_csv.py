@@ -188,3 +188,23 @@ def test_a_file_saved_by_a_spreadsheet_keeps_its_rows_and_takes_new_ones(tmp_pat
     row = {"run_id": "b", "status": "ok", "control": "shm", "tp": 2}
     assert append_row(str(path), COLUMNS, row, SCHEMA_VERSION) == str(path)
     assert main([str(path)]) == 0 and list(tmp_path.glob("*.csv")) == [path]
+
+
+def test_ids_and_versions_stay_text(tmp_path, monkeypatch):
+    """Session 35's CI failure: run_id "122e20195055" read back as inf, and its requests file was "not found". A new
+    id is never one that reads as a number; an old one, a commit "0123456" or a cuda_version "12.10" read as text."""
+    import uuid
+
+    from harness.load_results import load
+    from harness.results_csv import new_run_id
+    from harness.schema import COLUMNS, SCHEMA_VERSION
+
+    draws = iter(["122e20195055" + "0" * 20, "0123456789ab" + "0" * 20])
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(next(draws)))
+    assert new_run_id() == "0123456789ab"
+    row = {"run_id": "122e20195055", "status": "ok", "control": "shm", "tp": 2, "git_commit": "0123456",
+           "cuda_version": "12.10", "tag": "7"}
+    append_row(str(tmp_path / "runs.csv"), COLUMNS, row, SCHEMA_VERSION)
+    got = load([str(tmp_path / "runs.csv")]).iloc[0]
+    keys = ("run_id", "git_commit", "cuda_version", "tag")
+    assert [got[k] for k in keys] == ["122e20195055", "0123456", "12.10", "7"]
