@@ -22,7 +22,8 @@ import glob, sys
 import pandas as pd
 out, tp = sys.argv[1], sys.argv[2]
 files = sorted(glob.glob(f"{out}/tp{tp}_*/serve.csv"))
-pd.concat([pd.read_csv(f) for f in files]).to_csv(f"{out}/serve_host_tp{tp}.csv", index=False)
+rows = [pd.read_csv(f, dtype=str, keep_default_na=False) for f in files]  # cells as written: "122e2019" is no float
+pd.concat(rows).to_csv(f"{out}/serve_host_tp{tp}.csv", index=False)
 print(f"tp={tp}: {len(files)} planes gathered into serve_host_tp{tp}.csv")
 PY
   echo "tp=$tp done at $SECONDS s"
