@@ -20,14 +20,21 @@ SAME = ("model", "device", "dtype", "workload", "tp", "payload", "burstiness", "
 
 
 def plane_colours(control) -> tuple[list[str], dict[str, str]]:
-    """(``plane_order(control)``, a plane's colour in every figure: tab10, in PLANE_ORDER; a variant its plane's)."""
+    """(``plane_order(control)``, a plane's colour in every figure: tab10, in PLANE_ORDER; the k-th of a plane's n
+    names (``ring``, ``ring control.options.spin_us=0``) its plane's, lightened toward white by 0.6 k / n)."""
     import matplotlib
 
     planes = plane_order(control)
     cmap = matplotlib.colormaps["tab10"]
     extra = sorted({base_plane(p) for p in planes} - set(PLANE_ORDER))
-    known = {p: cmap(i % 10) for i, p in enumerate(PLANE_ORDER + extra)}
-    return planes, {**known, **{p: known[base_plane(p)] for p in planes}}
+    known = {p: np.array(cmap(i % 10)) for i, p in enumerate(PLANE_ORDER + extra)}
+    colours = {}
+    for name in planes:
+        base = base_plane(name)
+        names = [p for p in planes if base_plane(p) == base]
+        light = 0.6 * names.index(name) / len(names)
+        colours[name] = tuple(known[base] + (1 - known[base]) * light)
+    return planes, colours
 
 
 def base_plane(name: str) -> str:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.analyze import main
-from harness.plot_common import cell, config_labels, repeats_text, side_path
+from harness.plot_common import cell, config_labels, plane_colours, repeats_text, side_path
 from harness.schema import COLUMNS, SCHEMA_VERSION
 
 matplotlib.use("Agg")
@@ -220,6 +220,15 @@ def test_labels():
     assert shared == "tp=2 a=1" and own == ["b=2", "b=3"]  # each override a word of its own
     keys = ["model", "model_hash"]
     assert config_labels(keys, [("m1", "h1"), ("m2", "h2")])[1] == ["model=m1", "model=m2"]  # the hash says no more
+
+
+def test_a_planes_variants_are_shades_of_its_colour():
+    """Session 34's trial: "ring" and "ring spin_us=10000" were drawn in one colour, one line style."""
+    planes = ["shm", "ring control.options.spin_us=10000", "ring"]
+    order, colours = plane_colours(planes)
+    ring = matplotlib.colormaps["tab10"](5)
+    assert order == ["shm", "ring", "ring control.options.spin_us=10000"] and colours["ring"] == ring
+    assert len({colours[p] for p in planes}) == 3 and all(v >= r for v, r in zip(colours[order[2]], ring))
 
 
 def test_one_repeat_is_drawn_half_filled_without_a_spread(figures, tmp_path, capsys):
