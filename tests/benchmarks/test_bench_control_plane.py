@@ -23,6 +23,9 @@ pytestmark = pytest.mark.slow  # every benchmark starts processes
 def test_broadcast_round_trip_decode_64(benchmark, control):
     """rank 0 sends the engine's decode message for 64 sequences; both ranks meet in a barrier."""
     message = step_message(64, 1024, False, 256)
+    expected = STAMP.size + len(pickle.dumps((message[0], message[1:]), protocol=pickle.HIGHEST_PROTOCOL))
+    benchmark.group = "broadcast round trip, decode-64, tp=2"  # the table compares the planes with each other
+    benchmark.extra_info.update(control=control, tp=2, message_bytes=expected)
     group, rounds = BroadcastGroup(control, 2, {}, 30), []
     try:  # the rounds run, counted: 220, or 1 under --benchmark-disable (pytest-benchmark's plain-test mode)
         benchmark.pedantic(lambda: rounds.append(group.run(message, 1, 0.0)), rounds=200, warmup_rounds=20)
@@ -30,13 +33,13 @@ def test_broadcast_round_trip_decode_64(benchmark, control):
         send, recv = stats["send"], stats["recv"]
     finally:
         group.close()
-    expected = STAMP.size + len(pickle.dumps((message[0], message[1:]), protocol=pickle.HIGHEST_PROTOCOL))
     assert set(send["nbytes"]) == {expected}  # same bytes on the wire, whatever the backend or the load
     assert len(recv[1]["ns"]) == len(send["ns"]) == len(rounds)  # one message per round, each delivered once
     assert not dist.is_initialized()
 
 
 def test_engine_decode_step(benchmark, tiny_untied):
+    benchmark.group = "engine decode step, 8 sequences, tp=2"
     with LLM(tiny_untied, tensor_parallel_size=2, device="cpu", kvcache_block_size=16, max_model_len=1024,
              max_num_batched_tokens=1024) as llm:
         params = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)
@@ -48,6 +51,8 @@ def test_engine_decode_step(benchmark, tiny_untied):
         llm.finish_step()  # async scheduling: the last step launched is still in flight
         calls = len(llm.control.send_stats.ns) - calls_before
         decode = [s for s in llm.steps if not s.is_prefill]
+        most = max(s.message_bytes for s in decode)
+        benchmark.extra_info.update(control=llm.config.control, tp=2, message_bytes=most)
     assert calls == len(decode) == len(rounds) > 0  # exactly one control-plane message per decode step
     # A decode message carries per sequence its length, last token and block count (int32 each) and its
     # block table (int32 per block; at most 6 blocks of 16 here), plus a 16-byte header and the pickle frame.
