@@ -258,18 +258,20 @@ class WorkerGroup:
         return stats
 
     def kill_stalled(self) -> None:
-        """Kill the spawned workers silent on their lifelines: a stopped process ends only when killed, and cannot
-        take an exit message (a plane whose send waits for every worker, as gloo's, would wait its timeout)."""
-        for rank in self.lifelines.stalled() if self.lifelines is not None else ():
-            if rank in self.procs and self.procs[rank].is_alive():
-                self.procs[rank].kill()
+        """Kill the spawned workers silent on their lifelines or stopped (one stopped before it connected): a
+        stopped process ends only when killed, and cannot take an exit message (a plane whose send waits for every
+        worker, as gloo's, would wait its timeout); SIGTERM would wait on it in vain."""
+        stalled = self.lifelines.stalled() if self.lifelines is not None else {}
+        for rank, p in self.procs.items():
+            if p.is_alive() and (rank in stalled or is_stopped(p)):
+                p.kill()
 
     def join(self, timeout_s: float = 5.0) -> None:
         """Wait up to ``timeout_s`` for the workers to end, then terminate and finally kill spawned ones left;
         close the lifelines. Idempotent."""
         deadline = time.monotonic() + timeout_s
+        self.kill_stalled()
         if self.lifelines is not None:
-            self.kill_stalled()
             while (self.lifelines.conns or any(p.is_alive() for p in self.procs.values())) \
                     and time.monotonic() < deadline:
                 time.sleep(POLL_S)
