@@ -62,8 +62,11 @@ class BroadcastGroup(Cluster):
             self.start(broadcast_worker, (tp, timeout_s))
             # join once every worker is about to: one that dies first is named at once, not waited out by gloo
             self.group.wait_for(JOINING)
-            dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0, world_size=tp,
-                                    timeout=timedelta(seconds=timeout_s))
+            try:  # a worker that dies between its JOINING and the rendezvous is waited out: then named
+                dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0,
+                                        world_size=tp, timeout=timedelta(seconds=timeout_s))
+            except RuntimeError as e:
+                self.explain(e, "the barrier group's rendezvous")
         except BaseException:
             self.close(0)
             raise

@@ -61,3 +61,13 @@ def echo_worker(endpoint, results) -> None:
     finally:
         endpoint.close()
     results.put((endpoint.rank, received, errors))
+
+
+def joins_then_dies(joined, world_size: int, timeout_s: float) -> None:
+    """A broadcast worker's body that says it is joining the barrier group, then dies before the rendezvous."""
+    import os
+    import time
+
+    joined.store.set(f"barrier-joining/{joined.rank}", "1")
+    time.sleep(1.0)  # rank 0 is in the rendezvous by then
+    os._exit(3)

@@ -372,11 +372,11 @@ def test_a_broadcast_run_whose_worker_dies_prints_its_failed_row(tmp_path, model
     # a new-user trial: the failed row was written but not printed (no [failed] block, no "row appended")
     proc = subprocess.Popen([sys.executable, "-m", "harness", "workload=broadcast", "tp=2", "progress=false",
                              "workload.messages=1000000", "workload.decode_batches=[1]", "workload.prefill_batches=[]",
-                             "workload.raw_bytes=[256]", f"results_dir={tmp_path}"], cwd=ROOT,
+                             "workload.raw_bytes=[256]", "llm.timeout_s=20", f"results_dir={tmp_path}"], cwd=ROOT,
                             env={**os.environ, "TPCP_CACHE": model_cache}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     wait_until(lambda: spawned_workers(proc.pid), 60, "the worker")
-    time.sleep(4)  # joined and sending
+    time.sleep(4)  # joined and sending, mostly: a kill before the barrier group's rendezvous is named after 20 s
     os.kill(spawned_workers(proc.pid)[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "rank 1" in err, err[-2000:]
@@ -417,6 +417,18 @@ def test_a_sweep_with_a_bad_job_stops_before_any_job_starts(tmp_path, tiny_untie
     assert "lacks tensor model.layers.2." in res.stderr and not os.path.exists(tmp_path / "runs.csv")
     res = harness("-m", "workload=smoke", "tp=3,1", f"results_dir={tmp_path}/up-front", cache=model_cache)
     assert res.returncode == 2 and "does not divide" in res.stderr and not os.path.exists(tmp_path / "up-front")
+
+
+@pytest.mark.timeout(120)
+def test_a_broadcast_worker_dead_in_the_rendezvous_is_named(monkeypatch):
+    """The flaky-test review: a worker that died after it said it was joining left rank 0 in gloo's rendezvous
+    for timeout_s, which then raised gloo's own error and named no rank."""
+    from control_plane_worker import joins_then_dies
+    from harness import broadcast
+
+    monkeypatch.setattr(broadcast, "broadcast_worker", joins_then_dies)
+    with pytest.raises(WorkerError, match="rank 1"):
+        broadcast.BroadcastGroup("shm", 2, {}, timeout_s=3)
 
 
 @pytest.mark.timeout(120)
