@@ -5,8 +5,10 @@ permitted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -34,9 +36,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_unshare_problem() is not Non
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that binds now, drawn below the kernel's ephemeral range: one the kernel handed out (port 0) could be
+    handed to another socket in the seconds before torchrun binds it (the flaky-test review)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for port in random.Random().sample(range(max(1024, low - 10000), low), 100):  # not the seeded global state
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def sim_nodes(tmp_path, nodes: int, nproc: int, *args: str, wait: bool = True, extra_env=None, capture=False):
