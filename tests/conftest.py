@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
+import subprocess
+import sys
 
 import pytest
 from helpers import TINY
@@ -43,6 +46,27 @@ def _no_leaks():
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     leaked = sorted(n for n in after - before if n.startswith("tpcp_") and _creator_gone_or_me(n))
     assert not leaked, f"shared-memory segments left behind: {leaked}"
+
+
+@pytest.fixture(autouse=True)
+def _fast_lane_starts_no_python(request, monkeypatch):
+    """The slow marker's definition, kept by a check rather than by memory: a test outside the slow lane starts no
+    Python process (a worker, the harness, a script); git and other tools are fine."""
+    if request.node.get_closest_marker("slow"):
+        return
+    refusal = f"{request.node.nodeid} starts a Python process: mark it slow (pyproject.toml's markers)"
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(refusal)
+
+    def popen(self, args, *rest, **kwargs):
+        if "python" in str(args) or sys.executable in str(args):
+            raise AssertionError(refusal)
+        popen_init(self, args, *rest, **kwargs)
+
+    popen_init = subprocess.Popen.__init__
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", no_process)
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -187,6 +187,7 @@ def test_a_file_after_group_is_a_file_not_a_column(tmp_path, capsys, before, aft
     assert capsys.readouterr().err.startswith(f"read {tmp_path / 'b.csv'}: 48 row(s)")
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     import subprocess
     import sys
@@ -200,6 +201,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     assert res.stderr.startswith("read ")  # the files read on stderr, only tables in a file
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_changes_no_outcome(tmp_path):
     """The new-user trial (session 31): `--compare OLD NEW | head -1` exited 0 where the gate failed (exit 1), and
     `--plot OUT | head -1` wrote no figure. Stdout on a full disk gave a traceback."""

@@ -89,7 +89,8 @@ def test_world_size_one_sends_nothing(name):
     cp.close()
 
 
-@pytest.mark.parametrize("count", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [10_000, 100_000])
 def test_ring_stress_random_sizes_with_checksums(count):
     """ring.py's ordering argument, exercised: ``count`` messages of random sizes (some spanning
     several slots), every one checked, through a small ring so slots are reused constantly."""

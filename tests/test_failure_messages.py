@@ -155,6 +155,7 @@ def test_a_run_file_that_cannot_be_written_says_so_in_one_line(tmp_path, capsys)
     assert results.problem == "the run file of row r7 could not be written"
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_cuts_the_partial_row_back(tmp_path):
     """A real partial write, by the kernel: RLIMIT_FSIZE 20 bytes above the file's size (writes past it
     fail with EFBIG after taking what fits). The file keeps its bytes; the row goes to the fallback."""

@@ -424,6 +424,7 @@ def test_a_broadcast_worker_dead_in_the_rendezvous_is_named(monkeypatch):
     """The flaky-test review: a worker that died after it said it was joining left rank 0 in gloo's rendezvous
     for timeout_s, which then raised gloo's own error and named no rank."""
     from control_plane_worker import joins_then_dies
+
     from harness import broadcast
 
     monkeypatch.setattr(broadcast, "broadcast_worker", joins_then_dies)

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ("common", "backends", "runtime", "engine", "harness")  # each may import only those before it
 FORBIDDEN = {"engine": {"hydra", "omegaconf"}}  # the engine knows nothing of Hydra
@@ -87,6 +89,7 @@ def test_files_and_functions_stay_small():
     assert not big
 
 
+@pytest.mark.slow
 def test_starting_a_process_does_not_import_torch_dynamo():
     """Every rank imports the engine at start-up; torch._dynamo (pulled in by torch.nn.attention.varlen) cost 1.6 s
     of each process's start on a 2-core CPU, ~30% of a tp=2 smoke run. Only CUDA's prefill needs it, at first use."""
@@ -94,3 +97,14 @@ def test_starting_a_process_does_not_import_torch_dynamo():
             "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo'))[:3])")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr[-1000:]
+
+
+def test_the_fast_lane_refuses_a_python_process():
+    """conftest.py keeps the slow marker's definition: outside it no worker, harness or script starts."""
+    import multiprocessing
+
+    with pytest.raises(AssertionError, match="mark it slow"):
+        subprocess.run([sys.executable, "-c", "pass"])
+    with pytest.raises(AssertionError, match="mark it slow"):
+        multiprocessing.get_context("spawn").Process(target=print).start()
+    assert subprocess.run(["git", "--version"], capture_output=True).returncode == 0  # other tools are fine

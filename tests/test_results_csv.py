@@ -17,6 +17,7 @@ def _writer(path: str, worker: int, rows: int) -> None:
         append_row(path, COLUMNS, {"a": worker, "b": i, "text": "x, \"quoted\"\nline" * 50}, schema_version=1)
 
 
+@pytest.mark.slow
 def test_parallel_appends_give_whole_rows(tmp_path):
     path = str(tmp_path / "runs.csv")
     ctx = mp.get_context("spawn")

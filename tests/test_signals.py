@@ -91,6 +91,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, expected", [("swallowed", "delivered again"), ("handled", "went on")])
 def test_a_swallowed_interruption_is_delivered_again_until_handled(case, expected):
     """Session 7: 1 SIGINT in 20, ~1 s into the start (torch importing), vanished and the run went on."""
@@ -108,6 +109,7 @@ def _sleep_then_exit(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@pytest.mark.slow
 def test_a_spawned_worker_ignores_sigint_and_sigusr1_from_its_first_instruction():
     """The disposition is inherited through exec: the child shows SIGINT and SIGUSR1 ignored at once (its imports
     still running), both then do nothing, and it exits 0; the parent's own handlers are back, its SIGUSR1 stack
@@ -183,6 +185,7 @@ except KeyboardInterrupt as e:
 """
 
 
+@pytest.mark.slow
 def test_a_signal_while_torch_imports_is_raised_after_the_import():
     """CI, session 14: SIGINT ~1 s into the start (torch importing in the up-front checks) was raised inside
     torch's C++ initialisation (``torch._C._autograd_init``), which aborted: ``terminate called after throwing
@@ -197,6 +200,7 @@ def test_a_signal_while_torch_imports_is_raised_after_the_import():
     assert "imported" in out.stdout and out.stdout.endswith("interrupted SIGINT True\n"), out.stdout
 
 
+@pytest.mark.slow
 def test_a_check_that_a_stop_signal_broke_is_an_interruption_not_bad_input():
     """Stress run, session 14: SIGINT while the up-front checks composed a job came out of Hydra as a
     ConfigCompositionException, and the run exited 2 with "error: ConfigCompositionException"."""
@@ -227,6 +231,7 @@ runpy.run_module("harness", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_a_stop_signal_during_the_checks_before_the_first_job_ends_the_process_in_one_line():
     """Session 22's new-user trial: torchrun's SIGTERM reached a rank still composing its up-front checks, and 1
     time in 4 it printed a ~60-line Hydra/OmegaConf traceback (``AttributeError: 'NoneType' object has no
@@ -256,6 +261,7 @@ runpy.run_module("harness", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_a_stop_signal_while_hydra_sets_the_first_job_up_ends_the_process_in_one_line(tmp_path):
     """Session 27's break test: a stop signal in the ~0.1 s between the checks and the first job printed Hydra's
     report of what it broke (a traceback) before the interrupted line. Nothing has started then either."""
@@ -417,6 +423,7 @@ def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path,
     assert f"the row went to {tmp_path / kept}" in err and "error: interrupted (SIGINT), after repeat 0's row" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("control", ["shm", "ideal"])
 def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, model_cache, monkeypatch, capsys):
     """The new-user trial (session 22): a serve run stopped mid-run wrote its row and run file as 434449d597df but
@@ -451,6 +458,7 @@ def test_a_run_stopped_mid_serve_names_its_files_by_its_row(control, tmp_path, m
     assert (said in capsys.readouterr().out) == bool(kept)  # the failed run's printout names what it kept
 
 
+@pytest.mark.slow
 def test_sigusr1_during_start_up_prints_stacks_and_the_command_goes_on():
     """The new-user trial (session 24): `kill -USR1` 1 s into a run (its imports) killed rank 0 with exit 138 and
     printed nothing; faulthandler was registered only after the imports. Sent here while torch loads (its library
