@@ -50,9 +50,9 @@ def _no_leaks():
 
 @pytest.fixture(autouse=True)
 def _fast_lane_starts_no_python(request, monkeypatch):
-    """The slow marker's definition, kept by a check rather than by memory: a test outside the slow lane starts no
-    Python process (a worker, the harness, a script); git and other tools are fine."""
-    if request.node.get_closest_marker("slow"):
+    """The slow marker's definition, kept by a check rather than by memory: a CPU test outside the slow lane starts
+    no Python process (a worker, the harness, a script); git and other tools are fine. GPU tests are their own lane."""
+    if request.node.get_closest_marker("slow") or request.node.get_closest_marker("gpu"):
         return
     refusal = f"{request.node.nodeid} starts a Python process: mark it slow (pyproject.toml's markers)"
 
