@@ -30,7 +30,7 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
     ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,
     ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``, serve: ``ideal_sent_req_s`` and
-    ``plane_sent_req_s`` (the achieved rates' medians)."""
+    ``plane_sent_req_s`` (the achieved rates' medians), ``ideal_batch`` and ``plane_batch`` (``mean_batch``)."""
     others = [k for k in keys if k != "control"]
     out = []
     df = df[pd.to_numeric(df.tp, errors="coerce") != 1]  # rank 0 alone: no plane sends, none has a cost
@@ -55,12 +55,31 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                             "repeats": f"{len(p)}/{len(i)}", "verdict": verdict,
                             "send_late_us": float(late.sum(axis=1, min_count=2).median()),
                             "ideal_sent_req_s": _median(ideal, "achieved_rate_req_s"),
-                            "plane_sent_req_s": _median(plane, "achieved_rate_req_s")})
+                            "plane_sent_req_s": _median(plane, "achieved_rate_req_s"),
+                            "ideal_batch": mean_batch(ideal), "plane_batch": mean_batch(plane)})
     return pd.DataFrame(out)
 
 
 def _median(rows: pd.DataFrame, column: str) -> float:
     return pd.to_numeric(rows[column], errors="coerce").median() if column in rows else np.nan
+
+
+def mean_batch(rows: pd.DataFrame) -> float:
+    """The median over ``rows`` of the sequences a decode step ran on average: (output_tokens - num_requests) /
+    decode_steps (each request's first token comes from its prefill); NaN without those columns."""
+    if not {"output_tokens", "num_requests", "decode_steps"} <= set(rows.columns):
+        return np.nan
+    n = rows[["output_tokens", "num_requests", "decode_steps"]].apply(pd.to_numeric, errors="coerce")
+    return ((n.output_tokens - n.num_requests) / n.decode_steps.where(n.decode_steps > 0)).median()
+
+
+def ideal_apart(table: pd.DataFrame) -> pd.Series:
+    """Per row of ``table``: whether ideal sent more than 10% off the plane's rate or ran decode batches more than
+    10% off the plane's mean (then its step is no floor: a step's time grows with its batch)."""
+    def apart(a, b):
+        return (table[a] / table[b] - 1).abs() > 0.1 if {a, b} <= set(table.columns) else pd.Series(False, table.index)
+
+    return apart("ideal_sent_req_s", "plane_sent_req_s") | apart("ideal_batch", "plane_batch")
 
 
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
@@ -111,21 +130,25 @@ def print_exposed(table: pd.DataFrame, fmt: str = "text") -> None:
 
 
 def sent_apart(table: pd.DataFrame) -> list[str]:
-    """A note per serve configuration where ideal sent more than 10% off the plane's rate: ideal admits each
-    request at its recording's launch, ahead of the trace when the timed pass runs faster (docs/SERVE.md), later
-    when it runs slower or its slots (``max_concurrency``) free later."""
-    far = table[(table.ideal_sent_req_s / table.plane_sent_req_s - 1).abs() > 0.1]
+    """A note per serve configuration where ``ideal_apart``: ideal admits each request at its recording's launch,
+    ahead of the trace when the timed pass runs faster (docs/SERVE.md), later when it runs slower or its slots
+    (``max_concurrency``) free later; either way its batches differ from the plane's."""
+    far = table[ideal_apart(table)]
     far = far.drop_duplicates([c for c in table.columns[:list(table.columns).index("metric")]])
     keys = table.columns[:list(table.columns).index("control")]
     lines = []
     for _, r in far.iterrows():
         where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
-        faster = r.ideal_sent_req_s > r.plane_sent_req_s
-        why = ("it admitted requests ahead of the trace, so its batches were larger" if faster else
-               "its requests went in later (at its recording's launches, or as its slots freed), so its batches differ")
-        lines += textwrap.wrap(f"note: {where + ': ' if where else ''}ideal sent {r.ideal_sent_req_s:.2f} req/s beside "
-                               f"{r.control}'s {r.plane_sent_req_s:.2f}: {why} and its step is no floor here", 110,
-                               subsequent_indent="  ")
+        sent = f"sent {r.ideal_sent_req_s:.2f} req/s beside {r.control}'s {r.plane_sent_req_s:.2f}"
+        ran = f"ran decode batches of {r.ideal_batch:.2f} sequences on average beside {r.plane_batch:.2f}"
+        sent_off = abs(r.ideal_sent_req_s / r.plane_sent_req_s - 1) > 0.1
+        why = ("it admitted requests ahead of the trace, so its batches were larger" if sent_off and
+               r.ideal_sent_req_s > r.plane_sent_req_s else "its requests went in later (at its recording's "
+               "launches, or as its slots freed), so its batches differ" if sent_off else
+               "its requests went in at its recording's launches, not as they arrived")
+        said = " and ".join([sent] * sent_off + [ran] * (abs(r.ideal_batch / r.plane_batch - 1) > 0.1))
+        lines += textwrap.wrap(f"note: {where + ': ' if where else ''}ideal {said}: {why} and its step is no floor "
+                               f"here", 110, subsequent_indent="  ")
     return lines
 
 
@@ -143,7 +166,8 @@ def _print_full(table: pd.DataFrame) -> None:
         shown[col] = shown[col].map(lambda v, s=spec: format(v, s))
     shown["spread_us"] = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in zip(table.low_us, table.high_us)]
     shown["send_late_us"] = table.send_late_us.map(lambda v: "" if v != v else f"{v:.0f}")
-    shown = shown.drop(columns=["low_us", "high_us", "ideal_sent_req_s", "plane_sent_req_s"])
+    shown = shown.drop(columns=["low_us", "high_us", "ideal_sent_req_s", "plane_sent_req_s", "ideal_batch",
+                                "plane_batch"])
     print("\n" + LEGEND.replace("send+late", "send_late_us").replace("step, TPOT: decode step p50, TPOT p50; ", ""))
     print(shown.replace({np.nan: ""}).to_markdown(index=False, disable_numparse=True))  # keep the signs
     if notes := sent_apart(table):

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
+from .exposed import ideal_apart
 from .load_results import InputError
 from .plot_common import (
     config_groups,
@@ -193,7 +194,9 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     note = ("each plane's median minus control=ideal's, error bar [plane min - ideal max, plane max - ideal "
             "min] over repeats, % of ideal's")
     header, top = header_inches(col_w * ncols, df, shared, note, handles)
-    titles = [panel_title(label, rows) for label, (_, rows) in zip(labels, groups)]
+    apart = "\nideal's batches differ: no floor (the table's note)"
+    titles = [panel_title(label, rows) + apart * bool(ideal_apart(rows).any())
+              for label, (_, rows) in zip(labels, groups)]
     rows = [titles[i:i + ncols] for i in range(0, len(titles), ncols)]
     fig, axes = stack(ncols, [(len(r), 0.2 + 0.14 * max(t.count("\n") + 1 for t in r), 0.45) for r in rows], top,
                       col_w=col_w)
