@@ -40,13 +40,18 @@ CONFIG_KEYS = ["engine", "control", "tp", "launcher", "nodes", "model", "model_h
                "payload", "seed", "tag"]
 
 
+DERIVED_FROM_TP = ("cpu_threads", "all_reduce")  # the engine sets them from tp when not given
+
+
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
-    configuration column that differs between rows. Raises InputError: not a configuration column, or twice."""
+    configuration column that differs between rows, but DERIVED_FROM_TP where one value goes with each tp (a tp
+    ladder then shares its tables). Raises InputError: not a configuration column, or twice."""
     if group:
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
-                                and df[k].nunique(dropna=False) > 1]
+                                and df[k].nunique(dropna=False) > 1 and not (
+                                    k in DERIVED_FROM_TP and df.groupby("tp")[k].nunique(dropna=False).max() == 1)]
 
 
 def comparable_keys(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[str], list[str]]:

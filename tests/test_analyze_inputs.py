@@ -483,3 +483,16 @@ def test_a_stop_while_drawing_is_one_line_and_leaves_no_cut_figure(sig, tmp_path
     assert "Traceback" not in err, err
     for svg in tmp_path.iterdir():  # each figure there whole; no temporary file left
         assert svg.suffix == ".svg" and svg.read_text().rstrip().endswith("</svg>"), svg
+
+
+def test_a_tp_ladder_shares_its_tables_though_the_engine_set_threads_and_all_reduce_by_tp(tmp_path, capsys):
+    """The serve user's trial: tp=1,2 fell into two sections, "cpu_threads=2, all_reduce=none" and "cpu_threads=1,
+    all_reduce=gloo", values the engine derives from tp; set by hand within one tp, they still part the rows."""
+    rows = [{**r, "cpu_threads": 2 // r["tp"], "all_reduce": "none" if r["tp"] == 1 else "gloo"}
+            for r in sweep_rows(planes=("ideal", "shm"), tps=(1, 2), repeats=2)]
+    assert main([write(rows, tmp_path / "ladder.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "-- " not in out and "cpu_threads" not in out, out
+    rows += [{**r, "cpu_threads": 2, "repeat": r["repeat"] + 2} for r in rows if r["tp"] == 2]
+    assert main([write(rows, tmp_path / "by_hand.csv")]) == 0
+    assert "cpu_threads=2" in capsys.readouterr().out
