@@ -119,8 +119,8 @@ def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
     """One panel: ``metric`` against the achieved rate, a line per (plane, tp) through the finite rates, rate
-    inf a hollow diamond; ideal's TTFT and rates faint: they follow its recording's admissions, no floor, as the
-    tables' parentheses say (docs/SERVE.md)."""
+    inf a hollow diamond; ideal's TTFT and rates faint at tp > 1: they follow its recording's admissions, no floor,
+    as the tables' parentheses say (docs/SERVE.md)."""
     if metric == "rate":  # per section: goodput where its rows set an SLO, else the completed rate
         metric = "goodput_req_s" if rows.goodput_req_s.notna().any() else "req_s"
         ax.set_title("goodput (req/s)" if metric == "goodput_req_s" else "completed (req/s)")
@@ -128,7 +128,8 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
-        faint = control == "ideal" and (metric.startswith("ttft") or metric in ("goodput_req_s", "req_s"))
+        faint = control == "ideal" and _replays(tp) and (metric.startswith("ttft") or metric in ("goodput_req_s",
+                                                                                                  "req_s"))
         for inf, part in pts.groupby("inf"):  # unbounded at rate inf: on y = x in the completed panel, by construction
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
@@ -150,6 +151,11 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     ax.grid(alpha=0.12, which="minor")
 
 
+def _replays(tp) -> bool:
+    """Whether ideal replays a recording at ``tp`` (tp > 1; at tp=1 rank 0 alone runs as any plane does)."""
+    return pd.to_numeric(tp, errors="coerce") > 1
+
+
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
     """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
@@ -161,8 +167,10 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
 
 def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
     """The planes, the tps' line styles, rate inf where a point is drawn for it, y = x."""
-    handles = [Line2D([], [], color=colours[c], marker="o", label=c + (" (TTFT, rates faint: no floor)"
-                                                                          if c == "ideal" else "")) for c in planes]
+    faint = " (TTFT, rates faint: no floor" + (")" if all(map(_replays, tps)) else " at tp > 1)")
+    replayed = any(map(_replays, tps))
+    handles = [Line2D([], [], color=colours[c], marker="o", label=c + faint * (c == "ideal" and replayed))
+               for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
     return handles + tp_handles(tps) + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]

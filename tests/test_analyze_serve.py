@@ -420,3 +420,26 @@ def test_serve_rows_at_one_rate_still_show_it(tmp_path, capsys):
     lines = table_lines(capsys.readouterr().out)
     assert cells(lines[0])[:3] == ["tp", "control", "rate"]
     assert all(cells(line)[2] == "4" for line in lines[2:])
+
+
+def test_ideal_at_tp1_is_drawn_as_plainly_as_any_plane(tmp_path):
+    """The serve user's trial: at tp=1 nothing is replayed and the tables print ideal's TTFT plainly, yet the load
+    figure drew it faint under "(TTFT, rates faint: no floor)"."""
+    import matplotlib.pyplot as plt
+
+    from harness.plot_common import plane_colours
+    from harness.plot_curves import draw_load_panel, load_legend
+
+    rows = pd.DataFrame(serve_rows(tp=1) + serve_rows(tp=2))
+    _, colours = plane_colours(rows.control)
+    fig, ax = plt.subplots()
+    try:
+        for tp in (1, 2):
+            ax.clear()
+            draw_load_panel(ax, rows[rows.tp == tp], "ttft_ms_p50", colours, [tp])
+            alphas = {line.get_alpha() for line in ax.lines if line.get_color() == colours["ideal"]}
+            assert alphas == ({1.0} if tp == 1 else {0.35}), (tp, alphas)
+    finally:
+        plt.close(fig)
+    labels = [[h.get_label() for h in load_legend(["ideal", "shm"], tps, colours, False)][0] for tps in ([1], [1, 2])]
+    assert labels == ["ideal", "ideal (TTFT, rates faint: no floor at tp > 1)"]
