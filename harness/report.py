@@ -14,8 +14,12 @@ ALL_REDUCE_FLOOR_S = 3e-6  # s per all-reduce: below the fastest measured on the
 
 
 def _fmt(row: dict, key: str, spec: str = ".1f") -> str:
+    return _fmt_with(row, lambda v: format(v, spec), key)
+
+
+def _fmt_with(row: dict, text, key: str) -> str:
     v = row.get(key)
-    return "-" if v is None or v != v else format(v, spec)
+    return "-" if v is None or v != v else text(v)
 
 
 def header(row: dict) -> str:
@@ -95,12 +99,13 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     if row["status"] not in ("ok", "stalled"):
         print(f"  error       {row['error']}")
     else:
+        rate = partial(_fmt_with, row, lambda v: f"{v:.4g}" if abs(v) < 999.5 else f"{v:.0f}")  # 0.025, not 0.03
         print(f"  throughput  {f('output_tok_s')} output tok/s ({f('total_tok_s')} with the prompts), "
-              f"{f('req_s', '.2f')} req/s: {row['output_tokens']} tokens in {f('duration_s', '.2f')} s")
+              f"{rate('req_s')} req/s: {row['output_tokens']} tokens in {f('duration_s', '.2f')} s")
         if row.get("request_rate") is not None:
-            good = (f"{f('goodput_req_s', '.2f')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
-            print(f"  load        {row['request_rate']:g} req/s asked, {f('achieved_rate_req_s', '.2f')} sent "
-                  f"(start to last send), {f('req_s', '.2f')} completed (start to last token)")
+            good = (f"{rate('goodput_req_s')} req/s meet {row['slo']}" if row.get("slo") else "no SLO set")
+            print(f"  load        {row['request_rate']:g} req/s asked, {rate('achieved_rate_req_s')} sent "
+                  f"(start to last send), {rate('req_s')} completed (start to last token)")
             print(f"{MORE}goodput: {good}")
             if row.get("control") == "ideal" and row.get("tp") != 1:
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")

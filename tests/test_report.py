@@ -86,6 +86,8 @@ def test_a_serve_run_says_its_load_and_ideal_why_no_one_way(capsys):
     assert "goodput: no SLO set" in text and max(len(line) for line in text.splitlines()) <= 120
     assert "no one-way latency" in text and "launch " not in text
     assert "64 messages replayed, none sent" in text and "rank 0 checks one in" in text
+    row.update(request_rate=0.025, achieved_rate_req_s=0.025, req_s=0.02481)  # the serve user's trial: "0.03 sent"
+    assert "0.025 req/s asked, 0.025 sent (start to last send), 0.02481 completed" in "\n".join(printed(capsys, row))
 
 
 def test_a_broadcast_row_says_why_it_timed_fewer_messages(capsys):
