@@ -127,7 +127,11 @@ def print_table(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | 
         print_broadcast_table(summary(rows, keys, None, BROADCAST_METRICS), keys)
     else:
         metrics = SERVE_FULL_METRICS if kind == "serve" else FULL_METRICS
-        (print_compact if fmt == "text" else print_full)(summary(rows, keys, baseline, metrics), keys, baseline)
+        table = summary(rows, keys, baseline, metrics)
+        (print_compact if fmt == "text" else print_full)(table, keys, baseline)
+        follows = ", ".join(sorted(IDEAL_FOLLOWS_RECORDING & set(metrics)))  # the text table's parentheses, said
+        for line in ideal_note(table, f"its {follows} cells") if kind == "serve" else ():  # (markdown said nothing)
+            print(line)
 
 
 def csv_rows(kind: str, rows: pd.DataFrame, keys: list[str], baseline: str | None) -> pd.DataFrame:
@@ -152,7 +156,7 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
                                              for m, h in cols if rows[f"{m}_median"].notna().any()}}
 
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in ROW_KEYS], row, metrics)
-    text = "median over ok repeats ±half their range in % of it" + (
+    text = "median over ok repeats ±half their range in % of it; n = ok repeats" + (
         f"; ratios to control={baseline} at the same configuration" if shown else "")
     print("\n".join(header_lines(text, common, [h for _, h in left_out]) + lines))
     if any(((table[f"{m}_count"] < table.repeats) & table[f"{m}_median"].notna()).any() for m, _ in metrics):
@@ -178,16 +182,22 @@ def print_serve_table(table: pd.DataFrame, keys: list[str]) -> None:
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in SERVE_ROW_KEYS], row, shown,
                                                drop=SERVE_DROP)
     shorts = "".join(f", {SHORT[k]} = {k}" for k in row_keys if k in SHORT and k != "request_rate")
-    legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; rate = "
+    legend = ("workload=serve rows: median over ok repeats ±half the repeats' range in % of it; n = ok repeats (not "
+              "requests); rate = "
               f"request_rate (req/s, set){shorts}; sent/s = achieved_rate_req_s (empty where all were sent at once), "
               + ("good/s = goodput_req_s, completed within the slo named above, or done/s = req_s where none was set"
                  if goodput else "done/s = req_s (completed)")
               + " (req/s); ttft50/99 = ttft_ms_p50/p99, tpot50/99 = tpot_ms_p50/p99, queue = queue_ms_p99 (ms)")
-    if "control" in table.columns and ((table["control"] == "ideal") & (table.get("tp") != 1)).any():
-        lines.append("ideal under arrivals: its batches are the recording's, so compare planes on decode step and "
-                     "TPOT; its cells\nin parentheses (sent/s, good/s, done/s, TTFT, queue) follow the recording's "
-                     "admissions: no floor (docs/SERVE.md)")
+    lines += ideal_note(table, "its cells\nin parentheses (sent/s, good/s, done/s, TTFT, queue)")
     print("\n".join(header_lines(legend, common, [h for _, h in left_out]) + lines))
+
+
+def ideal_note(table: pd.DataFrame, cells: str) -> list[str]:
+    """The line under a serve table whose ``table`` has ideal rows at tp > 1: ``cells`` are no floor."""
+    if "control" not in table.columns or not ((table["control"] == "ideal") & (table.get("tp") != 1)).any():
+        return []
+    return [f"ideal under arrivals: its batches are the recording's, so compare planes on decode step and TPOT; "
+            f"{cells} follow the recording's admissions: no floor (docs/SERVE.md)"]
 
 
 def size(n: float) -> str:

@@ -443,3 +443,15 @@ def test_ideal_at_tp1_is_drawn_as_plainly_as_any_plane(tmp_path):
         plt.close(fig)
     labels = [[h.get_label() for h in load_legend(["ideal", "shm"], tps, colours, False)][0] for tps in ([1], [1, 2])]
     assert labels == ["ideal", "ideal (TTFT, rates faint: no floor at tp > 1)"]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_markdown_says_which_of_ideals_cells_are_no_floor_and_n_is_repeats(tp, tmp_path, capsys):
+    """The serve user's trial: --format markdown printed ideal's TTFT and goodput plainly (the text table puts them
+    in parentheses), and no legend said the serve table's n counts repeats, not requests."""
+    path = write(serve_rows(tp=tp), tmp_path / "runs.csv")
+    assert main([path, "--format", "markdown"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ideal under arrivals")]
+    assert (len(notes), "ttft_ms_p50" in "".join(notes)) == ((0, False) if tp == 1 else (1, True))
+    assert main([path]) == 0
+    assert "n = ok repeats (not requests)" in " ".join(capsys.readouterr().out.split())
