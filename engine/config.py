@@ -19,6 +19,8 @@ MAX_CPU_THREADS = 1024  # per rank; far past any host's cores, short of where cr
 MAX_WAIT_S = 1_000_000  # timeout_s, startup_timeout_s: 11.6 days, past a day-long serve trace
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings")
+MODEL_KEYS = ("model_type", *REQUIRED_HF_KEYS, "head_dim", "rope_theta", "tie_word_embeddings", "attention_bias",
+              "eos_token_id", "generation_eos_token_id")  # what the engine reads of read_hf_config: the model to it
 FIELD_TYPES = {"int": (is_int, "an integer"), "float": (is_number, "a finite number"),
                "bool": (lambda v: isinstance(v, bool), "true or false"),
                "str": (lambda v: isinstance(v, str), "a string")}
@@ -225,12 +227,13 @@ class EngineConfig:
 
     def agreed(self) -> dict:
         """What every rank's copy must hold alike under torchrun (the runtime compares them at start-up): every field
-        but ``model``, a path that may differ between hosts, whose config.json and weight files' names and sizes
-        stand in for it (their values are not read: two presets of one shape differ only in ``seed``)."""
+        but ``model``, a path that may differ between hosts, whose MODEL_KEYS and weight files' names and sizes stand
+        in for it (not the values: two presets of one shape differ only in ``seed``; nor config.json as written: a
+        preset written by another transformers release is the same model)."""
         alike = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "hf_config")}
         files = sorted(f for f in os.listdir(self.model) if f.endswith(".safetensors"))
         alike["weights"] = [(f, os.path.getsize(os.path.join(self.model, f))) for f in files]
-        return {**alike, "hf_config": {k: v for k, v in self.hf_config.items() if k != "transformers_version"}}
+        return {**alike, "hf_config": {k: self.hf_config.get(k) for k in MODEL_KEYS}}
 
     @property
     def launch(self):

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common import is_int
 from engine import ConfigError
-from engine.config import read_hf_config, resolve_dtype
+from engine.config import MODEL_KEYS, read_hf_config, resolve_dtype
 from runtime.launch import Launch
 
 from .checkpoint import cache_dir, materialize
@@ -54,17 +54,14 @@ def model_name(cfg: DictConfig, path: str) -> str:
 
 
 def model_label(cfg: DictConfig, path: str) -> tuple[str, str]:
-    """(``model``, ``model_hash`` columns): the name, and a hash of config.json (without the version of
-    transformers that wrote it: a preset rebuilt by a newer release is the same model), the safetensors index and
-    the weight files' names and sizes."""
-    h = hashlib.sha256()
+    """(``model``, ``model_hash`` columns): the name, and a hash of what the engine reads of the checkpoint's
+    configs (``MODEL_KEYS``: not config.json as written, which transformers 4 and 5 spell differently for one
+    preset), the safetensors index and the weight files' names and sizes. Raises ConfigError: ``read_hf_config``'s."""
+    config = read_hf_config(path)
+    h = hashlib.sha256(json.dumps({k: config.get(k) for k in MODEL_KEYS}, sort_keys=True).encode())
     for item in sorted(os.listdir(path)):
         full = os.path.join(path, item)
-        if item == "config.json":
-            with open(full) as f:
-                config = {k: v for k, v in json.load(f).items() if k != "transformers_version"}
-            h.update(item.encode() + json.dumps(config, sort_keys=True).encode())
-        elif item.endswith(".safetensors.index.json"):
+        if item.endswith(".safetensors.index.json"):
             with open(full, "rb") as f:
                 h.update(item.encode() + f.read())
         elif item.endswith(".safetensors"):

@@ -57,23 +57,30 @@ def test_a_device_without_an_nvml_handle_is_named_and_not_sampled():
     assert not sampler.available and sampler.summary()["gpu_util_pct_mean"] is None
 
 
-def test_the_model_hash_names_the_model_not_the_transformers_release_that_wrote_it(tmp_path):
-    """CI's gate matches rows on model_hash: a preset rebuilt by transformers 5.25.0 where the baseline's was built
-    by 5.24.0 hashed differently, so no row matched and the gate failed. The writer's version is left out."""
+def test_the_model_hash_names_the_model_not_the_transformers_release_that_wrote_it(tmp_path, tiny_untied):
+    """CI's gate matches rows on model_hash, and torchrun's ranks compare the model at start-up. One preset written
+    by transformers 5.24.0 and 5.25.0 hashed apart (the writer's version), then by 4.57.1 and 5.25.0 (a new user's
+    trial: 4.x writes rope_theta and rope_scaling where 5.x writes rope_parameters, and no null ids): the gate
+    compared nothing. Both hash what the engine reads of the configs, and a changed value still tells them apart."""
     import json
+    import shutil
 
     from omegaconf import OmegaConf
 
+    from engine.config import EngineConfig
     from harness.job_setup import model_label
 
-    cfg = OmegaConf.create({"model": {"path": str(tmp_path)}})
-    (tmp_path / "model.safetensors").write_bytes(b"0" * 64)
-    hashes = []
-    for config in ({"hidden_size": 256, "transformers_version": "5.24.0"},
-                   {"transformers_version": "5.25.0", "hidden_size": 256}, {"hidden_size": 512}):
-        (tmp_path / "config.json").write_text(json.dumps(config, indent=2))
-        hashes.append(model_label(cfg, str(tmp_path))[1])
-    assert hashes[0] == hashes[1] != hashes[2]
+    written = json.loads(open(os.path.join(tiny_untied, "config.json")).read())
+    old = {k: v for k, v in written.items() if v is not None and k != "rope_parameters"}
+    old.update(rope_theta=written["rope_parameters"]["rope_theta"], rope_scaling=None, transformers_version="4.57.1")
+    hashes, agreed = [], []
+    for name, config in (("v5", written), ("v4", old), ("other", {**old, "rms_norm_eps": 1e-5})):
+        shutil.copytree(tiny_untied, tmp_path / name)
+        (tmp_path / name / "config.json").write_text(json.dumps(config, indent=2))
+        (tmp_path / name / "generation_config.json").write_text('{"_from_model_config": true}')
+        hashes.append(model_label(OmegaConf.create({"model": {"path": str(tmp_path / name)}}), str(tmp_path / name)))
+        agreed.append(EngineConfig(str(tmp_path / name), device="cpu").agreed())
+    assert hashes[0][1] == hashes[1][1] != hashes[2][1] and agreed[0] == agreed[1] != agreed[2]
 
 
 @pytest.mark.slow
