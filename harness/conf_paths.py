@@ -75,6 +75,11 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
     if os.path.exists(path := os.path.join(directory, results_file)) and not os.path.isfile(path):  # a FIFO: a hang
         kind = "a directory" if os.path.isdir(path) else "not a regular file"
         return f"results_file={results_file}: {path} is {kind}"
+    if os.path.isfile(path):  # read-only (or immutable): refused now, not once a sweep has run
+        try:
+            open(path, "a").close()  # appends nothing: the file is left as it was
+        except OSError as e:
+            return f"cannot append rows to {path}: {e.strerror or e}"
     for name, what in folders.items():
         folder = os.path.join(directory, name)
         if os.path.lexists(folder) and not os.path.isdir(folder):

@@ -824,6 +824,28 @@ def test_a_results_file_that_is_a_directory_is_refused_up_front(tmp_path):
     assert problem is not None and problem.startswith("results_file=runs.csv: "), problem
 
 
+def test_a_results_file_that_cannot_be_appended_to_is_refused_up_front(tmp_path, monkeypatch):
+    """The new-user trial (session 36): an immutable (or, for a user, read-only) runs.csv was found only once the
+    row was due, after the whole job: exit 1 and the row in runs.unwritten-*.csv."""
+    import builtins
+
+    from harness.preflight import check_command
+
+    (tmp_path / "runs.csv").write_text("kept\n")
+    real = builtins.open
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if str(path) == str(tmp_path / "runs.csv") and mode != "r":
+            raise PermissionError(1, "Operation not permitted")
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", read_only)
+    problem = check_command([f"results_dir={tmp_path}", "workload=smoke"])[0]
+    monkeypatch.undo()
+    assert problem == f"cannot append rows to {tmp_path / 'runs.csv'}: Operation not permitted"
+    assert (tmp_path / "runs.csv").read_text() == "kept\n"
+
+
 def test_a_results_file_that_is_no_regular_file_is_refused(tmp_path):
     """Session 29's break test: a FIFO runs.csv hung the run at its row for good (open() blocks); only SIGKILL
     ended it, leaving its worker and segments."""
