@@ -103,6 +103,10 @@ class ControlPlane(ABC):
     def check_options(cls, world_size: int, **options) -> None:
         """Raises ValueError for an option value this plane refuses (``options``: all of them, by name)."""
 
+    @classmethod
+    def check_timing(cls, timeout_s: float, **options) -> None:
+        """Raises ValueError for an option that no wait of ``timeout_s`` (s) can outlast (``options``: all)."""
+
     def send(self, method: str, *args: Any) -> int:
         """Broadcast ``method(*args)``; returns its size (bytes). Raises ControlPlaneError (timeout, liveness)."""
         if not self.num_workers:  # tp=1: there is nobody to tell

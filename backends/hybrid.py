@@ -38,6 +38,7 @@ class HybridControlPlane(RingControlPlane, ZmqControlPlane):
         if len(self.groups) > 1 and self.context.store is None:
             raise ValueError("hybrid across nodes needs the run's store in its context")
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us, hwm)
+        self.check_timing(timeout_s, sleep_us)
         self._open_ring(self.groups[self.node_of[0]][1:], (nslots, slot_bytes, (spin_us, idle_ms, sleep_us)))
         self._open_pushes([ranks[0] for node, ranks in self.groups.items() if node != self.node_of[0]], hwm)
 

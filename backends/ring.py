@@ -163,10 +163,17 @@ class RingControlPlane(ControlPlane):
             if not is_number(value) or value < 0:
                 raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
 
+    @classmethod
+    def check_timing(cls, timeout_s: float, sleep_us=2000.0, **options) -> None:
+        if sleep_us * 1e-6 >= timeout_s:  # a message sent while a reader sleeps would wait past the timeout
+            raise ValueError(f"{cls.name} option sleep_us={sleep_us:g} must be below the timeout, {timeout_s:g} s "
+                             f"(llm.timeout_s): a reader asleep that long misses the step")
+
     def __init__(self, world_size: int, timeout_s: float = 60.0, nslots: int = 16, slot_bytes: int = 1 << 18,
                  spin_us: float = 200.0, idle_ms: float = 50.0, sleep_us: float = 2000.0, context=None):
         super().__init__(world_size, timeout_s, context)
         self.check_options(world_size, nslots, slot_bytes, spin_us, idle_ms, sleep_us)
+        self.check_timing(timeout_s, sleep_us)
         self._open_ring(list(range(1, world_size)), (nslots, slot_bytes, (spin_us, idle_ms, sleep_us)))
 
     def _open_ring(self, readers: list[int], ring_args: tuple) -> None:

@@ -95,7 +95,8 @@ def _check_control(cfg: DictConfig, compose) -> str | None:
         return ("workload=broadcast with control=ideal: ideal has no transport to time alone (sweep the planes "
                 "that send; ideal is the baseline of every other workload)")
     plane, options = get_control_plane(cfg.control.name), OmegaConf.to_container(cfg.control.options)
-    problem = problem_of(ValueError, plane.check_options, cfg.tp, **options)
+    problem = problem_of(ValueError, plane.check_options, cfg.tp, **options) or problem_of(
+        ValueError, plane.check_timing, cfg.llm.timeout_s, **options)
     launch = Launch.from_env()
     if problem or launch is None or scope_fits(plane.scope_of(options), "torchrun", 1):
         return problem

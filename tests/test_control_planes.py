@@ -262,3 +262,13 @@ def test_a_message_has_the_same_size_whatever_the_hosts_uptime(monkeypatch):
         sizes.add(plane.send("step", [1, 2, 3]))
         assert base.STAMP.unpack_from(plane.payload) == (uptime_ns,)
     assert len(sizes) == 1
+
+
+@pytest.mark.parametrize("plane", ["ring", "hybrid"])
+def test_a_reader_that_would_sleep_past_the_timeout_is_refused(plane):
+    """Session 36's new-user trial: sleep_us=1e8 with a 10 s timeout failed only when a collective timed out."""
+    from backends import get_control_plane
+
+    with pytest.raises(ValueError, match=f"{plane} option sleep_us=2e\\+06 must be below the timeout, 1 s"):
+        get_control_plane(plane)(2, timeout_s=1.0, sleep_us=2e6)
+    get_control_plane(plane).check_timing(1.0, sleep_us=999_999.0)  # just below: taken

@@ -102,6 +102,9 @@ BAD_INPUT = [
     (["control=zmq", "control.options.hwm=-5"], "zmq option hwm must be an integer >= 1, got -5"),
     (["control=shm", "control.options.segment_bytes=10"], "shm option segment_bytes must be an integer >= 65"),
     (["-m", "control=ring", "control.options.nslots=16,0"], "ring option nslots must be an integer >= 1, got 0"),
+    # session 36's new-user trial: a reader asleep 100 s between polls failed after 21 s, naming no option
+    (["-m", "control=ring,hybrid", "tp=2", "control.options.sleep_us=1e8", "llm.timeout_s=10"],
+     "ring option sleep_us=1e+08 must be below the timeout, 10 s (llm.timeout_s)"),
     # session-6 break test: a negative hf_batch_size wrote an ok row of 0 tokens; a results_file with a path
     # wrote outside results_dir (or waited out a file lock under /proc); the others were not checked at all
     (["engine=hf", "tp=1", "hf_batch_size=-3"], "hf_batch_size must be an integer >= 1, got '-3'"),
