@@ -138,8 +138,10 @@ def _check_values(w: dict) -> None:
                          f"{MAX_PROMPT_TOKENS:,} tokens to draw before the run")
     if kind == "serve":
         check_serve(w)
-    if not is_number(t := w.get("temperature", 0.0)) or t < 0:
-        raise ValueError(f"workload.temperature must be a number >= 0, got {t!r}")
+    try:  # the engine's own rule, said with the key's full name
+        SamplingParams(temperature=w.get("temperature", 0.0))
+    except ValueError as e:
+        raise ValueError(f"workload.{e}") from None
     if kind == "broadcast":
         for key, least in (("decode_batches", 1), ("raw_bytes", 0)):
             if not all(is_int(x) and x >= least for x in w.get(key) or []):

@@ -100,6 +100,7 @@ BAD_INPUT = [
     (["control=hybrid", "tp=2", "control.options.hwm=abc"], "hybrid option hwm must be an integer >= 1"),
     (["-m", "control=ring,hybrid", "control.options.sleep_us=nan"], "ring option sleep_us must be a number"),
     (["control=zmq", "control.options.hwm=-5"], "zmq option hwm must be an integer >= 1, got -5"),
+    (["workload.temperature=1e39"], "workload.temperature must be a number in [0, 3.4e+38]"),  # session 36: no key
     (["control=shm", "control.options.segment_bytes=10"], "shm option segment_bytes must be an integer >= 65"),
     (["-m", "control=ring", "control.options.nslots=16,0"], "ring option nslots must be an integer >= 1, got 0"),
     # session 36's new-user trial: a reader asleep 100 s between polls failed after 21 s, naming no option
