@@ -229,7 +229,8 @@ def run_compare(args: argparse.Namespace) -> int:
     old, new = [file_failed_rows(prepare_serve(df), CONFIG_KEYS) for df in sides]
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
-        print(f"(not compared, filled in one file only and there one value throughout: {', '.join(one_sided)})")
+        print(f"note: rows not matched on {', '.join(one_sided)}: one file's schema predates the column, and the "
+              f"other holds one value in it")
     for note in filter(None, [busy_note(old, "OLD"), busy_note(new, "NEW"), *provenance_notes(old, new)]):
         print(textwrap.fill(note, 110, subsequent_indent="  "))
     return compare(fill_keys(old, keys), fill_keys(new, keys), keys, threshold, args.allow_missing, metrics, damaged)

@@ -133,3 +133,13 @@ def test_a_count_that_moved_in_any_repeat_fails_either_way(tmp_path, capsys):
     code, out = gate(tmp_path, capsys, repeats([20.0] * 3, "e", ctrl_calls=0), repeats([20.0] * 3, "f", ctrl_calls=2),
                      "--metrics", "ctrl_calls", "--threshold", "0%")
     assert code == 1 and "CHANGED control=shm, tp=2: ctrl_calls 0 -> 2" in out, out  # from 0: no % to take
+
+
+def test_a_column_one_files_schema_predates_is_named_in_a_note(tmp_path, capsys):
+    """The new-user trial (session 36): "(not compared, filled in one file only and there one value throughout:
+    gemm)" came first, alone, in no sentence."""
+    old = repeats([20.0, 20.1, 20.2], "a", schema_version=7, gemm=None)
+    new = repeats([20.0, 20.1, 20.2], "b", gemm="torch")
+    code, out = gate(tmp_path, capsys, old, new)
+    assert code == 0 and ("note: rows not matched on gemm: one file's schema predates the column, and the other "
+                          "holds one value in it") in out
