@@ -2,7 +2,8 @@
 1..world_size-1 (each a picklable :class:`WorkerEndpoint`). Backends move opaque bytes; framing, time stamps and
 statistics live here. A message is ``send_ns`` (8 bytes: ``STAMP``) then ``pickle((method, args))``, ``send_ns``
 being rank 0's ``time.monotonic_ns()`` before serialising, so ``recv_ns - send_ns`` on a worker is the one-way latency
-(minus ``clock_offset_ns`` on another host). Every blocking wait calls ``liveness_check`` at least every POLL_S.
+(minus ``clock_offset_ns`` on another host). Every blocking wait calls ``liveness_check`` at least every POLL_S,
+but gloo's, which block in C until the collective times out or a peer's socket closes.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ class ControlPlane(ABC):
         """Raises ValueError for an option that no wait of ``timeout_s`` (s) can outlast (``options``: all)."""
 
     def send(self, method: str, *args: Any) -> int:
-        """Broadcast ``method(*args)``; returns its size (bytes). Raises ControlPlaneError (timeout, liveness)."""
+        """Broadcast ``method(*args)``; returns its size (bytes). Raises ControlPlaneError: a timeout or a broken
+        transport; else what ``liveness_check`` raises (the engine's: WorkerError, KeyboardInterrupt)."""
         if not self.num_workers:  # tp=1: there is nobody to tell
             self.send_stats.add(0, 0)
             return 0

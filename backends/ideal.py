@@ -99,7 +99,8 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
 
     def start_replay(self) -> int:
         """Ship the recording to the workers; from now on :meth:`send` checks each message against it and sends
-        nothing. Returns the number of recorded messages."""
+        nothing. Returns the number of recorded messages. Raises ControlPlaneError: no recording (``stop_recording``
+        not called)."""
         if self._recorded is None:
             raise ControlPlaneError("ideal: start_replay() without a recording")
         recording, self._recorded = self._recorded, None

@@ -14,7 +14,7 @@ from .profiling import parse_window, profile_problem
 # torch is imported where needed: checking a config (the harness checks every job up front) does not import it.
 CPU_DTYPES = ("float32", "bfloat16")
 CUDA_DTYPES = ("float32", "bfloat16", "float16")
-MAX_SEED = 2**63 - 1  # torch's generators take a signed 64-bit seed
+MAX_SEED = 2**63 - 1  # a signed int64 (torch's generators take up to 2**64 - 1)
 MAX_CPU_THREADS = 1024  # per rank; far past any host's cores, short of where creating the threads fails
 MAX_WAIT_S = 1_000_000  # timeout_s, startup_timeout_s: 11.6 days, past a day-long serve trace
 REQUIRED_HF_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -140,7 +140,7 @@ class EngineConfig:
     """Everything an engine run needs; each rank gets a copy. Times in s."""
 
     model: str  # directory of a Hugging Face Qwen3 checkpoint (config.json + *.safetensors)
-    tensor_parallel_size: int = 1  # ranks, one per device; must divide the attention and KV heads and vocab_size
+    tensor_parallel_size: int = 1  # ranks, one per device; divides the heads, KV heads, intermediate and vocab
     control: str = "shm"  # control-plane backend (backends.available())
     control_options: dict = field(default_factory=dict)  # extra keyword arguments of its constructor
     device: str = "auto"  # auto (cuda when available), cpu or cuda

@@ -30,7 +30,9 @@ log = logging.getLogger("engine")
 class LLM(LLMTools, contextlib.AbstractContextManager):
     """A tensor-parallel Qwen3 engine: rank 0 in this process, ranks 1..tp-1 in workers; ``options``: the other
     :class:`EngineConfig` fields. A context manager; :meth:`shutdown` also runs at exit. Raises ConfigError: bad
-    configuration or checkpoint (before any process is spawned); WorkerError: a worker failed while starting."""
+    configuration or checkpoint (before any process is spawned); WorkerError: a worker failed while starting;
+    TimeoutError: a rank missed a start-up stage; RuntimeError: no memory left for the KV cache, or
+    ``all_reduce=symm_mem`` unavailable."""
 
     def __init__(self, model: str, **options):
         EngineConfig.refuse_unknown(options)
@@ -118,7 +120,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                     arrival_s: float | None = None) -> int:
         """Queue one request, admitted at the first step boundary at or after ``arrival_s`` (perf_counter() s; None:
         now). Returns its ``request_id``. Raises ConfigError: it can never be served (``checked_requests``,
-        ``arrival_times``)."""
+        ``arrival_times``); RuntimeError: the LLM was shut down."""
         [prompt], [params] = checked_requests(self.config, self.num_kvcache_blocks, [prompt_token_ids], sampling_params)
         [t] = arrival_times(None if arrival_s is None else [arrival_s])
         return self._add(prompt, params, t)
@@ -160,8 +162,10 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         """Admit the arrived requests (while idle, first wait for one), launch a step, finish the one before it
         (async scheduling) or this one. Returns the finished requests: ``request_id``, ``token_ids`` (generated),
         ``finish_reason`` ("stop" or "length"), ``arrival_s``, ``first_scheduled_s``, ``token_times_s`` (perf_counter()
-        s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; RuntimeError: a scheduler bug, or
-        an earlier step that raised (a caught Ctrl-C included): the engine is then unusable until shut down."""
+        s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; ControlPlaneError: a send timed
+        out (``control=ideal``'s replay: ScheduleMismatch, this step is not the recording's); KeyboardInterrupt: a
+        worker stopped by a signal; RuntimeError: a scheduler bug, or an earlier step that raised (a caught Ctrl-C
+        included): the engine is then unusable until shut down."""
         if self._broken:
             raise RuntimeError(self._broken)
         try:

@@ -34,7 +34,8 @@ class LLMTools:
         self.control.start_replay()
 
     def finish_replay(self) -> None:
-        """(``replays``) End the replay. Raises ``ScheduleMismatch`` when the pass did not reproduce."""
+        """(``replays``) End the replay. Raises ``ScheduleMismatch`` when the pass sent fewer messages than the
+        recording (a message that differs raises it at its own ``step``)."""
         self.control.finish_replay()
 
     def check_workers(self, wait_s: float = 0.0) -> None:

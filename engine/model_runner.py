@@ -45,8 +45,9 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> t
 class ModelRunner:
     """Rank ``rank``'s model shard and KV cache; every rank calls :meth:`run` with the same arguments each step
     (SPMD). ``store``: the run's TCPStore; ``sync(stage)``: called with "joining" (before the process group
-    forms) and "loaded" (before the first collective): workers announce it, rank 0 waits for them, watching that
-    they are alive. ``local_rank``: this rank's GPU (default: ``rank``); ``num_nodes``: nodes the ranks run on."""
+    forms) and "loaded" (weights in, before the KV cache's sizing collective; on CUDA the all-reduce choice ran
+    two collectives already): workers announce it, rank 0 waits for them, watching that they are alive.
+    ``local_rank``: this rank's GPU (default: ``rank``); ``num_nodes``: nodes the ranks run on."""
 
     def __init__(self, config: EngineConfig, rank: int, store: dist.Store, sync: Callable[[str], None],
                  local_rank: int | None = None, num_nodes: int = 1):
@@ -134,7 +135,8 @@ class ModelRunner:
 
     def _cuda_budget_bytes(self) -> int:
         """GPU bytes left for the KV cache: ``total * gpu_memory_utilization`` minus what is in use, the peak of
-        a warm-up prefill of ``max_num_batched_tokens`` tokens and 1 GiB for the decode graphs' activations."""
+        a warm-up prefill of as many ``max_model_len``-token sequences as ``max_num_batched_tokens`` holds (at most
+        ``max_num_seqs``) and 1 GiB for the decode graphs' activations."""
         cfg = self.config
         seq_len, nb = cfg.max_model_len, self.max_blocks  # (EngineConfig: max_num_batched_tokens >= max_model_len)
         num_seqs = min(cfg.max_num_seqs, cfg.max_num_batched_tokens // seq_len)

@@ -1,6 +1,7 @@
 """A run's metric columns. Serving metrics follow vLLM's benchmark_serving: TTFT, TPOT = (E2EL - TTFT) /
 (output_len - 1), ITL (every gap between consecutive tokens), E2EL; output / total tok/s and req/s. GPU
-utilisation, memory, power and energy: NVML, sampled by a background thread (:class:`NvmlSampler`)."""
+utilisation, memory and power: NVML, sampled by a background thread (:class:`NvmlSampler`); energy: NVML's
+total-energy counter, read at its start and stop."""
 
 from __future__ import annotations
 

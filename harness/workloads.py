@@ -24,7 +24,8 @@ from .metrics import latencies
 @dataclasses.dataclass
 class Workload:
     """iterations: generate calls of the whole batch in the timed run. ``serve`` only: ``arrivals`` (s from the
-    run's start), ``request_rate`` (req/s), ``max_concurrency`` (None: unbounded), ``slo`` ({key: ms or None})."""
+    run's start), ``request_rate`` (req/s), ``burstiness`` (the gaps' Gamma shape; inf: evenly spaced),
+    ``max_concurrency`` (None: unbounded), ``slo`` ({key: ms or None})."""
 
     name: str
     prompts: list[list[int]]
@@ -60,7 +61,7 @@ def arrival_offsets(num: int, request_rate: float, burstiness: float, seed: int)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 MAX_PROMPT_TOKENS = 50_000_000  # every prompt is drawn before the run, as Python ints: ~2 GB at this bound
 MAX_RAW_BYTES = 1 << 30  # a broadcast's raw payload
-MIN_BURSTINESS = 0.01  # Gamma(shape) draws ~U^(1 / shape): at shape 0.001 most are below 1e-308, i.e. 0
+MIN_BURSTINESS = 0.01  # Gamma(shape) draws ~U^(1 / shape): below it more and more are 0 (half at shape 0.001)
 MAX_ARRIVAL_SPAN_S = 86_400.0  # a serve trace longer than a day is a typo (request_rate=1e-6), not a benchmark
 
 
@@ -71,7 +72,8 @@ def check_serve(w: dict) -> None:
         raise ValueError(f"workload.request_rate must be a number > 0 (req/s) or inf, got {rate!r}")
     if not (is_number(burstiness) or burstiness == math.inf) or not burstiness >= MIN_BURSTINESS:
         raise ValueError(f"workload.burstiness must be a number >= {MIN_BURSTINESS} (1.0: Poisson; below "
-                         f"{MIN_BURSTINESS}: most gaps underflow to 0 s) or inf (evenly spaced), got {burstiness!r}")
+                         f"{MIN_BURSTINESS}: more and more gaps underflow to 0 s) or inf (evenly spaced), got "
+                         f"{burstiness!r}")
     if (span := w["num_prompts"] / rate) > MAX_ARRIVAL_SPAN_S:
         raise ValueError(f"workload.request_rate={rate:g} with {w['num_prompts']} prompts: the arrivals would span "
                          f"{span:.3g} s (num_prompts / request_rate), over a day ({MAX_ARRIVAL_SPAN_S:,.0f} s)")

@@ -68,7 +68,7 @@ class Attention(nn.Module):
         return out.transpose(1, 2).reshape(B * Lq, self.num_heads, D)[meta.q_pad_index]
 
     def _prefill_per_sequence(self, q, k, v, spans) -> torch.Tensor:
-        """float32 on CUDA (flash kernels take 16-bit only): one causal SDPA call per sequence [s, e) of
+        """CUDA prefill without varlen flash (float32, or torch < 2.10): one causal SDPA call per sequence [s, e) of
         ``spans``. K/V heads are repeated for grouped queries (on the H200 ``enable_gqa`` took a slow path)."""
         group = self.num_heads // self.num_kv_heads
         if group > 1:

@@ -195,7 +195,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
                            order: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
-    ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``.
+    ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``;
+    ``scale``: the softmax scale (D^-0.5).
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
     cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
     order their programs start (longest context first: the last wave's programs are the short ones), unused when
