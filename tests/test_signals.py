@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -32,11 +33,21 @@ def no_signal_seen():
 
 @pytest.fixture
 def installed():
-    old = {s: signal.getsignal(s) for s in STOPS}
+    """``signals.install()`` for one test, then all of it undone: the handlers, the wake-up fd and the stop-watch
+    thread (the isolation trial: left running, it SIGKILLed a later test's workers 3 s after a signal)."""
+    old, threads = {s: signal.getsignal(s) for s in STOPS}, set(threading.enumerate())
     signals.install()
     yield
     for s, handler in old.items():
         signal.signal(s, handler)
+    signal.set_wakeup_fd(-1)
+    read, write = signals._WAKEUP
+    write.close()  # the stop-watch reads EOF and ends
+    for thread in set(threading.enumerate()) - threads:
+        if thread.name == "stop-watch":  # this install's
+            thread.join(5)
+    read.close()
+    signals._WAKEUP.clear()
 
 
 def test_the_agents_sigterm_after_a_workers_interruption_is_its_echo(installed):
