@@ -4,6 +4,7 @@ probe and its control-plane end), then run a body, which runs rank 0's commands 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import json
 import multiprocessing as mp
@@ -58,6 +59,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
+        _resume_on_parent_death()
         watch_parent(on_death=_remove_dead_drivers_segments)
     rank, timeout_s, lifeline, code = launch.rank, startup_timeout_s, None, 1
     try:
@@ -130,6 +132,13 @@ def command_loop(endpoint: WorkerEndpoint, lifeline: Lifeline, handle, report=di
             lifeline.send("stats", {**endpoint.take_recv_stats().drop_last().as_dict(), **report()})
         else:
             handle(method, args)
+
+
+def _resume_on_parent_death() -> None:
+    """Linux: SIGCONT to this process when rank 0 dies (PR_SET_PDEATHSIG), so that a stopped worker runs its parent
+    watch (a stopped process runs no thread): it removes rank 0's segments and ends. Harmless to a running one."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGCONT)  # 1: PR_SET_PDEATHSIG
 
 
 def _remove_dead_drivers_segments() -> None:

@@ -257,6 +257,19 @@ def test_sigkilled_rank0_leaves_nothing_that_blocks_the_next_run(tmp_path, model
     pd.read_csv(tmp_path / "runs.csv")  # still parses
 
 
+@pytest.mark.timeout(180)
+def test_a_stopped_worker_of_a_sigkilled_rank0_ends_and_takes_the_segments_along(tmp_path, model_cache):
+    """The chaos trial (session 36): SIGSTOP to a worker, then SIGKILL to rank 0: the stopped worker and rank 0's
+    segments stayed until SIGCONT (a stopped process runs no parent watch). rank 0's death now resumes it."""
+    proc = start_long_run(tmp_path, model_cache)
+    workers = wait_for_workers(proc)
+    os.kill(workers[0], signal.SIGSTOP)
+    proc.kill()
+    proc.communicate(timeout=10)
+    wait_until(lambda: all(exited(w) for w in workers), 10, "the stopped worker to end")
+    wait_until(lambda: not segments_of(proc.pid), 10, "the worker to unlink rank 0's segment")
+
+
 @pytest.mark.timeout(240)
 def test_killed_worker_in_the_harness_writes_a_failed_row(tmp_path, model_cache):
     proc = start_long_run(tmp_path, model_cache)
