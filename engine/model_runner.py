@@ -9,12 +9,13 @@ import math
 import mmap
 import os
 from collections.abc import Callable
-from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed import PrefixStore
+
+from runtime.launch import init_group
 
 from .config import EngineConfig
 from .cuda_graphs import MAX_PREFILL_TOKENS, DecodeGraphs, PrefillGraphs
@@ -63,8 +64,8 @@ class ModelRunner:
             torch.set_num_threads(config.cpu_threads or max(1, (os.cpu_count() or 1) // self.world_size))
         self.cpu_threads = torch.get_num_threads() if self.device.type == "cpu" else None  # None on CUDA
         sync("joining")
-        dist.init_process_group("nccl" if config.device == "cuda" else "gloo", store=PrefixStore("data", store),
-                                rank=rank, world_size=self.world_size, timeout=timedelta(seconds=config.timeout_s))
+        init_group("nccl" if config.device == "cuda" else "gloo", PrefixStore("data", store), rank, self.world_size,
+                   config.timeout_s)
         try:
             self._build(sync, num_nodes)
         except BaseException:

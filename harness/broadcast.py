@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from datetime import timedelta
 
 import numpy as np
 import torch.distributed as dist
@@ -18,7 +17,7 @@ from engine import ConfigError, SamplingParams
 from engine.sequence import Sequence
 from engine.step_batch import StepBatch
 from runtime.cluster import Cluster
-from runtime.launch import Launch
+from runtime.launch import Launch, init_group
 from runtime.worker import command_loop
 
 from .job_setup import base_row, check_results_dir, failed
@@ -32,8 +31,7 @@ JOINING = "barrier-joining"  # store stage: a worker is about to join the gloo b
 def broadcast_worker(joined, world_size: int, timeout_s: float) -> int:
     """A worker's body: per message, meet rank 0 in a gloo barrier. Returns the exit code."""
     joined.store.set(f"{JOINING}/{joined.rank}", "1")
-    dist.init_process_group("gloo", store=PrefixStore("barrier", joined.store), rank=joined.rank,
-                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    init_group("gloo", PrefixStore("barrier", joined.store), joined.rank, world_size, timeout_s)
     try:
         return command_loop(joined.endpoint, joined.lifeline, lambda method, args: dist.barrier())
     finally:
@@ -63,8 +61,7 @@ class BroadcastGroup(Cluster):
             # join once every worker is about to: one that dies first is named at once, not waited out by gloo
             self.group.wait_for(JOINING)
             try:  # a worker that dies between its JOINING and the rendezvous is waited out: then named
-                dist.init_process_group("gloo", store=PrefixStore("barrier", self.group.store), rank=0,
-                                        world_size=tp, timeout=timedelta(seconds=timeout_s))
+                init_group("gloo", PrefixStore("barrier", self.group.store), 0, tp, timeout_s)
             except RuntimeError as e:
                 self.explain(e, "the barrier group's rendezvous")
         except BaseException:

@@ -130,3 +130,16 @@ def start_ignoring_signals(p: mp.Process) -> None:
         if dumps:
             faulthandler.register(signal.SIGUSR1, all_threads=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def init_group(backend: str, store: Store, rank: int, world_size: int, timeout_s: float) -> None:
+    """``dist.init_process_group`` on ``store``. Raises what it raises; after a failure (a rank died in the
+    rendezvous) torch has counted the group that never formed and would name this process's next one "1", where a
+    fresh worker's is "0": their rendezvous would wait out its timeout. The count goes back to 0 then."""
+    try:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
+    except BaseException:
+        if not dist.is_initialized():
+            dist.distributed_c10d._world.group_count = 0
+        raise

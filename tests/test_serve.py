@@ -117,7 +117,7 @@ def test_at_tp_1_no_plane_sends_ideal_serves_the_trace_and_no_exposed_cost_is_ju
 @pytest.mark.parametrize("bad,says", [
     ("workload.request_rate=0", "workload.request_rate must be a number > 0"),
     ("workload.request_rate=nan", "workload.request_rate must be a number > 0"),
-    ("workload.burstiness=0.001", "workload.burstiness must be a number >= 0.01 (1.0: Poisson; below 0.01: most gaps"),
+    ("workload.burstiness=0.001", "workload.burstiness must be a number >= 0.01 (1.0: Poisson; below 0.01: more and"),
     ("workload.slo=200", "workload.slo is a group of keys (ttft_ms, tpot_ms, e2el_ms): set one"),
     ("workload.slo=ttft:200 tpot:20", "workload.slo is a group of keys"),
     ("workload.slo={ttft_ms:200,tpot_ms:abc}", "workload.slo.tpot_ms must be a number, got 'abc'"),
