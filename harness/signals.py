@@ -22,6 +22,7 @@ _OWED = threading.Event()  # an interruption is owed to the main thread: not rai
 _REMOTE: list[str] = []  # (torchrun) the stop signals that ended a worker, "SIGTERM on rank 1, node n1"
 _ECHO = threading.Event()  # a worker's interruption is in hand: a first stop signal now is its agent's echo
 AT_ONCE = threading.Event()  # nothing is started (the checks before the first job): a stop signal exits at once
+_WRITING = threading.Event()  # a results file is being written (``whole``): a stop signal waits until it ends
 REDELIVER_S = 10.0  # an interruption not taken in hand by then was swallowed: deliver it again
 STUCK_S = 3.0  # a stop signal whose handler has not run by then: the main thread is stuck in C (_watch_stuck)
 _WAKEUP: list[socket.socket] = []  # the socket pair of signal.set_wakeup_fd
@@ -45,7 +46,7 @@ def _interrupt(signum, frame):
     if first:
         _OWED.set()
     # not a second Ctrl-C while the first one's stop runs (bounded by timeouts): it would break it
-    raise_now = _OWED.is_set() and not _torch_importing()
+    raise_now = _OWED.is_set() and not _torch_importing() and not _WRITING.is_set()
     if raise_now:
         _OWED.clear()
     if first:  # after the clear: the thread asks again only for what is still owed
@@ -62,8 +63,18 @@ def _redeliver(signum: int) -> None:
         if time.monotonic() >= due:
             _OWED.set()
             due = time.monotonic() + REDELIVER_S
-        if _OWED.is_set() and not _torch_importing():
+        if _OWED.is_set() and not _torch_importing() and not _WRITING.is_set():
             _thread.interrupt_main(signum)  # asked until the handler raises: it defers while torch imports
+
+
+@contextlib.contextmanager
+def whole():
+    """A block a stop signal does not cut (a row and its fsync): the interruption is raised once it ends."""
+    _WRITING.set()
+    try:
+        yield
+    finally:
+        _WRITING.clear()
 
 
 def stopping() -> bool:

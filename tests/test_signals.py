@@ -490,3 +490,24 @@ def test_sigusr1_during_start_up_prints_stacks_and_the_command_goes_on():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err[-2000:]
     assert err.strip().splitlines()[-1].startswith("error:")
+
+
+def test_a_stop_signal_while_a_row_is_written_waits_until_it_is_whole(installed, tmp_path, monkeypatch):
+    """Session 36's CI: SIGTERM between a row's write and its fsync cut the row back out of runs.csv (into
+    runs.unwritten-*.csv, "interrupted while waiting for its lock"). The stop now waits for the row."""
+    from harness import results_csv
+
+    real_fsync = os.fsync
+
+    def signal_then_fsync(fd):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", signal_then_fsync)
+    path = tmp_path / "runs.csv"
+    with pytest.raises(KeyboardInterrupt):
+        results_csv.append_row(str(path), ["a", "b"], {"a": 1, "b": 2}, 1)
+        time.sleep(2)  # the redelivery raises it here, once the row is whole
+    signals._HANDLED.set()  # the redelivery thread ends
+    time.sleep(0.2)
+    assert path.read_text().splitlines()[-1] == "1,2" and not list(tmp_path.glob("*.unwritten-*"))
