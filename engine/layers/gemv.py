@@ -31,9 +31,10 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
+        w_ptrs += BLOCK_K  # the next tile's load goes out before this tile's sum, whose barrier would hold it
+        w_next = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
-        w_ptrs += BLOCK_K
-        w = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
+        w = w_next
     tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
