@@ -19,7 +19,7 @@ TILE = 8192  # weights per program
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PDL: tl.constexpr):
+                 ONE_TILE: tl.constexpr, PDL: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -31,8 +31,10 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
-        w_ptrs += BLOCK_K  # the next tile's load goes out before this tile's sum, whose barrier would hold it
-        w_next = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
+        w_next = w
+        if not ONE_TILE:  # the next tile's load goes out before this tile's sum, whose barrier would hold it
+            w_ptrs += BLOCK_K
+            w_next = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w = w_next
     tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
@@ -57,8 +59,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     default_n, default_k, default_warps = tiles(n, k)
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
-                                             BLOCK_K=block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
-                                             num_warps=num_warps)
+                                             BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED,
+                                             launch_pdl=pdl.ENABLED, num_warps=num_warps)
     return out
 
 
