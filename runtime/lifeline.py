@@ -69,7 +69,7 @@ class LifelineServer:
         self.finished: dict[int, int] = {}  # rank -> exit code it said goodbye with (a normal end, not a death)
         self.last_seen: dict[int, float] = {}  # rank -> monotonic time of its last frame
         self.silences: dict[int, float] = {}  # rank -> its longest silence over STALL_S since take_silences (s)
-        self.own_stall: tuple[float, float] | None = None  # (s, monotonic end) of this process's last stall
+        self.stall_ends: dict[int, tuple[float, float]] = {}  # rank -> (s, monotonic end) of its last stall (0: own)
         self._loop_s = time.monotonic()  # when this thread last ran: a longer gap is a stall of this process
         self.quiet = False  # True: a caller names the stalled ranks itself
         self._noted: dict[int, int] = {}  # rank -> notes printed in its current silence
@@ -158,7 +158,7 @@ class LifelineServer:
         with self._lock:
             if (gap := now - self._loop_s) > STALL_S:
                 self.silences[0] = max(gap, self.silences.get(0, 0.0))
-                self.own_stall = (gap, now)
+                self.stall_ends[0] = (gap, now)
                 self.last_seen = dict.fromkeys(self.last_seen, now)
             self._loop_s = now
 
@@ -168,6 +168,7 @@ class LifelineServer:
         with self._lock:
             if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
                 self.silences[rank] = max(gap, self.silences.get(rank, 0.0))
+                self.stall_ends[rank] = (gap, now)
             self.last_seen[rank] = now
         self._noted.pop(rank, None)
 
@@ -178,15 +179,15 @@ class LifelineServer:
                 print(f"note: rank {rank} has been silent for {age:.0f} s (stopped, or stuck holding the GIL)",
                       file=sys.stderr, flush=True)
 
-    def recent_own_stall(self, within_s: float) -> float | None:
-        """How long this process stalled (s), if that ended within ``within_s``; first lets this thread catch up
-        with a stall just ended (up to 0.5 s)."""
+    def recent_stalls(self, within_s: float) -> dict[int, float]:
+        """{rank: how long it stalled (s)} of the stalls that ended within ``within_s`` (rank 0: this process's
+        own); first lets this thread catch up with a stall of its own just ended (up to 0.5 s)."""
         deadline = time.monotonic() + 0.5
         while time.monotonic() - self._loop_s > STALL_S and time.monotonic() < deadline:
             time.sleep(0.01)
+        now = time.monotonic()
         with self._lock:
-            own = self.own_stall
-        return own[0] if own and time.monotonic() - own[1] < within_s else None
+            return {rank: gap for rank, (gap, end) in self.stall_ends.items() if now - end < within_s}
 
     def take_silences(self) -> dict[int, float]:
         """{rank: its longest silence over ``STALL_S`` (s), an ongoing one included} since the last call."""

@@ -162,11 +162,14 @@ class WorkerGroup:
             elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
                 self._drain(wait_s)
                 dead = self._dead()
+        recent = self.lifelines.recent_stalls(self.timeout_s + STALL_S) if self.errors or wait_s else {}
         # rank 0 stalled: the workers' timeouts (their errors) are its doing; a worker that died on its own is not
-        if (self.errors or wait_s and not dead) and (own := self.lifelines.recent_own_stall(self.timeout_s + STALL_S)):
+        if (self.errors or wait_s and not dead) and (own := recent.get(0)):
             raise WorkerError(0, f"stalled: no progress for {own:.1f} s (stopped, or stuck holding the GIL): the "
                                  f"workers' collectives and waits timed out meanwhile")
-        stalled = self._stalled(dead, self.errors and wait_s)
+        # a worker resumed just after its partners timed out (its own wait then timed out too): its stall explains them
+        stalled = self._stalled(dead, self.errors and wait_s) or {
+            r: s for r, s in recent.items() if r and s > self.timeout_s - STALL_S}
         if stalled and (self.errors or dead or wait_s):  # a healthy rank's timeout is the stalled one's doing
             rank = max(stalled, key=stalled.get)
             raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "

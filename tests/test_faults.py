@@ -307,16 +307,20 @@ def tiny_tp3(model_cache) -> str:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("tp, victim, when", [(2, 1, "before"), (2, 1, "mid-run"), (3, 1, "mid-run"),
-                                              (3, 2, "before")])
+                                              (3, 2, "before"), (2, 1, "resumed")])
 def test_a_stalled_worker_is_named_and_shutdown_stays_bounded(tiny_untied, tiny_tp3, tp, victim, when):
     """SIGSTOP: the process lives, its sockets stay open, it sends nothing. Before heartbeats the error named
-    no rank at tp=2 and the healthy rank at tp=3 (13 of 13 trials), and shutdown waited ~7 s more for it."""
+    no rank at tp=2 and the healthy rank at tp=3 (13 of 13 trials), and shutdown waited ~7 s more for it.
+    ``resumed``: stopped for just over timeout_s (session 36's chaos trial), it failed with its own gloo
+    timeout ("Timed out waiting 3000ms"), as if it had waited on another rank."""
     llm = LLM(tiny_tp3 if tp == 3 else tiny_untied, tensor_parallel_size=tp, control="shm", timeout_s=3, **OPTS)
     proc = llm.cluster.group.procs[victim]
     if when == "before":
         os.kill(proc.pid, signal.SIGSTOP)
     else:
         threading.Timer(0.5, os.kill, (proc.pid, signal.SIGSTOP)).start()
+    if when == "resumed":
+        threading.Timer(0.5 + 3.8, os.kill, (proc.pid, signal.SIGCONT)).start()
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=f"rank {victim} failed: stalled: no sign of life"):
@@ -579,7 +583,7 @@ def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
         reports = queue.Queue()
         reports.put(("error", 2, "RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer"))
         g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={}, hosts={}, stalled=dict,
-                                      recent_own_stall=lambda within_s: None, connected=lambda: {1, 2, 3})
+                                      recent_stalls=lambda within_s: {}, connected=lambda: {1, 2, 3})
         g.procs = {1: Proc(None), 2: Proc(None), 3: Proc(-9, dies_after_s)}
         g.errors, g.worker_stats, g.timeout_s, g.launch = {}, {}, 5.0, SimpleNamespace(launcher="spawn")
         g.interrupted = {}
@@ -654,11 +658,11 @@ def test_rank_0_stalled_itself_is_no_workers_silence():
             time.sleep(STALL_S + 1.5)
             behind = time.monotonic() - server._loop_s
         assert behind > STALL_S  # and while it is behind, stalled() judges no rank: its frames are unread
-        wait_until(lambda: server.own_stall is not None, 5, "the lifeline thread to see its own stall")
+        wait_until(lambda: 0 in server.stall_ends, 5, "the lifeline thread to see its own stall")
         time.sleep(0.3)
         silences = server.take_silences()
         assert set(silences) == {0} and STALL_S + 1 < silences[0] < STALL_S + 5, silences
-        assert server.stalled() == {} and server.recent_own_stall(60) == pytest.approx(silences[0])
+        assert server.stalled() == {} and server.recent_stalls(60) == {0: pytest.approx(silences[0])}
     finally:
         worker.close(0)
         server.close()
@@ -687,7 +691,7 @@ def test_a_worker_stopped_mid_frame_blocks_no_other_rank():
         healthy.send("stats", "rank 1's")
         assert server.reports.get(timeout=5) == ("stats", 1, "rank 1's")
         wait_until(lambda: 2 in server.stalled(), STALL_S + 5, "the stopped rank named stalled")
-        assert 1 not in server.stalled() and server.own_stall is None
+        assert 1 not in server.stalled() and 0 not in server.stall_ends
         stopped.sendall(frame[len(frame) // 2:])  # continued: the frame arrives whole
         assert server.reports.get(timeout=5) == ("stats", 2, list(range(200_000)))
     finally:
@@ -739,7 +743,7 @@ def test_a_worker_stopped_by_a_signal_is_an_interruption_unless_a_failure_explai
         reports.put(("error", 2, "RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer"))
     reports.put(("interrupted", 1, signal_name))
     g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={1: 130}, hosts={1: "node-b", 2: "node-c"},
-                                  stalled=dict, recent_own_stall=lambda within_s: None, connected=lambda: {2})
+                                  stalled=dict, recent_stalls=lambda within_s: {}, connected=lambda: {2})
     g.procs, g.errors, g.interrupted, g.worker_stats, g.timeout_s = {}, {}, {}, {}, 5.0
     g.launch = SimpleNamespace(launcher="torchrun")
     if errors and signal_name == "SIGTERM":
