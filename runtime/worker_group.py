@@ -219,13 +219,18 @@ class WorkerGroup:
         died or failed first, or its process stayed stopped for ``timeout_s``; TimeoutError: not within
         ``startup_timeout_s``."""
         missing = missing or (lambda: [r for r in self.workers if not self.store.check([f"{stage}/{r}"])])
-        start = said = time.monotonic()
+        start = said = last = time.monotonic()
         stopped_since: dict[int, float] = {}
         self.lifelines.quiet = True  # the notes below name the stage too
         try:
             while late := missing():
                 self.check()
                 now = time.monotonic()
+                if now - last > STALL_S:  # this process did not run: its own pause is no worker's lateness
+                    start, said = start + now - last, now
+                    print(f"note: rank 0 did not run for {now - last:.0f} s at start-up stage {stage!r} (stopped, or "
+                          f"stuck holding the GIL): the start-up wait does not count it", file=sys.stderr, flush=True)
+                last = now
                 stopped_since = {r: stopped_since.get(r, now) for r in late if is_stopped(self.procs.get(r))}
                 if (rank := next((r for r, t in stopped_since.items() if now - t > self.timeout_s), None)) is not None:
                     raise WorkerError(rank, f"stalled: its process is stopped, for {now - stopped_since[rank]:.1f} s "

@@ -643,6 +643,34 @@ def test_a_worker_that_died_before_connecting_still_has_its_node_named():
     assert WorkerGroup.node_name(group("torchrun"), 2) == "node-b"
 
 
+def test_rank_0_stopped_during_start_up_is_not_counted_against_the_workers(monkeypatch, capsys):
+    """Session 36's chaos trial: rank 0 stopped mid start-up. Its own pause counted towards startup_timeout_s, and
+    its wait note, printed at once on resuming, called the workers late and silent. Now the pause is noted as its."""
+    from types import SimpleNamespace
+
+    from runtime import worker_group
+    from runtime.worker_group import WorkerGroup
+
+    clock = [100.0]
+    monkeypatch.setattr(worker_group, "time", SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
+    g = object.__new__(WorkerGroup)
+    g.lifelines = SimpleNamespace(quiet=False, stalled=lambda: {1: 30.0}, connected=lambda: {1})
+    g.procs, g.timeout_s, g.startup_timeout_s, g.launch = {}, 5.0, 10.0, SimpleNamespace(launcher="spawn")
+    g.check = lambda: None
+    answers = iter([[1], [1], []])
+
+    def missing():
+        if clock[0] == 100.0:
+            clock[0] += 30  # rank 0 stopped for 30 s, past startup_timeout_s, while rank 1 is not there yet
+        return next(answers)
+
+    g.wait_for("loaded", missing)
+    err = capsys.readouterr().err
+    assert "note: rank 0 did not run for 30 s at start-up stage 'loaded'" in err
+    assert "waiting" not in err and "silent" not in err
+
+
 @pytest.mark.timeout(60)
 def test_rank_0_stalled_itself_is_no_workers_silence():
     """Session 28's break test: rank 0 stopped for 5 s, and its run's row said "rank 1 was silent for 5.0 s"
