@@ -20,8 +20,9 @@ _MODES = {"--run": "r", "-r": "r", "--multirun": "m", "-m": "m", "--cfg": "c", "
 _FLAGS = {"-m", "--multirun", "--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", *_VALUE_FLAGS}
 
 
-def overrides_of(argv: list[str]) -> list[str]:
-    """The command's overrides. Raises ValueError: a flag that is not Hydra's, or that Hydra would misread."""
+def overrides_of(argv: list[str]) -> tuple[list[str], str | None]:
+    """(the command's overrides, its first ``--package`` / ``-p``: None without one, or for ``_global_``, the whole
+    configuration). Raises ValueError: a flag that is not Hydra's, or that Hydra would misread."""
     if "--hydra-help" in argv and any(a[:1] not in "-" for a in argv):  # Hydra composes its own config alone
         raise ValueError("--hydra-help shows Hydra's own options and takes no overrides (--help takes them)")
     if "--resolve" in argv and not {"--cfg", "-c", "--help", "-h"} & {a.split("=", 1)[0] for a in argv}:
@@ -39,7 +40,7 @@ def overrides_of(argv: list[str]) -> list[str]:
                  and not (name in ("--info", "-i") and argv[i + 1].startswith("-")))
         values |= {i + 1} if takes else set()
         i += 1 + takes
-    overrides = []
+    overrides, packages = [], []
     for i, arg in enumerate(argv):
         name, attached, value = arg.partition("=")
         if i in values:
@@ -64,10 +65,11 @@ def overrides_of(argv: list[str]) -> list[str]:
             given = value if attached else argv[i + 1] if i + 1 in values else None
             if given is None or choices is not None and given not in choices:
                 raise ValueError(f"{name} takes {'one of ' + ', '.join(choices) if choices else 'a value'}")
+            packages += [given] if name in ("--package", "-p") else []
             if given == "hydra" and "--resolve" in argv:  # Hydra resolves its node alone: ${results_dir} fails
                 raise ValueError(f"{name} hydra --resolve: the run dirs name results_dir, outside the hydra node; "
                                  "use --cfg all --resolve, or --cfg hydra without --resolve")
-    return overrides
+    return overrides, None if packages[:1] in ([], ["_global_"]) else packages[0]
 
 
 def check_options(parsed: list) -> None:
@@ -134,13 +136,3 @@ def engine_defaults(argv: list[str], overrides: list[str]) -> tuple[list[str], l
         if not any(a.lstrip("+").split("=", 1)[0] == f"llm.{key}" for a in argv[d + 1:]):
             notes.append(f"note: llm.{key} was deleted (~): the engine's default, {LLM_DEFAULTS[key]!r}, applies")
     return [a for j, a in enumerate(argv) if j not in drop], notes
-
-
-def package_of(argv: list[str]) -> str | None:
-    """The value of ``--package`` / ``-p`` (``_global_``: the whole configuration, None)."""
-    for i, arg in enumerate(argv):
-        name, attached, value = arg.partition("=")
-        if name in ("--package", "-p"):
-            given = value if attached else argv[i + 1] if i + 1 < len(argv) else None
-            return None if given == "_global_" else given
-    return None

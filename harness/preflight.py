@@ -22,7 +22,7 @@ from backends import get_control_plane
 from common import first_line
 from engine import ConfigError, EngineConfig
 
-from .command_line import check_options, engine_defaults, overrides_of, package_of, parse
+from .command_line import check_options, engine_defaults, overrides_of, parse
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, given_twice, has_key, job_notes, no_option, options_having, reuse_note
@@ -207,7 +207,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
     first job starts, a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
     AT_ONCE.set()
     try:
-        overrides = overrides_of(argv)
+        overrides, package = overrides_of(argv)
         argv, notes = engine_defaults(argv, overrides)
         overrides = [a for a in overrides if a in argv]
         parsed = [parse(a) for a in overrides]
@@ -232,7 +232,7 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
                    for a in job]  # model=auto has no preset: job_setup puts these onto its pick
             if problem := _check_job(job, compose, notes):
                 return problem, argv
-        if (package := package_of(argv)) and not has_key(compose(jobs[0]), package):
+        if package and not has_key(compose(jobs[0]), package):
             return f"--package {package}: no such key in the configuration (e.g. llm, workload, control.options)", argv
         if multirun and (note := reuse_note(argv, jobs, compose)):
             notes.append(note)
