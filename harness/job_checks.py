@@ -40,6 +40,7 @@ def cli_message(message: str, llm_keys) -> str:
 
 
 _NONE = object()
+_UNREAD = "unknown config key {!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)"
 
 
 def has_key(node, key: str) -> bool:
@@ -171,16 +172,14 @@ def _unknown_keys(cfg: DictConfig, job: list[str], compose) -> str | None:
                     f"{', '.join(group_options(group))}); label runs with tag=...")
         if rest and group in ("model", "control") and rest.split(".")[0] not in ("preset", "options"):
             extra += [] if has_key(compose([f"{group}={cfg[group].name}"])[group], rest) else [key]
-    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)" if extra \
-        else None
+    return _UNREAD.format(extra[0]) if extra else None
 
 
 def _unknown_workload_keys(job: list[str], compose) -> str | None:
     """A ``workload.*`` key no workload has (``+workload.foo=1``); one of another workload passes (a sweep's ``++``:
     job_setup notes it). After ``_check_workload``, whose words for its own keys (an unknown SLO) are better."""
     extra = [k for k in _given(job) if k.startswith("workload.") and not options_having("workload", k[9:], compose)]
-    return f"unknown config key {extra[0]!r}: nothing reads it (the keys: harness/conf_schema.py, conf/)" if extra \
-        else None
+    return _UNREAD.format(extra[0]) if extra else None
 
 
 def run_folders(cfg: DictConfig) -> dict[str, str]:
