@@ -128,9 +128,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row,
            "gpu_name": sampler.gpu_name}
     written = results.add(row)
-    files = []
-    if requests:
-        files.append(f"requests    {requests} (one JSON line per request, in the order they finished)")
+    files = [f"requests    {requests} (one JSON line per request, in the order they finished)"] if requests else []
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
     print_summary(row, written, steps, files, results.run_file)
