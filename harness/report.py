@@ -13,13 +13,9 @@ H200_COPY_BANDWIDTH = 4.3e12  # bytes/s: a device-to-device copy on the H200 mac
 ALL_REDUCE_FLOOR_S = 3e-6  # s per all-reduce: below the fastest measured on the H200 pair (~5 us, symmetric memory)
 
 
-def _fmt(row: dict, key: str, spec: str = ".1f") -> str:
-    return _fmt_with(row, lambda v: format(v, spec), key)
-
-
-def _fmt_with(row: dict, text, key: str) -> str:
-    v = row.get(key)
-    return "-" if v is None or v != v else text(v)
+def _fmt(row: dict, key: str, spec=".1f") -> str:
+    v = row.get(key)  # "-" where missing or NaN; ``spec``: a format spec or a function
+    return "-" if v is None or v != v else spec(v) if callable(spec) else format(v, spec)
 
 
 def header(row: dict) -> str:
@@ -52,12 +48,12 @@ def control_lines(row: dict) -> list[str]:
         lines = [f"  control     {row['ctrl_calls']} messages, {f('ctrl_bytes_mean', '.0f')} B on average; rank 0 "
                  f"spends {f('ctrl_send_us_p50')} us sending one (p50)"]
     if row.get("ctrl_oneway_us_p50") is not None:
-        over = (f"over the decode step: {f('ctrl_oneway_over_step_pct', '.2f')}%"
-                if row.get("ctrl_oneway_over_step_pct") is not None else "no decode step to set it beside")
+        step = row.get("ctrl_oneway_over_step_pct") is not None
+        over = f"over the decode step: {f('ctrl_oneway_over_step_pct', '.2f')}%" if step else (
+            "no decode step to set it beside")
         lines.append(f"{MORE}a worker has it {f('ctrl_oneway_us_p50')} us after the send began (p50; p99 "
                      f"{f('ctrl_oneway_us_p99')}); {over}")
-        if row.get("ctrl_oneway_over_step_pct") is not None:
-            lines.append(f"{MORE}(the mean of each decode step's slowest one-way, over the mean decode step)")
+        lines += [f"{MORE}(the mean of each decode step's slowest one-way, over the mean decode step)"] * step
     if row.get("ctrl_launch_lag_us_mean") is not None:
         lines.append(f"  launch      the last worker finishes a step {f('ctrl_launch_lag_us_mean')} us after rank 0 "
                      f"(mean; p50 {f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")
@@ -99,7 +95,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     if row["status"] not in ("ok", "stalled"):
         print(f"  error       {row['error']}")
     else:
-        rate = partial(_fmt_with, row, lambda v: f"{v:.4g}" if abs(v) < 999.5 else f"{v:.0f}")  # 0.025, not 0.03
+        rate = partial(_fmt, row, spec=lambda v: f"{v:.4g}" if abs(v) < 999.5 else f"{v:.0f}")  # 0.025, not 0.03
         print(f"  throughput  {f('output_tok_s')} output tok/s ({f('total_tok_s')} with the prompts), "
               f"{rate('req_s')} req/s: {row['output_tokens']} tokens in {f('duration_s', '.2f')} s")
         if row.get("request_rate") is not None:
