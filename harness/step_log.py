@@ -23,8 +23,8 @@ from .results_csv import open_run_file
 COLUMNS = ["step", "prefill", "num_seqs", "num_tokens", "duration_us", "message_bytes", "send_us", "r0_launch_us"]
 
 
-class OtherCsv(ValueError):
-    """A CSV file that is not a step log (its header says which kind)."""
+class NotStepLog(ValueError):
+    """A path that is no step log: no file, a directory, or a CSV file of another kind (its header says which)."""
 
 
 def write_step_log(path: str, steps, stats: dict) -> None:
@@ -57,7 +57,7 @@ def summarize(path: str) -> str:
         text = text[:text.rfind("\n") + 1]
     rows = list(csv.reader(io.StringIO(text)))
     if rows and rows[0][:len(COLUMNS)] != COLUMNS:
-        raise OtherCsv("a results CSV, not a step log (python -m harness.analyze reads it)" if "run_id" in rows[0]
+        raise NotStepLog("a results CSV, not a step log (python -m harness.analyze reads it)" if "run_id" in rows[0]
                        else f"not a step log: its header does not start {','.join(COLUMNS[:3])},...")
     if short := next((i + 1 for i, r in enumerate(rows) if r and len(r) != len(rows[0])), None):
         raise ValueError(f"line {short} has {len(rows[short - 1])} cells, the header {len(rows[0])}")
@@ -86,13 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
     code = 0
     for path in p.parse_args(argv).files:
-        if not os.path.isfile(path):
-            print(f"error: {path}: {'a directory' if os.path.isdir(path) else 'no such file'}", file=sys.stderr)
-            code = 2
-            continue
         try:
+            if not os.path.isfile(path):
+                raise NotStepLog("a directory" if os.path.isdir(path) else "no such file")
             print(summarize(path))
-        except OtherCsv as e:
+        except NotStepLog as e:
             print(f"error: {path}: {e}", file=sys.stderr)
             code = 2
         except Exception as e:  # empty, another kind of CSV, binary: pandas and numpy raise many types
