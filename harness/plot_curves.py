@@ -64,15 +64,15 @@ def points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
     return out.assign(kind=[str(p).split("-")[0] for p in out.index]).sort_values("x")
 
 
-def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) -> None:
-    """One panel: ``metric`` against the message size, a line per (plane, tp, payload kind), a marker per kind
-    (a line across kinds would join unrelated messages of near sizes: raw 64 kB and a 16 x 1,024 prefill)."""
+def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, _tps: list) -> None:
+    """One panel (of one tp: ``plot_broadcast``): ``metric`` against the message size, a solid line per (plane,
+    payload kind), a marker per kind (a line across kinds would join unrelated messages of near sizes: raw 64 kB and
+    a 16 x 1,024 prefill)."""
     xs, ys = [], []
-    for (control, tp), line in rows.groupby(["control", "tp"]):
+    for (control, _), line in rows.groupby(["control", "tp"]):
         pts = points(line, metric)
-        style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
         for k, part in pts.groupby("kind"):
-            ax.plot(part.x, part["median"], color=colours[control], linestyle=style, linewidth=1.2)
+            ax.plot(part.x, part["median"], color=colours[control], linestyle="-", linewidth=1.2)
             ax.errorbar(part.x, part["median"], yerr=[part["median"] - part["min"], part["max"] - part["median"]],
                         color=colours[control], marker=KINDS.get(k, "D"), markersize=4, linestyle="none",
                         elinewidth=0.8, capsize=2)
@@ -82,11 +82,10 @@ def draw_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: list) ->
     log_if_spread(ax, "y", ys, 10)
 
 
-def legend(planes: list, tps: list, colours: dict, kinds: list) -> list:
-    """The planes' colours, the tps' line styles (more than one), the payload kinds' markers."""
+def legend(planes: list, _tps: list, colours: dict, kinds: list) -> list:
+    """The planes' colours, the payload kinds' markers (no line style per tp: a row of panels per tp)."""
     handles = [Line2D([], [], color=colours[c], linewidth=2, label=short_plane(c)) for c in planes]
-    markers = [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k) for k in kinds]
-    return handles + tp_handles(tps) + markers
+    return handles + [Line2D([], [], color="black", marker=KINDS.get(k, "D"), linestyle="none", label=k) for k in kinds]
 
 
 def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
@@ -95,14 +94,10 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({str(p).split("-")[0] for p in df.payload})
-    if df.tp.nunique() == 1:
-        return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
-                             draw_panel, out, col_w=4.6, panel_h=2.8)
-    # a row of panels per tp, named: 5 planes x 3 tps x 3 kinds of line in one panel could not be followed
-    return curves_figure(df, [*rest, "tp"], "payload", "message size (payload_bytes)", PANELS,
-                         lambda planes, _, colours: legend(planes, [], colours, kinds),
-                         lambda ax, rows, metric, colours, _: draw_panel(ax, rows, metric, colours, list(rows.tp[:1])),
-                         out, col_w=4.6, panel_h=2.8)
+    rest += ["tp"] * (df.tp.nunique() > 1)  # a row of panels per tp: 5 planes x 3 tps x 3 kinds of line in one
+    # panel could not be followed
+    return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
+                         draw_panel, out, col_w=4.6, panel_h=2.8)
 
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
