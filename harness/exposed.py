@@ -15,6 +15,9 @@ from .plot_common import config_groups, key_cell
 from .text_tables import fitting_sections, header_lines, num4
 
 EXPOSED_METRICS = [("decode_step_ms_p50", "decode step p50"), ("tpot_ms_p50", "TPOT p50")]
+# numbers beside the metrics (a serve row's achieved rate, a decode batch's parts, send + late), empty where absent
+AUX = ["achieved_rate_req_s", "output_tokens", "num_requests", "decode_steps", "ctrl_send_us_p50",
+       "ctrl_launch_late_us_mean"]
 
 
 def why_no_exposed_cost(ok: pd.DataFrame) -> str:
@@ -34,13 +37,14 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     others = [k for k in keys if k != "control"]
     out = []
     df = df[pd.to_numeric(df.tp, errors="coerce") != 1]  # rank 0 alone: no plane sends, none has a cost
+    df = df.reindex(columns=[*df.columns, *(c for c in ["overrides", *AUX] if c not in df)])  # absent: empty
+    df[AUX] = df[AUX].apply(pd.to_numeric, errors="coerce")
     for cfg, rows in config_groups(_options_to_plane(df), others):
         ideal = rows[rows.control == "ideal"]
         if ideal.empty:
             continue
         for control, plane in rows[rows.control != "ideal"].groupby("control"):
-            # per repeat send p50 + launch late mean (us), NaN where either is missing
-            late = plane[["ctrl_send_us_p50", "ctrl_launch_late_us_mean"]].apply(pd.to_numeric, errors="coerce")
+            late = plane.ctrl_send_us_p50 + plane.ctrl_launch_late_us_mean  # per repeat, NaN where either is missing
             for metric, label in EXPOSED_METRICS:
                 i, p = ideal[metric].dropna(), plane[metric].dropna()
                 if i.empty or p.empty:
@@ -53,40 +57,29 @@ def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                             "ideal_ms": i.median(), "plane_ms": p.median(), "exposed_us": diff_us,
                             "exposed_pct": 100 * diff_us / 1e3 / i.median(), "low_us": low, "high_us": high,
                             "repeats": f"{len(p)}/{len(i)}", "verdict": verdict,
-                            "send_late_us": float(late.sum(axis=1, min_count=2).median()),
-                            "ideal_sent_req_s": _median(ideal, "achieved_rate_req_s"),
-                            "plane_sent_req_s": _median(plane, "achieved_rate_req_s"),
+                            "send_late_us": float(late.median()),
+                            "ideal_sent_req_s": ideal.achieved_rate_req_s.median(),
+                            "plane_sent_req_s": plane.achieved_rate_req_s.median(),
                             "ideal_batch": mean_batch(ideal), "plane_batch": mean_batch(plane)})
     return pd.DataFrame(out)
-
-
-def _median(rows: pd.DataFrame, column: str) -> float:
-    return pd.to_numeric(rows[column], errors="coerce").median() if column in rows else np.nan
 
 
 def mean_batch(rows: pd.DataFrame) -> float:
     """The median over ``rows`` of the sequences a decode step ran on average: (output_tokens - num_requests) /
     decode_steps (each request's first token comes from its prefill); NaN without those columns."""
-    if not {"output_tokens", "num_requests", "decode_steps"} <= set(rows.columns):
-        return np.nan
-    n = rows[["output_tokens", "num_requests", "decode_steps"]].apply(pd.to_numeric, errors="coerce")
-    return ((n.output_tokens - n.num_requests) / n.decode_steps.where(n.decode_steps > 0)).median()
+    return ((rows.output_tokens - rows.num_requests) / rows.decode_steps.where(rows.decode_steps > 0)).median()
 
 
 def ideal_apart(table: pd.DataFrame) -> pd.Series:
-    """Per row of ``table``: whether ideal sent more than 10% off the plane's rate or ran decode batches more than
-    10% off the plane's mean (then its step is no floor: a step's time grows with its batch)."""
-    def apart(a, b):
-        return (table[a] / table[b] - 1).abs() > 0.1 if {a, b} <= set(table.columns) else pd.Series(False, table.index)
-
-    return apart("ideal_sent_req_s", "plane_sent_req_s") | apart("ideal_batch", "plane_batch")
+    """Per row of ``exposed_cost``'s ``table``: whether ideal sent more than 10% off the plane's rate or ran decode
+    batches more than 10% off the plane's mean (then its step is no floor: a step's time grows with its batch)."""
+    return (((table.ideal_sent_req_s / table.plane_sent_req_s - 1).abs() > 0.1)
+            | ((table.ideal_batch / table.plane_batch - 1).abs() > 0.1))
 
 
 def _options_to_plane(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with ``control.options.*`` moved from ``overrides`` into ``control`` (``ring control.options.spin_us=0``):
     a variant of the plane, so ideal's rows pair with every plane's; ideal's options only say how it recorded."""
-    if "overrides" not in df.columns:
-        return df
     items = [str(t).split() if isinstance(t, str) and t != "-" else [] for t in df.overrides]
     options = [" ".join(i for i in row if i.startswith("control.options.")) for row in items]
     control = [c if c == "ideal" or not o else f"{c} {o}" for c, o in zip(df.control, options)]
