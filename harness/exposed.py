@@ -126,9 +126,8 @@ def sent_apart(table: pd.DataFrame) -> list[str]:
     """A note per serve configuration where ``ideal_apart``: ideal admits each request at its recording's launch,
     ahead of the trace when the timed pass runs faster (docs/SERVE.md), later when it runs slower or its slots
     (``max_concurrency``) free later; either way its batches differ from the plane's."""
-    far = table[ideal_apart(table)]
-    far = far.drop_duplicates([c for c in table.columns[:list(table.columns).index("metric")]])
-    keys = table.columns[:list(table.columns).index("control")]
+    keys = list(table.columns[:list(table.columns).index("control")])
+    far = table[ideal_apart(table)].drop_duplicates([*keys, "control"])  # one note per plane, not per metric
     lines = []
     for _, r in far.iterrows():
         where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
