@@ -101,13 +101,11 @@ def full_cell(r: pd.Series, m: str, baseline: str | None) -> str:
 
 def compact_cell(r: pd.Series, m: str, baseline: str | None) -> str:
     """``spread_cell``, * when of fewer rows than n, ratio: "178.2±3% 0.99x"."""
-    cell = spread_cell(r, m)
-    if not cell:
+    if not (cell := spread_cell(r, m)):
         return ""
-    if r[m + "_count"] < r["repeats"]:
-        cell += "*"
     value = r.get(f"{m}_vs_{baseline}", np.nan)
-    return cell + (f" {ratio(value)}" if baseline and pd.notna(value) else "")
+    star = "*" if r[m + "_count"] < r["repeats"] else ""
+    return cell + star + (f" {ratio(value)}" if baseline and pd.notna(value) else "")
 
 
 def print_full(table: pd.DataFrame, keys: list[str], baseline: str | None) -> None:
