@@ -3,7 +3,6 @@ a message rather than counted, failed rows kept (so that they can be counted); w
 
 from __future__ import annotations
 
-import bisect
 import csv
 import glob
 import io
@@ -194,7 +193,7 @@ def _apart_by_size(df: pd.DataFrame) -> pd.DataFrame:
         starts = [v for i, v in enumerate(levels) if i == 0 or v > 1.02 * levels[i - 1]]
         if len(starts) > 1:
             names.append(name)
-            first = [starts[bisect.bisect_right(starts, v) - 1] for v in row_sizes]
+            first = np.array(starts)[np.searchsorted(starts, row_sizes, side="right") - 1]
             df.loc[row_sizes.index, "payload"] = [f"{name} ({int(v)} B)" for v in first]
     if names:
         print(f"note: {len(names)} payload(s) come at sizes more than 2% apart (payload_bytes), told apart by size: "
