@@ -28,13 +28,11 @@ def plane_colours(control) -> tuple[list[str], dict[str, str]]:
     cmap = matplotlib.colormaps["tab10"]
     extra = sorted({base_plane(p) for p in planes} - set(PLANE_ORDER))
     known = {p: np.array(cmap(i % 10)) for i, p in enumerate(PLANE_ORDER + extra)}
-    colours = {}
+    variants: dict[str, list[str]] = {}  # per base plane its names, in order
     for name in planes:
-        base = base_plane(name)
-        names = [p for p in planes if base_plane(p) == base]
-        light = 0.6 * names.index(name) / len(names)
-        colours[name] = tuple(known[base] + (1 - known[base]) * light)
-    return planes, colours
+        variants.setdefault(base_plane(name), []).append(name)
+    return planes, {name: tuple(known[base] + (1 - known[base]) * (0.6 * k / len(names)))
+                    for base, names in variants.items() for k, name in enumerate(names)}
 
 
 def base_plane(name: str) -> str:
