@@ -46,7 +46,7 @@ DERIVED_FROM_TP = ("cpu_threads", "all_reduce")  # the engine sets them from tp 
 def group_keys(df: pd.DataFrame, group: list[str] | None) -> list[str]:
     """The columns that identify a configuration: ``group`` when given, else tp, control and every other
     configuration column that differs between rows, but DERIVED_FROM_TP where one value goes with each tp (a tp
-    ladder then shares its tables). Raises InputError: not a configuration column, or twice."""
+    ladder then shares its tables); ``main`` has checked ``group``."""
     if group:
         return group
     return ["tp", "control"] + [k for k in CONFIG_KEYS if k not in ("tp", "control")
