@@ -1,6 +1,6 @@
 """The decode GEMMs at batch 1: cuBLAS (``F.linear``) against the Triton GEMV (``engine/layers/gemv.py``).
 
-    python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--out table.txt]
+    python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--models qwen3-8b] [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
 holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness.report.decode_floor``).
@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also the best of a tile grid, with PDL")
     ap.add_argument("--tp", default="1,2", help="tensor-parallel sizes whose shards to time (default 1,2)")
     ap.add_argument("--chain", action="store_true", help="also each model's whole chain of GEMVs in one graph")
+    ap.add_argument("--models", default=",".join(MODELS), help=f"which of {', '.join(MODELS)} (default all)")
     ap.add_argument("--out")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -133,7 +134,10 @@ def main() -> None:
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.version.__version__}; bf16, batch 1; us per call "
              f"(% of {HBM_BYTES_S / 1e12:.1f} TB/s); floor = weight bytes / that bandwidth", ""]
     print("\n".join(lines), flush=True)
-    for model, tp in itertools.product(MODELS, (int(t) for t in args.tp.split(","))):
+    models = args.models.split(",")
+    if unknown := set(models) - set(MODELS):
+        ap.error(f"--models: unknown {', '.join(sorted(unknown))} (known: {', '.join(MODELS)})")
+    for model, tp in itertools.product(models, (int(t) for t in args.tp.split(","))):
         for layer, (n, k) in shapes(model, tp).items():
             copies = max(2, min(64, (256 << 20) // (n * k * 2)))
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
@@ -150,7 +154,7 @@ def main() -> None:
             print(line, flush=True)
             ws.clear()  # free this shape's copies before the next
             torch.cuda.empty_cache()
-    for model in MODELS if args.chain else ():
+    for model in models if args.chain else ():
         lines += chain_ms(model, dev)
     if args.out:
         with open(args.out, "w") as f:
