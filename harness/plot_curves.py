@@ -94,8 +94,8 @@ def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
     df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({str(p).split("-")[0] for p in df.payload})
-    rest += ["tp"] * (df.tp.nunique() > 1)  # a row of panels per tp: 5 planes x 3 tps x 3 kinds of line in one
-    # panel could not be followed
+    if df.tp.nunique() > 1:  # a row of panels per tp: 5 planes x 3 tps x 3 kinds of line in one panel: unreadable
+        rest.append("tp")
     return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
                          draw_panel, out, col_w=4.6, panel_h=2.8)
 

@@ -49,11 +49,12 @@ def control_lines(row: dict) -> list[str]:
                  f"spends {f('ctrl_send_us_p50')} us sending one (p50)"]
     if row.get("ctrl_oneway_us_p50") is not None:
         step = row.get("ctrl_oneway_over_step_pct") is not None
-        over = f"over the decode step: {f('ctrl_oneway_over_step_pct', '.2f')}%" if step else (
-            "no decode step to set it beside")
+        over = (f"over the decode step: {f('ctrl_oneway_over_step_pct', '.2f')}%" if step
+                else "no decode step to set it beside")
         lines.append(f"{MORE}a worker has it {f('ctrl_oneway_us_p50')} us after the send began (p50; p99 "
                      f"{f('ctrl_oneway_us_p99')}); {over}")
-        lines += [f"{MORE}(the mean of each decode step's slowest one-way, over the mean decode step)"] * step
+        if step:
+            lines.append(f"{MORE}(the mean of each decode step's slowest one-way, over the mean decode step)")
     if row.get("ctrl_launch_lag_us_mean") is not None:
         lines.append(f"  launch      the last worker finishes a step {f('ctrl_launch_lag_us_mean')} us after rank 0 "
                      f"(mean; p50 {f('ctrl_launch_lag_us_p50')}, p99 {f('ctrl_launch_lag_us_p99')}; < 0: before)")
