@@ -120,7 +120,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             for result in run_broadcast(w, group, show_progress(cfg.progress)):
                 row = {**row0, "repeat": r, "status": "ok", **result}
                 path = results.add(row)
-                print_broadcast(row, path, w["messages"])
+                print_broadcast(row, w["messages"])
                 SWEEP_ROWS.append(row)
         if path:
             print(f"rows appended to {path}")

@@ -8,7 +8,7 @@ import re
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from .conf_paths import GROUPS, cannot_write, group_options
+from .conf_paths import GROUPS, group_options
 from .conf_schema import LLM_DEFAULTS
 
 _CFG, _INFO = ("job", "hydra", "all"), ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
@@ -73,7 +73,7 @@ def overrides_of(argv: list[str]) -> tuple[list[str], str | None]:
 
 
 def check_options(parsed: list) -> None:
-    """Raises ValueError: an override Hydra would take and then fail on (a list for a group, an empty or unwritable
+    """Raises ValueError: an override Hydra would take and then fail on (a list for a group, an empty
     ``hydra.run.dir`` / ``hydra.sweep.dir``, a string for ``hydra.launcher`` / ``hydra.sweeper``), or worse."""
     for o in parsed:
         key, value = o.key_or_group, o.value()
@@ -88,12 +88,8 @@ def check_options(parsed: list) -> None:
         if key in ("hydra.launcher", "hydra.sweeper"):
             raise ValueError(f"{key}={value}: Hydra's {key[6:]} is chosen with hydra/{key[6:]}=<name> "
                              "(installed: basic)")
-        if key not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in str(value):
-            continue
-        if value in ("", None):
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value in ("", None):  # writable: preflight._hydra_dirs
             raise ValueError(f"{key} is empty: give a directory (or leave it out: Hydra's default)")
-        if reason := cannot_write(str(value)):  # Hydra creates it when the job starts; a refused command leaves none
-            raise ValueError(f"{key}={value}: cannot create the directory: {reason}")
 
 
 def parse(arg: str):

@@ -168,7 +168,7 @@ def print_floor(row: dict, work: Workload, llm) -> None:
           f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
 
 
-def print_broadcast(row: dict, path: str, messages: int | None = None) -> None:
+def print_broadcast(row: dict, messages: int | None = None) -> None:
     """Print one broadcast row: plane, payload, one-way and send p50/p99 (us), messages (why fewer than asked)."""
     us, n = partial(_fmt, row), row["ctrl_calls"]
     why = ", fewer: max_bytes_per_payload caps them" if messages is not None and n < messages else ""

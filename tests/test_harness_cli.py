@@ -764,6 +764,9 @@ def test_a_deleted_llm_key_falls_back_to_the_engines_default_and_says_so(tmp_pat
     (["-m", "hydra.sweep.subdir=${oops}"], "hydra.sweep.subdir: InterpolationKeyError"),
     (["-m", "hydra.sweep.subdir=/proc/x"], "hydra.sweep.subdir=/proc/x: cannot create the directory"),
     (["hydra.run.dir=/proc/${tp}"], "hydra.run.dir=/proc/1: cannot create the directory"),
+    (["-m", "hydra.sweep.dir=/proc/x"], "hydra.sweep.dir=/proc/x: cannot create the directory"),
+    (["hydra.run.dir="], "hydra.run.dir is empty: give a directory"),
+    (["-m", "hydra.sweep.dir=null"], "hydra.sweep.dir is empty: give a directory"),
     (["--experimental-rerun", "x.pickle"], "--experimental-rerun: the harness does not save the pickled jobs"),
     (["llm.max_num_seqs=null"], "llm.max_num_seqs cannot be null"),  # was "must be an integer, got None"
     (["hydra.mode=BOGUS"], "hydra.mode: Invalid value 'BOGUS', expected one of [RUN, MULTIRUN]"),

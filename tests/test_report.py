@@ -96,7 +96,7 @@ def test_a_broadcast_row_says_why_it_timed_fewer_messages(capsys):
     row = {"control": "shm", "tp": 2, "payload": "raw-16777216", "payload_bytes": 16777216, "ctrl_calls": 64,
            "ctrl_oneway_us_p50": 900.0, "ctrl_oneway_us_p99": 1200.0, "ctrl_send_us_p50": 800.0,
            "ctrl_send_us_p99": 1000.0}
-    print_broadcast(row, "/tmp/x/runs.csv", messages=2000)
-    print_broadcast({**row, "ctrl_calls": 2000}, "/tmp/x/runs.csv", messages=2000)
+    print_broadcast(row, messages=2000)
+    print_broadcast({**row, "ctrl_calls": 2000}, messages=2000)
     capped, full = capsys.readouterr().out.strip().splitlines()
     assert capped.endswith("(64 msgs, fewer: max_bytes_per_payload caps them)") and full.endswith("(2000 msgs)")
