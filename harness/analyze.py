@@ -28,6 +28,7 @@ from common import OneLineParser
 
 from .compare import compare, parse_metrics, parse_threshold, provenance_notes
 from .exposed import exposed_cost, print_exposed, sent_apart, why_no_exposed_cost
+from .host_cpu import busy_note
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
@@ -128,20 +129,6 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     if frames:
         print(pd.concat(frames, ignore_index=True).to_csv(index=False, float_format="%.7g"), end="")
     return keys
-
-
-def busy_note(df: pd.DataFrame, side: str = "") -> str | None:
-    """A line when ok rows (of ``side``, the gate's OLD or NEW) ran on a busy machine: a 1-min load average, read at
-    the job's start, above ``cpu_cores`` plus the run's ranks (a sweep's previous job, ranks like these, is still in
-    that average; all ranks: simulated nodes share one host)."""
-    ok = df.loc[df.status == "ok", ["load_avg_1m", "cpu_cores", "tp"]].apply(pd.to_numeric, errors="coerce")
-    if not (busy := ok.load_avg_1m > ok.cpu_cores + ok.tp).any():
-        return None
-    flagged = df.loc[busy[busy].index, "workload"]
-    verdicts = ", and step and TPOT verdicts may disagree" if (flagged != "broadcast").any() else ""
-    return (f"note: {int(busy.sum())} of {len(ok)} {side + ' ' if side else ''}rows ran on a busy machine (1-min load "
-            f"average up to {ok.load_avg_1m[busy].max():.1f} on {int(ok.cpu_cores[busy].min())} cores, more than "
-            f"the run's own ranks add): their timings are noisy{verdicts}; measure again on a quiet machine")
 
 
 def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:

@@ -20,6 +20,7 @@ from runtime.worker import serve
 
 from . import engine_cache, job_setup, metrics
 from .broadcast import broadcast_worker, run_broadcast_job
+from .host_cpu import OtherCpu
 from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
@@ -64,7 +65,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     llm.collect_control_stats()  # forget what came before (warm-up, recording pass, previous repeat)
     if replay:
         llm.start_replay()
-    with open_run_file(requests) as log, sampler:
+    with open_run_file(requests) as log, sampler, OtherCpu() as others:
         row, steps = measured_pass(llm, work, progress, plan, log)
     if replay:
         llm.finish_replay()
@@ -73,7 +74,7 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     if step_log:
         write_step_log(step_log, steps, stats)
     row.update({**metrics.step_metrics(steps), **metrics.control_metrics(stats, steps), **sampler.summary()})
-    row.update({**metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]),
+    row.update({**metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]), "cpu_others_cores": others.cores,
                 "preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
@@ -132,7 +133,9 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
     print_summary(row, written, steps, files, results.run_file)
-    if not stalls:
+    if stalls:
+        print(f"error: repeat {row['repeat']} stalled: {stalls}", file=sys.stderr)
+    else:
         SWEEP_ROWS.append(row)
     if gpus:
         print_floor(row, work, llm)
@@ -190,7 +193,7 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
             return 2
         if results is None:
             raise e from None
-        return failed(results, row0, repeat, e)
+        return failed(results, row0, repeat, e, cfg.repeat)
     finally:
         if not ok or not reuse:
             engine_cache.release()
@@ -244,10 +247,11 @@ def run_hf_job(cfg: DictConfig) -> int:
         path, work = prepare(cfg, device, results)
         row0["model"], row0["model_hash"] = model_label(cfg, path)
         for repeat in range(cfg.repeat):
-            with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler:
+            with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler, OtherCpu() as others:
                 metrics_row, generated = run_hf(cfg, path, work, device, dtype)
             nvml = sampler.summary()
             row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **nvml, "gpu_name": sampler.gpu_name,
+                   "cpu_others_cores": others.cores,
                    **metrics.energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
@@ -260,4 +264,4 @@ def run_hf_job(cfg: DictConfig) -> int:
             return 2
         if results is None:
             raise
-        return failed(results, row0, repeat, e)
+        return failed(results, row0, repeat, e, cfg.repeat)

@@ -20,6 +20,7 @@ from runtime.cluster import Cluster
 from runtime.launch import Launch, init_group
 from runtime.worker import command_loop
 
+from .host_cpu import OtherCpu
 from .job_setup import base_row, check_results_dir, failed
 from .metrics import message_metrics
 from .report import SWEEP_ROWS, print_broadcast, show_progress
@@ -95,9 +96,11 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
             group.run(message, warm - 1, w["gap_us"] / 1e6)
             group.collect_stats()
         count = int(min(w["messages"], max(w["min_messages"], fits)))
-        group.run(message, count, w["gap_us"] / 1e6)
+        with OtherCpu() as others:
+            group.run(message, count, w["gap_us"] / 1e6)
         stats = group.collect_stats()
-        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"])}
+        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"]),
+               "cpu_others_cores": others.cores}
 
 
 def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
@@ -112,7 +115,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
         if isinstance(e, (ConfigError, ValueError)):
             print(f"error: {e}", file=sys.stderr)
             return 2
-        return failed(results, row0, 0, e)
+        return failed(results, row0, 0, e, cfg.repeat)
     row0.update(group.group.describe())
     r, path = 0, None
     try:
@@ -126,6 +129,6 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             print(f"rows appended to {path}")
         return 1 if results.problem else 0
     except BaseException as e:
-        return failed(results, row0, r, e)
+        return failed(results, row0, r, e, cfg.repeat)
     finally:
         group.close()

@@ -224,22 +224,24 @@ def warn_shared_cores(cfg: DictConfig, device: str) -> str | None:
     return line
 
 
-def failed(results: Results, row0: dict, repeat: int, e: BaseException) -> int:
+def failed(results: Results, row0: dict, repeat: int, e: BaseException, repeats: int = 1) -> int:
     """Append and print the failed row of an interrupted or crashed run (none when the run has its row: the stop
-    came after it); returns 130 or 1."""
+    came after it), and which of the job's ``repeats`` did not run; returns 130 or 1."""
     e = as_interrupt(e)
-    code = 130 if isinstance(e, KeyboardInterrupt) else 1
     if row0.get("run_id") in results.run_ids:
         print(f"error: {one_line(e)}, after repeat {repeat}'s row", file=sys.stderr)
-        return code
-    row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
-    written = results.add(row)
-    kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
-    # a serve run's requests finished before the failure stay in its file
-    print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
-                  if row.get("run_id") and os.path.isfile(kept) else (), run_file=results.run_file)
-    print(f"error: {one_line(e)}", file=sys.stderr)
-    return code
+    else:
+        row = {**row0, "repeat": repeat, "status": "failed", "error": one_line(e)}
+        written = results.add(row)
+        kept = os.path.join(os.path.dirname(results.path), "requests", f"{row.get('run_id')}.jsonl")
+        # a serve run's requests finished before the failure stay in its file
+        print_summary(row, written, files=[f"requests    {kept} (the requests that finished before it failed)"]
+                      if row.get("run_id") and os.path.isfile(kept) else (), run_file=results.run_file)
+        print(f"error: {one_line(e)}", file=sys.stderr)
+    if repeat + 1 < repeats:
+        rest = f"repeat {repeat + 1}" if repeat + 2 == repeats else f"repeats {repeat + 1}-{repeats - 1}"
+        print(f"  the job stopped at repeat {repeat}: {rest} did not run")
+    return 130 if isinstance(e, KeyboardInterrupt) else 1
 
 
 def engine_settings(cfg: DictConfig, path: str, device: str) -> tuple[dict, bool]:

@@ -1,6 +1,6 @@
 """The results CSV's columns, in order, documented in docs/REFERENCE.md. Bump SCHEMA_VERSION when they change."""
 
-SCHEMA_VERSION = 11  # what each version changed: `git log -p harness/schema.py`
+SCHEMA_VERSION = 12  # what each version changed: `git log -p harness/schema.py`
 
 # the schema that added each configuration column after schema 1 (``analyze.comparable_keys`` reads it)
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
@@ -24,7 +24,8 @@ CONTROL = ["ctrl_calls", "ctrl_bytes_mean", "ctrl_bytes_max", "ctrl_oneway_us_p5
 GPU = ["gpu_util_pct_mean", "gpu_util_pct_max", "gpu_util_pct_by_gpu", "gpu_mem_used_mib_max", "gpu_power_w_mean",
        "gpu_energy_j", "j_per_output_token", "nvml"]
 META = ["git_commit", "torch_version", "cuda_version", "nccl_version", "driver_version", "transformers_version",
-        "triton_version", "gpu_name", "host", "python_version", "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m"]
+        "triton_version", "gpu_name", "host", "python_version", "hydra_dir", "cpu_model", "cpu_cores", "load_avg_1m",
+        "cpu_others_cores"]
 
 RENAMED = {"ctrl_decode_share_pct": "ctrl_oneway_over_step_pct"}  # older name -> current, for reading old files
 
@@ -33,7 +34,7 @@ COLUMNS = CONFIG + THROUGHPUT + LATENCY + STEPS + CONTROL + GPU + META
 # read as text, never as numbers: a run_id "122e20195055" is not inf, a cuda_version "12.10" not 12.1
 TEXT = ["time_utc", "run_id", "tag", "status", "error", "engine", "control", "launcher", "model", "model_hash",
         "device", "dtype", "all_reduce", "gemm", "workload", "overrides", "payload", "slo", "clock_sync",
-        "gpu_util_pct_by_gpu", "nvml"] + [c for c in META if c not in ("cpu_cores", "load_avg_1m")]
+        "gpu_util_pct_by_gpu", "nvml"] + [c for c in META if c not in ("cpu_cores", "load_avg_1m", "cpu_others_cores")]
 
 
 def normalize_overrides(text) -> str | None:

@@ -244,8 +244,9 @@ def test_older_schema_rows_still_load(sweep, tmp_path):
     (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + "\n11,2026", "then a truncated line"),
     (b"run_id\xff,\xfe", "not one whole line (a writer died"),  # session 32's trial: a warning line came first
     # a column added to the header by hand: "no whole row (a header only)" for a file of rows
-    (",".join(__import__("harness.schema", fromlist=["COLUMNS"]).COLUMNS) + ",note\n" + ("1," * 106 + "1\n") * 2,
-     "none of its 2 row(s) has the header's 108 cells (they have 107): damaged rows, or a header edited by hand?"),
+    (",".join(COLUMNS) + ",note\n" + ("1," * (len(COLUMNS) - 1) + "1\n") * 2,
+     f"none of its 2 row(s) has the header's {len(COLUMNS) + 1} cells (they have {len(COLUMNS)}): damaged rows, or a "
+     "header edited by hand?"),
 ])
 def test_damaged_input_is_a_clear_error(content, message, tmp_path, capsys):
     bad = tmp_path / "bad.csv"

@@ -235,8 +235,10 @@ def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_median
     row0 = {"schema_version": SCHEMA_VERSION, "control": "shm", "tp": 2, "workload": "smoke", "repeat": 0}
     for run in ("a", "b"):  # the new-user trial (session 31): its job exited 0, as an ok one does (now 1)
         assert app.run_repeat(cfg, None, SimpleNamespace(arrivals=None), results, {**row0, "run_id": run}, [])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.count("[stalled]") == 2 and out.count("100.0 output tok/s") == 2
+    # the new-user trial (session 38): exit 1 with nothing on stderr, where every other failure says why
+    assert err.count("error: repeat 0 stalled: rank 1 was silent for 3.2 s in this run") == 2, err
     assert "warning     rank 1 was silent for 3.2 s in this run (stopped, or stuck holding the GIL): its " \
            "latencies include that (the analysis leaves the row out)" in out
     assert app.SWEEP_ROWS == []  # the sweep's summary takes ok rows
@@ -247,3 +249,19 @@ def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_median
     out, err = capsys.readouterr()  # the files read on stderr
     assert "4 row(s), 2 ok, 0 failed, 2 stalled (left out like the failed)" in err
     assert "  2 stalled: rank 1 was silent for 3.2 s in this run" in err and "| 2 (+2 stalled) |" in out, out
+
+
+@pytest.mark.parametrize("repeat, repeats, line", [(1, 4, "repeats 2-3 did not run"), (1, 3, "repeat 2 did not run"),
+                                                   (2, 3, None), (0, 1, None)])
+def test_a_failed_repeat_says_which_repeats_did_not_run(repeat, repeats, line, tmp_path, capsys):
+    """The new-user trial (session 38): a worker killed in repeat 1 of 3 left repeat 2 without a row or a word."""
+    from harness.job_setup import failed
+    from harness.results_csv import Results
+    from harness.schema import COLUMNS, SCHEMA_VERSION
+
+    results = Results(str(tmp_path / "runs.csv"), COLUMNS, SCHEMA_VERSION)
+    row0 = {"schema_version": SCHEMA_VERSION, "control": "shm", "tp": 2, "workload": "smoke", "run_id": "r"}
+    assert failed(results, row0, repeat, RuntimeError("rank 1 died"), repeats) == 1
+    out, err = capsys.readouterr()
+    assert err == "error: RuntimeError: rank 1 died\n" and "[failed]" in out
+    assert (f"  the job stopped at repeat {repeat}: {line}" in out) if line else "did not run" not in out, out
