@@ -240,7 +240,8 @@ def run_hf_job(cfg: DictConfig) -> int:
     """``engine=hf``: transformers' ``generate`` on one device; exit code 0, 1 (a failed row), 2 (bad input), 130."""
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    row0 = {**base_row(cfg, device), "control": None}
+    threads = torch.get_num_threads() if device == "cpu" else None  # transformers' generate: torch's own count
+    row0 = {**base_row(cfg, device), "control": None, "cpu_threads": threads}
     results, work, repeat = None, None, 0
     try:
         results = check_results_dir(cfg)

@@ -89,14 +89,14 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
     payloads += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
     payloads += [(f"raw-{n}B", ("noop", os.urandom(n))) for n in w["raw_bytes"]]
     for name, message in tqdm(payloads, desc=f"broadcast {group.control.name} tp={group.tp}", disable=not progress):
-        group.run(message, 1, w["gap_us"] / 1e6)  # the first warm-up message gives the size
-        nbytes = group.collect_stats()["send"]["nbytes"][0]
-        fits = w["max_bytes_per_payload"] // max(nbytes, 1)  # the byte cap holds for the warm-up too
-        if (warm := int(min(w["warmup"], max(1, fits)))) > 1:
-            group.run(message, warm - 1, w["gap_us"] / 1e6)
-            group.collect_stats()
-        count = int(min(w["messages"], max(w["min_messages"], fits)))
-        with OtherCpu() as others:
+        with OtherCpu() as others:  # the warm-up too: a timed run alone may be shorter than its window
+            group.run(message, 1, w["gap_us"] / 1e6)  # the first warm-up message gives the size
+            nbytes = group.collect_stats()["send"]["nbytes"][0]
+            fits = w["max_bytes_per_payload"] // max(nbytes, 1)  # the byte cap holds for the warm-up too
+            if (warm := int(min(w["warmup"], max(1, fits)))) > 1:
+                group.run(message, warm - 1, w["gap_us"] / 1e6)
+                group.collect_stats()
+            count = int(min(w["messages"], max(w["min_messages"], fits)))
             group.run(message, count, w["gap_us"] / 1e6)
         stats = group.collect_stats()
         yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"]),

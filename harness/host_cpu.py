@@ -4,11 +4,13 @@ The 1-min load average cannot say this: it lags a minute behind and counts the r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 CROWDED_CORES = 0.25  # other processes' load under this much is the machine's own noise, never flagged
+MIN_WINDOW_S = 1.0  # over 1 s a tick or two of difference is <= 0.02 cores
 
 
 def busy_ticks() -> int:
@@ -18,82 +20,115 @@ def busy_ticks() -> int:
     return user + nice + system + irq + softirq + steal
 
 
-def tree_ticks(root: int) -> int:
-    """CPU time (ticks) of ``root`` and every process below it, their threads and reaped children included."""
-    parent, ticks = {}, {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, CPU time in ticks: utime, stime, cutime, cstime)} of every process on the host."""
+    out = {}
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
         except (OSError, IndexError):  # gone meanwhile
             continue
-        parent[int(name)] = int(fields[1])
-        ticks[int(name)] = sum(map(int, fields[11:15]))  # utime, stime, cutime, cstime
-    mine, todo = set(), [root]
+        out[int(name)] = (int(fields[1]), sum(map(int, fields[11:15])))
+    return out
+
+
+def tree_ticks(roots: set[int]) -> int:
+    """CPU time (ticks) of ``roots`` and every process below them, their threads and reaped children included."""
+    procs = _processes()
+    mine, todo = set(), list(roots)
     while todo:
         pid = todo.pop()
         mine.add(pid)
-        todo += [p for p, pp in parent.items() if pp == pid and p not in mine]
-    return sum(ticks.get(pid, 0) for pid in mine)
+        todo += [p for p, (parent, _) in procs.items() if parent == pid and p not in mine]
+    return sum(procs[pid][1] for pid in mine if pid in procs)
 
 
-def run_root() -> int:
-    """The process whose tree holds this run's ranks on this host: this one, or under torchrun (a rank, child of
-    its agent) the agent's parent, so that simulated nodes' agents and ranks count as the run's own."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
-        return os.getpid()
-    with open(f"/proc/{os.getppid()}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
+def run_roots() -> set[int]:
+    """The processes whose trees hold this run's ranks on this host: this one; under torchrun the agents, the
+    parents of every process of this run's ``TORCHELASTIC_RUN_ID`` (simulated nodes' agents too)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id is None:
+        return {os.getpid()}
+    mark, roots = f"TORCHELASTIC_RUN_ID={run_id}".encode(), {os.getppid()}
+    for pid, (parent, _) in _processes().items():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    roots.add(parent)
+        except OSError:  # another user's, or gone
+            continue
+    return roots
 
 
 class OtherCpu:
     """``with OtherCpu() as c: ...`` then ``c.cores``: the mean number of cores other processes kept busy during
-    the block (float, >= 0), or None where /proc cannot be read. ``root``: the run's process tree (``run_root``)."""
+    the block (float, >= 0); None where /proc cannot be read, or the block took under ``MIN_WINDOW_S`` (a process's
+    10 ms ticks and /proc/stat's part ways by a tick or two). ``roots``: the run's processes (``run_roots``)."""
 
-    def __init__(self, root: int | None = None):
-        self.root, self.cores, self._start = root, None, None
+    def __init__(self, roots: set[int] | None = None):
+        self.roots, self.cores, self._start = roots, None, None
 
     def _read(self) -> tuple[float, int, int] | None:
         try:
-            return time.monotonic(), busy_ticks(), tree_ticks(self.root)
+            return time.monotonic(), busy_ticks(), tree_ticks(self.roots)
         except (OSError, ValueError):
             return None
 
     def __enter__(self) -> OtherCpu:
-        self.root = self.root or run_root()
-        self._start = self._read()
+        with contextlib.suppress(OSError):
+            self.roots = self.roots or run_roots()
+            self._start = self._read()
         return self
 
     def __exit__(self, *exc) -> None:
-        end = self._read()
-        if self._start is not None and end is not None and end[0] > self._start[0]:
+        end = self._read() if self._start is not None else None
+        if end is not None and end[0] - self._start[0] >= MIN_WINDOW_S:
             others = (end[1] - self._start[1]) - (end[2] - self._start[2])
             self.cores = round(max(0.0, others / TICKS_PER_S / (end[0] - self._start[0])), 2)
 
 
-def crowded(others, cores, demand):
-    """Whether other processes' ``others`` cores and the run's own ``demand`` (its ranks' threads) exceed the
-    host's ``cores``: scalars or pandas Series alike (NaN: False)."""
-    return (others >= CROWDED_CORES) & (others + demand > cores)
+def crowded(others, cores, threads):
+    """Whether other processes' ``others`` cores and the run's own ``threads`` exceed the host's ``cores``: scalars
+    or pandas Series alike (NaN: False)."""
+    return (others >= CROWDED_CORES) & (others + threads > cores)
+
+
+def run_threads(row: dict) -> int:
+    """The threads a run keeps busy: ``cpu_threads`` per rank on CPU (recorded for engine=hf too), one per GPU rank."""
+    return (row.get("tp") or 1) * ((row.get("cpu_threads") if row.get("device") == "cpu" else None) or 1)
+
+
+def shared_note(row: dict) -> str | None:
+    """For the printout: how much other processes took of a run that shared the CPUs (``crowded``), or None."""
+    if row.get("cpu_others_cores") is None or not crowded(row["cpu_others_cores"], row["cpu_cores"], run_threads(row)):
+        return None
+    return (f"other processes kept {row['cpu_others_cores']:.2f} of the {row['cpu_cores']} CPU cores busy, beside the "
+            f"run's own {run_threads(row)} threads: its timings are noisy")
 
 
 def busy_note(df, side: str = "") -> str | None:
-    """A line when ok rows (of ``side``, the gate's OLD or NEW) shared the CPUs with other work: other processes
-    kept ``cpu_others_cores`` busy during the timed run, more than the cores the run's own threads left
-    (``crowded``); rows before schema 12 by their 1-min load average at the job's start above the cores plus
-    the run's ranks (a sweep's previous job, ranks like these, is still in that average)."""
+    """A line when ok rows (of ``side``, the gate's OLD or NEW) shared the CPUs with other work: ``crowded`` by
+    ``cpu_others_cores``; rows before schema 12 by their 1-min load average at the job's start above the cores plus
+    the run's ranks (a sweep's previous job, ranks like these, is still in that average). Bad cells count as empty."""
+    import pandas as pd
+
     ok = df[df.status == "ok"]
-    threads = ok.tp * ok.cpu_threads.where(ok.device == "cpu").fillna(1)
-    measured = ok.cpu_others_cores.notna()
-    busy = crowded(ok.cpu_others_cores, ok.cpu_cores, threads) | ~measured & (ok.load_avg_1m > ok.cpu_cores + ok.tp)
-    if not busy.any():
+    n = ok[["cpu_others_cores", "load_avg_1m", "cpu_cores", "tp", "cpu_threads"]].apply(pd.to_numeric, errors="coerce")
+    threads = n.tp * n.cpu_threads.where(ok.device == "cpu").fillna(1)
+    measured = n.cpu_others_cores.notna()
+    by_others = crowded(n.cpu_others_cores, n.cpu_cores, threads)
+    by_load = ~measured & (n.load_avg_1m > n.cpu_cores + n.tp)
+    if not (busy := by_others | by_load).any():
         return None
-    verdicts = ", and step and TPOT verdicts may disagree" if (ok.workload[busy] != "broadcast").any() else ""
     how = []
-    if (busy & measured).any():
-        how.append(f"other processes kept up to {ok.cpu_others_cores[busy].max():.1f} cores busy")
-    if (busy & ~measured).any():
-        how.append(f"1-min load average up to {ok.load_avg_1m[busy & ~measured].max():.1f}")
-    return (f"note: {int(busy.sum())} of {len(ok)} {side + ' ' if side else ''}rows shared the CPUs with other work "
-            f"({' or '.join(how)} on {int(ok.cpu_cores[busy].min())} cores, beyond what the run's own threads leave): "
-            f"their timings are noisy{verdicts}; measure again on a quiet machine")
+    if by_others.any():
+        how.append(f"other processes kept up to {n.cpu_others_cores[by_others].max():.1f} busy, more than the run's "
+                   "own threads left")
+    if by_load.any():
+        how.append(f"a 1-min load average up to {n.load_avg_1m[by_load].max():.1f}, above the cores plus the run's "
+                   "ranks")
+    verdicts = ", and step and TPOT verdicts may disagree" if (ok.workload[busy] != "broadcast").any() else ""
+    return (f"note: {int(busy.sum())} of {len(ok)} {side + ' ' if side else ''}rows shared the CPUs with other "
+            f"work (on {int(n.cpu_cores[busy].min())} cores: {'; or '.join(how)}): their timings are noisy{verdicts}; "
+            "measure again on a quiet machine")

@@ -6,7 +6,7 @@ import os
 import sys
 from functools import partial
 
-from .host_cpu import crowded
+from .host_cpu import shared_note
 from .workloads import Workload
 
 MORE = " " * 14  # a line that goes on the one above
@@ -94,10 +94,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
     print("\n" + header(row))
     if row["status"] == "stalled":
         print(f"  warning     {row['error']}: its latencies include that (the analysis leaves the row out)")
-    threads = (row.get("tp") or 1) * ((row.get("cpu_threads") if row.get("device") == "cpu" else None) or 1)
-    if row.get("cpu_others_cores") is not None and crowded(row["cpu_others_cores"], row["cpu_cores"], threads):
-        print(f"  warning     other processes kept {row['cpu_others_cores']:.2f} of the {row['cpu_cores']} CPU cores "
-              f"busy during this run, beside its own {threads} threads: its timings are noisy")
+    if shared := shared_note(row):
+        print(f"  warning     {shared}")
     if row["status"] not in ("ok", "stalled"):
         print(f"  error       {row['error']}")
     else:
@@ -180,6 +178,8 @@ def print_broadcast(row: dict, messages: int | None = None) -> None:
     print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
           f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
           f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({n} msgs{why})")
+    if shared := shared_note(row):
+        print(f"{'':>6} warning: {shared}")
 
 
 def one_line(e: BaseException) -> str:

@@ -307,8 +307,8 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
             for i, r in enumerate(sweep_rows())]
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert f"note: {len(rows) // 2} of {len(rows)} rows shared the CPUs with other work (1-min load average up to " \
-           "7.0 on 2 cores, beyond what the run's own threads leave): their timings are noisy, and step and TPOT " \
+    assert f"note: {len(rows) // 2} of {len(rows)} rows shared the CPUs with other work (on 2 cores: a 1-min load " \
+           "average up to 7.0, above the cores plus the run's ranks): their timings are noisy, and step and TPOT " \
            "verdicts may disagree" in out
     assert main([str(tmp_path / "runs.csv"), "--format", "csv"]) == 0  # on stderr: csv dropped it (a trial)
     assert "shared the CPUs" in " ".join(capsys.readouterr().err.split())
@@ -324,7 +324,7 @@ def test_rows_from_a_busy_machine_are_flagged(tmp_path, capsys):
                                                                               "workload": "broadcast", "repeat": 7}]
     assert main([write(own, tmp_path / "runs.csv")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "note: 1 of 49 rows shared the CPUs with other work (1-min load average up to 4.2 on 2 cores" in out
+    assert "note: 1 of 49 rows shared the CPUs with other work (on 2 cores: a 1-min load average up to 4.2" in out
     assert "their timings are noisy; measure" in out  # a broadcast row: no step or TPOT verdict to disagree
 
 
@@ -335,8 +335,11 @@ def test_rows_that_shared_the_cpus_are_flagged_by_what_others_took(tmp_path, cap
             for i, r in enumerate(sweep_rows())]
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert f"note: {len(rows[::3])} of {len(rows)} rows shared the CPUs with other work (other processes kept up " \
-           "to 1.1 cores busy on 2 cores" in out  # tp=2 or 4 x 1 thread on 2 cores: 1.1 more is too many
+    assert f"note: {len(rows[::3])} of {len(rows)} rows shared the CPUs with other work (on 2 cores: other processes " \
+           "kept up to 1.1 busy, more than the run's own threads left)" in out  # tp=2 or 4 x 1 thread: 1.1 is too many
+    bad = [{**r, "cpu_others_cores": "n/a", "cpu_threads": "auto", "load_avg_1m": "?"} for r in rows[:3]]
+    assert main([write(rows + bad, tmp_path / "runs.csv")]) == 0  # session 38's check: a bad cell was a TypeError
+    assert f"note: {len(rows[::3])} of {len(rows) + 3} rows shared" in " ".join(capsys.readouterr().out.split())
     gpu = [{**r, "device": "cuda", "cpu_cores": 16} for r in rows]  # a GPU rank wants one host thread
     assert main([write(gpu, tmp_path / "runs.csv")]) == 0 and "shared the CPUs" not in capsys.readouterr().out
 
