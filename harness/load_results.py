@@ -258,11 +258,13 @@ ENGINE_SAID = ["launcher", "nodes", "cpu_threads", "all_reduce", "gemm"]  # a ro
 
 def file_failed_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``df`` where a failed row without ENGINE_SAID (its run failed while the engine started) takes them from
-    the ok rows that match it on every other of the configuration ``keys``, if those agree: filed with them."""
+    the rows with them (ok, or failed later) that match it on every other of the configuration ``keys``, if those
+    agree: filed with them."""
     other = [k for k in keys if k not in ENGINE_SAID]
-    ok, text = df[df.status == "ok"], df[other].astype(object).fillna("-").astype(str)
+    said_rows, text = df[df[ENGINE_SAID].notna().any(axis=1)], df[other].astype(object).fillna("-").astype(str)
     for i in df.index[(df.status != "ok") & df[ENGINE_SAID].isna().all(axis=1)]:
-        said = ok.loc[(text.loc[ok.index] == text.loc[i]).all(axis=1), ENGINE_SAID].drop_duplicates()
+        match = (text.loc[said_rows.index] == text.loc[i]).all(axis=1)
+        said = said_rows.loc[match, ENGINE_SAID].drop_duplicates()
         if len(said) == 1:
             df.loc[i, ENGINE_SAID] = said.iloc[0].to_numpy()
     return df

@@ -515,3 +515,15 @@ def test_a_tp_ladder_shares_its_tables_though_the_engine_set_threads_and_all_red
     rows += [{**r, "cpu_threads": 2, "repeat": r["repeat"] + 2} for r in rows if r["tp"] == 2]
     assert main([write(rows, tmp_path / "by_hand.csv")]) == 0
     assert "cpu_threads=2" in capsys.readouterr().out
+
+
+def test_a_run_that_failed_at_start_is_filed_with_its_configuration_s_failed_runs(tmp_path, capsys):
+    """Session 38's new-user trial: a file of failed rows only split one configuration in two, since a run stopped
+    while its engine started has no launcher, cpu_threads, all_reduce or gemm: filed with rows that have them."""
+    row = {**sweep_rows(planes=("shm",), tps=(2,), repeats=1)[0], "status": "failed", "error": "interrupted (SIGINT)"}
+    said = {"launcher": "spawn", "nodes": 1, "cpu_threads": 1, "all_reduce": "gloo", "gemm": "torch"}
+    rows = [{**row, **said, "repeat": 0}, {**row, **dict.fromkeys(said), "repeat": 1},
+            {**row, **dict.fromkeys(said), "repeat": 2}]
+    main([write(rows, tmp_path / "runs.csv")])  # "error: no ok row: every run failed"
+    out = capsys.readouterr().out
+    assert "0 (+3 failed)" in out and "(+1 failed)" not in out and "(+2 failed)" not in out, out
