@@ -163,7 +163,7 @@ def draw_exposed(ax, rows: pd.DataFrame, colours: dict) -> None:
     bar_axes(ax, len(planes))
     low, high = rows.low_us.min(), rows.high_us.max()
     span = max(high, 0) - min(low, 0) or 1.0
-    ax.set_ylim(min(low, 0) - 0.06 * span, max(high, 0) + 0.3 * span)  # room for the % above the bars
+    ax.set_ylim(min(low, 0) - 0.1 * span, max(high, 0) + 0.3 * span)  # room for the % above the bars
     ax.set_ylabel("exposed (us)", fontsize=7)
 
 
