@@ -750,7 +750,11 @@ def test_rank_0_stopped_mid_run_is_named_not_a_healthy_worker(tmp_path, model_ca
             os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
     rows = pd.read_csv(tmp_path / "runs.csv")
-    assert rows.status[1] == ("failed" if stop_s > timeout_s else "stalled"), (rows.status.tolist(), err[-2000:])
+    # Longer than timeout_s fails the run where the stop caught the worker in a collective with rank 0; between
+    # steps the worker waits for its next command, which has no timeout (an engine may idle), and the run goes on
+    # (session 38's CI: 1 of 10 stops landed there). Either way the row names rank 0 alone.
+    ends = {"failed", "stalled"} if stop_s > timeout_s else {"stalled"}
+    assert rows.status[1] in ends, (rows.status.tolist(), err[-2000:])
     assert "rank 0 (this process)" in rows.error[1] and "rank 1" not in rows.error[1], rows.error[1]
 
 
