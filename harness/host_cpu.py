@@ -35,12 +35,14 @@ def _processes() -> dict[int, tuple[int, int]]:
 
 def tree_ticks(roots: set[int]) -> int:
     """CPU time (ticks) of ``roots`` and every process below them, their threads and reaped children included."""
-    procs = _processes()
+    procs, children = _processes(), {}
+    for pid, (parent, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
     mine, todo = set(), list(roots)
     while todo:
-        pid = todo.pop()
-        mine.add(pid)
-        todo += [p for p, (parent, _) in procs.items() if parent == pid and p not in mine]
+        if (pid := todo.pop()) not in mine:
+            mine.add(pid)
+            todo += children.get(pid, [])
     return sum(procs[pid][1] for pid in mine if pid in procs)
 
 
