@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Old against new code in one device call: the same harness sweep on BASE (an older commit's tree, made here
-# with `rm -rf .base && mkdir .base && git archive <commit> | tar -x -C .base && echo <commit> > .base/.commit`,
-# carried as .base) and then on this tree, rows tagged base / new in $OUT/$CSV (default ab.csv); then the
+# with `rm -rf .base && mkdir .base && git archive <commit> | tar -x -C .base && echo <commit> > .base/.commit`;
+# name ".base/.commit" in the call's carry: the base tree's own .gitignore hides it) and then on this tree, rows
+# tagged base / new in $OUT/$CSV (default ab.csv), each with its tree's commit; then the
 # medians of the two side by side. Workload presets missing from BASE are copied into it from this tree.
 # VARIANT="TAG OVERRIDE..." runs this tree once more with those overrides, rows tagged TAG.
 #   MODELS=qwen3-0.6b WORKLOADS=latency,latency-b8,latency-4k,bench REPEAT=3 bash scripts/ab_one_gpu.sh
 set -uo pipefail
 source scripts/device_env.sh
 require_gpus 1
-CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 [ -d .base ] || { echo "error: ab_one_gpu.sh compares with a .base tree and there is none (see its header)" >&2; exit 2; }
+[ -s .base/.commit ] || { echo "error: .base/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
+CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 run() {  # tree tag model: one multirun, its log in $OUT/ab_<tag>_<model>.log
-  (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit 2>/dev/null || echo "$TPCP_GIT_COMMIT") \
+  (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit) \
     timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
     repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$OUT" results_file="$CSV" "${@:4}" \
     > "$OUT/ab_$2_$3.log" 2>&1)
