@@ -13,12 +13,18 @@ require_gpus 1
 [ -s .base/.commit ] || { echo "error: .base/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
-run() {  # tree tag model: one multirun, its log in $OUT/ab_<tag>_<model>.log
+# The harness writes into $RUNS (a run file per row, Hydra's folders, the full logs): the device returns 8 files
+# of $OUT, so $OUT gets only the CSVs, copied after every job, and the logs' last lines in <name>_logs.txt.
+RUNS=${RUNS:-/tmp/ab_runs}; mkdir -p "$RUNS"
+run() {  # tree tag model: one multirun, its log in $RUNS/ab_<tag>_<model>.log
+  local log="$RUNS/ab_$2_$3.log" rc
   (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit) \
     timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
-    repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$OUT" results_file="$CSV" "${@:4}" \
-    > "$OUT/ab_$2_$3.log" 2>&1)
-  echo "$2 $3: exit $? at $SECONDS s"
+    repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$RUNS" results_file="$CSV" "${@:4}" > "$log" 2>&1)
+  rc=$?
+  cp "$RUNS/${CSV%.csv}"*.csv "$OUT"/ 2>/dev/null
+  { echo "== $2 $3: exit $rc"; tail -n 15 "$log"; } >> "$OUT/${CSV%.csv}_logs.txt"
+  echo "$2 $3: exit $rc at $SECONDS s"
 }
 for model in ${MODELS//,/ }; do
   timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
@@ -38,4 +44,4 @@ m = d.groupby(["model", "workload", "tag"])[[c for c in cols if c in d]].median(
 with pd.option_context("display.width", 200, "display.max_columns", 20):
     print(m.round(3).to_string())
 PY
-rm -f "$OUT"/*.lock
+rm -f "$RUNS"/*.lock
