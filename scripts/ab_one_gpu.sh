@@ -13,9 +13,10 @@ require_gpus 1
 [ -s .base/.commit ] || { echo "error: .base/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
-# The harness writes into $RUNS (a run file per row, Hydra's folders, the full logs): the device returns 8 files
-# of $OUT, so $OUT gets only the CSVs, copied after every job, and the logs' last lines in <name>_logs.txt.
-RUNS=${RUNS:-/tmp/ab_runs}; mkdir -p "$RUNS"
+# The harness writes into $RUNS, new for each invocation (a run file per row, Hydra's folders, the full logs; a
+# warm machine keeps /tmp between calls): the device returns 8 files of $OUT, so $OUT gets only the CSVs, copied
+# after every job, and the logs' last lines in <name>_logs.txt.
+RUNS=${RUNS:-$(mktemp -d /tmp/ab_runs.XXXXXX)}; mkdir -p "$RUNS"
 run() {  # tree tag model: one multirun, its log in $RUNS/ab_<tag>_<model>.log
   local log="$RUNS/ab_$2_$3.log" rc
   (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit) \
