@@ -1,5 +1,5 @@
 """How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile of the
-longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS`` (the H200's fastest,
+longest context each, up to ``PROGRAMS_PER_SM`` programs per SM (one wave), at most ``MAX_SPLITS`` (the H200's fastest,
 results/h200/NOTES.md). Each count is a CUDA graph of its own, so counts go up in powers of two."""
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def one_wave(programs: int, device: torch.device) -> bool:
 
 
 def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
-    """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
-    already do), at most ``MAX_SPLITS``."""
-    return max(1, min(MAX_SPLITS, -(-PROGRAMS_PER_SM * sm_count(device) // (batch * num_kv_heads))))
+    """The most splits per sequence whose programs still start at once (``one_wave``), at most ``MAX_SPLITS``; 1
+    when batch x KV heads fill a wave alone. One program more would wait for a slot and turn the preload off."""
+    return max(1, min(MAX_SPLITS, PROGRAMS_PER_SM * sm_count(device) // (batch * num_kv_heads)))
 
 
 def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[int]:
