@@ -43,7 +43,8 @@ def test_paged_decode_kernel_matches_sdpa(block_size, group, preload, monkeypatc
     k_new = torch.randn(B, Hkv, D, device="cuda", dtype=torch.bfloat16)
     qkv = torch.randn(B, Hkv * (group + 2) * D, device="cuda", dtype=torch.bfloat16)
     v_new = qkv[:, -Hkv * D:].view(B, Hkv, D)  # a strided view, as the model passes v
-    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables.cuda(), lens.cuda(), D ** -0.5)
+    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables.cuda(), lens.cuda(), D ** -0.5,
+                                 preload=preload)
     assert torch.equal(kc.view(-1, Hkv, D)[slots], k_new) and torch.equal(vc.view(-1, Hkv, D)[slots], v_new)
     for b in range(B):
         k = gather_context(kc.float(), tables[b:b + 1].long().cuda(), int(lens[b]))

@@ -192,7 +192,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
                            num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None,
-                           order: torch.Tensor | None = None) -> torch.Tensor:
+                           order: torch.Tensor | None = None, preload: bool | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``;
@@ -200,7 +200,9 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
     cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
     order their programs start (longest context first: the last wave's programs are the short ones), unused when
-    they all start at once (``decode_splits.one_wave``).
+    they all start at once (``decode_splits.one_wave``). ``preload``: the first tile loaded before the PDL wait;
+    default at batch 1 when all programs start at once: only the batch-1 GEMV before it lets them start early, and
+    behind cuBLAS the early load only spills registers (call 101, results/h200/NOTES.md).
     ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's
     fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
@@ -212,6 +214,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
     one_wave = decode_splits.one_wave(B * Hkv * num_splits, q.device)
+    preload = one_wave and B == 1 if preload is None else preload
     _paged_decode_kernel[(Hkv, B, num_splits)](
         q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens,
         order if order is not None else context_lens, out, part, lse, qw, kw, cos,
@@ -219,7 +222,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
-        ORDER=order is not None and not one_wave, PRELOAD=one_wave,
+        ORDER=order is not None and not one_wave, PRELOAD=preload,
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
