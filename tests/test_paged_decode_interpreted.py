@@ -1,0 +1,56 @@
+"""Split-KV decode attention (``engine/layers/paged_decode.py``) run by Triton's interpreter on the CPU
+(``TRITON_INTERPRET=1``, in a fresh process): the first tile loaded early or in the loop (batch 1 only by default,
+call 101), one split and several (with the merge), against SDPA over the gathered context in float64."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+CHECK = r"""
+import torch
+import torch.nn.functional as F
+from engine.layers.attention import gather_context
+from engine.layers.paged_decode import paged_decode_attention
+
+torch.manual_seed(0)
+Hkv, group, D, bs = 2, 2, 128, 16
+for lens, splits, preload in [([1, 40, 100], 1, False), ([1, 40, 100], 3, True), ([130], 4, None), ([70, 3], 2, None)]:
+    B = len(lens)
+    nblocks = [-(-n // bs) for n in lens]
+    kc = torch.randn(sum(nblocks) + 1, bs, Hkv, D)
+    vc = torch.randn_like(kc)
+    tables = torch.zeros(B, max(nblocks), dtype=torch.int32)
+    perm = torch.randperm(sum(nblocks)).tolist()
+    for b, n in enumerate(nblocks):
+        tables[b, :n] = torch.tensor(perm[:n])
+        perm = perm[n:]
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    last = ctx.long() - 1
+    slots = tables[torch.arange(B), last // bs].long() * bs + last % bs
+    q, k_new, v_new = torch.randn(B, Hkv * group, D), torch.randn(B, Hkv, D), torch.randn(B, Hkv, D)
+    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, ctx, D ** -0.5, block_n=16,
+                                 num_splits=splits, preload=preload)
+    assert torch.equal(kc.view(-1, Hkv, D)[slots], k_new) and torch.equal(vc.view(-1, Hkv, D)[slots], v_new)
+    for b in range(B):
+        k, v = (gather_context(c.double(), tables[b:b + 1].long(), lens[b]) for c in (kc, vc))
+        ref = F.scaled_dot_product_attention(q[b:b + 1].double().unsqueeze(2), k, v, scale=D ** -0.5,
+                                             enable_gqa=True)[0, :, 0]
+        err = float((out[b].double() - ref).abs().max())
+        assert err < 1e-4, (lens, splits, preload, b, err)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_split_and_early_load_paths_match_sdpa():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", CHECK], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
