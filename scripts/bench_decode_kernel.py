@@ -16,8 +16,10 @@ longest first (the programs start in that order). ``--order``: the batch unsorte
 argument starts its programs longest first, as the engine does. ``--head-major``: the caches laid out
 ``[num_blocks, Hkv, block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the
 kernel takes strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
-programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's, enough
-programs for two per SM); at the bench's batch 256 splitting lost at every count (results/h200x2/, call 17).
+programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's,
+``decode_splits.num_splits``); at the bench's batch 256 splitting lost at every count (results/h200x2/, call 17).
+The first tile loads before the PDL wait at batch 1 only, as in the engine (call 101); here attention follows
+attention, so at batch > 1 the early load would overlap the kernel before, which in the engine is cuBLAS.
 
     PYTHONPATH=. python3 scripts/bench_decode_kernel.py [--shape 0.6b] [--batch 256] [--quick]
     # from the repository root, on a CUDA GPU; KERNEL_SWEEP=1 bash scripts/bench_one_gpu.sh runs it too
