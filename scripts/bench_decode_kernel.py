@@ -13,7 +13,9 @@ Options: ``--quick``: mixed contexts only, a smaller grid of launches. ``--defau
 launch alone; ``--launch 64,2,2``: that one (block_n, warps, stages). ``--contexts mixed,762``: the context
 kinds (an integer: every sequence at that length). ``--longest-first``: the sequences sorted by context,
 longest first (the programs start in that order). ``--order``: the batch unsorted, and the kernel's ``order``
-argument starts its programs longest first, as the engine does. ``--head-major``: the caches laid out
+argument starts its programs longest first, as the engine does. ``--qk-norm``: Qwen3's q/k norm and RoPE in the
+kernel, the variant the engine compiles (more registers; without it batch 4 x 4k looked 10% faster with 16 splits,
+where the engine lost 3.5%, call 100). ``--head-major``: the caches laid out
 ``[num_blocks, Hkv, block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the
 kernel takes strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
 programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's,
@@ -66,6 +68,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--order", action="store_true", help="programs started longest first by the kernel's order")
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
     ap.add_argument("--pdl", action="store_true", help="launch with PDL, as the engine does on sm90+ (llm.pdl)")
+    ap.add_argument("--qk-norm", action="store_true", help="q/k RMSNorm and RoPE inside the kernel, as Qwen3's "
+                    "layers run it (more registers: the variant the engine compiles)")
     ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
                     "(the engine's choice, decode_splits.num_splits)")
     return ap.parse_args()
@@ -103,6 +107,9 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         extra = {"order": lens.sort(descending=True, stable=True).indices.int()} if args.order else {}
+        if args.qk_norm:  # (q weight, k weight, eps, cos, sin) as Qwen3Attention passes them
+            w = torch.ones(D, device="cuda", dtype=torch.bfloat16)
+            extra["qk_norm"] = (w, w, 1e-6, *torch.randn(2, B, D, device="cuda", dtype=torch.bfloat16))
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
         if args.launch or args.default_only:
             grid = [tuple(int(x) for x in args.launch.split(","))] if args.launch else [DEFAULT_LAUNCH]
@@ -124,7 +131,7 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
                 continue
             tbs = nbytes / ms / 1e9
             order = (" longest-first" * args.longest_first + " order" * args.order + " head-major" * args.head_major
-                     + " pdl" * args.pdl)
+                     + " pdl" * args.pdl + " qk-norm" * args.qk_norm)
             print(f"{shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
                   f"splits {splits:2d}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
