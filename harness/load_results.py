@@ -27,7 +27,8 @@ ABSURD = 1e12  # no measured value comes near, in any unit (a cell of 1e300 prin
 # a time, rate, size or count: a negative cell was edited or damaged (a launch lag and a one-way latency measured
 # across nodes' clocks can be negative)
 CANNOT_BE_NEGATIVE = [c for c in NUMERIC if not c.startswith(("ctrl_launch_lag", "ctrl_oneway"))]
-SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s"]
+SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
+                 "peak_output_tok_s", "peak_concurrent_requests"]
 # a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
 SERVE_OVERRIDE = re.compile(r"workload\.(cpu\.)?(request_rate|burstiness|max_concurrency|slo)[.=]")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import Counter
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def request_metrics(outputs: list[dict], prompt_lens: list[int], start_s: float,
 def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> dict:
     """The columns of one ``workload=serve`` run by vLLM's ``bench serve`` formulas, its duration from the run's start:
     ``achieved_rate_req_s`` = n / last send (s from the start: vLLM sends the n-th at n / request_rate);
-    ``goodput_req_s`` = requests meeting every SLO set (one token meets TPOT's) per s."""
+    ``goodput_req_s`` = requests meeting every SLO set (one token meets TPOT's) per s; ``peaks``."""
     duration, last_sent = last_s - start_s, max(r["sent_s"] for r in records)
     in_tokens, out_tokens = sum(r["input_len"] for r in records), sum(r["output_len"] for r in records)
     row = throughput(len(records), in_tokens, out_tokens, duration)
@@ -70,7 +71,21 @@ def serve_metrics(records: list[dict], work, start_s: float, last_s: float) -> d
     bounds = {k: v for k, v in work.slo.items() if v is not None}
     good = sum(all((r[k] or 0.0) <= b for k, b in bounds.items()) for r in records)
     row["goodput_req_s"] = good / duration if bounds else None
-    return {**row, **latency_columns(records, ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms"))}
+    names = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms")
+    return {**row, **peaks(records), **latency_columns(records, names)}
+
+
+def peaks(records: list[dict]) -> dict:
+    """vLLM's peaks over 1 s buckets from the first send: ``peak_output_tok_s``, the most tokens made in one bucket
+    (a request's tokens at its send + TTFT, then + each ITL); ``peak_concurrent_requests``, the most requests in one
+    bucket, a request counting in every bucket from its send's to its last token's."""
+    first = min(r["sent_s"] for r in records)
+    tokens, active = Counter(), Counter()
+    for r in records:
+        sent = r["sent_s"] - first
+        tokens.update(int(sent + t / 1e3) for t in np.cumsum([r["ttft_ms"], *r["itl_ms"]]))
+        active.update(range(int(sent), int(sent + r["e2el_ms"] / 1e3) + 1))
+    return {"peak_output_tok_s": float(max(tokens.values())), "peak_concurrent_requests": max(active.values())}
 
 
 def energy_per_token(energy_j: float | None, output_tokens: int | None) -> dict:

@@ -32,7 +32,8 @@ VLLM_ALIASES = {"completed": "num_requests", "total_input_tokens": "input_tokens
                 "total_output_tokens": "output_tokens", "duration": "duration_s",
                 "request_throughput": "req_s", "output_throughput": "output_tok_s",
                 "total_token_throughput": "total_tok_s", "request_goodput": "goodput_req_s",
-                "request_rate": "request_rate", "burstiness": "burstiness", "max_concurrency": "max_concurrency"}
+                "request_rate": "request_rate", "burstiness": "burstiness", "max_concurrency": "max_concurrency",
+                "max_output_tokens_per_s": "peak_output_tok_s", "max_concurrent_requests": "peak_concurrent_requests"}
 VLLM_ALIASES |= {f"{stat}_{m}_ms": f"{m}_ms_{col}" for m in ("ttft", "tpot", "itl", "e2el")
                  for stat, col in (("mean", "mean"), ("median", "p50"), ("std", "std"), ("p90", "p90"), ("p99", "p99"))}
 LOCK_WAIT_S = 60.0  # then the row goes to a fallback file (Results)

@@ -1,6 +1,6 @@
 """The results CSV's columns, in order, documented in docs/REFERENCE.md. Bump SCHEMA_VERSION when they change."""
 
-SCHEMA_VERSION = 12  # what each version changed: `git log -p harness/schema.py`
+SCHEMA_VERSION = 13  # what each version changed: `git log -p harness/schema.py`
 
 # the schema that added each configuration column after schema 1 (``analyze.comparable_keys`` reads it)
 ADDED_IN = {"payload": 2, "payload_bytes": 2, "overrides": 4, "all_reduce": 5, "launcher": 5, "nodes": 5,
@@ -12,7 +12,7 @@ CONFIG = ["schema_version", "time_utc", "run_id", "tag", "status", "error", "eng
           "overrides", "payload", "payload_bytes", "request_rate", "burstiness", "max_concurrency", "slo", "seed",
           "repeat"]
 THROUGHPUT = ["num_requests", "input_tokens", "output_tokens", "duration_s", "output_tok_s", "total_tok_s", "req_s",
-              "achieved_rate_req_s", "goodput_req_s"]
+              "achieved_rate_req_s", "goodput_req_s", "peak_output_tok_s", "peak_concurrent_requests"]
 LATENCY = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "queue_ms")
            for s in ("mean", "p50", "p90", "p99", "std")]
 STEPS = ["prefill_steps", "decode_steps", "decode_step_ms_p50", "decode_step_ms_p99", "preemptions",

@@ -95,7 +95,7 @@ def wait_until(predicate, timeout: float, what: str) -> float:
 def vllm_metrics(records, duration, slo):
     """vLLM's calculate_metrics (benchmarks/serve.py), written out again from per-request records
     (``harness/workloads.py``'s JSONL lines): goodput counts a request meeting every bound in ``slo`` (ms), a
-    one-token request's TPOT being 0; duration in s."""
+    one-token request's TPOT being 0; duration in s; the 1 s peaks from the first send."""
     ttfts = [r["ttft_ms"] for r in records]
     tpots = [(r["e2el_ms"] - r["ttft_ms"]) / (r["output_len"] - 1) for r in records if r["output_len"] > 1]
     itls = [x for r in records for x in r["itl_ms"]]
@@ -106,6 +106,21 @@ def vllm_metrics(records, duration, slo):
         good += all(values[k] <= v for k, v in slo.items())
     out = {"goodput_req_s": good / duration, "req_s": len(records) / duration}
     e2els = [r["e2el_ms"] for r in records]
+    # the peaks as vLLM writes them: 1 s buckets from the first send, times in s
+    start = min(r["sent_s"] for r in records)
+    seconds = int(np.ceil(max(r["sent_s"] + r["e2el_ms"] / 1e3 for r in records) - start)) + 1
+    tokens_per_second, concurrent = np.zeros(seconds), np.zeros(seconds)
+    for r in records:
+        current = r["sent_s"] + r["ttft_ms"] / 1e3
+        times = [current]
+        for itl in r["itl_ms"]:
+            current += itl / 1e3
+            times.append(current)
+        for t in times:
+            tokens_per_second[int(t - start)] += 1
+        for second in range(int(r["sent_s"] - start), int(r["sent_s"] + r["e2el_ms"] / 1e3 - start) + 1):
+            concurrent[second] += 1
+    out.update(peak_output_tok_s=float(tokens_per_second.max()), peak_concurrent_requests=int(concurrent.max()))
     for name, v in (("ttft_ms", ttfts), ("tpot_ms", tpots), ("itl_ms", itls), ("e2el_ms", e2els)):
         out.update({f"{name}_mean": np.mean(v), f"{name}_p50": np.median(v), f"{name}_std": np.std(v),
                     f"{name}_p99": np.percentile(v, 99)})

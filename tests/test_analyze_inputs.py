@@ -281,7 +281,7 @@ def test_rows_without_metrics_say_so_not_that_ideal_is_missing(tmp_path, capsys)
     out, err = capsys.readouterr()
     assert "(no ratios: control=ideal's rows hold no metric)" in out
     (lacking,) = [line for line in err.splitlines() if "no column" in line]  # 45 lines before
-    assert lacking.endswith("no columns duration_s, output_tok_s, total_tok_s, req_s and 40 more (its schema has "
+    assert lacking.endswith("no columns duration_s, output_tok_s, total_tok_s, req_s and 42 more (its schema has "
                             "them): read as empty")
     out = tmp_path / "out.png"
     assert main([path, "--plot", str(out)]) == 2 and not out.exists()

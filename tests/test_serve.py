@@ -86,6 +86,8 @@ def test_serve_rows_equal_what_the_request_files_give_and_ideal_serves_too(tmp_p
         assert run["vllm"]["median_ttft_ms"] == pytest.approx(row.ttft_ms_p50)
         assert run["vllm"]["request_goodput"] == pytest.approx(row.goodput_req_s)
         assert run["vllm"]["output_throughput"] == pytest.approx(row.output_tok_s)
+        assert run["vllm"]["max_output_tokens_per_s"] == row.peak_output_tok_s  # the peaks: vllm_metrics checked them
+        assert run["vllm"]["max_concurrent_requests"] == row.peak_concurrent_requests
         assert run["vllm"]["max_concurrency"] is None  # unbounded: null, as vLLM writes it (session 33's trial)
         assert run["vllm"]["failed"] == 0  # vLLM always writes it (session 34's trial)
     shm = df[df.control == "shm"].iloc[0]

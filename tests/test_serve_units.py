@@ -143,6 +143,18 @@ def test_serve_metrics_follow_vllm_and_one_token_meets_the_tpot_slo():
     assert serve_metrics(records, build_workload(SERVE, "cpu", 0, 1000), 100.0, 103.0)["goodput_req_s"] is None
 
 
+def test_the_peaks_count_tokens_and_requests_in_1_s_buckets_from_the_first_send():
+    """vLLM's peak output tok/s and peak concurrent requests, by hand: A sent at 0.5 s (tokens at 0.6, 1.1, 1.45 s),
+    B at 1.2 s (tokens at 1.3, 1.4 s), C at 1.6 s (one token at 2.0 s). From A's send (not the run's start, which
+    would give 4) the first bucket holds 5 tokens and requests A and B, the second C alone."""
+    from harness.metrics import peaks
+
+    records = [{"sent_s": 0.5, "ttft_ms": 100.0, "itl_ms": [500.0, 350.0], "e2el_ms": 950.0},
+               {"sent_s": 1.2, "ttft_ms": 100.0, "itl_ms": [100.0], "e2el_ms": 200.0},
+               {"sent_s": 1.6, "ttft_ms": 400.0, "itl_ms": [], "e2el_ms": 400.0}]
+    assert peaks(records) == {"peak_output_tok_s": 5.0, "peak_concurrent_requests": 2}
+
+
 class InstantEngine:
     """The request API of ``engine.LLM`` over no model: a request runs one step per output token once it has
     arrived, every step takes 2 ms; records the most requests it ever held."""
