@@ -48,6 +48,16 @@ def harness(*overrides, cache, timeout=300):
                           text=True, timeout=timeout)
 
 
+def run_interpreted(code: str) -> str:
+    """``code`` run by Triton's interpreter on the CPU (``TRITON_INTERPRET=1`` is read when a kernel is defined, so
+    in a fresh process); returns what it printed. Raises AssertionError with its stderr when it fails."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
 def orphaned_workers() -> set[int]:
     """Spawned processes whose parent is gone (re-parented to init): what a crashed run would leave."""
     out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout

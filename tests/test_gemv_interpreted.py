@@ -4,11 +4,8 @@ tiles (the next tile loaded before this one's sum, call 94) against float64."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from helpers import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -39,8 +36,4 @@ print("ok")
 
 @pytest.mark.slow
 def test_one_tile_and_several_tile_rows_match_float64():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", CHECK], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert run_interpreted(CHECK) == "ok"

@@ -5,11 +5,8 @@ over the gathered context in float64."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from helpers import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -57,8 +54,4 @@ print("ok")
 
 @pytest.mark.slow
 def test_split_and_early_load_paths_match_sdpa():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", CHECK], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert run_interpreted(CHECK) == "ok"
