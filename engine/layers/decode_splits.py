@@ -27,7 +27,7 @@ def one_wave(programs: int, device: torch.device) -> bool:
 
 def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
     """The most splits per sequence whose programs still start at once (``one_wave``), at most ``MAX_SPLITS``; 1
-    when batch x KV heads fill a wave alone. One program more would wait for a slot and turn the preload off."""
+    when batch x KV heads fill a wave alone. A program more waits for a slot: a wave for a few programs (call 100)."""
     return max(1, min(MAX_SPLITS, PROGRAMS_PER_SM * sm_count(device) // (batch * num_kv_heads)))
 
 
