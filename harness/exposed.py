@@ -132,7 +132,7 @@ def sent_apart(table: pd.DataFrame) -> list[str]:
     for _, r in far.iterrows():
         where = ", ".join(f"{k}={key_cell(r[k])}" for k in keys)
         sent = f"sent {r.ideal_sent_req_s:.2f} req/s beside {r.control}'s {r.plane_sent_req_s:.2f}"
-        ran = f"ran decode batches of {r.ideal_batch:.2f} sequences on average beside {r.plane_batch:.2f}"
+        ran = f"ran decode batches of {r.ideal_batch:.2f} sequences on average beside {r.control}'s {r.plane_batch:.2f}"
         sent_off = abs(r.ideal_sent_req_s / r.plane_sent_req_s - 1) > 0.1
         why = ("it admitted requests ahead of the trace, so its batches were larger" if sent_off and
                r.ideal_sent_req_s > r.plane_sent_req_s else "its requests went in later (at its recording's "

@@ -334,14 +334,15 @@ def test_ideal_sending_faster_than_the_plane_is_said_under_the_exposed_cost(tmp_
 
 def test_ideal_running_other_batches_at_the_same_sent_rate_is_said_too(tmp_path, capsys):
     """The serve user's trial: at rate 16 ideal held requests to its recording's launches (queue p50 1377 ms beside
-    12), its batches were 8.0 sequences beside 5.9 and TPOT came out -18.8%, with no note: its sent rate matched."""
+    12), its batches were 8.0 sequences beside 5.9 and TPOT came out -18.8%, with no note: its sent rate matched.
+    The note names the plane (session 40's trial: seven planes' notes read alike)."""
     rows = serve_rows(rates=(4.0, 16.0))
     for r in rows:  # 12 requests of 25 tokens: 288 decode tokens
         steps = 36 if r["control"] == "ideal" and r["request_rate"] == 16.0 else 49
         r.update(num_requests=12, output_tokens=300, decode_steps=steps)
     assert main([write(rows, tmp_path / "runs.csv"), "--plot", str(tmp_path / "f.png")]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert ("note: tp=2, request_rate=16: ideal ran decode batches of 8.00 sequences on average beside 5.88: its "
+    assert ("note: tp=2, request_rate=16: ideal ran decode batches of 8.00 sequences on average beside shm's 5.88: its "
             "requests went in at its recording's launches, not as they arrived and its step is no floor here") in out
     assert "request_rate=4: ideal" not in out
     import matplotlib.pyplot as plt
