@@ -107,8 +107,8 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
             print(f"  load        {row['request_rate']:g} req/s asked, {rate('achieved_rate_req_s')} sent "
                   f"(start to last send), {rate('req_s')} completed (start to last token)")
             print(f"{MORE}goodput: {good}")
-            print(f"{MORE}peaks (vLLM's, in 1 s buckets): {f('peak_output_tok_s', '.0f')} output tok/s; "
-                  f"{f('peak_concurrent_requests', '.0f')} requests active within one bucket (not necessarily at once)")
+            print(f"{MORE}peaks (vLLM's, 1 s buckets): {f('peak_output_tok_s', '.0f')} output tok/s; "
+                  f"{f('peak_concurrent_requests', '.0f')} requests in one bucket, not necessarily at once")
             if row.get("control") == "ideal" and row.get("tp") != 1:
                 print(f"{MORE}ideal replays its recording's admissions: compare its step and TPOT, not its TTFT")
             print(f"{MORE}waiting to be scheduled p50 {f('queue_ms_p50', '.2f')} ms, p99 "
