@@ -152,20 +152,22 @@ class LifelineServer:
         return None
 
     def _check_own(self) -> None:
-        """This thread did not run for over STALL_S (this process stopped, or the GIL held): the workers' silence
-        meanwhile is this process's own (rank 0 in ``silences``), their last frames count from now."""
-        now = time.monotonic()
         with self._lock:
-            if (gap := now - self._loop_s) > STALL_S:
-                self.silences[0] = max(gap, self.silences.get(0, 0.0))
-                self.stall_ends[0] = (gap, now)
-                self.last_seen = dict.fromkeys(self.last_seen, now)
-            self._loop_s = now
+            self._own_gap(time.monotonic())
+
+    def _own_gap(self, now: float) -> None:
+        """(Lock held.) This thread did not run for over STALL_S (this process stopped, or the GIL held): the
+        workers' silence meanwhile is this process's own (rank 0 in ``silences``), their last frames count from now."""
+        if (gap := now - self._loop_s) > STALL_S:
+            self.silences[0] = max(gap, self.silences.get(0, 0.0))
+            self.stall_ends[0] = (gap, now)
+            self.last_seen = dict.fromkeys(self.last_seen, now)
+        self._loop_s = now
 
     def _seen(self, rank: int) -> None:
-        self._check_own()
-        now = time.monotonic()
-        with self._lock:
+        with self._lock:  # one clock reading for both gaps: a stop between two once blamed the worker (CI, session 40)
+            now = time.monotonic()
+            self._own_gap(now)
             if (gap := now - self.last_seen.get(rank, now)) > STALL_S:
                 self.silences[rank] = max(gap, self.silences.get(rank, 0.0))
                 self.stall_ends[rank] = (gap, now)
@@ -204,8 +206,8 @@ class LifelineServer:
     def stalled(self) -> dict[int, float]:
         """{rank: seconds since its last frame} of the open lifelines silent for more than STALL_S ({} while this
         thread has not run for that long: their frames are unread, the stall may be this process's)."""
-        now = time.monotonic()
         with self._lock:
+            now = time.monotonic()
             if now - self._loop_s > STALL_S:
                 return {}
             return {r: now - self.last_seen[r] for r in self.conns if now - self.last_seen.get(r, now) > STALL_S}

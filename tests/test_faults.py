@@ -696,6 +696,25 @@ def test_rank_0_stalled_itself_is_no_workers_silence():
         server.close()
 
 
+def test_a_stop_between_the_lifeline_threads_clock_readings_blames_no_worker(monkeypatch):
+    """Session 40's CI: the test above failed once with {0: 3.5, 1: 3.5}. The thread read the clock for its own gap,
+    stopped 3.5 s (there: at the lock the test held), read it again for rank 1's, and blamed rank 1. A frame's two
+    gaps now come from one reading: a stop before it is rank 0's own, a stop after it is found by the next one."""
+    from types import SimpleNamespace
+
+    from runtime import lifeline
+
+    server = lifeline.LifelineServer("127.0.0.1", sync_clocks=False)
+    server.close()  # its thread ends: the clock below is this test's alone
+    clock = iter([100.01, 103.5, 103.5])  # the thread stops 3.5 s after its first reading
+    monkeypatch.setattr(lifeline, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    server._loop_s = server.last_seen[1] = 100.0
+    server._seen(1)  # rank 1's beat, read at 100.01
+    assert server.silences == {}  # not rank 1's: it beat on time
+    server._check_own()  # the loop's next turn, at 103.5
+    assert server.silences == {0: pytest.approx(3.49)} and server.stalled() == {}
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_stopped_mid_frame_blocks_no_other_rank():
     """A worker stopped halfway through sending a large frame: the lifeline thread read that frame to its end,
