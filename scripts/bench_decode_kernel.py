@@ -14,8 +14,8 @@ launch alone; ``--launch 64,2,2``: that one (block_n, warps, stages). ``--contex
 kinds (an integer: every sequence at that length). ``--longest-first``: the sequences sorted by context,
 longest first (the programs start in that order). ``--order``: the batch unsorted, and the kernel's ``order``
 argument starts its programs longest first, as the engine does. ``--qk-norm``: Qwen3's q/k norm and RoPE in the
-kernel, the variant the engine compiles (more registers; without it batch 4 x 4k looked 10% faster with 16 splits,
-where the engine lost 3.5%, call 100). ``--head-major``: the caches laid out
+kernel, the variant the engine compiles (more registers: ptxas gives it more spills, results/h200/NOTES.md,
+session 40). ``--head-major``: the caches laid out
 ``[num_blocks, Hkv, block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the
 kernel takes strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
 programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's,
