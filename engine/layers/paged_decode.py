@@ -48,8 +48,9 @@ def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, rows, dims
                QK_NORM: tl.constexpr):
     """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
     if QK_NORM:
-        k = tl.sum(_norm_rope(k_ptr, rows * 0, rows < 1, dims, kw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM),
-                   axis=0).to(dtype)  # one row (the others masked to 0)
+        one = tl.arange(0, 1)
+        k = tl.sum(_norm_rope(k_ptr, one * 0, one < 1, dims, kw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM),
+                   axis=0).to(dtype)  # [1, D] -> [D]
     else:
         k = tl.load(k_ptr + dims)
     return k, tl.load(v_ptr + dims), tl.load(slot_ptr)
