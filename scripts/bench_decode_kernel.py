@@ -107,9 +107,9 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         extra = {"order": lens.sort(descending=True, stable=True).indices.int()} if args.order else {}
-        if args.qk_norm:  # (q weight, k weight, eps, cos_sin table, positions) as Qwen3Attention passes them
+        if args.qk_norm:  # (q weight, k weight, eps, cos, sin) as Qwen3Attention passes them
             w = torch.ones(D, device="cuda", dtype=torch.bfloat16)
-            extra["qk_norm"] = (w, w, 1e-6, torch.randn(int(lens.max()), 2 * D, device="cuda"), lens.long() - 1)
+            extra["qk_norm"] = (w, w, 1e-6, *torch.randn(2, B, D, device="cuda", dtype=torch.bfloat16))
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
         if args.launch or args.default_only:
             grid = [tuple(int(x) for x in args.launch.split(","))] if args.launch else [DEFAULT_LAUNCH]

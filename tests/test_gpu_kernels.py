@@ -68,10 +68,9 @@ def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, w
     lens = [1, 2, 65, 700, 4100]
     q, k, v, kc, vc, slots, tables, ctx = paged_case(dtype, lens, group=group)
     D = q.shape[-1]
-    rotary = RotaryEmbedding(D, 8192, 1e6).cuda()
-    cos, sin = rotary(ctx.long() - 1)
+    cos, sin = RotaryEmbedding(D, 8192, 1e6).cuda()(ctx.long() - 1)
     qw, kw = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(dtype)
-    qk_norm = (qw, kw, 1e-6, rotary.cos_sin, ctx.long() - 1) if with_norm else None
+    qk_norm = (qw, kw, 1e-6, cos, sin) if with_norm else None
     q_ref, k_ref = qk_norm_rotary(q, k, qw, kw, 1e-6, cos, sin) if with_norm else (q, k)
     out = paged_decode_attention(q, k, v, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=num_splits,
                                  qk_norm=qk_norm)

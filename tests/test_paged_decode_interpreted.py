@@ -35,13 +35,11 @@ for lens, splits, preload, qk in cases:
     last = ctx.long() - 1
     slots = tables[torch.arange(B), last // bs].long() * bs + last % bs
     q, k_new, v_new = torch.randn(B, Hkv * group, D), torch.randn(B, Hkv, D), torch.randn(B, Hkv, D)
-    weights = (1 + 0.1 * torch.randn(D), 1 + 0.1 * torch.randn(D), 1e-6)
-    cos_sin = torch.randn(max(lens) + 3, 2 * D)  # the kernel reads row ``last`` of each sequence
-    qk_norm = (*weights, cos_sin, last) if qk else None
+    qk_norm = (1 + 0.1 * torch.randn(D), 1 + 0.1 * torch.randn(D), 1e-6, *torch.randn(2, B, D)) if qk else None
     out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, ctx, D ** -0.5, block_n=16,
                                  num_splits=splits, qk_norm=qk_norm, preload=preload)
     if qk:  # the kernel normalised and rotated q and the new k (stored so) first
-        q, k_new = qk_norm_rotary(q, k_new, *weights, *cos_sin[last].chunk(2, dim=-1))
+        q, k_new = qk_norm_rotary(q, k_new, *qk_norm)
     stored_k, stored_v = kc.view(-1, Hkv, D)[slots], vc.view(-1, Hkv, D)[slots]
     assert torch.allclose(stored_k, k_new, atol=1e-5) and torch.equal(stored_v, v_new)
     for b in range(B):

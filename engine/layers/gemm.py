@@ -52,15 +52,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def add_norm(h: torch.Tensor, residual: torch.Tensor, norm) -> tuple[torch.Tensor, torch.Tensor]:
-    """``norm(h, residual)``: (``norm(h + residual)``, ``h + residual``), h and residual ``[M, K]``; at batch 1 with
-    the Triton GEMV, the Triton norm (``gemv.add_rms_norm``), so that the LM head's GEMV follows it in the PDL chain."""
-    if (_rms_norm is not None and h.shape[0] == 1 and h.is_contiguous() and residual.is_contiguous()
-            and norm.weight.dtype == h.dtype):
-        return _rms_norm(h, residual, norm.weight, norm.eps)
-    return norm(h, residual)
-
-
 def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``swiglu(norm(h + residual) @ weight.T (+ bias))``, swiglu when given; the new residual ``h + residual``,

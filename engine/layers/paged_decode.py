@@ -111,8 +111,8 @@ def _walk(q, k0, v0, k_ptr, v_ptr, table_ptr, lo, hi, stride_cb, stride_ct, scal
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, block_tables_ptr,
-                         context_lens_ptr, order_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, rope_ptr, pos_ptr,
-                         eps, scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
+                         context_lens_ptr, order_ptr, out_ptr, part_ptr, lse_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, eps,
+                         scale, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, stride_cb,
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
@@ -129,9 +129,8 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     k_cache = k_cache_ptr + kv_head * stride_ch
     v_cache = v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
-    # Before the wait (pdl.py): block tables, cached tokens and positions predate the kernel before, so with PRELOAD
-    # (all programs started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
-    cos = rope_ptr + tl.load(pos_ptr + seq) * stride_rope if QK_NORM else rope_ptr  # this position's cos, then sin
+    # Before the wait (pdl.py): block tables and cached tokens predate the kernel before, so with PRELOAD (few
+    # programs, all started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
     k0, v0 = 0, 0
     if PRELOAD:
         k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
@@ -142,12 +141,12 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
-    q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos, cos + HEAD_DIM, eps,
-               k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
+    q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos_ptr + seq * stride_rope,
+               sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
     # Loaded before the walk: one memory round trip fewer on a short context's critical path.
     k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
-                                    + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos, cos + HEAD_DIM, eps, rows,
-                                    dims, k_cache_ptr.dtype.element_ty,
+                                    + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
+                                    sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
                                     HEAD_DIM, QK_NORM)
     m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
                           HEAD_DIM, BLOCK_SIZE, BLOCK_N, PRELOAD)
@@ -199,15 +198,14 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``;
     ``scale``: the softmax scale (D^-0.5).
-    ``num_splits``: programs per (sequence, KV head). ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos_sin ``[P, 2 D]`` (each position's cos then sin, ``RotaryEmbedding.cos_sin``), positions ``[B]`` int64),
-    applied to q and k_new first; the kernel reads each sequence's row of cos_sin (no gather kernel before it).
-    ``order`` ``[B]`` int32: the sequences in the order their programs start (longest context first: the last
-    wave's programs are the short ones), unused when they all start at once (``decode_splits.one_wave``).
-    ``preload``: the first tile loaded before the PDL wait; default at batch 1 when all programs start at once:
-    only the batch-1 GEMV before it lets them start early, and behind cuBLAS the early load only spills registers
-    (call 101, results/h200/NOTES.md). ``block_n`` (tokens per iteration, at most the block size), ``num_warps``,
-    ``num_stages``: the H200's fastest (results/h200/NOTES.md)."""
+    ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
+    cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
+    order their programs start (longest context first: the last wave's programs are the short ones), unused when
+    they all start at once (``decode_splits.one_wave``). ``preload``: the first tile loaded before the PDL wait;
+    default at batch 1 when all programs start at once: only the batch-1 GEMV before it lets them start early, and
+    behind cuBLAS the early load only spills registers (call 101, results/h200/NOTES.md).
+    ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's
+    fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
@@ -215,15 +213,15 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)  # at one split also part and lse (unused)
     part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
-    qw, kw, eps, rope, positions = qk_norm if qk_norm is not None else (q, q, 0.0, q, context_lens)
+    qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
     one_wave = decode_splits.one_wave(B * Hkv * num_splits, q.device)
     preload = one_wave and B == 1 if preload is None else preload
     _paged_decode_kernel[(Hkv, B, num_splits)](
         q, k_new, v_new, k_cache, v_cache, slot_mapping, block_tables, context_lens,
-        order if order is not None else context_lens, out, part, lse, qw, kw, rope,
-        positions, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+        order if order is not None else context_lens, out, part, lse, qw, kw, cos,
+        sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        out.stride(0), out.stride(1), rope.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
         ORDER=order is not None and not one_wave, PRELOAD=preload,
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)

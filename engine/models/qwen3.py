@@ -10,7 +10,7 @@ from torch import nn
 from ..layers.attention import Attention
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from ..layers.fusion import ElementwiseOps, RMSNorm, RotaryEmbedding
-from ..layers.gemm import add_norm, norm_linear
+from ..layers.gemm import norm_linear
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.parallel import tp_size
 from ..layers.sampler import sample
@@ -20,8 +20,7 @@ from ..step_inputs import StepInputs
 class Qwen3Attention(nn.Module):
     """Self-attention on this rank's heads: projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` (QKV column-parallel,
     called by the layer fused with its norm) -> q/k RMSNorm and RoPE (inside the decode kernel on CUDA),
-    paged attention, row-parallel o_proj -> ``[N, hidden]``. ``rope``: (cos_sin table, positions ``[N]``) for the
-    CUDA decode kernel, else cos, sin ``[N, D]``."""
+    paged attention, row-parallel o_proj -> ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -32,10 +31,10 @@ class Qwen3Attention(nn.Module):
         self.q_norm, self.k_norm = RMSNorm(D, eps, ops), RMSNorm(D, eps, ops)
         self.attn = Attention(Hq // tp_size(), Hkv // tp_size(), D, D ** -0.5)
 
-    def forward(self, qkv, rope, inputs: StepInputs):
+    def forward(self, qkv, cos_sin, inputs: StepInputs):
         heads = [self.attn.num_heads, self.attn.num_kv_heads, self.attn.num_kv_heads]
         q, k, v = qkv.view(-1, sum(heads), self.attn.head_dim).split(heads, dim=1)
-        qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *rope)
+        qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
         if inputs.attn.context_lens is not None:  # CUDA decode: the kernel normalises and rotates q and k
             out = self.attn(q, k, v, inputs.attn, qk_norm)
         else:
@@ -56,12 +55,12 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
         self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
 
-    def forward(self, h, residual, rope, inputs):
+    def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
         layer) -> this layer's (output, residual)."""
         attn, mlp = self.self_attn, self.mlp
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
-        h = attn(qkv, rope, inputs)
+        h = attn(qkv, cos_sin, inputs)
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
                                     swiglu=self.ops.silu_and_mul)
         return mlp.down_proj(act), residual
@@ -77,14 +76,11 @@ class Qwen3Model(nn.Module):
         self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
-        if inputs.attn.context_lens is not None:  # CUDA decode: the kernel reads the table at the positions
-            rope = self.rotary.cos_sin, inputs.positions
-        else:  # first: a torch kernel between two Triton ones breaks PDL's chain
-            rope = self.rotary(inputs.positions)
+        cos_sin = self.rotary(inputs.positions)  # first: a torch kernel between two Triton ones breaks PDL's chain
         h, residual = self.embed_tokens(inputs.input_ids, inputs.previous_tokens), None
         for layer in self.layers:
-            h, residual = layer(h, residual, rope, inputs)
-        return add_norm(h, residual, self.norm)[0]
+            h, residual = layer(h, residual, cos_sin, inputs)
+        return self.norm(h, residual)[0]
 
 
 class Qwen3ForCausalLM(nn.Module):
