@@ -3,15 +3,13 @@ program takes one row and one chunk of global columns (the shard's own masked in
 column; ``E = -log(U)``, ``U`` from Triton's Philox keyed by (seed, row, global column), one call per four columns
 (which keeps the kernel memory-bound). Chunks align to global columns, so a column's noise does not depend on tp. The
 seed is read from device memory, so a CUDA graph replays with new seeds. A second kernel keeps each row's best chunk
-(one launch where torch took ~12 small ones at batch 1). Both launch with PDL (``pdl.py``) behind the LM head."""
+(one launch where torch took ~12 small ones at batch 1)."""
 
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
-
-from . import pdl
 
 CHUNK = 8192  # most vocabulary columns per program: 19 chunks per row for Qwen3's 151,936
 BLOCK = 1024  # columns per loop iteration (four Philox quarters of 256), and the fewest per program
@@ -32,15 +30,11 @@ def _keep_best(best, best_col, logits_ptr, cols, start, end, t, u):
 
 @triton.jit(do_not_specialize=["vocab_start", "vocab_end"])
 def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed_ptr, best_ptr, col_ptr, vocab_start, vocab_end,
-                         first_col, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
-                         PDL: tl.constexpr):
+                         first_col, vocab, num_chunks, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
-    t = tl.load(temps_ptr + row)  # step inputs, copied in before the step's first kernel: before the wait
+    t = tl.load(temps_ptr + row)
     seed = tl.load(seed_ptr)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     row_ptr = logits_ptr + row * stride_row
     Q: tl.constexpr = BLOCK // 4
     lane = tl.arange(0, Q)
@@ -63,13 +57,9 @@ def _sample_chunk_kernel(logits_ptr, stride_row, temps_ptr, seed_ptr, best_ptr, 
 
 
 @triton.jit
-def _best_chunk_kernel(best_ptr, col_ptr, out_ptr, num_chunks, PACKED: tl.constexpr, BLOCK_C: tl.constexpr,
-                       PDL: tl.constexpr):
+def _best_chunk_kernel(best_ptr, col_ptr, out_ptr, num_chunks, PACKED: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per row, the chunks' best as ``sampler.pack`` orders it (score, then the smaller column): the packed int64
     (``PACKED``) or its column as a token id."""
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK_C)
     ok = c < num_chunks
@@ -101,9 +91,8 @@ def sample_shard_triton(logits: torch.Tensor, temperatures: torch.Tensor, seed: 
     cols = torch.empty(B, num_chunks, dtype=torch.int32, device=logits.device)
     _sample_chunk_kernel[(B, num_chunks)](logits, logits.stride(0), temperatures, seed, best, cols, vocab_start,
                                           vocab_start + shard, first_col, vocab_size, num_chunks, CHUNK=chunk,
-                                          BLOCK=BLOCK, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=4)
+                                          BLOCK=BLOCK, num_warps=4)
     out = torch.empty(B, dtype=torch.int64, device=logits.device) if out is None else out
     _best_chunk_kernel[(B,)](best, cols, out, num_chunks, PACKED=packed,
-                             BLOCK_C=max(16, triton.next_power_of_2(num_chunks)), PDL=pdl.ENABLED,
-                             launch_pdl=pdl.ENABLED, num_warps=1)
+                             BLOCK_C=max(16, triton.next_power_of_2(num_chunks)), num_warps=1)
     return out
