@@ -20,6 +20,16 @@ class OneLineParser(argparse.ArgumentParser):
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
+    def parse_known_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown ``--option`` is named first (argparse names a missing argument first)."""
+        args = sys.argv[1:] if args is None else list(args)
+        words = args[:args.index("--")] if "--" in args else args
+        unknown = [a for a in words if a.startswith("--") and not any(
+            o.startswith(a.split("=", 1)[0]) for o in self._option_string_actions)]  # prefixes: argparse's abbrevs
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
+
 
 def first_line(e: BaseException) -> str:
     """The first line of ``e``'s message that is not blank, stripped ("" for none)."""

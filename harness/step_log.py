@@ -8,7 +8,6 @@ docs/METHOD.md."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import os
@@ -16,7 +15,7 @@ import sys
 
 import numpy as np
 
-from common import first_line
+from common import OneLineParser, first_line
 
 from .results_csv import open_run_file
 
@@ -82,7 +81,7 @@ def summarize(path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.step_log FILE...``: ``summarize`` each; exit 2 if any is not a readable step log."""
-    p = argparse.ArgumentParser(prog="python -m harness.step_log", description=summarize.__doc__)
+    p = OneLineParser(prog="python -m harness.step_log", description=summarize.__doc__)
     p.add_argument("files", nargs="+", help="step logs (<results_dir>/steps/<run_id>.csv)")
     code = 0
     for path in p.parse_args(argv).files:

@@ -148,3 +148,29 @@ def test_a_presets_shape_is_checked_before_anything_runs_whoever_wrote_it(preset
 
     assert message in check_model({"name": "mine", "preset": preset}, 2, "cpu", preset_given=False)
     assert check_model({"name": "mine", "preset": TINY}, 2, "cpu", preset_given=False) is None
+
+
+TOOLS = ["analyze", "checkpoint", "step_log"]  # every ``python -m harness.<tool>`` with its own arguments
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("argv", [[], ["--bogus"], ["x.csv", "--bogus"]])
+def test_every_tool_refuses_bad_arguments_in_one_line(tool, argv, capsys):
+    """One ``error:`` line on stderr and exit 2, naming an unknown option before a missing argument (session 41:
+    step_log printed argparse's usage and error; checkpoint answered ``--bogus`` with "model is required")."""
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(f"harness.{tool}").main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert "--bogus" in err[0] if argv else "required" in err[0] or "at least one" in err[0], err
+
+
+def test_no_tool_builds_a_plain_argparse_parser():
+    """Every command line of the packages goes through ``common.OneLineParser`` (one line, exit 2)."""
+    sources = [os.path.join(d, f) for pkg in ("harness", "engine", "runtime", "backends")
+               for d, _, files in os.walk(os.path.join(ROOT, pkg)) for f in files if f.endswith(".py")]
+    assert not [p for p in sources if "argparse.ArgumentParser(" in open(p).read()]
+    assert sorted(os.path.basename(p) for p in sources if "OneLineParser(" in open(p).read()) == [
+        f"{t}.py" for t in TOOLS]  # TOOLS is every tool
