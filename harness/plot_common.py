@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .conf_paths import cannot_write
+from .host_cpu import busy_note
 from .load_results import InputError
 
 PLANE_ORDER = ["ideal", "shm", "queue", "pipe", "gloo", "ring", "zmq", "hybrid"]
@@ -110,9 +111,11 @@ def legend_columns(width: float, handles: list) -> int:
 
 
 def header_inches(width: float, df: pd.DataFrame, shared: str, note: str, legends: list[list]) -> tuple[str, float]:
-    """(the header: ``df``'s ``same_words``, ``shared``, ``note``; the inches it and the ``legends`` take)."""
+    """(the header: ``df``'s ``same_words``, ``shared``, ``note``, and ``host_cpu.busy_note`` when rows shared the
+    CPUs (the figure alone must not look clean); the inches it and the ``legends`` take)."""
     same = same_words(df)
-    header = "\n".join(part for part in (" ".join(same + [w for w in shared.split() if w not in same]), note) if part)
+    header = "\n".join(part for part in (" ".join(same + [w for w in shared.split() if w not in same]), note,
+                                          busy_note(df)) if part)
     text = "\n".join(textwrap.fill(line, width=int(width * 15)) for line in header.splitlines())
     lines = text.count("\n") + 1 if text else 0
     rows = sum(math.ceil(len(h) / legend_columns(width, h)) for h in legends if h)

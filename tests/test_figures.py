@@ -271,3 +271,20 @@ def test_a_plane_below_ideal_has_its_percentages_beside_its_points_not_above_zer
     ax = figures[0].axes[0]
     ring = [a for a in ax.texts if a.get_text().startswith("-")]
     assert ring and all(a.xy[1] < 0 for a in ring), [(a.get_text(), a.xy) for a in ax.texts]
+
+
+def test_rows_that_shared_the_cpus_say_so_in_the_figure(figures, tmp_path, capsys):
+    """The busy note ``analyze`` prints is in each figure's header too (session 41: a figure of noisy rows drew
+    clean verdicts with nothing to say so)."""
+    rows = engine_rows()
+    for row in rows[:4]:
+        row.update(cpu_cores=2, cpu_others_cores=1.7)
+    for row in rows[4:]:
+        row.update(cpu_cores=2, cpu_others_cores=0.0)
+    plot(rows, tmp_path, capsys)
+    assert len(figures) == 2
+    for fig in figures:
+        assert "note: 4 of 12 rows shared the CPUs with other work" in fig.texts[0].get_text()
+        check_clean(fig)
+    plot(engine_rows(), tmp_path, capsys)  # quiet rows: no note
+    assert not any("shared the CPUs" in fig.texts[0].get_text() for fig in figures[2:])
