@@ -151,7 +151,8 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     res_out = torch.empty_like(h) if residual is not None else h
     default_n, default_k, default_warps = tiles(n, k)
     block_n = block_n or max(1, default_n // 2 if swiglu else default_n)
-    block_k, num_warps = block_k or default_k, num_warps or default_warps
+    long_norm = k > 2048 and norm_weight is not None  # 8 warps: the norm's row in ~110 registers, not ~200 (ptxas)
+    block_k, num_warps = block_k or default_k, num_warps or (8 if long_norm else default_warps)
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
         n_out, k, eps, weight.stride(0), NORM=norm_weight is not None, HAS_RES=residual is not None, SWIGLU=swiglu,
