@@ -55,3 +55,16 @@ def test_every_stated_default_with_a_unit_is_the_configs(workloads):
         node = workloads["broadcast"] if key in workloads["broadcast"].workload else None
         value = node.workload[key] if node is not None else workloads["bench"].llm[key.removeprefix("llm.")]
         assert value == int(number) * UNITS[unit], (key, number, unit, value)
+
+
+def test_the_control_plane_options_table_is_every_planes_options():
+    """Each row's default is the option's in the composed ``control=<plane>``, and the table lists every option."""
+    table = REFERENCE.split("## Control-plane options", 1)[1].split("\n\n", 2)[2].split("\n\n")[0]
+    stated = {}
+    for row in table.splitlines()[2:]:
+        planes, option, default = (cell.strip().strip("`") for cell in row.split("|")[1:4])
+        stated.update({(plane, option): default for plane in planes.split(", ")})
+    with hydra_compose() as compose:
+        options = {(plane, k): f"{v:g}" if isinstance(v, float) else str(v) for plane in group_options("control")
+                   for k, v in compose([f"control={plane}"]).control.options.items()}
+    assert {k: v for k, v in options.items() if k[1] != "inner_options"} == stated
