@@ -20,5 +20,5 @@ d = pd.concat([pd.read_csv(f) for f in glob.glob(f"{sys.argv[1]}/ab*.csv")])
 print((d.status != "ok").sum(), "failed rows")
 print(d.groupby("tag")[["tpot_ms_p50", "decode_step_ms_p50"]].agg(list).to_string())
 PY
-(timeout 170 python3 -m pytest -q tests/test_gpu.py tests/test_gpu_kernels.py -k "gemv or norm or bf16 or wide" \
+(timeout 120 python3 -m pytest -q tests/test_gpu.py tests/test_gpu_kernels.py -k "gemv or norm or bf16 or wide" \
   2>&1 | tail -4) > "$OUT/tests.txt"; cat "$OUT/tests.txt"
