@@ -52,26 +52,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def linear_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None):
-    """(``x @ weight.T + residual``, None) in one GEMV at batch 1 where the next norm's rows are too long for
-    ``norm_gemv`` to add the residual itself (N > ``NORM_GEMV_MAX_K``: Qwen3-8B), which then runs fused on the sum
-    (``norm_linear`` with residual None); else (``x @ weight.T``, residual), the add left to the next norm."""
-    if (residual is not None and _gemv_fits(x, weight) and weight.shape[0] > NORM_GEMV_MAX_K
-            and residual.is_contiguous() and residual.dtype == x.dtype):
-        return _gemv(x, weight, residual=residual), None
-    return linear(x, weight), residual
-
-
 def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``swiglu(norm(h + residual) @ weight.T (+ bias))``, swiglu when given; the new residual ``h + residual``,
     or h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight ``[N, K]``. At batch 1
     with the Triton GEMV (``swiglu`` then SiLU-and-mul of the halves): one ``norm_gemv`` for K <=
-    ``NORM_GEMV_MAX_K`` or without a residual to add, else the Triton norm then the GEMV; otherwise norm, matmul,
-    ``swiglu`` in turn."""
+    ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV; otherwise norm, matmul, ``swiglu`` in turn."""
     if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
             and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
-        if h.shape[-1] <= NORM_GEMV_MAX_K or residual is None:  # longer rows: the add done by ``linear_add``
+        if h.shape[-1] <= NORM_GEMV_MAX_K:
             return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
         x, residual = _rms_norm(h, residual, norm.weight, norm.eps)
         y = _norm_gemv(x, None, None, 0.0, weight, True)[0] if swiglu is not None else _gemv(x, weight)

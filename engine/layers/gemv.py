@@ -18,8 +18,8 @@ TILE = 8192  # weights per program
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 ONE_TILE: tl.constexpr, RES: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 ONE_TILE: tl.constexpr, PDL: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -37,10 +37,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, N, K, stride_wn, BLOCK_N: tl.cons
             w_next = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w = w_next
-    y = acc.to(y_ptr.dtype.element_ty)
-    if RES:  # rounded as the unfused y + residual
-        y = (y.to(tl.float32) + tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)).to(y.dtype)
-    tl.store(y_ptr + cols, y, mask=col_ok)
+    tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
 
 
 def tiles(n: int, k: int) -> tuple[int, int, int]:
@@ -53,20 +50,17 @@ def tiles(n: int, k: int) -> tuple[int, int, int]:
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None,
-         residual: torch.Tensor | None = None) -> torch.Tensor:
+         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """x ``[1, K]``, weight ``[N, K]`` (one dtype of float16, bfloat16, float32; unit stride along K; checked by
-    ``gemm.linear``) -> ``x @ weight.T`` ``[1, N]`` in x's dtype (plus ``residual`` ``[1, N]``, contiguous, rounded
-    as the unfused add), into ``out`` when given (``[1, N]``, unit stride, not sharing x's storage). ``block_n`` /
-    ``block_k`` (powers of two) / ``num_warps``: per-program tiles and warps (benchmarks; default ``tiles``). PDL
-    when ``pdl.ENABLED``."""
+    ``gemm.linear``) -> ``x @ weight.T`` ``[1, N]`` in x's dtype, into ``out`` when given (``[1, N]``, unit
+    stride, not sharing x's storage). ``block_n`` / ``block_k`` (powers of two) / ``num_warps``: per-program
+    tiles and warps (benchmarks; default ``tiles``). PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device) if out is None else out
     default_n, default_k, default_warps = tiles(n, k)
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, residual if residual is not None else out, n, k,
-                                             weight.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
-                                             ONE_TILE=k <= block_k, RES=residual is not None, PDL=pdl.ENABLED,
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
+                                             BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED,
                                              launch_pdl=pdl.ENABLED, num_warps=num_warps)
     return out
 
@@ -151,8 +145,7 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     res_out = torch.empty_like(h) if residual is not None else h
     default_n, default_k, default_warps = tiles(n, k)
     block_n = block_n or max(1, default_n // 2 if swiglu else default_n)
-    long_norm = k > 2048 and norm_weight is not None  # 8 warps: the norm's row in ~110 registers, not ~200 (ptxas)
-    block_k, num_warps = block_k or default_k, num_warps or (8 if long_norm else default_warps)
+    block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
         n_out, k, eps, weight.stride(0), NORM=norm_weight is not None, HAS_RES=residual is not None, SWIGLU=swiglu,

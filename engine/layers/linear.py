@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .gemm import linear_add
 from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
@@ -72,9 +71,3 @@ class RowParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = matmul_all_reduce(x, self.weight)
         return y if self.bias is None else y + self.bias
-
-    def with_residual(self, x: torch.Tensor, residual: torch.Tensor | None):
-        """(y + residual, None) where one GEMV adds it (tp = 1, ``gemm.linear_add``), else (y, residual)."""
-        if tp_size() == 1 and self.bias is None:
-            return linear_add(x, self.weight, residual)
-        return self(x), residual

@@ -20,8 +20,7 @@ from ..step_inputs import StepInputs
 class Qwen3Attention(nn.Module):
     """Self-attention on this rank's heads: projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` (QKV column-parallel,
     called by the layer fused with its norm) -> q/k RMSNorm and RoPE (inside the decode kernel on CUDA),
-    paged attention, row-parallel o_proj plus ``residual`` where its GEMV adds it -> (``[N, hidden]``, the residual
-    still to add or None: ``RowParallelLinear.with_residual``)."""
+    paged attention, row-parallel o_proj -> ``[N, hidden]``."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -32,7 +31,7 @@ class Qwen3Attention(nn.Module):
         self.q_norm, self.k_norm = RMSNorm(D, eps, ops), RMSNorm(D, eps, ops)
         self.attn = Attention(Hq // tp_size(), Hkv // tp_size(), D, D ** -0.5)
 
-    def forward(self, qkv, cos_sin, inputs: StepInputs, residual=None):
+    def forward(self, qkv, cos_sin, inputs: StepInputs):
         heads = [self.attn.num_heads, self.attn.num_kv_heads, self.attn.num_kv_heads]
         q, k, v = qkv.view(-1, sum(heads), self.attn.head_dim).split(heads, dim=1)
         qk_norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *cos_sin)
@@ -40,7 +39,7 @@ class Qwen3Attention(nn.Module):
             out = self.attn(q, k, v, inputs.attn, qk_norm)
         else:
             out = self.attn(*self.ops.qk_norm_rotary(q, k, *qk_norm), v, inputs.attn)
-        return self.o_proj.with_residual(out.flatten(1), residual)
+        return self.o_proj(out.flatten(1))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -58,13 +57,13 @@ class Qwen3DecoderLayer(nn.Module):
 
     def forward(self, h, residual, cos_sin, inputs):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
-        layer, or where a GEMV added it to h) -> this layer's (output, residual)."""
+        layer) -> this layer's (output, residual)."""
         attn, mlp = self.self_attn, self.mlp
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
-        h, residual = attn(qkv, cos_sin, inputs, residual)
+        h = attn(qkv, cos_sin, inputs)
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
                                     swiglu=self.ops.silu_and_mul)
-        return mlp.down_proj.with_residual(act, residual)
+        return mlp.down_proj(act), residual
 
 
 class Qwen3Model(nn.Module):
@@ -81,7 +80,7 @@ class Qwen3Model(nn.Module):
         h, residual = self.embed_tokens(inputs.input_ids, inputs.previous_tokens), None
         for layer in self.layers:
             h, residual = layer(h, residual, cos_sin, inputs)
-        return self.norm(h) if residual is None else self.norm(h, residual)[0]
+        return self.norm(h, residual)[0]
 
 
 class Qwen3ForCausalLM(nn.Module):
