@@ -44,7 +44,7 @@ def _query(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, dtype, 
 
 
 @triton.jit
-def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, rows, dims, dtype, HEAD_DIM: tl.constexpr,
+def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, dims, dtype, HEAD_DIM: tl.constexpr,
                QK_NORM: tl.constexpr):
     """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
     if QK_NORM:
@@ -146,8 +146,8 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     # Loaded before the walk: one memory round trip fewer on a short context's critical path.
     k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
                                     + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
-                                    sin_ptr + seq * stride_rope, eps, rows, dims, k_cache_ptr.dtype.element_ty,
-                                    HEAD_DIM, QK_NORM)
+                                    sin_ptr + seq * stride_rope, eps, dims, k_cache_ptr.dtype.element_ty, HEAD_DIM,
+                                    QK_NORM)
     m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
                           HEAD_DIM, BLOCK_SIZE, BLOCK_N, PRELOAD)
     if split == 0:
