@@ -175,9 +175,11 @@ def legends(planes: list, colours: dict, verdicts: pd.Series) -> list[list]:
         return Line2D([], [], color=color, marker=marker, fillstyle=fillstyle, markerfacecoloralt="white",
                       linestyle="none", label=label)
 
+    below = "; below 0: ideal no floor (noise: no plane beats no transport)" if (
+        verdicts == "ideal no floor").any() else ""
     return [[point(short_plane(p), color=colours[p]) for p in planes],
             [point(m, marker, color="black") for m, (marker, _) in METRICS.items()]
-            + [p for p, drawn in ((point("filled: spread excludes 0"), ~noise & ~one),
+            + [p for p, drawn in ((point("filled: spread excludes 0" + below), ~noise & ~one),
                                   (point("hollow: within noise (spread holds 0)", fillstyle="none"), noise),
                                   (point("half: one repeat, no spread", fillstyle="left"), one)) if drawn.any()]]
 

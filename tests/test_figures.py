@@ -271,6 +271,8 @@ def test_a_plane_below_ideal_has_its_percentages_beside_its_points_not_above_zer
     ax = figures[0].axes[0]
     ring = [a for a in ax.texts if a.get_text().startswith("-")]
     assert ring and all(a.xy[1] < 0 for a in ring), [(a.get_text(), a.xy) for a in ax.texts]
+    legend = [t.get_text() for t in figures[0].legends[1].get_texts()]  # the table's verdict, in the figure too
+    assert "filled: spread excludes 0; below 0: ideal no floor (noise: no plane beats no transport)" in legend
 
 
 def test_rows_that_shared_the_cpus_say_so_in_the_figure(figures, tmp_path, capsys):
