@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import atexit
 import contextlib
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -102,11 +103,22 @@ def _watch_stuck(sock: socket.socket) -> None:
                 os.kill(child.pid, signal.SIGKILL)
 
 
+def _unraisable(previous, unraisable) -> None:
+    """``sys.unraisablehook``: an interruption raised where Python can only report it (a weakref callback or a
+    ``__del__``, as importlib's module-lock callback in CI) is owed again at once, not printed as a traceback;
+    anything else goes to the ``previous`` hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _RECEIVED:
+        _OWED.set()  # _redeliver raises it in the main thread within POLL_S
+        return
+    previous(unraisable)
+
+
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP to :func:`_interrupt` (main thread only; re-arms an ignored SIGINT), and
     watch for a main thread too stuck to run it (:func:`_watch_stuck`)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
+    sys.unraisablehook = functools.partial(_unraisable, sys.unraisablehook)
     read, write = _WAKEUP[:] = socket.socketpair()  # kept: closed, the wake-up bytes would go nowhere
     write.setblocking(False)
     signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
