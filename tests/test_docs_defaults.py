@@ -26,11 +26,15 @@ def workloads() -> dict:
         return {w: compose([f"workload={w}"]) for w in group_options("workload")}
 
 
+def table_rows(heading: str) -> list[list[str]]:
+    """The cells of each body row of the first table under ``## heading`` in docs/REFERENCE.md."""
+    table = REFERENCE.split(f"## {heading}", 1)[1].split("\n\n", 2)[2].split("\n\n")[0]
+    return [row.split("|")[1:-1] for row in table.splitlines()[2:]]
+
+
 def table_claims():
     """(keys, workload, stated values) of each ``name (v1, v2)`` cell of the workload-keys table."""
-    table = REFERENCE.split("## Workload keys", 1)[1].split("\n\n", 2)[2].split("\n\n")[0]
-    for row in table.splitlines()[2:]:
-        keys_cell, defaults_cell = row.split("|")[1:3]
+    for keys_cell, defaults_cell, _ in table_rows("Workload keys"):
         keys = re.findall(r"`([\w.]+)", keys_cell)
         for names, values in re.findall(r"((?:[\w-]+, )*[\w-]+) \(([^)]*)\)", defaults_cell):
             for name in names.split(", "):
@@ -52,17 +56,16 @@ def test_every_stated_default_with_a_unit_is_the_configs(workloads):
     claims = re.findall(r"`([\w.]+)`[^`(]*\((\d+) (s|KiB|MiB|GiB) by default\)", DOCS.replace("\n", " "))
     assert len(claims) >= 3, claims
     for key, number, unit in claims:
-        node = workloads["broadcast"] if key in workloads["broadcast"].workload else None
-        value = node.workload[key] if node is not None else workloads["bench"].llm[key.removeprefix("llm.")]
+        broadcast = workloads["broadcast"].workload
+        value = broadcast[key] if key in broadcast else workloads["bench"].llm[key.removeprefix("llm.")]
         assert value == int(number) * UNITS[unit], (key, number, unit, value)
 
 
 def test_the_control_plane_options_table_is_every_planes_options():
     """Each row's default is the option's in the composed ``control=<plane>``, and the table lists every option."""
-    table = REFERENCE.split("## Control-plane options", 1)[1].split("\n\n", 2)[2].split("\n\n")[0]
     stated = {}
-    for row in table.splitlines()[2:]:
-        planes, option, default = (cell.strip().strip("`") for cell in row.split("|")[1:4])
+    for cells in table_rows("Control-plane options"):
+        planes, option, default = (cell.strip().strip("`") for cell in cells[:3])
         stated.update({(plane, option): default for plane in planes.split(", ")})
     with hydra_compose() as compose:
         options = {(plane, k): f"{v:g}" if isinstance(v, float) else str(v) for plane in group_options("control")
