@@ -121,6 +121,8 @@ class ModelRunner:
         if self.rank == 0:
             log.info("loading rank 0's shard of %s", self.config.model)
         load_weights(model, self.config.model)
+        if self.gemm.startswith("triton"):  # the batch-1 GEMVs then read no norm weights
+            model.fold_norms()
         return model.eval()
 
     def _local_num_blocks(self) -> int:

@@ -30,6 +30,20 @@ for n, k, block_k in [(34, 12288, 4096), (34, 6144, 4096), (18, 1000, None), (10
             ref = torch.nn.functional.silu(gate) * up
         err = (y.double() - ref).abs().max() / ref.abs().max()
         assert err < 1e-5 and torch.equal(res_out, x + res), (n, k, block_k, swiglu, float(err))
+for n, k, block_k in [(34, 1024, None), (18, 3000, 1024)]:  # a norm folded into the next weight (sum_sq)
+    x, w, r, ss = torch.randn(1, k), torch.randn(n, k) * 0.05, torch.randn(1, n), torch.zeros(1)
+    y = gemv(x, w, add=(r, ss), block_k=block_k)  # the residual added, its squares summed
+    assert (y.double() - (x.double() @ w.double().T + r)).abs().max() < 1e-4
+    assert abs(ss.item() - float(y.double().pow(2).sum())) < 1e-5 * ss.item()
+    g, w2 = 1 + 0.1 * torch.randn(n), torch.randn(16, n) * 0.1
+    yd = y.double()
+    ref = (yd * torch.rsqrt(yd.pow(2).mean() + 1e-6) * g.double()) @ w2.double().T
+    gate, up = ref.chunk(2, -1)
+    for got, want in ((gemv(y, w2 * g, norm=(ss, 1e-6)), ref),
+                      (norm_gemv(y, None, None, 1e-6, w2 * g, swiglu=True, sum_sq=ss)[0],
+                       torch.nn.functional.silu(gate) * up),
+                      (norm_gemv(y, None, None, 1e-6, w2 * g, normalise=True)[0], ref)):
+        assert (got.double() - want).abs().max() / want.abs().max() < 1e-5
 print("ok")
 """
 

@@ -212,20 +212,49 @@ def tiny_realistic(model_cache) -> str:
     return materialize("tiny-realistic", {**TINY, "initializer_range": 0.02, "head_dim": 128}, seed=5, root=model_cache)
 
 
-def test_bf16_logits_agree_with_transformers_float32(tiny_realistic):
+@pytest.fixture(scope="module")
+def tiny_wide(model_cache) -> str:
+    """Qwen3-8B's width (hidden 4,096; 32 query and 8 KV heads of 128) in two small layers: at batch 1 its rows
+    are longer than ``gemm.NORM_GEMV_MAX_K``, the 8B's path."""
+    from helpers import TINY
+
+    from harness.checkpoint import materialize
+
+    wide = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 1024, "initializer_range": 0.02}
+    return materialize("tiny-wide", {**TINY, **wide}, seed=6, root=model_cache)
+
+
+def test_cuda_float32_greedy_at_8b_width_and_batch_1_matches_transformers(tiny_wide):
+    prompts = prompts_of_lengths([9], seed=2)
+    want = hf_greedy(tiny_wide, prompts, 16)
+    with LLM(tiny_wide, device="cuda", dtype="float32", kvcache_block_size=16, max_model_len=256, max_num_seqs=8,
+             max_num_batched_tokens=512, gpu_memory_utilization=0.3) as llm:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+    assert [o["token_ids"] for o in got] == want
+
+
+@pytest.mark.parametrize("model, batch_1", [("tiny_realistic", False), ("tiny_realistic", True),
+                                            ("tiny_wide", True)])
+def test_bf16_logits_agree_with_transformers_float32(model, batch_1, request):
+    """batch_1: one sequence a step (the batch-1 GEMVs, with the norms folded into them)."""
     from transformers import Qwen3ForCausalLM
 
-    tiny_untied = tiny_realistic
+    path = request.getfixturevalue(model)
     prompts = prompts_of_lengths([5, 33, 120], seed=4)
     next_tokens = [7, 100, 999]
-    hf = Qwen3ForCausalLM.from_pretrained(tiny_untied, dtype=torch.float32).cuda().eval()
+    hf = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
     with torch.no_grad():
         ref_prefill = torch.stack([hf(torch.tensor([p]).cuda()).logits[0, -1] for p in prompts])
         ref_decode = torch.stack([hf(torch.tensor([p + [t]]).cuda()).logits[0, -1]
                                   for p, t in zip(prompts, next_tokens)])
-    with LLM(tiny_untied, device="cuda", dtype="bfloat16", kvcache_block_size=16, max_model_len=256, max_num_seqs=8,
+    with LLM(path, device="cuda", dtype="bfloat16", kvcache_block_size=16, max_model_len=256, max_num_seqs=8,
              max_num_batched_tokens=512, gpu_memory_utilization=0.3) as llm:
-        prefill, decode = engine_logits(llm, prompts, next_tokens)
+        if batch_1:
+            parts = [engine_logits(llm, [p], [t]) for p, t in zip(prompts, next_tokens)]
+            prefill, decode = (torch.cat([part[i] for part in parts]) for i in (0, 1))
+        else:
+            prefill, decode = engine_logits(llm, prompts, next_tokens)
     for name, got, ref in (("prefill", prefill, ref_prefill), ("decode", decode, ref_decode)):
         err = ((got.float() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
         assert err <= 1e-2, f"{name}: relative error {err:.2e}"

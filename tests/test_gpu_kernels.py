@@ -151,6 +151,39 @@ def test_long_rows_norm_then_gemv_match_the_unfused_path(dtype, with_residual):
     assert same is got and (act.float() - ref.float()).norm() / ref.float().norm() < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k, n_qkv, inter", [(1024, 4096, 3072), (4096, 6144, 12288)])
+def test_a_norm_folded_into_the_next_gemv_matches_the_unfused_path(dtype, k, n_qkv, inter):
+    """Qwen3-0.6B's and 8B's rows: o_proj adds the residual and sums its squares (exact sum, as unfused), then
+    QKV (``gemv`` ``norm=``), gate/up (``norm_gemv`` ``sum_sq=``) and a fused norm with the residual
+    (``normalise=True``) with the norm's weight folded into theirs, against norm then matmul."""
+    from engine.layers.fusion import add_rms_norm, rms_norm, silu_and_mul
+    from engine.layers.gemv import gemv, norm_gemv
+
+    torch.manual_seed(k)
+    cuda = dict(device="cuda", dtype=dtype)
+    attn, res = torch.randn(1, k, **cuda), torch.randn(1, k, **cuda)
+    o_w = (torch.randn(k, k, device="cuda") / k ** 0.5).to(dtype)
+    g = (1 + 0.1 * torch.randn(k, device="cuda")).to(dtype)
+    qkv_w, gu_w = ((torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype) for n in (n_qkv, 2 * inter))
+    ss = torch.zeros(1, device="cuda")
+    new_res = gemv(attn, o_w, add=(res, ss))
+    assert torch.equal(new_res, gemv(attn, o_w) + res)
+    torch.testing.assert_close(ss, new_res.float().pow(2).sum().reshape(1), rtol=1e-5, atol=0)
+    x = rms_norm(new_res, g, 1e-6)
+    fold = [(w.float() * g.float()).to(dtype) for w in (qkv_w, gu_w)]
+    want_qkv = (x.double() @ qkv_w.double().T).to(dtype)
+    want_act = silu_and_mul((x.double() @ gu_w.double().T).to(dtype))
+    h = torch.randn(1, k, **cuda)
+    y, _ = add_rms_norm(h, res, g, 1e-6)
+    for got, want in ((gemv(new_res, fold[0], norm=(ss, 1e-6)), want_qkv),
+                      (norm_gemv(new_res, None, None, 1e-6, fold[1], True, sum_sq=ss)[0], want_act),
+                      (norm_gemv(h, res, None, 1e-6, fold[0], normalise=True)[0],
+                       (y.double() @ qkv_w.double().T).to(dtype))):
+        err = (got.float() - want.float()).norm() / want.float().norm()
+        assert err < TOL[dtype], f"relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("enforce_eager", [True, False])
 @pytest.mark.parametrize("lengths", [[600], [600, 40], [20]])
 def test_float32_greedy_through_the_fused_and_split_kernels(tiny_untied, enforce_eager, lengths):

@@ -15,8 +15,8 @@ def fused_calls(monkeypatch):
     """Stand-ins for the Triton kernels that record which ran, with the row length."""
     calls = []
     monkeypatch.setattr(gemm, "_gemv", lambda x, w, out=None: calls.append(("gemv", x.shape[-1])) or x @ w.T)
-    monkeypatch.setattr(gemm, "_norm_gemv", lambda h, res, nw, eps, w, swiglu: calls.append(
-        ("norm_gemv" if nw is not None else "gemv_swiglu", h.shape[-1])) or (h, h))
+    monkeypatch.setattr(gemm, "_norm_gemv", lambda h, res, nw, eps, w, swiglu, normalise=None: calls.append(
+        ("norm_gemv" if normalise or nw is not None else "gemv_swiglu", h.shape[-1])) or (h, h))
     monkeypatch.setattr(gemm, "_rms_norm", lambda h, res, nw, eps: calls.append(("rms_norm", h.shape[-1])) or (h, h))
     return calls
 
@@ -47,3 +47,15 @@ def test_the_unfused_path_is_norm_then_matmul_then_swiglu():
     assert torch.equal(new_res, want_res) and torch.equal(y, ops.silu_and_mul(x @ w.T))
     y, same = gemm.norm_linear(h, None, norm, w)
     assert same is h and torch.equal(y, ops.rms_norm(h, norm.weight, 1e-6) @ w.T)
+
+
+def test_a_folded_norm_gives_the_projection_it_gave_before():
+    """``RMSNorm.fold_into``: ``(g * norm(x)) W^T = norm(x) (W diag(g))^T`` (float32, one rounding), g then ones."""
+    torch.manual_seed(1)
+    norm, w = RMSNorm(64, 1e-6), torch.randn(16, 64)
+    norm.weight.data = torch.rand(64) + 0.5
+    h = torch.randn(3, 64)
+    want = norm(h) @ w.T
+    norm.fold_into(w)
+    assert norm.folded and torch.equal(norm.weight, torch.ones(64))
+    torch.testing.assert_close(norm(h) @ w.T, want, rtol=1e-5, atol=1e-5)

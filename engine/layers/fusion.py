@@ -70,6 +70,16 @@ class RMSNorm(nn.Module):
         self.ops = ops or ElementwiseOps()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
 
+    folded = False  # the weight is ones: fold_into moved it into the next projection
+
+    @torch.no_grad()
+    def fold_into(self, weight: torch.Tensor) -> None:
+        """Move this norm's weight g into the next projection's weight ``[N, dim]``, rounded once from float32,
+        and make g ones: ``(g * x) W^T = x (W diag(g))^T``. The batch-1 GEMV then holds no norm row."""
+        weight.copy_((weight.float() * self.weight.float()).to(weight.dtype))
+        self.weight.fill_(1)
+        self.folded = True
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
             return self.ops.rms_norm(x, self.weight, self.eps)

@@ -61,7 +61,8 @@ def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: to
     if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
             and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
         if h.shape[-1] <= NORM_GEMV_MAX_K:
-            return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
+            return _norm_gemv(h, residual, None if norm.folded else norm.weight, norm.eps, weight,
+                              swiglu is not None, normalise=True)
         x, residual = _rms_norm(h, residual, norm.weight, norm.eps)
         y = _norm_gemv(x, None, None, 0.0, weight, True)[0] if swiglu is not None else _gemv(x, weight)
         return y, residual

@@ -18,8 +18,9 @@ TILE = 8192  # weights per program
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 ONE_TILE: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr, PDL: tl.constexpr, ADD_RES: tl.constexpr,
+                 SCALE: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -37,7 +38,15 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BL
             w_next = tl.load(w_ptrs, mask=col_ok[:, None] & (k0 + BLOCK_K + ks < K)[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         w = w_next
-    tl.store(y_ptr + cols, acc.to(y_ptr.dtype.element_ty), mask=col_ok)
+    out_ty = y_ptr.dtype.element_ty
+    if SCALE:  # x's norm, its weight folded into w: 1 / rms from the squares the GEMV before summed
+        acc = acc / tl.sqrt(tl.load(ss_ptr) / K + eps)
+    y = acc.to(out_ty)
+    if ADD_RES:  # the residual add, rounded as unfused; its squares summed for the next norm
+        y = (y.to(tl.float32) + tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)).to(out_ty)
+        y32 = tl.where(col_ok, y.to(tl.float32), 0.0)
+        tl.atomic_add(ss_ptr, tl.sum(y32 * y32, axis=0), sem="relaxed")
+    tl.store(y_ptr + cols, y, mask=col_ok)
 
 
 def tiles(n: int, k: int) -> tuple[int, int, int]:
@@ -50,17 +59,25 @@ def tiles(n: int, k: int) -> tuple[int, int, int]:
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+         block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None,
+         add: tuple[torch.Tensor, torch.Tensor] | None = None,
+         norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
     """x ``[1, K]``, weight ``[N, K]`` (one dtype of float16, bfloat16, float32; unit stride along K; checked by
     ``gemm.linear``) -> ``x @ weight.T`` ``[1, N]`` in x's dtype, into ``out`` when given (``[1, N]``, unit
-    stride, not sharing x's storage). ``block_n`` / ``block_k`` (powers of two) / ``num_warps``: per-program
-    tiles and warps (benchmarks; default ``tiles``). PDL when ``pdl.ENABLED``."""
+    stride, not sharing x's storage). ``add`` (residual ``[1, N]``, sum_sq ``[1]`` float32): returns ``x @
+    weight.T + residual`` and adds its squares to sum_sq. ``norm`` (sum_sq, eps): returns ``rms_norm(x) @
+    weight.T`` for a norm folded into weight, its squares summed in sum_sq (by an ``add`` before, over K).
+    ``block_n`` / ``block_k`` (powers of two) / ``num_warps``: per-program tiles and warps (benchmarks; default
+    ``tiles``). PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device) if out is None else out
     default_n, default_k, default_warps = tiles(n, k)
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, n, k, weight.stride(0), BLOCK_N=block_n,
+    res, ss = add if add is not None else (x, norm[0] if norm is not None else x)
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, res, ss, n, k, weight.stride(0),
+                                             norm[1] if norm is not None else 0.0, BLOCK_N=block_n,
                                              BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED,
+                                             ADD_RES=add is not None, SCALE=norm is not None,
                                              launch_pdl=pdl.ENABLED, num_warps=num_warps)
     return out
 
@@ -76,9 +93,10 @@ def _row(h_ptr, res_ptr, k0, ks, K, HAS_RES: tl.constexpr):
 
 
 @triton.jit
-def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K, eps, stride_wn,
-                      NORM: tl.constexpr, HAS_RES: tl.constexpr, SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr, PDL: tl.constexpr):
+def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_ptr, N, K, eps, stride_wn,
+                      NORM: tl.constexpr, NORM_W: tl.constexpr, SCALE: tl.constexpr, HAS_RES: tl.constexpr,
+                      SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr,
+                      PDL: tl.constexpr):
     pid = tl.program_id(0)
     ks = tl.arange(0, BLOCK_K)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,7 +110,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
     if SWIGLU:
         up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
     nw = w
-    if NORM:
+    if NORM_W:
         nw = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -107,6 +125,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
         xw = x.to(tl.float32)
         if NORM:
             squares += xw * xw
+        if NORM_W:
             xw = xw * nw
         acc += tl.sum(w.to(tl.float32) * xw[None, :], axis=1)
         if SWIGLU:
@@ -117,11 +136,15 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
             w = tl.load(w_ptrs, mask=mask, other=0.0)
             if SWIGLU:
                 up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
-            if NORM:
+            if NORM_W:
                 nw = tl.load(norm_ptr + k0 + BLOCK_K + ks, mask=k0 + BLOCK_K + ks < K, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
     if NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+        acc = acc * rstd
+        acc_up = acc_up * rstd
+    if SCALE:  # as _gemv_kernel's
+        rstd = 1.0 / tl.sqrt(tl.load(ss_ptr) / K + eps)
         acc = acc * rstd
         acc_up = acc_up * rstd
     if SWIGLU:
@@ -133,12 +156,15 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, N, K,
 
 def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None, eps: float,
               weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
-              num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` (None: h is already normalised, residual
-    None), weight ``[N, K]`` (gate then up ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K,
-    checked by ``gemm.py`` -> (``rms_norm(h + residual) @ weight.T`` ``[1, N]`` or ``silu(gate) * up`` ``[1, I]``;
-    the new residual ``[1, K]``, h itself when ``residual`` is None). ``block_n`` (gate and up rows each with
-    ``swiglu``: default half the GEMV's) / ``block_k`` / ``num_warps`` as ``gemv``'s."""
+              num_warps: int | None = None, normalise: bool | None = None,
+              sum_sq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` or None, weight ``[N, K]`` (gate then up
+    ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K, checked by ``gemm.py`` -> (``rms_norm(h +
+    residual) @ weight.T`` ``[1, N]`` or ``silu(gate) * up`` ``[1, I]``; the new residual ``[1, K]``, h itself when
+    ``residual`` is None). ``normalise`` (default: whether norm_weight is given): False when h is already
+    normalised; True with no norm_weight when the norm's weight is folded into ``weight`` (``RMSNorm.fold_into``).
+    ``sum_sq``: as ``gemv``'s ``norm`` (h's squares summed there; normalise False). ``block_n`` (gate and up rows
+    each with ``swiglu``: default half the GEMV's) / ``block_k`` / ``num_warps`` as ``gemv``'s."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
@@ -148,7 +174,9 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
-        n_out, k, eps, weight.stride(0), NORM=norm_weight is not None, HAS_RES=residual is not None, SWIGLU=swiglu,
+        sum_sq if sum_sq is not None else h, n_out, k, eps, weight.stride(0),
+        NORM=normalise if normalise is not None else norm_weight is not None, NORM_W=norm_weight is not None,
+        SCALE=sum_sq is not None, HAS_RES=residual is not None, SWIGLU=swiglu,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
         num_warps=num_warps)
     return y, res_out

@@ -101,6 +101,12 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, inputs: StepInputs) -> torch.Tensor:
         return self.model(inputs)
 
+    def fold_norms(self) -> None:
+        """Each layer's two norms' weights into the projections after them (``RMSNorm.fold_into``)."""
+        for layer in self.model.layers:
+            layer.input_layernorm.fold_into(layer.self_attn.qkv_proj.weight)
+            layer.post_attention_layernorm.fold_into(layer.mlp.gate_up_proj.weight)
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
