@@ -40,7 +40,7 @@ def variants(bs: int, kv_heads: int, device) -> dict:
     def new_token_only(q, k, v, kc, vc, slots, tables, lens, scale, **kw):
         return attend(q, k, v, kc, vc, slots, tables, ones[:len(lens)], scale, **kw)
 
-    def no_norm(h, residual, weight_n, eps, weight, swiglu=False):
+    def no_norm(h, residual, weight_n, eps, weight, swiglu=False, sum_sq=None):
         return norm_gemv(h, None, None, 0.0, weight, swiglu)[0], h
 
     no_attention = (paged_decode, "paged_decode_attention", lambda q, *a, **k: q)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import TINY
+from helpers import TINY, with_drawn_norms
 
 from harness.checkpoint import materialize
 
@@ -21,6 +21,12 @@ def model_cache(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_untied(model_cache) -> str:
     return materialize("tiny-untied", {**TINY, "tie_word_embeddings": False}, seed=0, root=model_cache)
+
+
+@pytest.fixture(scope="session")
+def tiny_norms(model_cache, tiny_untied) -> str:
+    """tiny_untied with drawn norm weights (``helpers.with_drawn_norms``)."""
+    return with_drawn_norms(tiny_untied, os.path.join(model_cache, "tiny-norms"), seed=7)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,21 @@ def hf_greedy(path: str, prompts: list[list[int]], max_new_tokens: int) -> list[
     return out
 
 
+def with_drawn_norms(src: str, dest: str, seed: int) -> str:
+    """Checkpoint ``src`` saved by transformers into ``dest`` (once) with every RMSNorm weight drawn as ``1 + 0.3
+    N(0, 1)``: transformers initialises them to ones, which hides a norm weight applied twice or not at all."""
+    from transformers import Qwen3ForCausalLM
+
+    if not os.path.exists(os.path.join(dest, "config.json")):
+        model = Qwen3ForCausalLM.from_pretrained(src, dtype=torch.float32)
+        gen = torch.Generator().manual_seed(seed)
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.data = 1 + 0.3 * torch.randn(param.shape, generator=gen)
+        model.save_pretrained(dest, safe_serialization=True)
+    return dest
+
+
 def prompts_of_lengths(lengths, seed=0, vocab=1024):
     rng = random.Random(seed)
     return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]

@@ -214,15 +214,18 @@ def tiny_realistic(model_cache) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_wide(model_cache) -> str:
-    """Qwen3-8B's width (hidden 4,096; 32 query and 8 KV heads of 128) in two small layers: at batch 1 its rows
-    are longer than ``gemm.NORM_GEMV_MAX_K``, the 8B's path."""
-    from helpers import TINY
+    """Qwen3-8B's width (hidden 4,096; 32 query and 8 KV heads of 128) in two small layers, with drawn norm
+    weights: at batch 1 its rows are longer than ``gemm.NORM_GEMV_MAX_K``, the 8B's path."""
+    import os
+
+    from helpers import TINY, with_drawn_norms
 
     from harness.checkpoint import materialize
 
     wide = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
             "intermediate_size": 1024, "initializer_range": 0.02}
-    return materialize("tiny-wide", {**TINY, **wide}, seed=6, root=model_cache)
+    path = materialize("tiny-wide", {**TINY, **wide}, seed=6, root=model_cache)
+    return with_drawn_norms(path, os.path.join(model_cache, "tiny-wide-norms"), seed=8)
 
 
 def test_cuda_float32_greedy_at_8b_width_and_batch_1_matches_transformers(tiny_wide):
@@ -237,17 +240,22 @@ def test_cuda_float32_greedy_at_8b_width_and_batch_1_matches_transformers(tiny_w
 @pytest.mark.parametrize("model, batch_1", [("tiny_realistic", False), ("tiny_realistic", True),
                                             ("tiny_wide", True)])
 def test_bf16_logits_agree_with_transformers_float32(model, batch_1, request):
-    """batch_1: one sequence a step (the batch-1 GEMVs, with the norms folded into them)."""
+    """Within 1e-2, or within transformers' own bfloat16 error (x 1.1) where that is larger (1.2e-2 at hidden
+    4,096). batch_1: one sequence a step (the batch-1 GEMVs, with the norms folded into them)."""
     from transformers import Qwen3ForCausalLM
 
     path = request.getfixturevalue(model)
     prompts = prompts_of_lengths([5, 33, 120], seed=4)
     next_tokens = [7, 100, 999]
-    hf = Qwen3ForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
-    with torch.no_grad():
-        ref_prefill = torch.stack([hf(torch.tensor([p]).cuda()).logits[0, -1] for p in prompts])
-        ref_decode = torch.stack([hf(torch.tensor([p + [t]]).cuda()).logits[0, -1]
-                                  for p, t in zip(prompts, next_tokens)])
+    def last_logits(dtype):
+        hf = Qwen3ForCausalLM.from_pretrained(path, dtype=dtype).cuda().eval()
+        with torch.no_grad():
+            return [torch.stack([hf(torch.tensor([p + extra]).cuda()).logits[0, -1].float()
+                                 for p, extra in zip(prompts, tails)])
+                    for tails in ([[]] * 3, [[t] for t in next_tokens])]
+
+    ref_prefill, ref_decode = last_logits(torch.float32)
+    hf_bf16 = last_logits(torch.bfloat16)
     with LLM(path, device="cuda", dtype="bfloat16", kvcache_block_size=16, max_model_len=256, max_num_seqs=8,
              max_num_batched_tokens=512, gpu_memory_utilization=0.3) as llm:
         if batch_1:
@@ -255,9 +263,12 @@ def test_bf16_logits_agree_with_transformers_float32(model, batch_1, request):
             prefill, decode = (torch.cat([part[i] for part in parts]) for i in (0, 1))
         else:
             prefill, decode = engine_logits(llm, prompts, next_tokens)
-    for name, got, ref in (("prefill", prefill, ref_prefill), ("decode", decode, ref_decode)):
-        err = ((got.float() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
-        assert err <= 1e-2, f"{name}: relative error {err:.2e}"
+    def rel_err(got, ref):
+        return ((got.float() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
+    for name, got, ref, theirs in (("prefill", prefill, ref_prefill, hf_bf16[0]),
+                                   ("decode", decode, ref_decode, hf_bf16[1])):
+        err, bar = rel_err(got, ref), max(1e-2, 1.1 * rel_err(theirs, ref))
+        assert err <= bar, f"{name}: relative error {err:.2e} (transformers' bfloat16: {rel_err(theirs, ref):.2e})"
 
 
 multi_gpu = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs several GPUs")

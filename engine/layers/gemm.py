@@ -4,6 +4,8 @@ breaks the PDL chain. Chosen once per process by the model runner (``set_gemm``)
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -52,17 +54,40 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def norm_linear(h: torch.Tensor, residual: torch.Tensor | None, norm, weight: torch.Tensor,
+class Summed(NamedTuple):
+    """A residual stream row ``[1, K]`` that already holds a layer's output, and its squares summed (float32
+    ``[1]``) by the GEMV that added it (``linear_add``): the next norm needs no pass over the row of its own."""
+    row: torch.Tensor
+    sum_sq: torch.Tensor
+
+
+def linear_add(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+               sum_sq: torch.Tensor) -> Summed | None:
+    """``Summed(x @ weight.T + residual, sum_sq + its squares)`` by the batch-1 GEMV (x ``[1, K]``, weight ``[N,
+    K]``, residual ``[1, N]``; sum_sq float32 ``[1]``, zero before), or None where that GEMV does not take them."""
+    if not (_gemv_fits(x, weight) and residual.is_contiguous() and residual.dtype == x.dtype):
+        return None
+    return Summed(_gemv(x, weight, add=(residual, sum_sq)), sum_sq)
+
+
+def norm_linear(h: torch.Tensor | Summed, residual: torch.Tensor | None, norm, weight: torch.Tensor,
                 bias: torch.Tensor | None = None, swiglu=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(``swiglu(norm(h + residual) @ weight.T (+ bias))``, swiglu when given; the new residual ``h + residual``,
-    or h when ``residual`` is None). h ``[M, K]``, ``norm`` an ``RMSNorm`` over K, weight ``[N, K]``. At batch 1
-    with the Triton GEMV (``swiglu`` then SiLU-and-mul of the halves): one ``norm_gemv`` for K <=
-    ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV; otherwise norm, matmul, ``swiglu`` in turn."""
+    or h when ``residual`` is None). h ``[M, K]`` or a ``Summed`` row (residual then unused), ``norm`` an
+    ``RMSNorm`` over K, weight ``[N, K]``. At batch 1 with the Triton GEMV (``swiglu`` then SiLU-and-mul of the
+    halves): a Summed row, its norm folded into weight (``RMSNorm.fold_into``), one GEMV that scales by 1 / rms
+    from its squares; else one ``norm_gemv`` for K <= ``NORM_GEMV_MAX_K``, else the Triton norm then the GEMV;
+    otherwise norm, matmul, ``swiglu`` in turn."""
+    if isinstance(h, Summed):
+        if norm.folded and bias is None and _gemv_fits(h.row, weight):
+            if swiglu is not None:
+                return _norm_gemv(h.row, None, None, norm.eps, weight, True, sum_sq=h.sum_sq)[0], h.row
+            return _gemv(h.row, weight, norm=(h.sum_sq, norm.eps)), h.row
+        h, residual = h.row, None
     if (_norm_gemv is not None and bias is None and h.is_contiguous() and norm.weight.dtype == h.dtype
             and _gemv_fits(h, weight) and (residual is None or residual.is_contiguous())):
         if h.shape[-1] <= NORM_GEMV_MAX_K:
-            return _norm_gemv(h, residual, None if norm.folded else norm.weight, norm.eps, weight,
-                              swiglu is not None, normalise=True)
+            return _norm_gemv(h, residual, norm.weight, norm.eps, weight, swiglu is not None)
         x, residual = _rms_norm(h, residual, norm.weight, norm.eps)
         y = _norm_gemv(x, None, None, 0.0, weight, True)[0] if swiglu is not None else _gemv(x, weight)
         return y, residual

@@ -94,7 +94,7 @@ def _row(h_ptr, res_ptr, k0, ks, K, HAS_RES: tl.constexpr):
 
 @triton.jit
 def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_ptr, N, K, eps, stride_wn,
-                      NORM: tl.constexpr, NORM_W: tl.constexpr, SCALE: tl.constexpr, HAS_RES: tl.constexpr,
+                      NORM: tl.constexpr, SCALE: tl.constexpr, HAS_RES: tl.constexpr,
                       SWIGLU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr,
                       PDL: tl.constexpr):
     pid = tl.program_id(0)
@@ -110,7 +110,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
     if SWIGLU:
         up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
     nw = w
-    if NORM_W:
+    if NORM:
         nw = tl.load(norm_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -125,7 +125,6 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
         xw = x.to(tl.float32)
         if NORM:
             squares += xw * xw
-        if NORM_W:
             xw = xw * nw
         acc += tl.sum(w.to(tl.float32) * xw[None, :], axis=1)
         if SWIGLU:
@@ -136,7 +135,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
             w = tl.load(w_ptrs, mask=mask, other=0.0)
             if SWIGLU:
                 up = tl.load(w_ptrs + N * stride_wn, mask=mask, other=0.0)
-            if NORM_W:
+            if NORM:
                 nw = tl.load(norm_ptr + k0 + BLOCK_K + ks, mask=k0 + BLOCK_K + ks < K, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
     if NORM:
@@ -156,15 +155,13 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
 
 def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None, eps: float,
               weight: torch.Tensor, swiglu: bool = False, block_n: int | None = None, block_k: int | None = None,
-              num_warps: int | None = None, normalise: bool | None = None,
-              sum_sq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` or None, weight ``[N, K]`` (gate then up
-    ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K, checked by ``gemm.py`` -> (``rms_norm(h +
-    residual) @ weight.T`` ``[1, N]`` or ``silu(gate) * up`` ``[1, I]``; the new residual ``[1, K]``, h itself when
-    ``residual`` is None). ``normalise`` (default: whether norm_weight is given): False when h is already
-    normalised; True with no norm_weight when the norm's weight is folded into ``weight`` (``RMSNorm.fold_into``).
-    ``sum_sq``: as ``gemv``'s ``norm`` (h's squares summed there; normalise False). ``block_n`` (gate and up rows
-    each with ``swiglu``: default half the GEMV's) / ``block_k`` / ``num_warps`` as ``gemv``'s."""
+              num_warps: int | None = None, sum_sq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """h ``[1, K]``, residual ``[1, K]`` or None, norm_weight ``[K]`` (None: h is already normalised, residual
+    None), weight ``[N, K]`` (gate then up ``[2 * I, K]`` with ``swiglu``), one dtype, unit stride along K,
+    checked by ``gemm.py`` -> (``rms_norm(h + residual) @ weight.T`` ``[1, N]`` or ``silu(gate) * up`` ``[1, I]``;
+    the new residual ``[1, K]``, h itself when ``residual`` is None). ``sum_sq`` (no norm_weight): as ``gemv``'s
+    ``norm``. ``block_n`` (gate and up rows each with ``swiglu``: default half the GEMV's) / ``block_k`` /
+    ``num_warps`` as ``gemv``'s."""
     n, k = weight.shape
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
@@ -174,8 +171,7 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
         h, residual if residual is not None else h, res_out, norm_weight if norm_weight is not None else h, weight, y,
-        sum_sq if sum_sq is not None else h, n_out, k, eps, weight.stride(0),
-        NORM=normalise if normalise is not None else norm_weight is not None, NORM_W=norm_weight is not None,
+        sum_sq if sum_sq is not None else h, n_out, k, eps, weight.stride(0), NORM=norm_weight is not None,
         SCALE=sum_sq is not None, HAS_RES=residual is not None, SWIGLU=swiglu,
         BLOCK_N=block_n, BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED,
         num_warps=num_warps)

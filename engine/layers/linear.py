@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .gemm import Summed, linear_add
 from .parallel import matmul_all_reduce, shard_range, tp_size
 
 
@@ -68,6 +69,13 @@ class RowParallelLinear(nn.Module):
         check_shape(src, (self.out_features, self.in_features))
         param.data.copy_(src[:, self.in_start:self.in_end])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
+                sum_sq: torch.Tensor | None = None) -> torch.Tensor | Summed:
+        """With ``residual`` and ``sum_sq`` (float32 ``[1]``, zero): at tp=1 where the batch-1 GEMV takes it, the
+        ``Summed`` row ``y + residual`` (``gemm.linear_add``); else y, the residual left to the caller."""
+        if residual is not None and self.bias is None and tp_size() == 1:
+            summed = linear_add(x, self.weight, residual, sum_sq)
+            if summed is not None:
+                return summed
         y = matmul_all_reduce(x, self.weight)
         return y if self.bias is None else y + self.bias

@@ -10,7 +10,7 @@ from torch import nn
 from ..layers.attention import Attention
 from ..layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from ..layers.fusion import ElementwiseOps, RMSNorm, RotaryEmbedding
-from ..layers.gemm import norm_linear
+from ..layers.gemm import Summed, norm_linear
 from ..layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from ..layers.parallel import tp_size
 from ..layers.sampler import sample
@@ -20,7 +20,7 @@ from ..step_inputs import StepInputs
 class Qwen3Attention(nn.Module):
     """Self-attention on this rank's heads: projected ``qkv [N, (Hq + 2 Hkv) / tp * D]`` (QKV column-parallel,
     called by the layer fused with its norm) -> q/k RMSNorm and RoPE (inside the decode kernel on CUDA),
-    paged attention, row-parallel o_proj -> ``[N, hidden]``."""
+    paged attention -> ``[N, Hq / tp * D]``, for the row-parallel o_proj (called by the layer with the residual)."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.ops = ops
@@ -39,7 +39,7 @@ class Qwen3Attention(nn.Module):
             out = self.attn(q, k, v, inputs.attn, qk_norm)
         else:
             out = self.attn(*self.ops.qk_norm_rotary(q, k, *qk_norm), v, inputs.attn)
-        return self.o_proj(out.flatten(1))
+        return out.flatten(1)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -55,15 +55,16 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
         self.post_attention_layernorm = RMSNorm(hf["hidden_size"], hf["rms_norm_eps"], ops)
 
-    def forward(self, h, residual, cos_sin, inputs):
+    def forward(self, h, residual, cos_sin, inputs, sums=None):
         """h: the previous layer's output ``[N, hidden]``, residual: the stream before it (None at the first
-        layer) -> this layer's (output, residual)."""
+        layer) -> this layer's (output, residual). ``sums`` (float32 ``[2]``, zero; batch 1): o_proj and down_proj
+        may add the residual themselves and sum the squares for the next norm: h is then ``gemm.Summed``."""
         attn, mlp = self.self_attn, self.mlp
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
-        h = attn(qkv, cos_sin, inputs)
+        h = attn.o_proj(attn(qkv, cos_sin, inputs), *((residual, sums[0:1]) if sums is not None else ()))
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
                                     swiglu=self.ops.silu_and_mul)
-        return mlp.down_proj(act), residual
+        return mlp.down_proj(act, *((residual, sums[1:2]) if sums is not None else ())), residual
 
 
 class Qwen3Model(nn.Module):
@@ -78,9 +79,12 @@ class Qwen3Model(nn.Module):
     def forward(self, inputs: StepInputs) -> torch.Tensor:
         cos_sin = self.rotary(inputs.positions)  # first: a torch kernel between two Triton ones breaks PDL's chain
         h, residual = self.embed_tokens(inputs.input_ids, inputs.previous_tokens), None
-        for layer in self.layers:
-            h, residual = layer(h, residual, cos_sin, inputs)
-        return self.norm(h, residual)[0]
+        sums = None  # batch 1 with the norms folded: each norm's squares, summed by the GEMV before it
+        if h.shape[0] == 1 and self.layers[0].input_layernorm.folded:
+            sums = torch.zeros(len(self.layers), 2, dtype=torch.float32, device=h.device)
+        for i, layer in enumerate(self.layers):
+            h, residual = layer(h, residual, cos_sin, inputs, None if sums is None else sums[i])
+        return self.norm(h.row) if isinstance(h, Summed) else self.norm(h, residual)[0]
 
 
 class Qwen3ForCausalLM(nn.Module):
