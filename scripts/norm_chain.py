@@ -1,12 +1,11 @@
 """Where should a batch-1 layer's two RMSNorms run? Qwen3's chain of GEMVs at 0.6B or 8B shapes (attention passed
-through, as in persistent_layers.py), each way replayed in a CUDA graph under PDL on the same weights:
+through, as in persistent_layers.py), two ways replayed in a CUDA graph under PDL on the same weights:
 
-- ``engine``: today's kernels. Rows of <= ``gemm.NORM_GEMV_MAX_K``: the norm (with its weight) inside the GEMV after
+- ``engine``: the kernels before session 42. Rows of <= ``gemm.NORM_GEMV_MAX_K``: the norm (with its weight) inside the GEMV after
   it; longer rows (the 8B): the one-program Triton norm kernel, then the GEMV.
-- ``fold``: the norms' weights folded into the projections (``RMSNorm.fold_into``); the norm inside the GEMV after
-  it at every row length, which so holds no norm row (``--warps`` for the fused kernel at rows of 4,096).
 - ``sum_sq``: the GEMV before each norm adds the residual and sums the new row's squares (one float atomic a
-  program); the GEMV after it scales by 1 / rms. No kernel or program reads the row twice for the norm.
+  program); the GEMV after it scales by 1 / rms, the norm's weight folded into its own (the engine's way since
+  session 42). Call 105 also timed the norm fused after the fold, without its weight row: it lost.
 
 Prints ms per replay, us per layer, the share of 4.3 TB/s, and the largest error against a float32 torch reference.
 
@@ -65,20 +64,6 @@ def engine_chain(w, h0, out):
     return launch
 
 
-def fold_chain(w, h0, out, warps):
-    from engine.layers import gemv
-
-    def launch():
-        x, res = h0.to(torch.bfloat16)[None], None
-        for i in range(len(w["qkv"])):
-            q, res = gemv.norm_gemv(x, res, None, EPS, w["qkv_f"][i], normalise=True, num_warps=warps)
-            o = gemv.gemv(q[:, :w["q"]], w["o"][i])
-            a, res = gemv.norm_gemv(o, res, None, EPS, w["gu_f"][i], True, normalise=True, num_warps=warps)
-            x = gemv.gemv(a, w["d"][i])
-        out.copy_((x.float() + res.float())[0])
-    return launch
-
-
 def sum_sq_chain(w, h0, out):
     from engine.layers import gemv
 
@@ -87,7 +72,7 @@ def sum_sq_chain(w, h0, out):
     def launch():
         ss.zero_()
         res = h0.to(torch.bfloat16)[None]
-        q = gemv.norm_gemv(res, None, None, EPS, w["qkv_f"][0], normalise=True)[0]
+        q = gemv.norm_gemv(res, None, w["n1"][0], EPS, w["qkv"][0])[0]
         for i in range(len(w["qkv"])):
             if i:
                 q = gemv.gemv(res, w["qkv_f"][i], norm=(ss[2 * i - 1:2 * i], EPS))
@@ -129,7 +114,6 @@ def main():
           f"replay, median of 5 timings of {args.replays}", flush=True)
     out = torch.empty_like(h0)
     ways = [("engine", engine_chain(w, h0, out))]
-    ways += [(f"fold, fused norm at {n or 'default'} warps", fold_chain(w, h0, out, n)) for n in (None, 8)]
     ways += [("sum_sq in the GEMV before", sum_sq_chain(w, h0, out))]
     for name, launch in ways:
         ms = timed(launch, args.replays)
