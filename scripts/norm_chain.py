@@ -1,8 +1,8 @@
 """Where should a batch-1 layer's two RMSNorms run? Qwen3's chain of GEMVs at 0.6B or 8B shapes (attention passed
 through, as in persistent_layers.py), two ways replayed in a CUDA graph under PDL on the same weights:
 
-- ``engine``: the kernels before session 42. Rows of <= ``gemm.NORM_GEMV_MAX_K``: the norm (with its weight) inside the GEMV after
-  it; longer rows (the 8B): the one-program Triton norm kernel, then the GEMV.
+- ``engine``: the kernels before session 42. Rows of <= ``gemm.NORM_GEMV_MAX_K``: the norm (with its weight)
+  inside the GEMV after it; longer rows (the 8B): the one-program Triton norm kernel, then the GEMV.
 - ``sum_sq``: the GEMV before each norm adds the residual and sums the new row's squares (one float atomic a
   program); the GEMV after it scales by 1 / rms, the norm's weight folded into its own (the engine's way since
   session 42). Call 105 also timed the norm fused after the fold, without its weight row: it lost.
