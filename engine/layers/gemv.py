@@ -3,7 +3,10 @@ TF32). ``norm_gemv``: ``y = rms_norm(h + residual) @ W^T`` in one launch, every 
 GEMV does, summing the activation row's squares in the same pass, then scaling by ``1 / rms`` at the end
 (``W (w * x / rms) = (W (w * x)) / rms``), so the weight loads never wait for the sum. Rounding: the residual sum and
 gate/up as unfused; the normalised row is not rounded before the products (transformers rounds it twice): about one bf16
-rounding apart. CUDA machines only; ``TRITON_INTERPRET=1`` runs them on the CPU."""
+rounding apart. ``gemv``'s ``add`` and ``norm`` split a norm between two GEMVs instead: the one before adds the
+residual and sums the new row's squares (a float atomic a program, so the sum's last bit may differ between runs), the
+one after scales by ``1 / rms``, the norm's weight folded into its own. CUDA machines only; ``TRITON_INTERPRET=1`` runs
+them on the CPU."""
 
 from __future__ import annotations
 
