@@ -16,7 +16,6 @@ prints the table (and writes it to ``--out``), and the kernel NCCL ran for the s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -25,6 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import OneLineParser
 from engine.layers.all_reduce import SYMM_MAX_BYTES, SymmMemAllReduce  # noqa: E402
 
 CALLS, REPLAYS = 40, 20
@@ -138,7 +138,7 @@ def timings(world: int, device: torch.device) -> list[tuple[int, float, float, f
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
+    p = OneLineParser()
     p.add_argument("--check", action="store_true", help="correctness only")
     p.add_argument("--out", help="write the timing table here (rank 0)")
     args = p.parse_args()

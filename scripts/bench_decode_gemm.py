@@ -11,12 +11,13 @@ Prints, per shape and M, cuBLAS's time and the best tile's, and checks the best 
     python3 scripts/bench_decode_gemm.py [--model 8b] [--m 128,208,256]
 """
 
-import argparse
 import itertools
 
 import torch
 from gemm_batch_sweep import HBM_TBS, SHAPES, time_calls
 from gpu_only import require_cuda
+
+from common import OneLineParser
 
 # M, N, K blocks, stages, warps; an M block past M's next power of 2 (at least 64) is skipped
 TILES = list(itertools.product((64, 128, 256), (64, 128, 256), (64, 128), (3, 4), (4, 8)))
@@ -83,7 +84,7 @@ def compare(m: int, n: int, k: int) -> tuple[float, float, tuple, float]:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", choices=SHAPES, default="8b")
     ap.add_argument("--m", default="64,128,208,256")
     args = ap.parse_args()

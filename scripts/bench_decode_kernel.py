@@ -38,6 +38,7 @@ if __name__ == "__main__":
     require_cuda()
 import triton.testing  # noqa: E402
 
+from common import OneLineParser
 from engine.layers.decode_splits import num_splits  # noqa: E402
 from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
@@ -57,7 +58,7 @@ def context_lens(kind, batch: int) -> torch.Tensor:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--shape", default="0.6b", help=f"comma-separated, of {', '.join(SHAPES)}")
     ap.add_argument("--batch", default="256", help="comma-separated batch sizes")
     ap.add_argument("--quick", action="store_true", help="mixed contexts only, a smaller grid of tiles")

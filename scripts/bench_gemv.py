@@ -16,7 +16,6 @@ that chose the tiles.)
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -29,6 +28,7 @@ from gpu_only import graph_ms, require_cuda  # noqa: E402
 
 if __name__ == "__main__":
     require_cuda()
+from common import OneLineParser  # noqa: E402
 from engine.layers import pdl  # noqa: E402
 from engine.layers.gemv import gemv  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
@@ -122,7 +122,7 @@ def chain_ms(model: str, dev: torch.device) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--sweep", action="store_true", help="also the best of a tile grid, with PDL")
     ap.add_argument("--tp", default="1,2", help="tensor-parallel sizes whose shards to time (default 1,2)")
     ap.add_argument("--chain", action="store_true", help="also each model's whole chain of GEMVs in one graph")

@@ -10,11 +10,12 @@ projections summed per layer. A time that stays flat as M grows past a tile edge
     python3 scripts/gemm_batch_sweep.py [--model 8b] [--m 64,128,192,208,224,256] [--variants cublas,autotune]
 """
 
-import argparse
 import sys
 
 import torch
 from gpu_only import graph_ms, require_cuda
+
+from common import OneLineParser
 
 # (name, N, K) of each projection's weight [N, K] at tp=1
 SHAPES = {
@@ -52,7 +53,7 @@ def time_mm(m: int, n: int, k: int, copies: int, variant: str = "cublas") -> flo
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", choices=SHAPES, default="8b")
     ap.add_argument("--m", default="64,128,160,192,200,208,216,224,240,256")
     ap.add_argument("--variants", default="cublas", help="comma-separated: cublas, cublaslt, autotune")

@@ -13,7 +13,6 @@ stage, the median of 5 timings of 10 replays.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
@@ -23,6 +22,8 @@ if __name__ == "__main__":
     require_cuda()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from common import OneLineParser
 
 
 @triton.jit
@@ -57,7 +58,7 @@ def per_stage_us(launch, stages: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--stages", type=int, default=256)
     ap.add_argument("--programs", default="132,264")
     args = ap.parse_args()

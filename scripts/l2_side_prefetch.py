@@ -9,7 +9,6 @@ never on it (the graph joins the branch at its end only). Hints write nothing, s
 Prints ms per replay of each variant (median of ``--rounds``, min-max) and the difference from the engine's graph.
 """
 
-import argparse
 
 import torch
 from gpu_only import require_cuda
@@ -18,6 +17,8 @@ if __name__ == "__main__":
     require_cuda()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from common import OneLineParser
 
 
 @triton.jit
@@ -74,7 +75,7 @@ class SidePrefetch:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--skip", type=int, default=64, help="decode steps before measuring (the context grows)")
     ap.add_argument("--replays", type=int, default=200)

@@ -12,11 +12,12 @@ Prints ms per replay, us per layer, the share of 4.3 TB/s, and the largest error
     python scripts/norm_chain.py [--shape 8b] [--layers 36] [--replays 50]
 """
 
-import argparse
 import statistics
 
 import torch
 from gpu_only import graph_ms, require_cuda
+
+from common import OneLineParser
 
 SHAPES = {"0.6b": (1024, 4096, 2048, 3072, 28), "8b": (4096, 6144, 4096, 12288, 36)}  # hidden, qkv, q, inter, layers
 EPS = 1e-6
@@ -93,7 +94,7 @@ def timed(launch, replays: int) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     ap.add_argument("--layers", type=int, default=0, help="0: the model's")
     ap.add_argument("--replays", type=int, default=50)

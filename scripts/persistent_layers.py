@@ -15,7 +15,6 @@ us per layer and the share of 4.3 TB/s, and the largest error of each way agains
     python scripts/persistent_layers.py [--layers 28] [--replays 50]
 """
 
-import argparse
 import statistics
 
 import torch
@@ -25,6 +24,8 @@ if __name__ == "__main__":
     require_cuda()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from common import OneLineParser
 
 H, QKV, QO, INTER = 1024, 4096, 2048, 3072  # Qwen3-0.6B: hidden, q+k+v rows, q rows (o_proj's K), intermediate
 POLLS = tl.constexpr(200_000)  # a barrier's polls before the kernel gives up (not all programs resident): no hang
@@ -207,7 +208,7 @@ def setup(ap=None):
     ``report(name, launch, out, flag=None, against=None)`` that times ``launch`` and prints its ms, us per layer,
     share of 4.3 TB/s and error against the float32 reference (or ``against``; ``flag``: set when a barrier gave
     up). Shared with ``stream_layers.py``, which also gets the parsed arguments."""
-    ap = ap or argparse.ArgumentParser()
+    ap = ap or OneLineParser()
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--replays", type=int, default=50)
     args = ap.parse_args()

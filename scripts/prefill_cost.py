@@ -4,7 +4,6 @@
     python scripts/prefill_cost.py [--model qwen3-0.6b] [--input-len 32] [--no-compile] [--no-profile]
 """
 
-import argparse
 import cProfile
 import pstats
 import time
@@ -12,9 +11,11 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from common import OneLineParser
+
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="llm.compile=false: eager elementwise")

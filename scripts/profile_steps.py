@@ -11,7 +11,6 @@ in a window of their own. Before the profiler, without it: the step's anatomy (`
                                     [--all-reduce auto|nccl|symm_mem]
 """
 
-import argparse
 import re
 import time
 
@@ -19,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.profiler import ProfilerActivity, profile
 
+from common import OneLineParser
 from engine import LLM
 from engine.sequence import Sequence
 from harness.checkpoint import materialize
@@ -112,7 +112,7 @@ def open_engine(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--workload", default="bench")
     ap.add_argument("--num-seqs", type=int, help="latency workload: the batch")

@@ -8,12 +8,13 @@ Prints one line per variant: ms per replay (median of ``--rounds`` rounds, min-m
 the engine's own graph.
 """
 
-import argparse
 import contextlib
 import statistics
 from functools import partial
 
 import torch
+
+from common import OneLineParser
 
 
 @contextlib.contextmanager
@@ -79,7 +80,7 @@ def capture(graphs, bs: int, split: int):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--num-seqs", type=int, default=1)
     ap.add_argument("--skip", type=int, default=64, help="decode steps before measuring (the context grows)")

@@ -17,7 +17,6 @@ through CuPy (on the device image).
     python scripts/stream_layers.py [--layers 28] [--replays 50] [--positions 32,160,512,1024]
 """
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -26,6 +25,8 @@ from gpu_only import require_cuda
 if __name__ == "__main__":
     require_cuda()
 from persistent_layers import INTER, QKV, QO, chain, setup  # noqa: E402
+
+from common import OneLineParser
 
 SLOT, MAX_WARPS, D, QH, KVH, THETA = 16384, 16, 128, 16, 8, 1e6  # Qwen3-0.6B's heads and RoPE theta
 KERNELS = {"stream_ns4": (4, 8), "stream_ns8": (8, 8), "stream_ns13": (13, 8), "stream_ns13_w16": (13, 16),
@@ -117,7 +118,7 @@ def streamer(cupy, kernel, ns: int, warps: int, w: dict, h: torch.Tensor, a: dic
 
 def main():
     cupy, kernels = build()
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser()
     ap.add_argument("--positions", default="32,160,512,1024", help="the full layer's query positions")
     w, h0, report, args = setup(ap=ap)
     launch, out = chain(w, h0.clone())

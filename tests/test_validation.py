@@ -168,9 +168,12 @@ def test_every_tool_refuses_bad_arguments_in_one_line(tool, argv, capsys):
 
 
 def test_no_tool_builds_a_plain_argparse_parser():
-    """Every command line of the packages goes through ``common.OneLineParser`` (one line, exit 2)."""
+    """Every command line of the packages and of ``scripts/`` goes through ``common.OneLineParser`` (one line,
+    exit 2)."""
     sources = [os.path.join(d, f) for pkg in ("harness", "engine", "runtime", "backends")
                for d, _, files in os.walk(os.path.join(ROOT, pkg)) for f in files if f.endswith(".py")]
-    assert not [p for p in sources if "argparse.ArgumentParser(" in open(p).read()]
+    scripts = [os.path.join(ROOT, "scripts", f) for f in os.listdir(os.path.join(ROOT, "scripts"))
+               if f.endswith(".py")]
+    assert not [p for p in sources + scripts if "argparse.ArgumentParser(" in open(p).read()]
     assert sorted(os.path.basename(p) for p in sources if "OneLineParser(" in open(p).read()) == [
         f"{t}.py" for t in TOOLS]  # TOOLS is every tool
