@@ -94,19 +94,40 @@ def _as_kernels(monkeypatch, calls: list):
     monkeypatch.setattr(model_runner, "set_gemm", set_gemm)
 
 
-def test_batch_1_with_folded_norms_and_summed_squares_gives_transformers_greedy_tokens(tiny_norms, monkeypatch):
+@pytest.fixture(scope="module")
+def tiny_biased_norms(tmp_path_factory) -> str:
+    """Qwen3 with ``attention_bias`` (q/k/v and o_proj biases, drawn) and drawn norm weights."""
+    from helpers import TINY, with_drawn_norms
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM(Qwen3Config(**TINY, attention_bias=True))
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            torch.nn.init.normal_(p, std=0.3)
+    root = tmp_path_factory.mktemp("biased")
+    model.save_pretrained(root / "plain")
+    return with_drawn_norms(str(root / "plain"), str(root / "norms"), seed=9)
+
+
+@pytest.mark.parametrize("checkpoint, adds, scaled", [("tiny_norms", 2, 1), ("tiny_biased_norms", 1, 0)])
+def test_batch_1_with_folded_norms_and_summed_squares_gives_transformers_greedy_tokens(checkpoint, adds, scaled,
+                                                                                       request, monkeypatch):
     """The wiring of the batch-1 path on CUDA (norms folded at load; o_proj and down_proj add the residual and
     sum the squares; QKV and gate/up scale by 1 / rms; the final norm on the Summed row), with the kernels'
-    semantics in torch: one sequence's greedy tokens equal transformers'."""
+    semantics in torch: one sequence's greedy tokens equal transformers'. With biases, o_proj (biased) leaves the
+    residual to the norm after it, and QKV (biased) normalises its Summed row unfused."""
     from helpers import hf_greedy, prompts_of_lengths
 
     from engine import LLM, SamplingParams
 
+    path = request.getfixturevalue(checkpoint)
     calls = []
     _as_kernels(monkeypatch, calls)
     prompts = prompts_of_lengths([7])
-    want = hf_greedy(tiny_norms, prompts, 8)
-    with LLM(tiny_norms, device="cpu", dtype="float32", kvcache_block_size=16, max_model_len=128) as llm:
+    want = hf_greedy(path, prompts, 8)
+    with LLM(path, device="cpu", dtype="float32", kvcache_block_size=16, max_model_len=128) as llm:
         got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
     assert got[0]["token_ids"] == want[0]
-    assert calls.count("add") == 7 * 2 * 2 and calls.count("norm") == 7 * 1  # 7 decode steps of 2 layers
+    # 7 decode steps of 2 layers: o_proj and down_proj add; QKV scales from the 2nd layer on
+    assert calls.count("add") == 7 * 2 * adds and calls.count("norm") == 7 * scaled
