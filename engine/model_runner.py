@@ -121,7 +121,7 @@ class ModelRunner:
         if self.rank == 0:
             log.info("loading rank 0's shard of %s", self.config.model)
         load_weights(model, self.config.model)
-        if self.gemm.startswith("triton"):  # the batch-1 GEMVs then read no norm weights
+        if self.gemm.startswith("triton"):  # for the batch-1 GEMVs that scale by 1 / rms (gemm.linear_add)
             model.fold_norms()
         return model.eval()
 

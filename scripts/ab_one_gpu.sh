@@ -12,6 +12,7 @@ require_gpus 1
 [ -d .base ] || { echo "error: ab_one_gpu.sh compares with a .base tree and there is none (see its header)" >&2; exit 2; }
 [ -s .base/.commit ] || { echo "error: .base/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
+check_overrides device=cuda model=${MODELS%%,*} tp=1 workload=${WORKLOADS%%,*} "$@"
 for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 # The harness writes into $RUNS, new for each invocation (a run file per row, Hydra's folders, the full logs; a
 # warm machine keeps /tmp between calls): the device returns 8 files of $OUT, so $OUT gets only the CSVs, copied

@@ -19,6 +19,7 @@
 set -uo pipefail
 source scripts/device_env.sh
 require_gpus 1
+check_overrides workload=bench model=qwen3-0.6b tp=1 device=cuda "$@"
 TAG=${TAG:-dev}; CSV=${CSV:-bench.csv}; HF=${HF:-auto}
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem,power.draw --format=csv; } \
   2>&1 | tee "$OUT/gpu.txt"

@@ -24,13 +24,17 @@ case ${PAYLOADS:-all} in
   *) echo "error: PAYLOADS must be all or step, got ${PAYLOADS}" >&2; exit 2 ;;
 esac
 CSV=${CSV:-broadcast.csv}
+check_overrides workload=broadcast ${payload_args[@]+"${payload_args[@]}"} "$@"
 { nproc; python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
-python3 scripts/step_encoding_cost.py 2>&1 | tee "$OUT/step_encoding_cost.txt"
 timeout --foreground ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=${CONTROLS:-$controls} tp=${TPS:-2,4,8} \
   repeat=${REPEAT:-$repeat} workload.messages=${MESSAGES:-$messages} workload.warmup=50 \
   workload.max_bytes_per_payload=268435456 progress=false results_dir="$OUT" results_file="$CSV" \
   ${payload_args[@]+"${payload_args[@]}"} "$@" > "$OUT/broadcast.log" 2>&1
-echo "broadcast: exit $? after $SECONDS s"
+rc=$?
+echo "broadcast: exit $rc after $SECONDS s"
 grep -iE "error|Traceback" "$OUT/broadcast.log" | head -5
-python3 scripts/broadcast_table.py "$OUT/$CSV" > "$OUT/table.md" 2>&1; head -40 "$OUT/table.md"
 rm -f "$OUT"/*.lock
+[ -s "$OUT/$CSV" ] || { echo "error: no rows in $OUT/$CSV (see $OUT/broadcast.log)" >&2; exit $(( rc ? rc : 1 )); }
+python3 scripts/broadcast_table.py "$OUT/$CSV" > "$OUT/table.md" 2>&1; head -40 "$OUT/table.md"
+python3 scripts/step_encoding_cost.py 2>&1 | tee "$OUT/step_encoding_cost.txt"
+exit $rc

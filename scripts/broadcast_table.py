@@ -4,14 +4,18 @@ per payload x (control, tp), plus the spread over repeats when there are several
     python3 scripts/broadcast_table.py results/h200/broadcast_tp2-4-8.csv [more.csv ...]
 """
 
-import sys
+import os
 
 import pandas as pd
 
-if len(sys.argv) < 2:
-    print("usage: python3 scripts/broadcast_table.py RESULTS.csv [more.csv ...]", file=sys.stderr)
-    sys.exit(2)
-df = pd.concat(pd.read_csv(f) for f in sys.argv[1:])
+from common import OneLineParser
+
+ap = OneLineParser()
+ap.add_argument("csv", nargs="+", help="results CSVs with workload=broadcast rows")
+files = ap.parse_args().csv
+if missing := [f for f in files if not os.path.isfile(f)]:
+    ap.error(f"no such file: {missing[0]}")
+df = pd.concat(pd.read_csv(f) for f in files)
 df = df[(df.workload == "broadcast") & (df.status == "ok")]
 for col in ("ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_send_us_p50"):
     table = df.pivot_table(index="payload", columns=["tp", "control"], values=col, aggfunc="median")

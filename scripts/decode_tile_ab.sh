@@ -7,6 +7,8 @@ set -uo pipefail
 source scripts/device_env.sh
 require_gpus 1
 R=$PWD; OLD=/tmp/tile_old; CSV=${CSV:-tile_ab.csv}; TPS=${TPS:-1}
+w=${WORKLOADS:-bench}; m=${MODELS:-qwen3-0.6b}
+check_overrides workload=${w%% *} model=${m%% *} tp=${TPS%%,*} device=cuda control=shm "$@"
 rm -rf $OLD && mkdir $OLD && cp -r engine harness backends conf scripts pyproject.toml $OLD/
 sed -i 's/block_n: int = 64/block_n: int = 32/' $OLD/engine/layers/paged_decode.py
 grep -q "block_n: int = 32" $OLD/engine/layers/paged_decode.py || { echo "the old launch was not set"; exit 1; }

@@ -30,3 +30,7 @@ require_gpus() {  # N: unless this machine has N CUDA GPUs, one line on stderr a
     exit 2
   fi
 }
+check_overrides() {  # OVERRIDES...: the harness composes and checks one job of them (--cfg job runs none): on bad
+  # input its one line on stderr and exit 2, before any step. Give the workload the script runs: keys differ by kind.
+  python3 -m harness --cfg job "$@" > /dev/null || exit 2
+}

@@ -38,3 +38,8 @@ def graph_ms(graph, replays: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / replays
+
+
+if __name__ == "__main__":
+    print("error: gpu_only.py is what the CUDA scripts import, not a tool (run one of them)", file=sys.stderr)
+    sys.exit(2)

@@ -20,6 +20,8 @@ mkdir -p "$OUT/logs"
 N=$(python3 -c "import torch; print(torch.cuda.device_count())")
 TPS=${TPS:-$(python3 -c "print(','.join(str(t) for t in (1, 2, 4, 8) if t <= $N))")}
 MODELS=${MODELS:-qwen3-0.6b,qwen3-8b}; CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid}
+w=${WORKLOADS:-latency,latency-b8,bench}
+check_overrides device=cuda model=${MODELS%%,*} tp=${TPS%%,*} control=${CONTROLS%%,*} workload=${w%%,*} "$@"
 for model in ${MODELS//,/ }; do
   [ $SECONDS -gt ${TOTAL_S:-540} ] && { echo "$model: not run (time)"; continue; }
   timeout --foreground -k 10 ${PRESET_S:-300} python3 -m harness.checkpoint $model >> "$OUT/logs/presets.log" 2>&1 \

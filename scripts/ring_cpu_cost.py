@@ -7,14 +7,18 @@ cross-core transfer.
 """
 
 import os
-import sys
 import time
 
 from backends.ring import RingControlPlane
+from common import OneLineParser
 
 
 def main():
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    ap = OneLineParser()
+    ap.add_argument("payload_bytes", type=int, nargs="?", default=256, help="message size (default 256)")
+    size = ap.parse_args().payload_bytes
+    if size < 1:
+        ap.error(f"payload_bytes must be >= 1, got {size}")
     cp = RingControlPlane(2)
     ep = cp.endpoint(1)
     ep.open()

@@ -8,6 +8,7 @@ set -uo pipefail
 source scripts/device_env.sh
 TPS=${TPS:-2}; RATES=${RATES:-2,4,8,16,inf}
 CONTROLS=${CONTROLS:-ideal,shm,queue,pipe,gloo,ring,zmq,hybrid}
+for tp in ${TPS//,/ }; do check_overrides workload=serve device=cpu model=qwen3-tiny tp=$tp cpu_threads=1 "$@"; done
 python3 -m harness.checkpoint qwen3-tiny > /dev/null || { echo "qwen3-tiny preset failed"; exit 1; }
 for tp in ${TPS//,/ }; do
   parallel=${PARALLEL:-$(( $(nproc) / tp > 0 ? $(nproc) / tp : 1 ))}
@@ -22,6 +23,8 @@ import glob, sys
 import pandas as pd
 out, tp = sys.argv[1], sys.argv[2]
 files = sorted(glob.glob(f"{out}/tp{tp}_*/serve.csv"))
+if not files:
+    sys.exit(f"error: tp={tp}: no plane wrote serve.csv (see {out}/tp{tp}_*.txt)")
 rows = [pd.read_csv(f, dtype=str, keep_default_na=False) for f in files]  # cells as written: "122e2019" is no float
 pd.concat(rows).to_csv(f"{out}/serve_host_tp{tp}.csv", index=False)
 print(f"tp={tp}: {len(files)} planes gathered into serve_host_tp{tp}.csv")

@@ -12,6 +12,7 @@ source scripts/device_env.sh
 CSV=${CSV:-serve.csv}; DEVICE=${DEVICE:-cuda}; REPEAT=${REPEAT:-3}; TAG=${TAG:-serve}
 TPS=${TPS:-1}; CONTROLS=${CONTROLS:-shm}; MODELS=${MODELS:-qwen3-0.6b}
 [ "$DEVICE" = cuda ] && require_gpus 1
+check_overrides device=$DEVICE model=${MODELS%%,*} tp=${TPS%%,*} control=${CONTROLS%%,*} workload=serve "$@"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 harness() {  # a harness run, its log appended to $OUT/<model>.log, the summary lines shown
   local log=$1; shift  # (a multirun always: one engine for the jobs of a call)

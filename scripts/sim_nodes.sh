@@ -9,8 +9,22 @@
 # file) and is printed after, also when interrupted; torchrun's own log folders go there too (else each run leaves
 # a /tmp/torchelastic_* behind).
 set -u
-[ $# -gt 0 ] || { echo "usage: [NODES=2 NPROC=1 PORT=29600] bash scripts/sim_nodes.sh -m harness OVERRIDES... | SCRIPT.py ARGS..." >&2; exit 2; }
-NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}; LOGDIR=${LOGDIR:-$(mktemp -d /tmp/sim_nodes.XXXXXX)}
+usage="bash scripts/sim_nodes.sh -m harness OVERRIDES... | SCRIPT.py ARGS... ([NODES=2 NPROC=1 PORT=29600] before)"
+fail() { echo "error: $1" >&2; exit 2; }
+[ $# -gt 0 ] || fail "what to run on each node is missing: $usage"
+NODES=${NODES:-2}; NPROC=${NPROC:-1}; PORT=${PORT:-29600}
+for v in NODES NPROC PORT; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be an integer >= 1, got '${!v}'"; done
+[ "$PORT" -le 65535 ] || fail "PORT must be <= 65535, got $PORT"
+if [ "$1" = -m ]; then
+  [ $# -ge 2 ] || fail "-m takes a module: $usage"
+  # the harness checks one job's overrides before any node starts (a sweep's, -m, are checked by each node)
+  if [ "$2" = harness ] && ! printf '%s\n' "${@:3}" | grep -qx -- '-m\|--multirun'; then
+    ${PYTHON:-python3} -m harness --cfg job "${@:3}" > /dev/null || exit 2
+  fi
+elif [[ $1 != *.py || ! -f $1 ]]; then
+  fail "expected -m MODULE or an existing SCRIPT.py first, got '$1': $usage"
+fi
+LOGDIR=${LOGDIR:-$(mktemp -d /tmp/sim_nodes.XXXXXX)}
 mkdir -p "$LOGDIR" || exit 2
 args=$(printf '%q ' "$@")
 # Gloo and NCCL over loopback sockets, one host id per node (NCCL then uses its network transport, not the

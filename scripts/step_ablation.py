@@ -35,7 +35,7 @@ def variants(bs: int, kv_heads: int, device) -> dict:
     from engine.layers import gemm, paged_decode
     from engine.layers.decode_splits import split_counts
 
-    attend, norm_gemv = paged_decode.paged_decode_attention, gemm._norm_gemv
+    attend, norm_gemv, gemv = paged_decode.paged_decode_attention, gemm._norm_gemv, gemm._gemv
     ones = torch.ones(bs, dtype=torch.int32, device=device)
 
     def new_token_only(q, k, v, kc, vc, slots, tables, lens, scale, **kw):
@@ -45,7 +45,11 @@ def variants(bs: int, kv_heads: int, device) -> dict:
         return norm_gemv(h, None, None, 0.0, weight, swiglu)[0], h
 
     no_attention = (paged_decode, "paged_decode_attention", lambda q, *a, **k: q)
-    no_norms = [(gemm, "_norm_gemv", no_norm), (gemm, "_rms_norm", lambda h, r, w, e: (h, h))]
+    def no_scale(x, weight, out=None, add=None, norm=None):  # the residual adds and their squares stay (session 42)
+        return gemv(x, weight, out=out, add=add)
+
+    no_norms = [(gemm, "_norm_gemv", no_norm), (gemm, "_gemv", no_scale),
+                (gemm, "_rms_norm", lambda h, r, w, e: (h, h))]
     cap = split_counts(bs, kv_heads, device)[-1]
     return {
         "unsplit": (1, []),

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from common import OneLineParser
 from engine.sequence import SamplingParams, Sequence
 from engine.step_batch import StepBatch
 
@@ -25,6 +26,7 @@ def median_us(fn, n=2000):
 
 
 def main():
+    OneLineParser(description="takes no arguments").parse_args()
     for num_seqs in (8, 256):
         seqs = []
         for i in range(num_seqs):

@@ -77,6 +77,7 @@ def _as_kernels(monkeypatch, calls: list):
         return y
 
     def norm_gemv(h, res, nw, eps, w, swiglu=False, sum_sq=None):
+        calls.append("sum_sq" if sum_sq is not None else "norm_gemv")
         x, new_res = (add_rms_norm(h, res, nw, eps) if res is not None else (gemm_norm(h, nw, eps), h))
         if sum_sq is not None:
             x = h / torch.sqrt(sum_sq / h.shape[-1] + eps)
@@ -111,23 +112,33 @@ def tiny_biased_norms(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("checkpoint, adds, scaled", [("tiny_norms", 2, 1), ("tiny_biased_norms", 1, 0)])
-def test_batch_1_with_folded_norms_and_summed_squares_gives_transformers_greedy_tokens(checkpoint, adds, scaled,
-                                                                                       request, monkeypatch):
+def test_batch_1_with_folded_norms_and_summed_squares_gives_transformers_logits(checkpoint, adds, scaled, request,
+                                                                                monkeypatch):
     """The wiring of the batch-1 path on CUDA (norms folded at load; o_proj and down_proj add the residual and
     sum the squares; QKV and gate/up scale by 1 / rms; the final norm on the Summed row), with the kernels'
-    semantics in torch: one sequence's greedy tokens equal transformers'. With biases, o_proj (biased) leaves the
-    residual to the norm after it, and QKV (biased) normalises its Summed row unfused."""
+    semantics in torch: every step's logits of one sequence within float32 noise of transformers' (a wrong sum
+    moves them by >= 8e-5, session 42's review) and its greedy tokens equal. With biases, o_proj (biased) leaves
+    the residual to the norm after it, and QKV (biased) normalises its Summed row unfused."""
     from helpers import hf_greedy, prompts_of_lengths
+    from transformers import Qwen3ForCausalLM as HFQwen3
 
     from engine import LLM, SamplingParams
+    from engine.models.qwen3 import Qwen3ForCausalLM
 
     path = request.getfixturevalue(checkpoint)
-    calls = []
+    calls, logits = [], []
     _as_kernels(monkeypatch, calls)
-    prompts = prompts_of_lengths([7])
-    want = hf_greedy(path, prompts, 8)
+    compute = Qwen3ForCausalLM.compute_logits
+    monkeypatch.setattr(Qwen3ForCausalLM, "compute_logits", lambda self, h: logits.append(compute(self, h)) or
+                        logits[-1])
+    prompt = prompts_of_lengths([7])[0]
     with LLM(path, device="cpu", dtype="float32", kvcache_block_size=16, max_model_len=128) as llm:
-        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
-    assert got[0]["token_ids"] == want[0]
-    # 7 decode steps of 2 layers: o_proj and down_proj add; QKV scales from the 2nd layer on
+        got = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))[0]["token_ids"]
+    assert got == hf_greedy(path, [prompt], 8)[0]
+    with torch.no_grad():
+        want = HFQwen3.from_pretrained(path, dtype=torch.float32)(torch.tensor([prompt + got])).logits[0, 6:14]
+    err = ((torch.cat(logits) - want).norm(dim=-1) / want.norm(dim=-1)).max().item()
+    assert err < 1e-5, f"relative error {err:.1e}"
+    # 7 decode steps of 2 layers: o_proj and down_proj add; QKV and gate/up scale from the sums
     assert calls.count("add") == 7 * 2 * adds and calls.count("norm") == 7 * scaled
+    assert calls.count("sum_sq") == 7 * 2 * (adds == 2)

@@ -55,11 +55,32 @@ def test_a_python_gpu_script_without_a_gpu_says_so_in_one_line(script, tmp_path)
     assert "has no CUDA GPU" in res.stderr
 
 
+BAD_INPUT = [  # (environment, argv): session 42's new-user trial found each of these ran, or printed a traceback
+    ({}, ["bash", "scripts/sim_nodes.sh"]), ({}, ["bash", "scripts/sim_nodes.sh", "--bogus"]),
+    ({"NODES": "x"}, ["bash", "scripts/sim_nodes.sh", "-m", "harness"]),
+    ({}, ["bash", "scripts/sim_nodes.sh", "-m", "harness", "tp=abc"]),
+    ({}, ["bash", "scripts/broadcast_latency.sh", "--bogus"]), ({}, ["bash", "scripts/serve_host.sh", "tp=abc"]),
+    ({}, [sys.executable, "scripts/broadcast_table.py"]), ({}, [sys.executable, "scripts/broadcast_table.py", "x.csv"]),
+    ({}, [sys.executable, "scripts/ring_cpu_cost.py", "abc"]),
+    ({}, [sys.executable, "scripts/step_encoding_cost.py", "--nope"]), ({}, [sys.executable, "scripts/gpu_only.py"])]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["bash", "scripts/sim_nodes.sh"], [sys.executable, "scripts/broadcast_table.py"]])
-def test_a_script_given_nothing_to_do_prints_its_usage(argv, tmp_path):
+@pytest.mark.parametrize("env, argv", BAD_INPUT)
+def test_a_script_given_bad_input_says_so_in_one_line_and_starts_nothing(env, argv, tmp_path, monkeypatch):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    before = set(Path("/tmp").glob("sim_nodes.*"))
     res = run(argv, tmp_path)
-    assert res.returncode == 2 and res.stderr.startswith("usage: ") and res.stderr.count("\n") == 1, res.stderr
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert not res.stdout and not any(tmp_path.iterdir()) and set(Path("/tmp").glob("sim_nodes.*")) == before
+
+
+def test_every_python_script_reads_its_command_line_through_one_line_parser():
+    """A script reading ``sys.argv`` itself printed a traceback on a bad value (session 42)."""
+    loose = [p.name for p in (ROOT / "scripts").glob("*.py")
+             if p.name != "gpu_only.py" and "OneLineParser(" not in p.read_text()]
+    assert not loose
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs CUDA's compiler (no GPU)")

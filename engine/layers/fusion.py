@@ -75,7 +75,8 @@ class RMSNorm(nn.Module):
     @torch.no_grad()
     def fold_into(self, weight: torch.Tensor) -> None:
         """Move this norm's weight g into the next projection's weight ``[N, dim]``, rounded once from float32,
-        and make g ones: ``(g * x) W^T = x (W diag(g))^T``. The batch-1 GEMV then holds no norm row."""
+        and make g ones: ``(g * x) W^T = x (W diag(g))^T``. A batch-1 GEMV that scales by 1 / rms from squares
+        summed before (``gemm.linear_add``) then needs no norm row."""
         weight.copy_((weight.float() * self.weight.float()).to(weight.dtype))
         self.weight.fill_(1)
         self.folded = True

@@ -44,7 +44,8 @@ class Qwen3Attention(nn.Module):
 
 class Qwen3DecoderLayer(nn.Module):
     """One transformer block: RMSNorm, attention, RMSNorm, MLP, with the residual adds inside the norms and
-    each norm fused with the projection after it (``gemm.norm_linear``: one kernel at batch 1 on CUDA)."""
+    each norm fused with the projection after it (``gemm.norm_linear``: one kernel at batch 1 on CUDA); at batch 1
+    and tp=1 on CUDA the adds and the norms' squares go into o_proj and down_proj instead (``gemm.linear_add``)."""
     def __init__(self, hf: dict, ops: ElementwiseOps):
         super().__init__()
         self.self_attn = Qwen3Attention(hf, ops)
@@ -77,11 +78,12 @@ class Qwen3Model(nn.Module):
         self.rotary = RotaryEmbedding(hf["head_dim"], hf["max_position_embeddings"], hf["rope_theta"])
 
     def forward(self, inputs: StepInputs) -> torch.Tensor:
-        cos_sin = self.rotary(inputs.positions)  # first: a torch kernel between two Triton ones breaks PDL's chain
+        # torch kernels first: one between two Triton ones breaks PDL's chain
+        cos_sin = self.rotary(inputs.positions)
+        sums = None  # batch 1, tp=1, the norms folded: each norm's squares, summed by the GEMV before it
+        if inputs.input_ids.shape[0] == 1 and tp_size() == 1 and self.layers[0].input_layernorm.folded:
+            sums = torch.zeros(len(self.layers), 2, dtype=torch.float32, device=inputs.input_ids.device)
         h, residual = self.embed_tokens(inputs.input_ids, inputs.previous_tokens), None
-        sums = None  # batch 1 with the norms folded: each norm's squares, summed by the GEMV before it
-        if h.shape[0] == 1 and self.layers[0].input_layernorm.folded:
-            sums = torch.zeros(len(self.layers), 2, dtype=torch.float32, device=h.device)
         for i, layer in enumerate(self.layers):
             h, residual = layer(h, residual, cos_sin, inputs, None if sums is None else sums[i])
         return self.norm(h.row) if isinstance(h, Summed) else self.norm(h, residual)[0]
