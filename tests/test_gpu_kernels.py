@@ -236,3 +236,50 @@ def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
             assert torch.equal(got, want)
     finally:
         pdl.ENABLED = False
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9, reason="PDL: sm90+")
+def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches():
+    """The same stack as the engine runs it at tp=1 since session 42: o_proj and down_proj add the residual and sum
+    its squares (float atomics), the next QKV and gate/up scale by 1 / rms, their norms folded. Under PDL in a CUDA
+    graph a read of a sum before every program of the GEMV before had added to it would be off by tens of percent;
+    the atomics' order moves the result by a rounding at most (the plain launches twice agree as closely)."""
+    from engine.layers import pdl
+    from engine.layers.gemv import gemv, norm_gemv
+    from engine.layers.paged_decode import paged_decode_attention
+
+    q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, [300])
+    hidden, inter, D = 1024, 3072, q.shape[-1]
+    torch.manual_seed(0)
+    layers = [[(torch.randn(*shape, device="cuda") / shape[-1] ** 0.5).to(torch.bfloat16) for shape in
+               ((4096, hidden), (hidden, 2048), (2 * inter, hidden), (hidden, inter))] for _ in range(8)]
+    h0 = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def stack():
+        sums, res = torch.zeros(len(layers), 2, device="cuda"), h0
+        for i, (qkv_w, o_w, gu_w, down_w) in enumerate(layers):
+            qkv = gemv(res, qkv_w, norm=(sums[i - 1, 1:2], 1e-6)) if i else gemv(res, qkv_w)
+            qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
+            attn = paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4)
+            res = gemv(attn.view(1, -1), o_w, add=(res, sums[i, 0:1]))
+            act = norm_gemv(res, None, None, 1e-6, gu_w, swiglu=True, sum_sq=sums[i, 0:1])[0]
+            res = gemv(act, down_w, add=(res, sums[i, 1:2]))
+        return res
+
+    def off(a, b):
+        return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+    want = stack()
+    assert off(stack(), want) < 1e-2
+    pdl.ENABLED = True
+    try:
+        stack()  # compile the PDL variants outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = stack()
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert off(got, want) < 1e-2
+    finally:
+        pdl.ENABLED = False
