@@ -195,47 +195,62 @@ def test_float32_greedy_through_the_fused_and_split_kernels(tiny_norms, enforce_
     assert [o["token_ids"] for o in got] == want
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9, reason="PDL: sm90+")
-def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
-    """A batch-1 layer stack (norm+GEMV, decode attention, GEMV, norm+gate/up+SwiGLU, GEMV; 8 layers, each
-    reading the one before) launched with PDL in a CUDA graph gives bit for bit the plain launches' result:
-    no kernel reads an activation before the kernel that writes it has finished."""
-    from engine.layers import pdl
-    from engine.layers.gemv import gemv, norm_gemv
+def _batch_1_layers(norms: bool):
+    """8 batch-1 layers of Qwen3-0.6B's shapes: bfloat16 weights (QKV, o, gate/up, down, and with ``norms`` two
+    norm rows), h0 ``[1, 1024]``, and ``attend(qkv) -> [1, 2048]`` (decode attention, one 300-token context)."""
     from engine.layers.paged_decode import paged_decode_attention
 
     q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, [300])
     hidden, inter, D = 1024, 3072, q.shape[-1]
     torch.manual_seed(0)
-    layers = [[(torch.randn(*shape, device="cuda") / shape[-1] ** 0.5).to(torch.bfloat16) for shape in
-               ((4096, hidden), (hidden, 2048), (2 * inter, hidden), (hidden, inter), (hidden,), (hidden,))]
-              for _ in range(8)]
-    h0 = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    shapes = [(4096, hidden), (hidden, 2048), (2 * inter, hidden), (hidden, inter)] + [(hidden,)] * (2 * norms)
+    layers = [[(torch.randn(*s, device="cuda") / s[-1] ** 0.5).to(torch.bfloat16) for s in shapes] for _ in range(8)]
 
-    def stack():
-        h, res = h0, None
-        for qkv_w, o_w, gu_w, down_w, n1, n2 in layers:
-            qkv, res = norm_gemv(h, res, n1, 1e-6, qkv_w, block_k=1024)
-            qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
-            attn = paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4)
-            h = gemv(attn.view(1, -1), o_w, block_k=1024)
-            act, res = norm_gemv(h, res, n2, 1e-6, gu_w, swiglu=True, block_k=1024)
-            h = gemv(act, down_w, block_k=2048)
-        return h + res
+    def attend(qkv):
+        qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
+        return paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4).view(1, -1)
+    return layers, torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16), attend
 
-    want = stack()
+
+def _graph_replays_under_pdl(stack, replays: int = 3):
+    """Yields ``stack()``'s output in a CUDA graph captured with PDL on, after each of ``replays`` replays."""
+    from engine.layers import pdl
+
     pdl.ENABLED = True
     try:
         stack()  # compile the PDL variants outside the capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             got = stack()
-        for _ in range(3):
+        for _ in range(replays):
             graph.replay()
             torch.cuda.synchronize()
-            assert torch.equal(got, want)
+            yield got
     finally:
         pdl.ENABLED = False
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9, reason="PDL: sm90+")
+def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
+    """A batch-1 layer stack (norm+GEMV, decode attention, GEMV, norm+gate/up+SwiGLU, GEMV; 8 layers, each
+    reading the one before) launched with PDL in a CUDA graph gives bit for bit the plain launches' result:
+    no kernel reads an activation before the kernel that writes it has finished."""
+    from engine.layers.gemv import gemv, norm_gemv
+
+    layers, h0, attend = _batch_1_layers(norms=True)
+
+    def stack():
+        h, res = h0, None
+        for qkv_w, o_w, gu_w, down_w, n1, n2 in layers:
+            qkv, res = norm_gemv(h, res, n1, 1e-6, qkv_w, block_k=1024)
+            h = gemv(attend(qkv), o_w, block_k=1024)
+            act, res = norm_gemv(h, res, n2, 1e-6, gu_w, swiglu=True, block_k=1024)
+            h = gemv(act, down_w, block_k=2048)
+        return h + res
+
+    want = stack()
+    for got in _graph_replays_under_pdl(stack):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9, reason="PDL: sm90+")
@@ -244,24 +259,15 @@ def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches(
     its squares (float atomics), the next QKV and gate/up scale by 1 / rms, their norms folded. Under PDL in a CUDA
     graph a read of a sum before every program of the GEMV before had added to it would be off by tens of percent;
     the atomics' order moves the result by a rounding at most (the plain launches twice agree as closely)."""
-    from engine.layers import pdl
     from engine.layers.gemv import gemv, norm_gemv
-    from engine.layers.paged_decode import paged_decode_attention
 
-    q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, [300])
-    hidden, inter, D = 1024, 3072, q.shape[-1]
-    torch.manual_seed(0)
-    layers = [[(torch.randn(*shape, device="cuda") / shape[-1] ** 0.5).to(torch.bfloat16) for shape in
-               ((4096, hidden), (hidden, 2048), (2 * inter, hidden), (hidden, inter))] for _ in range(8)]
-    h0 = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    layers, h0, attend = _batch_1_layers(norms=False)
 
     def stack():
         sums, res = torch.zeros(len(layers), 2, device="cuda"), h0
         for i, (qkv_w, o_w, gu_w, down_w) in enumerate(layers):
             qkv = gemv(res, qkv_w, norm=(sums[i - 1, 1:2], 1e-6)) if i else gemv(res, qkv_w)
-            qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
-            attn = paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4)
-            res = gemv(attn.view(1, -1), o_w, add=(res, sums[i, 0:1]))
+            res = gemv(attend(qkv), o_w, add=(res, sums[i, 0:1]))
             act = norm_gemv(res, None, None, 1e-6, gu_w, swiglu=True, sum_sq=sums[i, 0:1])[0]
             res = gemv(act, down_w, add=(res, sums[i, 1:2]))
         return res
@@ -271,15 +277,5 @@ def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches(
 
     want = stack()
     assert off(stack(), want) < 1e-2
-    pdl.ENABLED = True
-    try:
-        stack()  # compile the PDL variants outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            got = stack()
-        for _ in range(3):
-            graph.replay()
-            torch.cuda.synchronize()
-            assert off(got, want) < 1e-2
-    finally:
-        pdl.ENABLED = False
+    for got in _graph_replays_under_pdl(stack):
+        assert off(got, want) < 1e-2
