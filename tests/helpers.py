@@ -34,6 +34,20 @@ def hf_greedy(path: str, prompts: list[list[int]], max_new_tokens: int) -> list[
     return out
 
 
+def biased_checkpoint(dest) -> str:
+    """Qwen3 with ``attention_bias`` saved by transformers into ``dest``: q/k/v *and* o_proj get a bias (zero at
+    init, so drawn here, std 0.3)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM(Qwen3Config(**TINY, attention_bias=True))
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            torch.nn.init.normal_(p, std=0.3)
+    model.save_pretrained(dest)
+    return str(dest)
+
+
 def with_drawn_norms(src: str, dest: str, seed: int) -> str:
     """Checkpoint ``src`` saved by transformers into ``dest`` (once) with every RMSNorm weight drawn as ``1 + 0.3
     N(0, 1)``: transformers initialises them to ones, which hides a norm weight applied twice or not at all."""

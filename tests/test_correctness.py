@@ -167,17 +167,10 @@ def test_seeded_sampling_does_not_depend_on_tp(tiny_untied):
 
 @pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_attention_biases_load_and_match_transformers(tp, tmp_path):
-    """Qwen3 with ``attention_bias``: transformers gives q/k/v *and* o_proj a bias (zero at init, so drawn here)."""
-    import torch
-    from helpers import TINY
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """Qwen3 with ``attention_bias`` (``helpers.biased_checkpoint``)."""
+    from helpers import biased_checkpoint
 
-    torch.manual_seed(3)
-    model = Qwen3ForCausalLM(Qwen3Config(**TINY, attention_bias=True))
-    for name, p in model.named_parameters():
-        if name.endswith("bias"):
-            torch.nn.init.normal_(p, std=0.3)
-    model.save_pretrained(tmp_path)
+    biased_checkpoint(tmp_path)
     prompts = prompts_of_lengths([3, 17, 40])
     want = hf_greedy(str(tmp_path), prompts, MAX_NEW)
     with LLM(str(tmp_path), tensor_parallel_size=tp, device="cpu", dtype="float32", kvcache_block_size=16,

@@ -98,17 +98,10 @@ def _as_kernels(monkeypatch, calls: list):
 @pytest.fixture(scope="module")
 def tiny_biased_norms(tmp_path_factory) -> str:
     """Qwen3 with ``attention_bias`` (q/k/v and o_proj biases, drawn) and drawn norm weights."""
-    from helpers import TINY, with_drawn_norms
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from helpers import biased_checkpoint, with_drawn_norms
 
-    torch.manual_seed(3)
-    model = Qwen3ForCausalLM(Qwen3Config(**TINY, attention_bias=True))
-    for name, p in model.named_parameters():
-        if name.endswith("bias"):
-            torch.nn.init.normal_(p, std=0.3)
     root = tmp_path_factory.mktemp("biased")
-    model.save_pretrained(root / "plain")
-    return with_drawn_norms(str(root / "plain"), str(root / "norms"), seed=9)
+    return with_drawn_norms(biased_checkpoint(root / "plain"), str(root / "norms"), seed=9)
 
 
 @pytest.mark.parametrize("checkpoint, adds, scaled", [("tiny_norms", 2, 1), ("tiny_biased_norms", 1, 0)])

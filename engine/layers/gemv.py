@@ -21,6 +21,12 @@ TILE = 8192  # weights per program
 
 
 @triton.jit
+def _inv_rms(sum_sq, K, eps):
+    """1 / rms of a row of K elements whose squares sum to ``sum_sq`` (RMSNorm's scale, float32)."""
+    return 1.0 / tl.sqrt(sum_sq / K + eps)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr, PDL: tl.constexpr, ADD_RES: tl.constexpr,
                  SCALE: tl.constexpr):
@@ -43,7 +49,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
         w = w_next
     out_ty = y_ptr.dtype.element_ty
     if SCALE:  # x's norm, its weight folded into w: 1 / rms from the squares the GEMV before summed
-        acc = acc / tl.sqrt(tl.load(ss_ptr) / K + eps)
+        acc = acc * _inv_rms(tl.load(ss_ptr), K, eps)
     y = acc.to(out_ty)
     if ADD_RES:  # the residual add, rounded as unfused; its squares summed for the next norm
         y = (y.to(tl.float32) + tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)).to(out_ty)
@@ -141,12 +147,8 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
             if NORM:
                 nw = tl.load(norm_ptr + k0 + BLOCK_K + ks, mask=k0 + BLOCK_K + ks < K, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
-    if NORM:
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-        acc = acc * rstd
-        acc_up = acc_up * rstd
-    if SCALE:  # as _gemv_kernel's
-        rstd = 1.0 / tl.sqrt(tl.load(ss_ptr) / K + eps)
+    if NORM or SCALE:  # SCALE: the squares summed by the GEMV before (as _gemv_kernel's)
+        rstd = _inv_rms(tl.sum(squares, axis=0) if NORM else tl.load(ss_ptr), K, eps)
         acc = acc * rstd
         acc_up = acc_up * rstd
     if SWIGLU:
@@ -193,7 +195,7 @@ def _add_rms_norm_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, y_ptr, K, eps, H
     if HAS_RES:
         tl.store(res_out_ptr + ks, x, mask=k_ok)
     x32 = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / K + eps)
+    rstd = _inv_rms(tl.sum(x32 * x32, axis=0), K, eps)
     tl.store(y_ptr + ks, (w * (x32 * rstd).to(x.dtype).to(tl.float32)).to(x.dtype), mask=k_ok)
 
 

@@ -74,7 +74,7 @@ class RowParallelLinear(nn.Module):
         """With ``residual`` and ``sum_sq`` (float32 ``[1]``, zero): at tp=1 without a bias where the batch-1 GEMV
         takes it, the ``Summed`` row ``y + residual`` (``gemm.linear_add``); else y, the residual left to the
         caller."""
-        if residual is not None and self.bias is None and tp_size() == 1:
+        if residual is not None and sum_sq is not None and self.bias is None and tp_size() == 1:
             summed = linear_add(x, self.weight, residual, sum_sq)
             if summed is not None:
                 return summed

@@ -61,11 +61,12 @@ class Qwen3DecoderLayer(nn.Module):
         layer) -> this layer's (output, residual). ``sums`` (float32 ``[2]``, zero; batch 1): o_proj and down_proj
         may add the residual themselves and sum the squares for the next norm: h is then ``gemm.Summed``."""
         attn, mlp = self.self_attn, self.mlp
+        after_attn, after_mlp = (sums[0:1], sums[1:2]) if sums is not None else (None, None)
         qkv, residual = norm_linear(h, residual, self.input_layernorm, attn.qkv_proj.weight, attn.qkv_proj.bias)
-        h = attn.o_proj(attn(qkv, cos_sin, inputs), *((residual, sums[0:1]) if sums is not None else ()))
+        h = attn.o_proj(attn(qkv, cos_sin, inputs), residual, after_attn)
         act, residual = norm_linear(h, residual, self.post_attention_layernorm, mlp.gate_up_proj.weight,
                                     swiglu=self.ops.silu_and_mul)
-        return mlp.down_proj(act, *((residual, sums[1:2]) if sums is not None else ())), residual
+        return mlp.down_proj(act, residual, after_mlp), residual
 
 
 class Qwen3Model(nn.Module):
