@@ -12,6 +12,7 @@ in a window of their own. Before the profiler, without it: the step's anatomy (`
 """
 
 import re
+import statistics
 import time
 
 import torch
@@ -42,6 +43,47 @@ def by_kind(kernels, steps: int) -> str:
         ms[kind] += e.device_time / 1e3 / steps
     total = sum(ms.values()) or 1.0
     return "\n".join(f"  {k:18s} {v:8.3f} ms/step {100 * v / total:5.1f}%" for k, v in ms.items())
+
+
+def exposed(spans: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """Each kernel's share of the stream's critical path: ``spans`` (name, start, end in us, one stream) sorted by
+    end -> (name, idle us before it, exposed us). A kernel launched early (PDL) overlaps the one before; what it
+    adds to the step is its end minus the later of its start and the previous kernel's end."""
+    out, last = [], None
+    for name, start, end in sorted(spans, key=lambda s: s[2]):
+        begin = start if last is None else max(start, last)
+        out.append((name, 0.0 if last is None else max(0.0, start - last), end - begin))
+        last = end
+    return out
+
+
+def by_stage(rows: list[tuple[str, float, float]], steps: int) -> str:
+    """``exposed``'s rows of ``steps`` equal steps -> the step's critical path: each stage of the repeating layer
+    (the shortest period of kernel names in the step's middle), us averaged over layers and steps, then the
+    kernels before and after the layers and the idle time."""
+    n = len(rows) // steps
+    names = [r[0] for r in rows[:n]]
+    if n * steps != len(rows) or any(r[0] != names[i % n] for i, r in enumerate(rows)):
+        return "critical path: the steps ran different kernels (a split count changed?): move the window"
+    per_pos = [statistics.mean(rows[s * n + j][2] for s in range(steps)) for j in range(n)]
+    mid = names[n // 4: 3 * n // 4]
+    period = next((p for p in range(1, len(mid) // 2 + 1) if mid[p:] == mid[:-p]), len(mid))
+    first = n // 4
+    while first > 0 and names[first - 1] == names[first - 1 + period]:
+        first -= 1
+    layers = 1
+    while names[first + layers * period: first + (layers + 1) * period] == names[first: first + period]:
+        layers += 1
+    end = first + layers * period
+    lines = [f"critical path: {sum(per_pos):.1f} us a step exposed, {sum(r[1] for r in rows) / steps:.1f} idle; "
+             f"{layers} layers of {period} kernels:"]
+    for k in range(period):
+        us = statistics.mean(per_pos[first + k: end: period])
+        lines.append(f"  {k}: {names[first + k][:44]:44s} {us:6.2f} us")
+    lines.append(f"  one layer {sum(per_pos[first:end]) / layers:.2f} us; before the layers "
+                 f"{sum(per_pos[:first]):.1f} us ({first} kernels), after {sum(per_pos[end:]):.1f} us "
+                 f"({n - end} kernels)")
+    return "\n".join(lines)
 
 
 def anatomy(llm, steps: int) -> str:
@@ -151,6 +193,7 @@ def main():
           f"per step: wall {wall_ms:.3f} ms, rank 0 GPU kernels {gpu_ms:.3f} ms ({100 * gpu_ms / wall_ms:.0f}% busy), "
           f"{len(kernels) / args.steps:.0f} kernels")
     print(by_kind(kernels, args.steps))
+    print(by_stage(exposed([(e.name, e.time_range.start, e.time_range.end) for e in kernels]), args.steps))
     print(prof.key_averages().table(sort_by="device_time_total", row_limit=15, max_name_column_width=70))
     print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=10, max_name_column_width=70))
 

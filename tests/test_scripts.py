@@ -94,3 +94,26 @@ def test_a_cuda_source_builds_for_hopper_without_spills(source, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     frames = [line.strip() for line in res.stderr.splitlines() if "stack frame" in line]
     assert frames and all(f == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" for f in frames), frames
+
+
+def test_profile_steps_splits_the_critical_path_into_a_layers_stages(monkeypatch):
+    """Kernels launched early (PDL) overlap: each stage counts only what it adds after the one before ends; idle
+    gaps count apart; the layer pattern is found whatever kernel the step starts with."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import profile_steps
+
+    spans, t = [], 0.0
+    for _ in range(2):  # 2 steps: embed, 3 layers of A (starts 1 us early), B (0.5 us idle first), C; head
+        spans.append(("embed", t, t + 2))
+        t += 2
+        for _ in range(3):
+            spans += [("A", t - 1, t + 3), ("B", t + 3.5, t + 6), ("C", t + 4, t + 7)]
+            t += 7
+        spans.append(("head", t, t + 5))
+        t += 15
+    text = profile_steps.by_stage(profile_steps.exposed(spans), 2)
+    assert "26.5 us a step exposed, 6.5 idle; 3 layers of 3 kernels" in text
+    assert [line.split()[-2] for line in text.splitlines()[1:4]] == ["3.00", "2.50", "1.00"]
+    assert "one layer 6.50 us; before the layers 2.0 us (1 kernels), after 5.0 us (1 kernels)" in text
+    spans.append(("head", t, t + 1))  # a step with one kernel more: no pattern to average
+    assert "ran different kernels" in profile_steps.by_stage(profile_steps.exposed(spans), 2)
