@@ -15,7 +15,7 @@ kinds (an integer: every sequence at that length). ``--longest-first``: the sequ
 longest first (the programs start in that order). ``--order``: the batch unsorted, and the kernel's ``order``
 argument starts its programs longest first, as the engine does. ``--qk-norm``: Qwen3's q/k norm and RoPE in the
 kernel, the variant the engine compiles (more registers: ptxas gives it more spills, results/h200/NOTES.md,
-session 40). ``--head-major``: the caches laid out
+session 40). ``--no-preload``: the first tile after the PDL wait at batch 1 too. ``--head-major``: the caches laid out
 ``[num_blocks, Hkv, block_size, D]`` and passed as the engine's ``[num_blocks, block_size, Hkv, D]`` view (the
 kernel takes strides). Session 6 (results/h200/session6/) found neither order nor layout matters; the number of
 programs and the tile do. ``--splits 1,auto``: split-KV at each count (``auto``: the engine's,
@@ -69,6 +69,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--order", action="store_true", help="programs started longest first by the kernel's order")
     ap.add_argument("--head-major", action="store_true", help="caches laid out [num_blocks, Hkv, block_size, D]")
     ap.add_argument("--pdl", action="store_true", help="launch with PDL, as the engine does on sm90+ (llm.pdl)")
+    ap.add_argument("--no-preload", action="store_true", help="the first tile loaded after the PDL wait, also "
+                    "at batch 1")
     ap.add_argument("--qk-norm", action="store_true", help="q/k RMSNorm and RoPE inside the kernel, as Qwen3's "
                     "layers run it (more registers: the variant the engine compiles)")
     ap.add_argument("--splits", default="1", help="splits per sequence, comma-separated: integers or auto "
@@ -108,6 +110,8 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
         last = torch.gather(tables, 1, ((lens.long() - 1) // BS)[:, None])[:, 0]
         slots = (last.long() * BS + (lens.long() - 1) % BS).contiguous()
         extra = {"order": lens.sort(descending=True, stable=True).indices.int()} if args.order else {}
+        if args.no_preload:
+            extra["preload"] = False
         if args.qk_norm:  # (q weight, k weight, eps, cos, sin) as Qwen3Attention passes them
             w = torch.ones(D, device="cuda", dtype=torch.bfloat16)
             extra["qk_norm"] = (w, w, 1e-6, *torch.randn(2, B, D, device="cuda", dtype=torch.bfloat16))
@@ -132,7 +136,7 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
                 continue
             tbs = nbytes / ms / 1e9
             order = (" longest-first" * args.longest_first + " order" * args.order + " head-major" * args.head_major
-                     + " pdl" * args.pdl + " qk-norm" * args.qk_norm)
+                     + " pdl" * args.pdl + " qk-norm" * args.qk_norm + " no-preload" * args.no_preload)
             print(f"{shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
                   f"splits {splits:2d}: "
                   f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")

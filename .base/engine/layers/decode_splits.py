@@ -1,0 +1,45 @@
+"""How many programs split-KV decode attention (``paged_decode``) gives each (sequence, KV head): one KV tile of the
+longest context each, up to ``PROGRAMS_PER_SM`` programs per SM, at most ``MAX_SPLITS`` (the H200's fastest,
+results/h200/NOTES.md). Each count is a CUDA graph of its own, so counts go up in powers of two."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+PROGRAMS_PER_SM = 4
+MAX_SPLITS = 64
+TILE_TOKENS = 64  # tokens per iteration of the decode kernel (paged_decode_attention's block_n), or the block size
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """The device's SM count (132, an H100/H200's, off CUDA)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def one_wave(programs: int, device: torch.device) -> bool:
+    """Whether a decode launch's ``programs`` all start at once (at most ``PROGRAMS_PER_SM`` per SM): then the
+    first tile may load before the PDL wait, and the order they start in does not matter."""
+    return programs <= PROGRAMS_PER_SM * sm_count(device)
+
+
+def max_splits(batch: int, num_kv_heads: int, device: torch.device) -> int:
+    """Splits per sequence that give at least ``PROGRAMS_PER_SM`` programs per SM (1 when batch x KV heads
+    already do), at most ``MAX_SPLITS``."""
+    return max(1, min(MAX_SPLITS, -(-PROGRAMS_PER_SM * sm_count(device) // (batch * num_kv_heads))))
+
+
+def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[int]:
+    """Every split count a decode step at this batch size may use: 1, the powers of two below the cap, the cap."""
+    cap = max_splits(batch, num_kv_heads, device)
+    return [1] + [1 << i for i in range(1, cap.bit_length()) if 1 << i < cap] + ([cap] if cap > 1 else [])
+
+
+def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
+    """The split count for a longest context of ``max_context`` tokens (the new one included): the fewest of
+    ``split_counts`` that give each program at most one tile of cached tokens, or the cap."""
+    tiles = -(-(max_context - 1) // min(TILE_TOKENS, block_size))
+    counts = split_counts(batch, num_kv_heads, device)
+    return next((c for c in counts if c >= tiles), counts[-1])
