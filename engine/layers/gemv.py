@@ -38,6 +38,12 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+    # The epilogue's loads go out first: issued at the end, each would add a memory round trip to every program.
+    res, rstd = 0.0, 1.0
+    if ADD_RES:
+        res = tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if SCALE:
+        rstd = _inv_rms(tl.load(ss_ptr), K, eps)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
@@ -49,10 +55,10 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
         w = w_next
     out_ty = y_ptr.dtype.element_ty
     if SCALE:  # x's norm, its weight folded into w: 1 / rms from the squares the GEMV before summed
-        acc = acc * _inv_rms(tl.load(ss_ptr), K, eps)
+        acc = acc * rstd
     y = acc.to(out_ty)
     if ADD_RES:  # the residual add, rounded as unfused; its squares summed for the next norm
-        y = (y.to(tl.float32) + tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)).to(out_ty)
+        y = (y.to(tl.float32) + res).to(out_ty)
         y32 = tl.where(col_ok, y.to(tl.float32), 0.0)
         tl.atomic_add(ss_ptr, tl.sum(y32 * y32, axis=0), sem="relaxed")
     tl.store(y_ptr + cols, y, mask=col_ok)
@@ -124,6 +130,9 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+    ss = 0.0
+    if SCALE:  # first, as _gemv_kernel's epilogue loads
+        ss = tl.load(ss_ptr)
     squares = tl.zeros((BLOCK_K,), tl.float32)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     acc_up = tl.zeros((BLOCK_N,), tl.float32)
@@ -148,7 +157,7 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
                 nw = tl.load(norm_ptr + k0 + BLOCK_K + ks, mask=k0 + BLOCK_K + ks < K, other=0.0).to(tl.float32)
     out_ty = y_ptr.dtype.element_ty
     if NORM or SCALE:  # SCALE: the squares summed by the GEMV before (as _gemv_kernel's)
-        rstd = _inv_rms(tl.sum(squares, axis=0) if NORM else tl.load(ss_ptr), K, eps)
+        rstd = _inv_rms(tl.sum(squares, axis=0) if NORM else ss, K, eps)
         acc = acc * rstd
         acc_up = acc_up * rstd
     if SWIGLU:
