@@ -1,1 +1,0 @@
-"""Model definitions built from the tensor-parallel layers."""
