@@ -195,21 +195,21 @@ def test_float32_greedy_through_the_fused_and_split_kernels(tiny_norms, enforce_
     assert [o["token_ids"] for o in got] == want
 
 
-def _batch_1_layers(norms: bool):
-    """8 batch-1 layers of Qwen3-0.6B's shapes: bfloat16 weights (QKV, o, gate/up, down, and with ``norms`` two
+def _batch_1_layers(norms: bool, dtype=torch.bfloat16):
+    """8 batch-1 layers of Qwen3-0.6B's shapes: weights in ``dtype`` (QKV, o, gate/up, down, and with ``norms`` two
     norm rows), h0 ``[1, 1024]``, and ``attend(qkv) -> [1, 2048]`` (decode attention, one 300-token context)."""
     from engine.layers.paged_decode import paged_decode_attention
 
-    q, k, v, kc, vc, slots, tables, ctx = paged_case(torch.bfloat16, [300])
+    q, k, v, kc, vc, slots, tables, ctx = paged_case(dtype, [300])
     hidden, inter, D = 1024, 3072, q.shape[-1]
     torch.manual_seed(0)
     shapes = [(4096, hidden), (hidden, 2048), (2 * inter, hidden), (hidden, inter)] + [(hidden,)] * (2 * norms)
-    layers = [[(torch.randn(*s, device="cuda") / s[-1] ** 0.5).to(torch.bfloat16) for s in shapes] for _ in range(8)]
+    layers = [[(torch.randn(*s, device="cuda") / s[-1] ** 0.5).to(dtype) for s in shapes] for _ in range(8)]
 
     def attend(qkv):
         qq, kk, vv = qkv.view(1, -1, D).split([16, 8, 8], dim=1)
         return paged_decode_attention(qq, kk, vv, kc, vc, slots, tables, ctx, D ** -0.5, num_splits=4).view(1, -1)
-    return layers, torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16), attend
+    return layers, torch.randn(1, hidden, device="cuda", dtype=dtype), attend
 
 
 def _graph_replays_under_pdl(stack, replays: int = 3):
@@ -257,11 +257,12 @@ def test_pdl_chain_in_a_cuda_graph_equals_the_plain_launches():
 def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches():
     """The same stack as the engine runs it at tp=1 since session 42: o_proj and down_proj add the residual and sum
     its squares (float atomics), the next QKV and gate/up scale by 1 / rms, their norms folded. Under PDL in a CUDA
-    graph a read of a sum before every program of the GEMV before had added to it would be off by tens of percent;
-    the atomics' order moves the result by a rounding at most (the plain launches twice agree as closely)."""
+    graph a read of a sum before every program of the GEMV before had added to it would be off by a percent or more.
+    In float32: in bfloat16 the atomics' order alone moves two plain runs 1.0-1.05% apart over 8 layers (call 113,
+    results/h200/NOTES.md), where float32 moves them by ~1e-6."""
     from engine.layers.gemv import gemv, norm_gemv
 
-    layers, h0, attend = _batch_1_layers(norms=False)
+    layers, h0, attend = _batch_1_layers(norms=False, dtype=torch.float32)
 
     def stack():
         sums, res = torch.zeros(len(layers), 2, device="cuda"), h0
@@ -276,6 +277,6 @@ def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches(
         return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
     want = stack()
-    assert off(stack(), want) < 1e-2
+    assert off(stack(), want) < 1e-4
     for got in _graph_replays_under_pdl(stack):
-        assert off(got, want) < 1e-2
+        assert off(got, want) < 1e-4

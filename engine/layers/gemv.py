@@ -42,8 +42,8 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
     res, rstd = 0.0, 1.0
     if ADD_RES:
         res = tl.load(res_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    if SCALE:  # from L2 (.cg): the sums share cache lines that other kernels' atomics are still adding to
-        rstd = _inv_rms(tl.load(ss_ptr, cache_modifier=".cg"), K, eps)
+    if SCALE:
+        rstd = _inv_rms(tl.load(ss_ptr), K, eps)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         x = tl.load(x_ptr + k0 + ks, mask=(k0 + ks) < K, other=0.0).to(tl.float32)
@@ -131,8 +131,8 @@ def _norm_gemv_kernel(h_ptr, res_ptr, res_out_ptr, norm_ptr, w_ptr, y_ptr, ss_pt
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     ss = 0.0
-    if SCALE:  # first, from L2, as _gemv_kernel's
-        ss = tl.load(ss_ptr, cache_modifier=".cg")
+    if SCALE:  # first, as _gemv_kernel's epilogue loads
+        ss = tl.load(ss_ptr)
     squares = tl.zeros((BLOCK_K,), tl.float32)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     acc_up = tl.zeros((BLOCK_N,), tl.float32)
