@@ -9,7 +9,12 @@ through, as in persistent_layers.py), two ways replayed in a CUDA graph under PD
 
 Prints ms per replay, us per layer, the share of 4.3 TB/s, and the largest error against a float32 torch reference.
 
-    python scripts/norm_chain.py [--shape 8b] [--layers 36] [--replays 50]
+With ``--context N`` the chain runs decode attention between QKV and o_proj (one paged cache of N tokens, the
+engine's split count), two ways: ``qk_norm`` (the engine's: the decode kernel normalises and rotates q and k) and
+``qkv_rope`` (``engine/layers/qkv_rope.py``: QKV's epilogue rotates them and sums each head's squares, the decode
+kernel scales by 1 / rms); the error is then against the ``qk_norm`` way's output.
+
+    python scripts/norm_chain.py [--shape 8b] [--layers 36] [--replays 50] [--context 96]
 """
 
 import statistics
@@ -84,6 +89,49 @@ def sum_sq_chain(w, h0, out):
     return launch
 
 
+def attention_chains(w, h0, out, context: int) -> list:
+    """The ``sum_sq`` chain with decode attention between QKV and o_proj, the q/k norm and RoPE in the decode kernel
+    (``qk_norm``) or in QKV's epilogue (``qkv_rope``); one cache of ``context`` tokens for every layer."""
+    from engine.layers import decode_splits, gemv
+    from engine.layers.paged_decode import paged_decode_attention
+    from engine.layers.qkv_rope import qkv_rope
+
+    D, hq, hkv = 128, w["q"] // 128, (w["qkv"][0].shape[0] - w["q"]) // 256
+    kc = torch.randn(2, 256, hkv, D, device="cuda", dtype=torch.bfloat16)
+    vc, tables = torch.randn_like(kc), torch.zeros(1, 1, dtype=torch.int32, device="cuda")
+    ctx = torch.tensor([context], dtype=torch.int32, device="cuda")
+    slot = torch.tensor([context - 1], device="cuda")
+    splits = decode_splits.num_splits(1, hkv, context, 256, torch.device("cuda"))
+    qw, kw = 1 + 0.1 * torch.randn(2, D, device="cuda", dtype=torch.bfloat16)
+    cos, sin = torch.randn(2, D, device="cuda")
+    layers = len(w["qkv"])
+    ss = torch.zeros(layers, 2 + hq + hkv, device="cuda")
+
+    def attend(qkv, **norm):
+        q, k, v = qkv.view(1, -1, D).split([hq, hkv, hkv], dim=1)
+        return paged_decode_attention(q, k, v, kc, vc, slot, tables, ctx, D ** -0.5, num_splits=splits,
+                                      **norm).view(1, -1)
+
+    def chain(rope: bool):
+        def launch():
+            ss.zero_()
+            res = h0.to(torch.bfloat16)[None]
+            q = gemv.norm_gemv(res, None, w["n1"][0], EPS, w["qkv"][0])[0]
+            for i in range(layers):
+                if i and rope:
+                    q = qkv_rope(res, w["qkv_f"][i], ss[i - 1, 1:2], EPS, ss[i, 2:], qw, kw, cos, sin, hq, hkv)
+                elif i:
+                    q = gemv.gemv(res, w["qkv_f"][i], norm=(ss[i - 1, 1:2], EPS))
+                norm = {"qk_scale": (ss[i, 2:], EPS)} if i and rope else {"qk_norm": (qw, kw, EPS, cos[None],
+                                                                                     sin[None])}
+                res = gemv.gemv(attend(q, **norm), w["o"][i], add=(res, ss[i, 0:1]))
+                a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[i, 0:1])[0]
+                res = gemv.gemv(a, w["d"][i], add=(res, ss[i, 1:2]))
+            out.copy_(res.float()[0])
+        return launch
+    return [(f"qk_norm, {context} tokens, {splits} splits", chain(False)), ("qkv_rope", chain(True))]
+
+
 def timed(launch, replays: int) -> float:
     launch()
     torch.cuda.synchronize()
@@ -98,7 +146,11 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     ap.add_argument("--layers", type=int, default=0, help="0: the model's")
     ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--context", type=int, default=0, help="tokens of decode attention between QKV and o_proj "
+                    "(0: none, attention passed through)")
     args = ap.parse_args()
+    if not 0 <= args.context <= 256:
+        ap.error(f"--context: 0 to 256 tokens (one KV block), got {args.context}")
     require_cuda()
     from engine.layers import pdl
 
@@ -114,8 +166,12 @@ def main():
     print(f"Qwen3-{args.shape} shapes, {layers} layers, {mb:.0f} MB: floor {floor_us:.1f} us at 4.3 TB/s; ms per "
           f"replay, median of 5 timings of {args.replays}", flush=True)
     out = torch.empty_like(h0)
-    ways = [("engine", engine_chain(w, h0, out))]
-    ways += [("sum_sq in the GEMV before", sum_sq_chain(w, h0, out))]
+    if args.context:
+        ways = attention_chains(w, h0, out, args.context)
+        ways[0][1]()
+        ref = out.clone()
+    else:
+        ways = [("engine", engine_chain(w, h0, out)), ("sum_sq in the GEMV before", sum_sq_chain(w, h0, out))]
     for name, launch in ways:
         ms = timed(launch, args.replays)
         launch()

@@ -164,3 +164,57 @@ def vllm_metrics(records, duration, slo):
         out.update({f"{name}_mean": np.mean(v), f"{name}_p50": np.median(v), f"{name}_std": np.std(v),
                     f"{name}_p99": np.percentile(v, 99)})
     return out
+
+
+def check_qkv_rope(device: str, dtype: torch.dtype, bar: float) -> None:
+    """``qkv_rope``, then decode attention with ``qk_scale``, against today's path (``gemv(norm=)``, the decode
+    kernel's ``qk_norm``) and against transformers' formula in float64; groups 2 and 4, 2 splits and 1. Every
+    difference within ``bar`` of the largest value (float32: 1e-5)."""
+    from engine.layers.fusion import rotate_half
+    from engine.layers.gemv import gemv
+    from engine.layers.paged_decode import paged_decode_attention
+    from engine.layers.qkv_rope import qkv_rope
+
+    torch.manual_seed(0)
+    D, bs, eps = 128, 16, 1e-6
+
+    def rand(*shape, scale=1.0, shift=0.0):
+        return (shift + scale * torch.randn(*shape, device=device)).to(dtype)
+
+    def close(got, want):
+        return ((got.double() - want.double()).abs().max() <= bar * want.double().abs().max()).item()
+
+    for Hq, Hkv, K, ctx_len, splits in [(4, 2, 256, 40, 2), (8, 2, 512, 20, 1)]:
+        x, w = rand(1, K), rand((Hq + 2 * Hkv) * D, K, scale=K ** -0.5)
+        ss = x.float().pow(2).sum().reshape(1)  # x's squares, as the GEMV before sums them
+        qw, kw = rand(D, scale=0.1, shift=1.0), rand(D, scale=0.1, shift=1.0)
+        theta = torch.rand(D // 2, device=device) * 3
+        cos, sin = theta.cos().repeat(2), theta.sin().repeat(2)
+        nb = -(-ctx_len // bs)
+        kc, vc = rand(nb + 1, bs, Hkv, D), rand(nb + 1, bs, Hkv, D)
+        tables = torch.randperm(nb, device=device).to(torch.int32)[None]
+        ctx = torch.tensor([ctx_len], dtype=torch.int32, device=device)
+        slot = (tables[0, (ctx_len - 1) // bs].long() * bs + (ctx_len - 1) % bs).reshape(1)
+
+        def attend(qkv, **norm):
+            q, k, v = qkv.view(1, -1, D).split([Hq, Hkv, Hkv], dim=1)
+            kcache, vcache = kc.clone(), vc.clone()
+            out = paged_decode_attention(q, k, v, kcache, vcache, slot, tables, ctx, D ** -0.5, block_n=16,
+                                         num_splits=splits, **norm)
+            return out, kcache.view(-1, Hkv, D)[slot[0]]
+
+        fused, k_fused = attend(gemv(x, w, norm=(ss, eps)), qk_norm=(qw, kw, eps, cos[None], sin[None]))
+        head_ss = torch.zeros(Hq + Hkv, device=device)
+        qkv = qkv_rope(x, w, ss, eps, head_ss, qw, kw, cos, sin, Hq, Hkv)
+        split, k_split = attend(qkv, qk_scale=(head_ss, eps))
+        assert close(split, fused) and close(k_split, k_fused), (Hq, Hkv)
+        # transformers' formula in float64: the projection, the heads' squares, q/k norm, RoPE; v as projected
+        p = ((x.double() @ w.double().T) * torch.rsqrt(ss.double() / K + eps)).view(-1, D)
+        qk = p[:Hq + Hkv]
+        assert close(head_ss, qk.pow(2).sum(-1)), (Hq, Hkv)
+        n = qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps) * torch.cat(
+            [qw.expand(Hq, D), kw.expand(Hkv, D)]).double()
+        got = qkv.view(-1, D).double()
+        assert close(got[:Hq + Hkv] * torch.rsqrt(head_ss.double() / D + eps)[:, None],
+                     n * cos.double() + rotate_half(n) * sin.double()), (Hq, Hkv)
+        assert close(got[Hq + Hkv:], p[Hq + Hkv:]), (Hq, Hkv)
