@@ -60,14 +60,18 @@ def exposed(spans: list[tuple[str, float, float]]) -> list[tuple[str, float, flo
 def by_stage(rows: list[tuple[str, float, float]], steps: int) -> str:
     """``exposed``'s rows of ``steps`` equal steps -> the step's critical path: each stage of the repeating layer
     (the shortest period of kernel names in the step's middle), us averaged over layers and steps, then the
-    kernels before and after the layers and the idle time."""
+    kernels before and after the repeats, and the idle time (the gaps between steps included). A layer that runs
+    other kernels (layer 0, whose QKV also normalises) is not a repeat: it counts before or after them, and the
+    repeat may then start inside a layer (the stages rotated; their us and the layer's sum unchanged)."""
     n = len(rows) // steps
     names = [r[0] for r in rows[:n]]
     if n * steps != len(rows) or any(r[0] != names[i % n] for i, r in enumerate(rows)):
         return "critical path: the steps ran different kernels (a split count changed?): move the window"
     per_pos = [statistics.mean(rows[s * n + j][2] for s in range(steps)) for j in range(n)]
     mid = names[n // 4: 3 * n // 4]
-    period = next((p for p in range(1, len(mid) // 2 + 1) if mid[p:] == mid[:-p]), len(mid))
+    period = next((p for p in range(1, len(mid) // 2 + 1) if mid[p:] == mid[:-p]), 0)
+    if not period:
+        return f"critical path: {sum(per_pos):.1f} us a step exposed; no kernel pattern repeats in the step's middle"
     first = n // 4
     while first > 0 and names[first - 1] == names[first - 1 + period]:
         first -= 1
@@ -76,11 +80,11 @@ def by_stage(rows: list[tuple[str, float, float]], steps: int) -> str:
         layers += 1
     end = first + layers * period
     lines = [f"critical path: {sum(per_pos):.1f} us a step exposed, {sum(r[1] for r in rows) / steps:.1f} idle; "
-             f"{layers} layers of {period} kernels:"]
+             f"{layers} repeats (layers) of {period} kernels:"]
     for k in range(period):
         us = statistics.mean(per_pos[first + k: end: period])
         lines.append(f"  {k}: {names[first + k][:44]:44s} {us:6.2f} us")
-    lines.append(f"  one layer {sum(per_pos[first:end]) / layers:.2f} us; before the layers "
+    lines.append(f"  one layer {sum(per_pos[first:end]) / layers:.2f} us; before the repeats "
                  f"{sum(per_pos[:first]):.1f} us ({first} kernels), after {sum(per_pos[end:]):.1f} us "
                  f"({n - end} kernels)")
     return "\n".join(lines)

@@ -112,8 +112,13 @@ def test_profile_steps_splits_the_critical_path_into_a_layers_stages(monkeypatch
         spans.append(("head", t, t + 5))
         t += 15
     text = profile_steps.by_stage(profile_steps.exposed(spans), 2)
-    assert "26.5 us a step exposed, 6.5 idle; 3 layers of 3 kernels" in text
+    assert "26.5 us a step exposed, 6.5 idle; 3 repeats (layers) of 3 kernels" in text
     assert [line.split()[-2] for line in text.splitlines()[1:4]] == ["3.00", "2.50", "1.00"]
-    assert "one layer 6.50 us; before the layers 2.0 us (1 kernels), after 5.0 us (1 kernels)" in text
+    assert "one layer 6.50 us; before the repeats 2.0 us (1 kernels), after 5.0 us (1 kernels)" in text
+    first_differs = [("A0" if i in (1, 12) else name, a, b) for i, (name, a, b) in enumerate(spans)]
+    text = profile_steps.by_stage(profile_steps.exposed(first_differs), 2)  # layer 0 runs another first kernel
+    assert "2 repeats (layers) of 3 kernels" in text and "one layer 6.50 us" in text
     spans.append(("head", t, t + 1))  # a step with one kernel more: no pattern to average
     assert "ran different kernels" in profile_steps.by_stage(profile_steps.exposed(spans), 2)
+    for rows, steps in (([], 2), ([("k", 0.0, 1.0), ("k", 2.0, 3.0)], 2)):  # nothing repeats: says so, ends
+        assert "no kernel pattern repeats" in profile_steps.by_stage(profile_steps.exposed(rows), steps)

@@ -212,7 +212,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     ``scale``: the softmax scale (D^-0.5).
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
     cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first; ``qk_scale`` (batch 1: head_ss float32
-    ``[Hq + Hkv]``, eps): q and k_new come normed but for 1 / rms and rotated (``qkv_rope``), scaled here.
+    ``[Hq + Hkv]``, eps): q and k_new come normed but for 1 / rms and rotated (``qkv_rope``), scaled here
+    (ValueError at B > 1 or with ``qk_norm``).
     ``order`` ``[B]`` int32: the sequences in the order their programs start (longest context first: the last
     wave's programs are the short ones), unused when they all start at once (``decode_splits.one_wave``).
     ``preload``: the first tile loaded before the PDL wait; default at batch 1 when all programs start at once:
@@ -229,6 +230,8 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
     if qk_scale is not None:
+        if B != 1 or qk_norm is not None:
+            raise ValueError("paged_decode_attention: qk_scale takes batch 1 (a head_ss slot per head), no qk_norm")
         qw = kw = qk_scale[0]
         eps = qk_scale[1]
     one_wave = decode_splits.one_wave(B * Hkv * num_splits, q.device)
