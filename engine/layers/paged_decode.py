@@ -136,8 +136,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     chunk = tl.cdiv(tl.cdiv(num_cached, NUM_SPLITS), BLOCK_N) * BLOCK_N  # a multiple of BLOCK_N: block-aligned
     lo = split * chunk
     hi = tl.minimum(lo + chunk, num_cached)
-    k_cache = k_cache_ptr + kv_head * stride_ch
-    v_cache = v_cache_ptr + kv_head * stride_ch
+    k_cache, v_cache = k_cache_ptr + kv_head * stride_ch, v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
     # Before the wait (pdl.py): block tables and cached tokens predate the kernel before, so with PRELOAD (few
     # programs, all started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
