@@ -70,10 +70,15 @@ def engine_chain(w, h0, out):
     return launch
 
 
-def sum_sq_chain(w, h0, out):
+def sum_sq_chain(w, h0, out, heads: int = 0, qkv=None, attend=None):
+    """The engine's way since session 42 (the module's ``sum_sq``); ``qkv(res, i, ss)`` makes layer i's qkv from
+    layer 1 on (default the GEMV scaling by 1 / rms), ``attend(qkv, i, ss)`` its attention (default q passed
+    through); ss ``[layers, 2 + heads]`` float32: the norms' squares, then ``heads`` more slots a layer."""
     from engine.layers import gemv
 
-    ss = torch.zeros(2 * len(w["qkv"]), device="cuda")
+    ss = torch.zeros(len(w["qkv"]), 2 + heads, device="cuda")
+    qkv = qkv or (lambda res, i, ss: gemv.gemv(res, w["qkv_f"][i], norm=(ss[i - 1, 1:2], EPS)))
+    attend = attend or (lambda q, i, ss: q[:, :w["q"]])
 
     def launch():
         ss.zero_()
@@ -81,10 +86,10 @@ def sum_sq_chain(w, h0, out):
         q = gemv.norm_gemv(res, None, w["n1"][0], EPS, w["qkv"][0])[0]
         for i in range(len(w["qkv"])):
             if i:
-                q = gemv.gemv(res, w["qkv_f"][i], norm=(ss[2 * i - 1:2 * i], EPS))
-            res = gemv.gemv(q[:, :w["q"]], w["o"][i], add=(res, ss[2 * i:2 * i + 1]))
-            a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[2 * i:2 * i + 1])[0]
-            res = gemv.gemv(a, w["d"][i], add=(res, ss[2 * i + 1:2 * i + 2]))
+                q = qkv(res, i, ss)
+            res = gemv.gemv(attend(q, i, ss), w["o"][i], add=(res, ss[i, 0:1]))
+            a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[i, 0:1])[0]
+            res = gemv.gemv(a, w["d"][i], add=(res, ss[i, 1:2]))
         out.copy_(res.float()[0])
     return launch
 
@@ -92,7 +97,7 @@ def sum_sq_chain(w, h0, out):
 def attention_chains(w, h0, out, context: int) -> list:
     """The ``sum_sq`` chain with decode attention between QKV and o_proj, the q/k norm and RoPE in the decode kernel
     (``qk_norm``) or in QKV's epilogue (``qkv_rope``); one cache of ``context`` tokens for every layer."""
-    from engine.layers import decode_splits, gemv
+    from engine.layers import decode_splits
     from engine.layers.paged_decode import paged_decode_attention
     from engine.layers.qkv_rope import qkv_rope
 
@@ -103,33 +108,21 @@ def attention_chains(w, h0, out, context: int) -> list:
     slot = torch.tensor([context - 1], device="cuda")
     splits = decode_splits.num_splits(1, hkv, context, 256, torch.device("cuda"))
     qw, kw = 1 + 0.1 * torch.randn(2, D, device="cuda", dtype=torch.bfloat16)
-    cos, sin = torch.randn(2, D, device="cuda")
-    layers = len(w["qkv"])
-    ss = torch.zeros(layers, 2 + hq + hkv, device="cuda")
+    angle = torch.rand(D // 2, device="cuda") * 3  # RoPE's "rotate half": each half of cos/sin the same
+    cos, sin = angle.cos().repeat(2), angle.sin().repeat(2)
 
-    def attend(qkv, **norm):
-        q, k, v = qkv.view(1, -1, D).split([hq, hkv, hkv], dim=1)
-        return paged_decode_attention(q, k, v, kc, vc, slot, tables, ctx, D ** -0.5, num_splits=splits,
-                                      **norm).view(1, -1)
+    def rope_qkv(res, i, ss):
+        return qkv_rope(res, w["qkv_f"][i], ss[i - 1, 1:2], EPS, ss[i, 2:], qw, kw, cos, sin, hq, hkv)
 
-    def chain(rope: bool):
-        def launch():
-            ss.zero_()
-            res = h0.to(torch.bfloat16)[None]
-            q = gemv.norm_gemv(res, None, w["n1"][0], EPS, w["qkv"][0])[0]
-            for i in range(layers):
-                if i and rope:
-                    q = qkv_rope(res, w["qkv_f"][i], ss[i - 1, 1:2], EPS, ss[i, 2:], qw, kw, cos, sin, hq, hkv)
-                elif i:
-                    q = gemv.gemv(res, w["qkv_f"][i], norm=(ss[i - 1, 1:2], EPS))
-                norm = {"qk_scale": (ss[i, 2:], EPS)} if i and rope else {"qk_norm": (qw, kw, EPS, cos[None],
-                                                                                     sin[None])}
-                res = gemv.gemv(attend(q, **norm), w["o"][i], add=(res, ss[i, 0:1]))
-                a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[i, 0:1])[0]
-                res = gemv.gemv(a, w["d"][i], add=(res, ss[i, 1:2]))
-            out.copy_(res.float()[0])
-        return launch
-    return [(f"qk_norm, {context} tokens, {splits} splits", chain(False)), ("qkv_rope", chain(True))]
+    def attend(rope: bool):
+        def attention(qkv, i, ss):
+            q, k, v = qkv.view(1, -1, D).split([hq, hkv, hkv], dim=1)
+            norm = {"qk_scale": (ss[i, 2:], EPS)} if rope and i else {"qk_norm": (qw, kw, EPS, cos[None], sin[None])}
+            return paged_decode_attention(q, k, v, kc, vc, slot, tables, ctx, D ** -0.5, num_splits=splits,
+                                          **norm).view(1, -1)
+        return attention
+    return [(f"qk_norm, {context} tokens, {splits} splits", sum_sq_chain(w, h0, out, hq + hkv, attend=attend(False))),
+            ("qkv_rope", sum_sq_chain(w, h0, out, hq + hkv, rope_qkv, attend(True)))]
 
 
 def timed(launch, replays: int) -> float:
