@@ -144,6 +144,8 @@ def main():
     args = ap.parse_args()
     if not 0 <= args.context <= 256:
         ap.error(f"--context: 0 to 256 tokens (one KV block), got {args.context}")
+    if args.layers < 0 or args.replays < 1:
+        ap.error(f"--layers must be >= 0 and --replays >= 1, got {args.layers} and {args.replays}")
     require_cuda()
     from engine.layers import pdl
 
