@@ -29,7 +29,7 @@ def _inv_rms(sum_sq, K, eps):
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, ONE_TILE: tl.constexpr, PDL: tl.constexpr, ADD_RES: tl.constexpr,
-                 SCALE: tl.constexpr, SS_SLOTS: tl.constexpr = 1):
+                 SCALE: tl.constexpr):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
@@ -60,8 +60,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
     if ADD_RES:  # the residual add, rounded as unfused; its squares summed for the next norm
         y = (y.to(tl.float32) + res).to(out_ty)
         y32 = tl.where(col_ok, y.to(tl.float32), 0.0)
-        if SS_SLOTS > 0:
-            tl.atomic_add(ss_ptr + tl.program_id(0) % SS_SLOTS, tl.sum(y32 * y32, axis=0), sem="relaxed")
+        tl.atomic_add(ss_ptr, tl.sum(y32 * y32, axis=0), sem="relaxed")
     tl.store(y_ptr + cols, y, mask=col_ok)
 
 
@@ -77,15 +76,14 @@ def tiles(n: int, k: int) -> tuple[int, int, int]:
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
          block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None,
          add: tuple[torch.Tensor, torch.Tensor] | None = None,
-         norm: tuple[torch.Tensor, float] | None = None, ss_slots: int = 1) -> torch.Tensor:
+         norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor:
     """x ``[1, K]``, weight ``[N, K]`` (one dtype of float16, bfloat16, float32; unit stride along K; checked by
     ``gemm.linear``) -> ``x @ weight.T`` ``[1, N]`` in x's dtype, into ``out`` when given (``[1, N]``, unit
     stride, not sharing x's storage). ``add`` (residual ``[1, N]``, sum_sq ``[1]`` float32): returns ``x @
     weight.T + residual`` and adds its squares to sum_sq. ``norm`` (sum_sq, eps): returns ``rms_norm(x) @
     weight.T`` for a norm folded into weight, its squares summed in sum_sq (by an ``add`` before, over K).
     ``block_n`` / ``block_k`` (powers of two) / ``num_warps``: per-program tiles and warps (benchmarks; default
-    ``tiles``). ``ss_slots``: add's squares go to ``sum_sq[program % ss_slots]`` (sum_sq that long; 0: not
-    summed, a timing experiment). PDL when ``pdl.ENABLED``."""
+    ``tiles``). PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device) if out is None else out
     default_n, default_k, default_warps = tiles(n, k)
@@ -95,7 +93,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
                                              norm[1] if norm is not None else 0.0, BLOCK_N=block_n,
                                              BLOCK_K=block_k, ONE_TILE=k <= block_k, PDL=pdl.ENABLED,
                                              ADD_RES=add is not None, SCALE=norm is not None,
-                                             SS_SLOTS=ss_slots, launch_pdl=pdl.ENABLED, num_warps=num_warps)
+                                             launch_pdl=pdl.ENABLED, num_warps=num_warps)
     return out
 
 
