@@ -20,9 +20,9 @@ for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 RUNS=${RUNS:-$(mktemp -d /tmp/ab_runs.XXXXXX)}; mkdir -p "$RUNS"
 run() {  # tree tag model: one multirun, its log in $RUNS/ab_<tag>_<model>.log
   local log="$RUNS/ab_$2_$3.log" rc
-  (cd "$1" && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit) \
-    timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda workload=$WORKLOADS \
-    repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$RUNS" results_file="$CSV" "${@:4}" > "$log" 2>&1)
+  in_tree "$1" timeout --foreground -k 10 ${JOB_S:-300} python3 -m harness -m model=$3 tp=1 device=cuda \
+    workload=$WORKLOADS repeat=${REPEAT:-3} tag=$2 progress=false results_dir="$RUNS" results_file="$CSV" "${@:4}" \
+    > "$log" 2>&1
   rc=$?
   cp "$RUNS/${CSV%.csv}"*.csv "$OUT"/ 2>/dev/null
   { echo "== $2 $3: exit $rc"; tail -n 15 "$log"; } >> "$OUT/${CSV%.csv}_logs.txt"

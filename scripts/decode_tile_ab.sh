@@ -16,8 +16,8 @@ for model in ${MODELS:-qwen3-0.6b}; do
   timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
   for w in ${WORKLOADS:-bench}; do for tp in ${TPS//,/ }; do for arm in new old; do
     d=$R; [ $arm = old ] && d=$OLD
-    (cd $d && PYTHONPATH=/tmp/site:$d timeout --foreground -k 10 ${JOB_S:-200} python3 -m harness workload=$w model=$model tp=$tp \
-      device=cuda control=shm repeat=${REPEAT:-3} progress=false results_dir="$OUT" results_file=$CSV tag=tile_$arm "$@") \
+    in_tree $d timeout --foreground -k 10 ${JOB_S:-200} python3 -m harness workload=$w model=$model tp=$tp \
+      device=cuda control=shm repeat=${REPEAT:-3} progress=false results_dir="$OUT" results_file=$CSV tag=tile_$arm "$@" \
       > "$OUT/tile_${model}_${w}_tp${tp}_$arm.log" 2>&1
     echo "$model $w tp=$tp $arm: exit $? at $SECONDS s"
   done; done; done

@@ -34,3 +34,8 @@ check_overrides() {  # OVERRIDES...: the harness composes and checks one job of 
   # input its one line on stderr and exit 2, before any step. Give the workload the script runs: keys differ by kind.
   python3 -m harness --cfg job "$@" > /dev/null || exit 2
 }
+in_tree() {  # TREE CMD...: CMD run in TREE (a .base, an old copy) on TREE's code and commit. PYTHONPATH above names
+  # this checkout, so a plain `cd .base && python3 ...` imports this tree's engine (session 44's call 116 did).
+  (cd "$1" && shift && PYTHONPATH=/tmp/site:$PWD TPCP_GIT_COMMIT=$(cat .commit 2>/dev/null || echo "$TPCP_GIT_COMMIT") \
+    "$@")
+}

@@ -124,3 +124,22 @@ def test_profile_steps_splits_the_critical_path_into_a_layers_stages(monkeypatch
     assert "ran different kernels" in profile_steps.by_stage(profile_steps.exposed(spans), 2)
     for rows, steps in (([], 2), ([("k", 0.0, 1.0), ("k", 2.0, 3.0)], 2)):  # nothing repeats: says so, ends
         assert "no kernel pattern repeats" in profile_steps.by_stage(profile_steps.exposed(rows), steps)
+
+
+@pytest.mark.slow
+def test_in_tree_runs_a_command_on_that_trees_code_and_commit(tmp_path):
+    """device_env.sh's PYTHONPATH names this checkout: a command run in a .base tree through ``in_tree`` imports
+    the .base's engine and reports its commit (session 44's call 116 profiled this tree's engine twice)."""
+    base = tmp_path / "base"
+    for d in ("engine", "scripts"):
+        (base / d).mkdir(parents=True)
+    (base / "engine" / "__init__.py").write_text("")
+    (base / ".commit").write_text("b" * 40 + "\n")
+    probe = "import engine, os; print(os.path.dirname(engine.__file__), os.environ['TPCP_GIT_COMMIT'])"
+    (base / "scripts" / "probe.py").write_text(probe)  # as scripts/*.py: sys.path[0] is scripts/, not the tree
+    res = run(["bash", "-c", f'source scripts/device_env.sh; in_tree "{base}" python3 scripts/probe.py; '
+               f'python3 -c "{probe}"'], tmp_path / "out")
+    assert res.returncode == 0, res.stderr[-500:]
+    there, here = res.stdout.split("\n")[:2]
+    assert there == f"{base / 'engine'} {'b' * 40}"
+    assert here.startswith(str(ROOT / "engine"))
