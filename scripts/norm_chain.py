@@ -9,12 +9,7 @@ through, as in persistent_layers.py), two ways replayed in a CUDA graph under PD
 
 Prints ms per replay, us per layer, the share of 4.3 TB/s, and the largest error against a float32 torch reference.
 
-With ``--context N`` the chain runs decode attention between QKV and o_proj (one paged cache of N tokens, the
-engine's split count), two ways: ``qk_norm`` (the engine's: the decode kernel normalises and rotates q and k) and
-``qkv_rope`` (``engine/layers/qkv_rope.py``: QKV's epilogue rotates them and sums each head's squares, the decode
-kernel scales by 1 / rms); the error is then against the ``qk_norm`` way's output.
-
-    python scripts/norm_chain.py [--shape 8b] [--layers 36] [--replays 50] [--context 96]
+    python scripts/norm_chain.py [--shape 8b] [--layers 36] [--replays 50]
 """
 
 import statistics
@@ -70,15 +65,10 @@ def engine_chain(w, h0, out):
     return launch
 
 
-def sum_sq_chain(w, h0, out, heads: int = 0, qkv=None, attend=None):
-    """The engine's way since session 42 (the module's ``sum_sq``); ``qkv(res, i, ss)`` makes layer i's qkv from
-    layer 1 on (default the GEMV scaling by 1 / rms), ``attend(qkv, i, ss)`` its attention (default q passed
-    through); ss ``[layers, 2 + heads]`` float32: the norms' squares, then ``heads`` more slots a layer."""
+def sum_sq_chain(w, h0, out):
     from engine.layers import gemv
 
-    ss = torch.zeros(len(w["qkv"]), 2 + heads, device="cuda")
-    qkv = qkv or (lambda res, i, ss: gemv.gemv(res, w["qkv_f"][i], norm=(ss[i - 1, 1:2], EPS)))
-    attend = attend or (lambda q, i, ss: q[:, :w["q"]])
+    ss = torch.zeros(2 * len(w["qkv"]), device="cuda")
 
     def launch():
         ss.zero_()
@@ -86,43 +76,12 @@ def sum_sq_chain(w, h0, out, heads: int = 0, qkv=None, attend=None):
         q = gemv.norm_gemv(res, None, w["n1"][0], EPS, w["qkv"][0])[0]
         for i in range(len(w["qkv"])):
             if i:
-                q = qkv(res, i, ss)
-            res = gemv.gemv(attend(q, i, ss), w["o"][i], add=(res, ss[i, 0:1]))
-            a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[i, 0:1])[0]
-            res = gemv.gemv(a, w["d"][i], add=(res, ss[i, 1:2]))
+                q = gemv.gemv(res, w["qkv_f"][i], norm=(ss[2 * i - 1:2 * i], EPS))
+            res = gemv.gemv(q[:, :w["q"]], w["o"][i], add=(res, ss[2 * i:2 * i + 1]))
+            a = gemv.norm_gemv(res, None, None, EPS, w["gu_f"][i], True, sum_sq=ss[2 * i:2 * i + 1])[0]
+            res = gemv.gemv(a, w["d"][i], add=(res, ss[2 * i + 1:2 * i + 2]))
         out.copy_(res.float()[0])
     return launch
-
-
-def attention_chains(w, h0, out, context: int) -> list:
-    """The ``sum_sq`` chain with decode attention between QKV and o_proj, the q/k norm and RoPE in the decode kernel
-    (``qk_norm``) or in QKV's epilogue (``qkv_rope``); one cache of ``context`` tokens for every layer."""
-    from engine.layers import decode_splits
-    from engine.layers.paged_decode import paged_decode_attention
-    from engine.layers.qkv_rope import qkv_rope
-
-    D, hq, hkv = 128, w["q"] // 128, (w["qkv"][0].shape[0] - w["q"]) // 256
-    kc = torch.randn(2, 256, hkv, D, device="cuda", dtype=torch.bfloat16)
-    vc, tables = torch.randn_like(kc), torch.zeros(1, 1, dtype=torch.int32, device="cuda")
-    ctx = torch.tensor([context], dtype=torch.int32, device="cuda")
-    slot = torch.tensor([context - 1], device="cuda")
-    splits = decode_splits.num_splits(1, hkv, context, 256, torch.device("cuda"))
-    qw, kw = 1 + 0.1 * torch.randn(2, D, device="cuda", dtype=torch.bfloat16)
-    angle = torch.rand(D // 2, device="cuda") * 3  # RoPE's "rotate half": each half of cos/sin the same
-    cos, sin = angle.cos().repeat(2), angle.sin().repeat(2)
-
-    def rope_qkv(res, i, ss):
-        return qkv_rope(res, w["qkv_f"][i], ss[i - 1, 1:2], EPS, ss[i, 2:], qw, kw, cos, sin, hq, hkv)
-
-    def attend(rope: bool):
-        def attention(qkv, i, ss):
-            q, k, v = qkv.view(1, -1, D).split([hq, hkv, hkv], dim=1)
-            norm = {"qk_scale": (ss[i, 2:], EPS)} if rope and i else {"qk_norm": (qw, kw, EPS, cos[None], sin[None])}
-            return paged_decode_attention(q, k, v, kc, vc, slot, tables, ctx, D ** -0.5, num_splits=splits,
-                                          **norm).view(1, -1)
-        return attention
-    return [(f"qk_norm, {context} tokens, {splits} splits", sum_sq_chain(w, h0, out, hq + hkv, attend=attend(False))),
-            ("qkv_rope", sum_sq_chain(w, h0, out, hq + hkv, rope_qkv, attend(True)))]
 
 
 def timed(launch, replays: int) -> float:
@@ -139,11 +98,7 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     ap.add_argument("--layers", type=int, default=0, help="0: the model's")
     ap.add_argument("--replays", type=int, default=50)
-    ap.add_argument("--context", type=int, default=0, help="tokens of decode attention between QKV and o_proj "
-                    "(0: none, attention passed through)")
     args = ap.parse_args()
-    if not 0 <= args.context <= 256:
-        ap.error(f"--context: 0 to 256 tokens (one KV block), got {args.context}")
     if args.layers < 0 or args.replays < 1:
         ap.error(f"--layers must be >= 0 and --replays >= 1, got {args.layers} and {args.replays}")
     require_cuda()
@@ -161,12 +116,8 @@ def main():
     print(f"Qwen3-{args.shape} shapes, {layers} layers, {mb:.0f} MB: floor {floor_us:.1f} us at 4.3 TB/s; ms per "
           f"replay, median of 5 timings of {args.replays}", flush=True)
     out = torch.empty_like(h0)
-    if args.context:
-        ways = attention_chains(w, h0, out, args.context)
-        ways[0][1]()
-        ref = out.clone()
-    else:
-        ways = [("engine", engine_chain(w, h0, out)), ("sum_sq in the GEMV before", sum_sq_chain(w, h0, out))]
+    ways = [("engine", engine_chain(w, h0, out))]
+    ways += [("sum_sq in the GEMV before", sum_sq_chain(w, h0, out))]
     for name, launch in ways:
         ms = timed(launch, args.replays)
         launch()

@@ -280,12 +280,3 @@ def test_pdl_chain_with_summed_norms_in_a_cuda_graph_matches_the_plain_launches(
     assert off(stack(), want) < 1e-4
     for got in _graph_replays_under_pdl(stack):
         assert off(got, want) < 1e-4
-
-
-@pytest.mark.parametrize("dtype, bar", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_qkv_rope_then_scaled_decode_matches_the_fused_path(dtype, bar):
-    """``qkv_rope`` and the decode kernel's ``qk_scale`` (not in the engine yet; ``scripts/norm_chain.py
-    --context``) against today's QKV and decode kernel, and against transformers' formula (float64)."""
-    from helpers import check_qkv_rope
-
-    check_qkv_rope("cuda", dtype, bar)

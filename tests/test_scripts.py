@@ -63,7 +63,7 @@ BAD_INPUT = [  # (environment, argv): session 42's new-user trial found each of 
     ({}, [sys.executable, "scripts/broadcast_table.py"]), ({}, [sys.executable, "scripts/broadcast_table.py", "x.csv"]),
     ({}, [sys.executable, "scripts/ring_cpu_cost.py", "abc"]),
     ({}, [sys.executable, "scripts/step_encoding_cost.py", "--nope"]), ({}, [sys.executable, "scripts/gpu_only.py"]),
-    ({}, [sys.executable, "scripts/norm_chain.py", "--context", "999"]),  # session 43's trial: checked before CUDA
+    ({}, [sys.executable, "scripts/norm_chain.py", "--layers", "-5"]),  # session 43's trial: checked before CUDA
     ({}, [sys.executable, "scripts/norm_chain.py", "--replays", "0"])]
 
 

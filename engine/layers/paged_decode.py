@@ -13,7 +13,6 @@ import triton
 import triton.language as tl
 
 from . import decode_splits, pdl
-from .gemv import _inv_rms
 
 
 @triton.jit
@@ -37,31 +36,23 @@ def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD
 
 @triton.jit
 def _query(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, dtype, HEAD_DIM: tl.constexpr,
-           QK_NORM: tl.constexpr, QK_SCALE: tl.constexpr, q_heads):
-    """The query rows ``[R, D]`` in ``dtype`` (as ``_norm_rope``'s), normalised and rotated with ``QK_NORM``; with
-    ``QK_SCALE`` (rotated by ``qkv_rope``) each row times its head's 1 / rms, from the squares at qw_ptr."""
+           QK_NORM: tl.constexpr):
+    """The query rows ``[R, D]`` in ``dtype`` (as ``_norm_rope``'s), normalised and rotated with ``QK_NORM``."""
     if QK_NORM:
         return _norm_rope(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM).to(dtype)
-    q = tl.load(q_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
-    if QK_SCALE:
-        rstd = _inv_rms(tl.load(qw_ptr + q_heads, mask=row_ok, other=0.0), HEAD_DIM, eps)
-        q = (q.to(tl.float32) * rstd[:, None]).to(dtype)
-    return q
+    return tl.load(q_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
 
 
 @triton.jit
 def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, dims, dtype, HEAD_DIM: tl.constexpr,
-               QK_NORM: tl.constexpr, QK_SCALE: tl.constexpr):
-    """The new token's k (normalised and rotated with ``QK_NORM``; times its head's 1 / rms, from the squares at
-    kw_ptr, with ``QK_SCALE``) and v ``[D]`` in ``dtype``, and its slot."""
+               QK_NORM: tl.constexpr):
+    """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
     if QK_NORM:
         one = tl.arange(0, 1)
         k = tl.sum(_norm_rope(k_ptr, one * 0, one < 1, dims, kw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM),
                    axis=0).to(dtype)  # [1, D] -> [D]
     else:
         k = tl.load(k_ptr + dims)
-        if QK_SCALE:
-            k = (k.to(tl.float32) * _inv_rms(tl.load(kw_ptr), HEAD_DIM, eps)).to(dtype)
     return k, tl.load(v_ptr + dims), tl.load(slot_ptr)
 
 
@@ -125,8 +116,7 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
                          stride_ct, stride_ch, stride_btb, stride_ob, stride_oh, stride_rope,
                          GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                          BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                         QK_NORM: tl.constexpr, QK_SCALE: tl.constexpr, ORDER: tl.constexpr, PRELOAD: tl.constexpr,
-                         PDL: tl.constexpr):
+                         QK_NORM: tl.constexpr, ORDER: tl.constexpr, PRELOAD: tl.constexpr, PDL: tl.constexpr):
     kv_head = tl.program_id(0)  # fastest: a sequence's heads start together, in ``order``
     seq = tl.program_id(1)
     if ORDER:
@@ -136,7 +126,8 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     chunk = tl.cdiv(tl.cdiv(num_cached, NUM_SPLITS), BLOCK_N) * BLOCK_N  # a multiple of BLOCK_N: block-aligned
     lo = split * chunk
     hi = tl.minimum(lo + chunk, num_cached)
-    k_cache, v_cache = k_cache_ptr + kv_head * stride_ch, v_cache_ptr + kv_head * stride_ch
+    k_cache = k_cache_ptr + kv_head * stride_ch
+    v_cache = v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
     # Before the wait (pdl.py): block tables and cached tokens predate the kernel before, so with PRELOAD (few
     # programs, all started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
@@ -151,13 +142,12 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
     q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos_ptr + seq * stride_rope,
-               sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM, QK_SCALE, q_heads)
+               sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
     # Loaded before the walk: one memory round trip fewer on a short context's critical path.
     k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
-                                    + kv_head * stride_vh, slot_ptr + seq,
-                                    kw_ptr + QK_SCALE * (GROUP * tl.num_programs(0) + kv_head),
-                                    cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, eps, dims,
-                                    k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM, QK_SCALE)
+                                    + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
+                                    sin_ptr + seq * stride_rope, eps, dims, k_cache_ptr.dtype.element_ty, HEAD_DIM,
+                                    QK_NORM)
     m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
                           HEAD_DIM, BLOCK_SIZE, BLOCK_N, PRELOAD)
     if split == 0:
@@ -203,21 +193,17 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                            context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
                            num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None,
-                           order: torch.Tensor | None = None, preload: bool | None = None,
-                           qk_scale: tuple | None = None) -> torch.Tensor:
+                           order: torch.Tensor | None = None, preload: bool | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
     ``[B, max_blocks]`` int32, context_lens ``[B]`` int32 (>= 1, the new token included) -> ``[B, Hq, D]``;
     ``scale``: the softmax scale (D^-0.5).
     ``num_splits``: programs per (sequence, KV head); ``qk_norm``: (q_weight ``[D]``, k_weight ``[D]``, eps,
-    cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first; ``qk_scale`` (batch 1: head_ss float32
-    ``[Hq + Hkv]``, eps): q and k_new come normed but for 1 / rms and rotated (``qkv_rope``), scaled here
-    (ValueError at B > 1 or with ``qk_norm``).
-    ``order`` ``[B]`` int32: the sequences in the order their programs start (longest context first: the last
-    wave's programs are the short ones), unused when they all start at once (``decode_splits.one_wave``).
-    ``preload``: the first tile loaded before the PDL wait; default at batch 1 when all programs start at once:
-    only the batch-1 GEMV before it lets them start early, and behind cuBLAS the early load only spills registers
-    (call 101, results/h200/NOTES.md).
+    cos, sin ``[B, D]``, rows of one stride) applied to q and k_new first. ``order`` ``[B]`` int32: the sequences in the
+    order their programs start (longest context first: the last wave's programs are the short ones), unused when
+    they all start at once (``decode_splits.one_wave``). ``preload``: the first tile loaded before the PDL wait;
+    default at batch 1 when all programs start at once: only the batch-1 GEMV before it lets them start early, and
+    behind cuBLAS the early load only spills registers (call 101, results/h200/NOTES.md).
     ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's
     fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
@@ -228,11 +214,6 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     qw, kw, eps, cos, sin = qk_norm if qk_norm is not None else (q, q, 0.0, q, q)
-    if qk_scale is not None:
-        if B != 1 or qk_norm is not None:
-            raise ValueError("paged_decode_attention: qk_scale takes batch 1 (a head_ss slot per head), no qk_norm")
-        qw = kw = qk_scale[0]
-        eps = qk_scale[1]
     one_wave = decode_splits.one_wave(B * Hkv * num_splits, q.device)
     preload = one_wave and B == 1 if preload is None else preload
     _paged_decode_kernel[(Hkv, B, num_splits)](
@@ -242,7 +223,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
-        QK_SCALE=qk_scale is not None, ORDER=order is not None and not one_wave, PRELOAD=preload,
+        ORDER=order is not None and not one_wave, PRELOAD=preload,
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
         _merge_splits_kernel[(B, Hq)](part, lse, out, out.stride(0), out.stride(1), NUM_SPLITS=num_splits,
