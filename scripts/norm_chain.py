@@ -99,8 +99,10 @@ def main():
     ap.add_argument("--layers", type=int, default=0, help="0: the model's")
     ap.add_argument("--replays", type=int, default=50)
     args = ap.parse_args()
-    if args.layers < 0 or args.replays < 1:
-        ap.error(f"--layers must be >= 0 and --replays >= 1, got {args.layers} and {args.replays}")
+    if args.layers < 0:
+        ap.error(f"--layers: 0 (the model's) or more, got {args.layers}")
+    if args.replays < 1:
+        ap.error(f"--replays: 1 or more, got {args.replays}")
     require_cuda()
     from engine.layers import pdl
 
