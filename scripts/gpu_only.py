@@ -9,7 +9,7 @@ import sys
 
 def require_cuda(gpus: int = 1, torchrun: bool = False) -> None:
     """Exit 2 with one line unless this machine has ``gpus`` CUDA GPUs (and, with ``torchrun``, this process
-    was started by torchrun)."""
+    was started by torchrun); asked for ``--help`` there, print the script's docstring and exit 0."""
     import torch
 
     name = os.path.basename(sys.argv[0])
@@ -20,6 +20,9 @@ def require_cuda(gpus: int = 1, torchrun: bool = False) -> None:
         problem = f"{name} needs {gpus} CUDA GPUs, this machine has {torch.cuda.device_count()}"
     elif torchrun and "RANK" not in os.environ:
         problem = f"{name} runs one process per GPU: start it with torchrun --nproc-per-node={gpus} {sys.argv[0]}"
+    if problem and {"-h", "--help"} & set(sys.argv[1:]):  # refused before argparse runs: its docstring instead
+        print((getattr(sys.modules["__main__"], "__doc__", None) or "").strip() + f"\n\n(this machine: {problem})")
+        sys.exit(0)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -55,6 +55,16 @@ def test_a_python_gpu_script_without_a_gpu_says_so_in_one_line(script, tmp_path)
     assert "has no CUDA GPU" in res.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("script", PY_GPU_SCRIPTS)
+def test_a_python_gpu_script_gives_its_help_without_a_gpu(script, tmp_path):
+    """``--help`` works where the script cannot run: argparse's usage, or its docstring where it refuses first."""
+    res = run([sys.executable, f"scripts/{script}", "--help"], tmp_path)
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr[-500:]
+    assert "usage" in res.stdout.lower() or script in res.stdout, res.stdout[:300]
+
+
 BAD_INPUT = [  # (environment, argv): session 42's new-user trial found each of these ran, or printed a traceback
     ({}, ["bash", "scripts/sim_nodes.sh"]), ({}, ["bash", "scripts/sim_nodes.sh", "--bogus"]),
     ({"NODES": "x"}, ["bash", "scripts/sim_nodes.sh", "-m", "harness"]),
