@@ -20,10 +20,10 @@ def require_cuda(gpus: int = 1, torchrun: bool = False) -> None:
         problem = f"{name} needs {gpus} CUDA GPUs, this machine has {torch.cuda.device_count()}"
     elif torchrun and "RANK" not in os.environ:
         problem = f"{name} runs one process per GPU: start it with torchrun --nproc-per-node={gpus} {sys.argv[0]}"
-    if problem and {"-h", "--help"} & set(sys.argv[1:]):  # refused before argparse runs: its docstring instead
-        print((getattr(sys.modules["__main__"], "__doc__", None) or "").strip() + f"\n\n(this machine: {problem})")
-        sys.exit(0)
     if problem:
+        if {"-h", "--help"} & set(sys.argv[1:]):  # refused before argparse runs: its docstring instead
+            print((getattr(sys.modules["__main__"], "__doc__", None) or "").strip() + f"\n\n(this machine: {problem})")
+            sys.exit(0)
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
 
