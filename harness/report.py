@@ -166,9 +166,11 @@ def print_floor(row: dict, work: Workload, llm) -> None:
     """The measured throughput and TPOT next to the physical floor (``decode_floor``)."""
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config,
                      llm.config.torch_dtype.itemsize, row["tp"])
-    ar = f" + {f['all_reduces_per_step']} all-reduces x 3 us per step" if f["all_reduces_per_step"] else ""
+    ar = (f" + {f['all_reduces_per_step']} all-reduces x {ALL_REDUCE_FLOOR_S * 1e6:g} us per step"
+          if f["all_reduces_per_step"] else "")
     print(f"  floor       per GPU decode reads {f['weight_bytes'] / 1e12:.3f} TB of weights + "
-          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at 4.3 TB/s{ar}: <= {f['floor_tok_s']:.0f} output tok/s, "
+          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at {H200_COPY_BANDWIDTH / 1e12:g} TB/s{ar}: "
+          f"<= {f['floor_tok_s']:.0f} output tok/s, "
           f"decode step >= {f['step_floor_ms']:.3f} ms; measured {row['output_tok_s']:.0f} tok/s = "
           f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
 

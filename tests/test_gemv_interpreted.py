@@ -14,7 +14,7 @@ import torch
 from engine.layers.gemv import gemv, norm_gemv, tiles
 
 torch.manual_seed(0)
-assert tiles(4096, 12288)[2] == 8 and tiles(4096, 4096)[2] == 4  # rows of several tiles get 8 warps (call 95)
+assert tiles(12288)[2] == 8 and tiles(4096)[2] == 4  # rows of several tiles get 8 warps (call 95)
 for n, k, block_k in [(34, 12288, 4096), (34, 6144, 4096), (18, 1000, None), (10, 3000, 1024), (6, 2048, None)]:
     x, w = torch.randn(1, k), torch.randn(n, k) * 0.05
     ref = x.double() @ w.double().T

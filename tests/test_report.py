@@ -100,3 +100,21 @@ def test_a_broadcast_row_says_why_it_timed_fewer_messages(capsys):
     print_broadcast({**row, "ctrl_calls": 2000}, messages=2000)
     capped, full = capsys.readouterr().out.strip().splitlines()
     assert capped.endswith("(64 msgs, fewer: max_bytes_per_payload caps them)") and full.endswith("(2000 msgs)")
+
+
+def test_the_floor_line_names_the_bandwidth_and_all_reduce_cost_it_used(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness import report
+    monkeypatch.setattr(report, "H200_COPY_BANDWIDTH", 2.5e12)
+    monkeypatch.setattr(report, "ALL_REDUCE_FLOOR_S", 7e-6)
+    hf = {"hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
+    work = SimpleNamespace(prompt_lens=[8, 8], params=[SimpleNamespace(max_tokens=4)] * 2)
+    llm = SimpleNamespace(config=SimpleNamespace(hf_config=hf, torch_dtype=torch.bfloat16))
+    floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2)
+    report.print_floor({"tp": 2, "output_tok_s": floor["floor_tok_s"] / 2, "tpot_ms_p50": 1.0}, work, llm)
+    line = capsys.readouterr().out
+    assert "at 2.5 TB/s + 6 all-reduces x 7 us per step" in line and "= 50% of it" in line

@@ -64,8 +64,8 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, res_ptr, ss_ptr, N, K, stride_wn, eps, BLO
     tl.store(y_ptr + cols, y, mask=col_ok)
 
 
-def tiles(n: int, k: int) -> tuple[int, int, int]:
-    """The default (block_n, block_k, num_warps) of an ``[n, k]`` weight: ~``TILE`` weights per program, 2 warps
+def tiles(k: int) -> tuple[int, int, int]:
+    """The default (block_n, block_k, num_warps) of a weight of rows of k: ~``TILE`` weights per program, 2 warps
     for rows of <= 1,024 (the H200's fastest, results/h200/NOTES.md), 8 for rows of several tiles (call 95, H100:
     Qwen3-8B's down_proj 35.4 -> 34.1 us at 12,288, 19.4 -> 18.7 at 6,144)."""
     block_k = min(triton.next_power_of_2(k), MAX_BLOCK_K)
@@ -86,7 +86,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
     ``tiles``). PDL when ``pdl.ENABLED``."""
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device) if out is None else out
-    default_n, default_k, default_warps = tiles(n, k)
+    default_n, default_k, default_warps = tiles(k)
     block_n, block_k, num_warps = block_n or default_n, block_k or default_k, num_warps or default_warps
     res, ss = add if add is not None else (x, norm[0] if norm is not None else x)
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, weight, out, res, ss, n, k, weight.stride(0),
@@ -180,7 +180,7 @@ def norm_gemv(h: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch
     n_out = n // 2 if swiglu else n
     y = torch.empty(1, n_out, dtype=h.dtype, device=h.device)
     res_out = torch.empty_like(h) if residual is not None else h
-    default_n, default_k, default_warps = tiles(n, k)
+    default_n, default_k, default_warps = tiles(k)
     block_n = block_n or max(1, default_n // 2 if swiglu else default_n)
     block_k, num_warps = block_k or default_k, num_warps or default_warps
     _norm_gemv_kernel[(triton.cdiv(n_out, block_n),)](
