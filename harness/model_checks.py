@@ -6,13 +6,12 @@ import os
 
 from common import is_int, is_number
 from engine import ConfigError
-from engine.config import read_hf_config, split_problem
+from engine.config import REQUIRED_HF_KEYS, read_hf_config, split_problem
 
 from .conf_schema import problem_of
 
 PRESET_DTYPES = ("float32", "bfloat16")  # what ``checkpoint.materialize`` draws weights in
-SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-             "intermediate_size", "vocab_size", "max_position_embeddings")
+SIZE_KEYS = tuple(k for k in REQUIRED_HF_KEYS if k != "rms_norm_eps")  # its integers; rms_norm_eps is checked below
 
 
 def check_preset(preset: dict, fields: bool = True) -> str | None:
