@@ -10,7 +10,9 @@ from .host_cpu import shared_note
 from .workloads import Workload
 
 MORE = " " * 14  # a line that goes on the one above
-H200_COPY_BANDWIDTH = 4.3e12  # bytes/s: a device-to-device copy on the H200 machines (the device tool's KINDS.md)
+# bytes/s of a device-to-device copy measured on the device tool's machines (its KINDS.md), by a word of the GPU's
+# name: the floor's bandwidth. A stream that only reads can beat it (the decode kernel: 99-104% on the H200).
+COPY_BANDWIDTH = {"H200": 4.3e12, "H100": 3.0e12}
 ALL_REDUCE_FLOOR_S = 3e-6  # s per all-reduce: below the fastest measured on the H200 pair (~5 us, symmetric memory)
 
 
@@ -139,12 +141,19 @@ def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
             + [f"trace       {path}{note}" for path, note in zip(traces[1:], where[1:])])
 
 
-def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int) -> dict:
+def copy_bandwidth(gpu_name: str | None) -> float | None:
+    """``COPY_BANDWIDTH`` (bytes/s) of the GPU NVML names ``gpu_name``, or None where none was measured."""
+    return next((bw for word, bw in COPY_BANDWIDTH.items() if word in (gpu_name or "")), None)
+
+
+def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int,
+                 bandwidth: float) -> dict:
     """The physical floor of a decode-heavy workload (the method of results/h200/NOTES.md, "The two floors"). Each
     decode step reads every weight once (each GPU its 1/tp share) and the K/V of every running sequence's context,
     and with tp > 1 runs 2 all-reduces per layer, one after the embedding and one in the sampler. With all requests
     running together, the steps number max(output lengths) and request i at its j-th generated token reads
-    (prompt_i + j) tokens of K/V. Floor time = bytes / (tp * bandwidth) + steps * all-reduces * ALL_REDUCE_FLOOR_S.
+    (prompt_i + j) tokens of K/V. Floor time = bytes / (tp * bandwidth (bytes/s)) + steps * all-reduces *
+    ALL_REDUCE_FLOOR_S.
     Per GPU: the bytes decode must read (``weight_bytes``, ``kv_bytes``), ``all_reduces_per_step``, the floor
     ``floor_s`` (s), ``floor_tok_s`` (output tok/s), ``step_floor_ms`` (the mean decode step, ms: a TPOT floor)."""
     H, L, D = hf["hidden_size"], hf["num_hidden_layers"], hf["head_dim"]
@@ -156,20 +165,24 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
     steps = max(output_lens)
     all_reduces = 2 * L + 2 if tp > 1 else 0
     weight_bytes, kv_bytes = weights * steps, 2 * L * kv * bytes_per_elt * kv_tokens  # K and V of each token
-    seconds = (weight_bytes + kv_bytes) / (tp * H200_COPY_BANDWIDTH) + steps * all_reduces * ALL_REDUCE_FLOOR_S
+    seconds = (weight_bytes + kv_bytes) / (tp * bandwidth) + steps * all_reduces * ALL_REDUCE_FLOOR_S
     return {"weight_bytes": weight_bytes / tp, "kv_bytes": kv_bytes / tp, "floor_s": seconds,
             "floor_tok_s": sum(output_lens) / seconds, "all_reduces_per_step": all_reduces,
             "step_floor_ms": seconds / steps * 1e3}
 
 
 def print_floor(row: dict, work: Workload, llm) -> None:
-    """The measured throughput and TPOT next to the physical floor (``decode_floor``)."""
+    """The measured throughput and TPOT next to the physical floor (``decode_floor``) at the GPU's bandwidth."""
+    if (bandwidth := copy_bandwidth(row.get("gpu_name"))) is None:
+        print(f"  floor       none: no copy bandwidth measured for {row.get('gpu_name') or 'this GPU'} "
+              "(harness/report.py's COPY_BANDWIDTH)")
+        return
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config,
-                     llm.config.torch_dtype.itemsize, row["tp"])
+                     llm.config.torch_dtype.itemsize, row["tp"], bandwidth)
     ar = (f" + {f['all_reduces_per_step']} all-reduces x {ALL_REDUCE_FLOOR_S * 1e6:g} us per step"
           if f["all_reduces_per_step"] else "")
     print(f"  floor       per GPU decode reads {f['weight_bytes'] / 1e12:.3f} TB of weights + "
-          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at {H200_COPY_BANDWIDTH / 1e12:g} TB/s{ar}: "
+          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at {bandwidth / 1e12:g} TB/s{ar}: "
           f"<= {f['floor_tok_s']:.0f} output tok/s, "
           f"decode step >= {f['step_floor_ms']:.3f} ms; measured {row['output_tok_s']:.0f} tok/s = "
           f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")

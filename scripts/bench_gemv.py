@@ -3,7 +3,7 @@
     python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--models qwen3-8b] [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
-holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (``harness.report.decode_floor``).
+holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (the H200's, on any GPU).
 Timing: CALLS (32) calls captured in one CUDA graph, cycling over copies of the weight (up to 256 MB of
 copies; every shape reads >= 64 MB per replay, more than the 50 MB L2 holds, as a model's step reads more
 than it), 10 replays after warm-up, CUDA events. Each GEMV variant is timed with and without programmatic
@@ -32,9 +32,11 @@ from common import OneLineParser  # noqa: E402
 from engine.layers import pdl  # noqa: E402
 from engine.layers.gemv import gemv  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
-from harness.report import H200_COPY_BANDWIDTH  # noqa: E402
+from harness.report import COPY_BANDWIDTH  # noqa: E402
 
-HBM_BYTES_S = H200_COPY_BANDWIDTH  # bytes/s, the harness's floor: a copy's bandwidth, not the 4.8 TB/s spec
+# bytes/s, the harness's floor on the H200 (a copy's bandwidth, not the 4.8 TB/s spec): one yardstick on every GPU,
+# so that the NOTES' percentages compare across H100 and H200 calls
+HBM_BYTES_S = COPY_BANDWIDTH["H200"]
 CALLS, REPLAYS = 32, 10
 # Hugging Face config.json of each (conf/model/*.yaml): hidden, intermediate, heads, kv heads, head_dim, vocab
 MODELS = {

@@ -102,19 +102,22 @@ def test_a_broadcast_row_says_why_it_timed_fewer_messages(capsys):
     assert capped.endswith("(64 msgs, fewer: max_bytes_per_payload caps them)") and full.endswith("(2000 msgs)")
 
 
-def test_the_floor_line_names_the_bandwidth_and_all_reduce_cost_it_used(capsys, monkeypatch):
+def test_the_floor_line_names_the_bandwidth_of_its_gpu_and_the_all_reduce_cost(capsys, monkeypatch):
     from types import SimpleNamespace
 
     import torch
 
     from harness import report
-    monkeypatch.setattr(report, "H200_COPY_BANDWIDTH", 2.5e12)
     monkeypatch.setattr(report, "ALL_REDUCE_FLOOR_S", 7e-6)
     hf = {"hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16, "num_attention_heads": 4,
           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
     work = SimpleNamespace(prompt_lens=[8, 8], params=[SimpleNamespace(max_tokens=4)] * 2)
     llm = SimpleNamespace(config=SimpleNamespace(hf_config=hf, torch_dtype=torch.bfloat16))
-    floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2)
-    report.print_floor({"tp": 2, "output_tok_s": floor["floor_tok_s"] / 2, "tpot_ms_p50": 1.0}, work, llm)
-    line = capsys.readouterr().out
-    assert "at 2.5 TB/s + 6 all-reduces x 7 us per step" in line and "= 50% of it" in line
+    for gpu, tb_s in (("NVIDIA H100 80GB HBM3", 3), ("NVIDIA H200", 4.3)):  # the new-user trial: H200's on an H100
+        floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2, tb_s * 1e12)
+        report.print_floor({"tp": 2, "output_tok_s": floor["floor_tok_s"] / 2, "tpot_ms_p50": 1.0,
+                            "gpu_name": gpu}, work, llm)
+        line = capsys.readouterr().out
+        assert f"at {tb_s:g} TB/s + 6 all-reduces x 7 us per step" in line and "= 50% of it" in line
+    report.print_floor({"tp": 2, "gpu_name": "NVIDIA A100-SXM4-80GB"}, work, llm)
+    assert "floor       none: no copy bandwidth measured for NVIDIA A100" in capsys.readouterr().out
