@@ -137,7 +137,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
         print(f"error: repeat {row['repeat']} stalled: {stalls}", file=sys.stderr)
     else:
         SWEEP_ROWS.append(row)
-    if gpus:
+    if gpus and not stalls:  # a stalled run's rate is no measure of it
         print_floor(row, work, llm)
     return bool(stalls)
 

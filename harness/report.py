@@ -181,9 +181,9 @@ def print_floor(row: dict, work: Workload, llm) -> None:
                      llm.config.torch_dtype.itemsize, row["tp"], bandwidth)
     ar = (f" + {f['all_reduces_per_step']} all-reduces x {ALL_REDUCE_FLOOR_S * 1e6:g} us per step"
           if f["all_reduces_per_step"] else "")
-    print(f"  floor       per GPU decode reads {f['weight_bytes'] / 1e12:.3f} TB of weights + "
-          f"{f['kv_bytes'] / 1e12:.3f} TB of KV at {bandwidth / 1e12:g} TB/s{ar}: "
-          f"<= {f['floor_tok_s']:.0f} output tok/s, "
+    gb = partial(_fmt, f, spec=lambda b: f"{b / 1e9:.1f} GB" if b < 1e12 else f"{b / 1e12:.2f} TB")
+    print(f"  floor       per GPU decode reads {gb('weight_bytes')} of weights + {gb('kv_bytes')} of KV at "
+          f"{bandwidth / 1e12:g} TB/s{ar}:\n{MORE}<= {f['floor_tok_s']:.0f} output tok/s, "
           f"decode step >= {f['step_floor_ms']:.3f} ms; measured {row['output_tok_s']:.0f} tok/s = "
           f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
 

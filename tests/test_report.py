@@ -117,7 +117,8 @@ def test_the_floor_line_names_the_bandwidth_of_its_gpu_and_the_all_reduce_cost(c
         floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2, tb_s * 1e12)
         report.print_floor({"tp": 2, "output_tok_s": floor["floor_tok_s"] / 2, "tpot_ms_p50": 1.0,
                             "gpu_name": gpu}, work, llm)
-        line = capsys.readouterr().out
-        assert f"at {tb_s:g} TB/s + 6 all-reduces x 7 us per step" in line and "= 50% of it" in line
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].endswith(f"at {tb_s:g} TB/s + 6 all-reduces x 7 us per step:") and "= 50% of it" in lines[1]
+        assert "0.0 GB of KV" in lines[0] and max(map(len, lines)) <= 120  # GB, not "0.000 TB"
     report.print_floor({"tp": 2, "gpu_name": "NVIDIA A100-SXM4-80GB"}, work, llm)
     assert "floor       none: no copy bandwidth measured for NVIDIA A100" in capsys.readouterr().out
