@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 122 (branch ss-stride: 32 slots 128 bytes apart): (1) norm_chain.py at both shapes, the sums in 1 slot or 32
 # slots 4, 32 or 128 bytes apart; (2) the engine (this tree) against main (.base), Qwen3-0.6B then 8B `latency`,
-# 3 repeats; (3) the GPU tests the change touches, in the time left. Carry .whl .commit .base/.commit.
+# 3 repeats; (3) the 0.6B's critical path on this tree; (4) the GPU tests the change touches, in the time left.
+# Carry .whl .commit .base/.commit.
 source scripts/device_env.sh; require_gpus 1
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"; cat "$OUT/gpu.txt"
 for shape in 0.6b 8b; do
@@ -11,6 +12,9 @@ echo "chain done at $SECONDS s"
 MODELS=qwen3-0.6b,qwen3-8b WORKLOADS=latency REPEAT=3 JOB_S=150 bash scripts/ab_one_gpu.sh 2>&1 | tail -10 \
   | tee "$OUT/ab.txt"
 echo "A/B done at $SECONDS s"
+timeout --foreground 90 python3 scripts/profile_steps.py --model qwen3-0.6b --workload latency --skip 40 --steps 40 \
+  > "$OUT/profile_qwen3-0.6b_new.txt" 2>&1  # against call 121's main: the layer 20.16 us, gate/up 4.23
+grep -A9 "critical path" "$OUT/profile_qwen3-0.6b_new.txt"; echo "profile done at $SECONDS s"
 left=$((585 - SECONDS)); [ $left -gt 30 ] || left=30
 (timeout --foreground $left python3 -m pytest -q tests/test_gpu_kernels.py tests/test_gpu.py \
   -k "fold or summed_norms or norm or float32_greedy" 2>&1 | tail -4) > "$OUT/tests.txt"
