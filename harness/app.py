@@ -24,7 +24,7 @@ from .host_cpu import OtherCpu
 from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
-from .report import SWEEP_ROWS, print_floor, print_summary, show_progress, trace_lines
+from .report import SWEEP_ROWS, floor_lines, print_summary, show_progress, trace_lines
 from .results_csv import new_run_id, open_run_file
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import write_step_log
@@ -132,13 +132,12 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     files = [f"requests    {requests} (one JSON line per request, in the order they finished)"] if requests else []
     if trace:
         files += trace_lines(traces, cfg.profile_steps, row["prefill_steps"] + row["decode_steps"])
-    print_summary(row, written, steps, files, results.run_file)
+    floor = floor_lines(row, work, llm) if gpus and not stalls else []  # a stalled run's rate is no measure of it
+    print_summary(row, written, steps, files, results.run_file, floor)
     if stalls:
         print(f"error: repeat {row['repeat']} stalled: {stalls}", file=sys.stderr)
     else:
         SWEEP_ROWS.append(row)
-    if gpus and not stalls:  # a stalled run's rate is no measure of it
-        print_floor(row, work, llm)
     return bool(stalls)
 
 

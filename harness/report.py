@@ -90,8 +90,9 @@ def gpu_lines(row: dict) -> list[str]:
 
 
 def print_summary(row: dict, path: str, step_log: str | None = None, files: list[str] = (),
-                  run_file: str | None = None) -> None:
-    """Print one run's row in sentences, where it went (``path``), its ``run_file``, ``step_log``, other ``files``."""
+                  run_file: str | None = None, floor: list[str] = ()) -> None:
+    """Print one run's row in sentences, where it went (``path``), its ``run_file``, ``step_log``, other ``files``;
+    ``floor``: ``floor_lines``, after the GPU's."""
     f = partial(_fmt, row)
     print("\n" + header(row))
     if row["status"] == "stalled":
@@ -121,7 +122,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
             print(f"  steps       {row['prefill_steps']} prefill and {row['decode_steps']} decode steps{decode}")
         if row.get("ctrl_calls") is not None or row.get("tp") == 1 and row.get("decode_steps") is not None:
             print("\n".join(control_lines(row)))
-        print("\n".join(gpu_lines(row)))
+        print("\n".join(gpu_lines(row) + list(floor)))
     if step_log and row["status"] != "failed":
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
@@ -171,21 +172,22 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
             "step_floor_ms": seconds / steps * 1e3}
 
 
-def print_floor(row: dict, work: Workload, llm) -> None:
-    """The measured throughput and TPOT next to the physical floor (``decode_floor``) at the GPU's bandwidth."""
+def floor_lines(row: dict, work: Workload, llm) -> list[str]:
+    """The measured throughput and TPOT next to the physical floor (``decode_floor``) at the GPU's bandwidth, for
+    ``print_summary``'s ``floor``."""
     if (bandwidth := copy_bandwidth(row.get("gpu_name"))) is None:
-        print(f"  floor       none: no copy bandwidth measured for {row.get('gpu_name') or 'this GPU'} "
-              "(harness/report.py's COPY_BANDWIDTH)")
-        return
+        return [f"  floor       none: no copy bandwidth measured for {row.get('gpu_name') or 'this GPU'} "
+                "(harness/report.py's COPY_BANDWIDTH)"]
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config,
                      llm.config.torch_dtype.itemsize, row["tp"], bandwidth)
     ar = (f" + {f['all_reduces_per_step']} all-reduces x {ALL_REDUCE_FLOOR_S * 1e6:g} us per step"
           if f["all_reduces_per_step"] else "")
     gb = partial(_fmt, f, spec=lambda b: f"{b / 1e9:.1f} GB" if b < 1e12 else f"{b / 1e12:.2f} TB")
-    print(f"  floor       per GPU decode reads {gb('weight_bytes')} of weights + {gb('kv_bytes')} of KV at "
-          f"{bandwidth / 1e12:g} TB/s{ar}:\n{MORE}<= {f['floor_tok_s']:.0f} output tok/s, "
-          f"decode step >= {f['step_floor_ms']:.3f} ms; measured {row['output_tok_s']:.0f} tok/s = "
-          f"{100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 {row['tpot_ms_p50']:.3f} ms")
+    return [f"  floor       per GPU decode reads {gb('weight_bytes')} of weights + {gb('kv_bytes')} of KV at "
+            f"{bandwidth / 1e12:g} TB/s{ar}:",
+            f"{MORE}<= {f['floor_tok_s']:.0f} output tok/s, decode step >= {f['step_floor_ms']:.3f} ms; measured "
+            f"{row['output_tok_s']:.0f} tok/s = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it, TPOT p50 "
+            f"{row['tpot_ms_p50']:.3f} ms"]
 
 
 def print_broadcast(row: dict, messages: int | None = None) -> None:

@@ -115,10 +115,13 @@ def test_the_floor_line_names_the_bandwidth_of_its_gpu_and_the_all_reduce_cost(c
     llm = SimpleNamespace(config=SimpleNamespace(hf_config=hf, torch_dtype=torch.bfloat16))
     for gpu, tb_s in (("NVIDIA H100 80GB HBM3", 3), ("NVIDIA H200", 4.3)):  # the new-user trial: H200's on an H100
         floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2, tb_s * 1e12)
-        report.print_floor({"tp": 2, "output_tok_s": floor["floor_tok_s"] / 2, "tpot_ms_p50": 1.0,
-                            "gpu_name": gpu}, work, llm)
+        row = {**OK, "output_tok_s": floor["floor_tok_s"] / 2, "gpu_name": gpu}
+        print_summary(row, "/tmp/x/runs.csv", floor=report.floor_lines(row, work, llm))
         lines = capsys.readouterr().out.splitlines()
-        assert lines[0].endswith(f"at {tb_s:g} TB/s + 6 all-reduces x 7 us per step:") and "= 50% of it" in lines[1]
-        assert "0.0 GB of KV" in lines[0] and max(map(len, lines)) <= 120  # GB, not "0.000 TB"
-    report.print_floor({"tp": 2, "gpu_name": "NVIDIA A100-SXM4-80GB"}, work, llm)
-    assert "floor       none: no copy bandwidth measured for NVIDIA A100" in capsys.readouterr().out
+        at = next(i for i, line in enumerate(lines) if line.startswith("  floor"))
+        assert lines[at].endswith(f"at {tb_s:g} TB/s + 6 all-reduces x 7 us per step:")
+        assert "= 50% of it" in lines[at + 1]
+        assert "0.0 GB of KV" in lines[at] and max(map(len, lines)) <= 120  # GB, not "0.000 TB"
+        assert lines[at - 1].startswith("  GPU") and lines[at + 2].startswith("  row appended")  # in the run's block
+    assert report.floor_lines({"tp": 2, "gpu_name": "NVIDIA A100-SXM4-80GB"}, work, llm)[0].startswith(
+        "  floor       none: no copy bandwidth measured for NVIDIA A100")
