@@ -111,7 +111,7 @@ def test_the_floor_line_names_the_bandwidth_of_its_gpu_and_the_all_reduce_cost(c
     monkeypatch.setattr(report, "ALL_REDUCE_FLOOR_S", 7e-6)
     hf = {"hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16, "num_attention_heads": 4,
           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
-    work = SimpleNamespace(prompt_lens=[8, 8], params=[SimpleNamespace(max_tokens=4)] * 2)
+    work = SimpleNamespace(prompt_lens=[8, 8], params=[SimpleNamespace(max_tokens=4)] * 2, request_rate=None)
     llm = SimpleNamespace(config=SimpleNamespace(hf_config=hf, torch_dtype=torch.bfloat16))
     for gpu, tb_s in (("NVIDIA H100 80GB HBM3", 3), ("NVIDIA H200", 4.3)):  # the new-user trial: H200's on an H100
         floor = report.decode_floor([8, 8], [4, 4], hf, 2, 2, tb_s * 1e12)
@@ -123,5 +123,7 @@ def test_the_floor_line_names_the_bandwidth_of_its_gpu_and_the_all_reduce_cost(c
         assert "= 50% of it" in lines[at + 1]
         assert "0.0 GB of KV" in lines[at] and max(map(len, lines)) <= 120  # GB, not "0.000 TB"
         assert lines[at - 1].startswith("  GPU") and lines[at + 2].startswith("  row appended")  # in the run's block
+    paced = report.floor_lines(row, SimpleNamespace(**{**vars(work), "request_rate": 2.5}), llm)
+    assert "tok/s, paced by 2.5 req/s, TPOT p50" in paced[1] and "% of it" not in paced[1]  # no share of a floor
     assert report.floor_lines({"tp": 2, "gpu_name": "NVIDIA A100-SXM4-80GB"}, work, llm)[0].startswith(
         "  floor       none: no copy bandwidth measured for NVIDIA A100")
