@@ -48,7 +48,7 @@ def find_csvs(paths: list[str]) -> list[tuple[str, bool]]:
                 print(f"note: skipped {_some(odd, 3)}: not a regular file", file=sys.stderr)
                 found = [f for f in found if f not in odd]
             below = sorted(d for d in os.listdir(path)  # steps/: step logs (python -m harness.step_log reads one)
-                           if d != "steps" and glob.glob(os.path.join(path, d, "*.csv")))
+                           if d != "steps" and glob.glob(os.path.join(path, d, "**", "*.csv"), recursive=True))
             if not found:
                 raise InputError(f"{path}: no *.csv file in this directory" + (
                     f" (its folders are not searched; name one: {_some(below, 4)})" if below else ""))

@@ -403,8 +403,8 @@ def test_failed_rows_errors_and_missing_metric_columns_are_said_once(tmp_path, c
 
 def test_a_folder_of_folders_names_the_first_and_counts_the_rest(tmp_path, capsys):
     # a new-user trial: "name one: bcast, ideal1, main, serve" left out serve1 and sweep without a word
-    for name in ("a", "b", "c", "d", "e", "f"):
-        (tmp_path / name).mkdir()
+    for name in ("a", "b", "c", "d", "e", "f/deeper"):  # a new-user trial: results/h100/session*/ went unnamed
+        (tmp_path / name).mkdir(parents=True)
         write(sweep_rows(planes=("shm",), tps=(2,), repeats=1), tmp_path / name / "runs.csv")
     assert main([str(tmp_path)]) == 2
     assert "(its folders are not searched; name one: a, b, c, d and 2 more)" in capsys.readouterr().err

@@ -908,7 +908,10 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     from harness.preflight import check_command
 
     assert check_command(["-m", "engine=hf,tp", "llm.max_num_seqs=4"])[0] is None
-    assert capsys.readouterr().err.count("does not read llm.max_num_seqs") == 1
+    assert capsys.readouterr().err.count("nothing reads llm.max_num_seqs") == 1
+    # a new-user trial: engine=hf control=shm ran with an empty control column and no word
+    assert check_command(["engine=hf", "control=shm", "control.options.segment_bytes=65536"])[0] is None
+    assert "no control plane: nothing reads control, control.options.segment_bytes" in capsys.readouterr().err
     assert check_command(["workload=smoke", "++workload.cpu.num_seqs=2"])[0] is None
     assert "workload=smoke does not scale on CPU (scale_on_cpu=false): nothing reads" in capsys.readouterr().err
     # session 13's new-user trial: the draw stopped at the vocabulary's last id, silently
