@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call 122, reordered for a short budget (session 46: six starts failed): (1) the engine A/B first, this tree
+# Call 122, reordered for a short budget (session 46: eleven tries found no machine): (1) the engine A/B first, this tree
 # (branch ss-stride) against main (.base), Qwen3-0.6B then 8B `latency`, 3 repeats; (2) the 0.6B's critical path
 # on this tree; (3) norm_chain.py at both shapes; (4) the GPU tests the change touches. Each step after the A/B
 # runs only if DEADLINE (s, default 585) leaves it room. Carry .whl .commit .base/.commit.
