@@ -230,7 +230,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
 def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     """Notes on what ``job`` (composed: ``cfg``) sets that nothing reads, or past the model's vocabulary."""
     keys = _given(job)
-    llm = [k for k in keys if k.startswith(("llm.", "control.")) or k == "control"]
+    engine_keys = [k for k in keys if k.startswith(("llm.", "control.")) or k == "control"]
     cpu = [k for k in keys if k.startswith("workload.cpu.")]
     no_steps = "engine=hf" if cfg.engine == "hf" else f"workload={cfg.workload.name}"
     why = {"save_requests": ("requests", f"workload={cfg.workload.name} has no per-request file (a serve workload "
@@ -240,9 +240,9 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
                              else f"{no_steps} writes no trace")}
     notes = [f"note: {why[k][1]}: nothing reads {k}" for k in why if k in keys and cfg[k] and why[k][0] not in
              run_folders(cfg)]
-    if llm and cfg.engine == "hf":
+    if engine_keys and cfg.engine == "hf":
         notes.append(f"note: engine=hf runs transformers' generate in one process, with no control plane: nothing "
-                     f"reads {', '.join(llm)}")
+                     f"reads {', '.join(engine_keys)}")
     if cpu and not cfg.workload.get("scale_on_cpu"):
         notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
                      f"{', '.join(cpu)}")
