@@ -954,7 +954,7 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     (["-m", "control=ideal,shm", "workload=smoke,latency", "tp=2"], None),
     (["-m", "llm.async_scheduling=true,false", "control=ideal,shm"], "starts an engine 4 times where 2 would do"),
     (["-m", "workload=smoke,latency", "control=ideal,shm", "reuse_engine=false"], None),
-    (["-m", "workload=smoke,latency", "control=ideal,shm", "engine=hf"], None),
+    (["-m", "workload=smoke,latency", "control=ideal,shm", "engine=hf"], "no control plane: nothing reads control"),
     (["-m", "model.preset.vocab_size=5000", "workload=smoke,latency"], None),  # model=auto: no preset to compose
 ])
 def test_a_file_switch_on_a_job_that_writes_no_such_file_passes_with_a_note(argv, note, capsys):
