@@ -184,9 +184,9 @@ def floor_lines(row: dict, work: Workload, llm) -> list[str]:
     ar = (f" + {f['all_reduces_per_step']} all-reduces x {ALL_REDUCE_FLOOR_S * 1e6:g} us per step"
           if f["all_reduces_per_step"] else "")
     gb = partial(_fmt, f, spec=lambda b: f"{b / 1e9:.1f} GB" if b < 1e12 else f"{b / 1e12:.2f} TB")
-    share = f" = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it"
-    if work.request_rate is not None and math.isfinite(work.request_rate):  # the floor runs every request at once
-        share = f", paced by {work.request_rate:g} req/s"
+    paced = work.request_rate is not None and math.isfinite(work.request_rate)  # the floor runs every request at once
+    share = (f", paced by {work.request_rate:g} req/s" if paced
+             else f" = {100 * row['output_tok_s'] / f['floor_tok_s']:.0f}% of it")
     return [f"  floor       per GPU decode reads {gb('weight_bytes')} of weights + {gb('kv_bytes')} of KV at "
             f"{bandwidth / 1e12:g} TB/s{ar}:",
             f"{MORE}<= {f['floor_tok_s']:.0f} output tok/s, decode step >= {f['step_floor_ms']:.3f} ms; measured "
