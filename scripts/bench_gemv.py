@@ -1,6 +1,7 @@
 """The decode GEMMs at batch 1: cuBLAS (``F.linear``) against the Triton GEMV (``engine/layers/gemv.py``).
 
-    python scripts/bench_gemv.py [--sweep] [--chain] [--tp 1,2] [--models qwen3-8b] [--out table.txt]
+    python scripts/bench_gemv.py [--sweep] [--tiles 1,4096,4 ...] [--chain] [--tp 1,2] [--models qwen3-8b]
+                                 [--out table.txt]
 
 For every linear layer of Qwen3-0.6B and Qwen3-8B at tp=1 and tp=2 (the weight shard ``[N, K]`` one rank
 holds) at batch 1, on one GPU: microseconds per call beside the floor at 4.3 TB/s (the H200's, on any GPU).
@@ -16,6 +17,7 @@ that chose the tiles.)
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import sys
@@ -75,10 +77,10 @@ def replay_ms(fn) -> float:
 SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048, 4096), (2, 4, 8)))  # (block_n, block_k, num_warps)
 
 
-def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
+def variants(x, ws, sweep: bool, tiles: list[tuple[int, int, int]]) -> list[tuple[str, float]]:
     """(name, us per call) of cuBLAS and the GEMV with call 9's tiles (4 rows, block_k 512, 4 warps) and with
     today's (``gemv.tiles``), each without and with PDL (``engine/layers/pdl.py``); with ``sweep`` the best
-    of SWEEP with PDL."""
+    of SWEEP with PDL; then each of ``tiles`` (block_n, block_k, num_warps) with PDL."""
     copies = len(ws)
     out = [("cuBLAS", time_us(lambda i: F.linear(x, ws[i]), copies))]
     for on, (name, tile) in itertools.product((False, True), (("call-9", (4, 512, 4)), ("default", (None,) * 3))):
@@ -88,6 +90,9 @@ def variants(x, ws, sweep: bool) -> list[tuple[str, float]]:
         t, cfg = min((time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk, num_warps=nw), copies),
                       (bn, bk, nw)) for bn, bk, nw in SWEEP if bk <= max(512, 2 * ws[0].shape[1]))
         out.append((f"best PDL {cfg}", t))
+    for bn, bk, nw in tiles:
+        out.append((f"PDL {(bn, bk, nw)}", time_us(lambda i: gemv(x, ws[i], block_n=bn, block_k=bk, num_warps=nw),
+                                                   copies)))
     pdl.ENABLED = False
     return out
 
@@ -123,12 +128,22 @@ def chain_ms(model: str, dev: torch.device) -> list[str]:
     return out
 
 
+def tile(text: str) -> tuple[int, int, int]:
+    """``--tiles``' "block_n,block_k,num_warps": three powers of two."""
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 and int(p) & (int(p) - 1) == 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not BLOCK_N,BLOCK_K,WARPS (three powers of two)")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
 def main() -> None:
     ap = OneLineParser()
     ap.add_argument("--sweep", action="store_true", help="also the best of a tile grid, with PDL")
     ap.add_argument("--tp", default="1,2", help="tensor-parallel sizes whose shards to time (default 1,2)")
     ap.add_argument("--chain", action="store_true", help="also each model's whole chain of GEMVs in one graph")
     ap.add_argument("--models", default=",".join(MODELS), help=f"which of {', '.join(MODELS)} (default all)")
+    ap.add_argument("--tiles", nargs="+", default=[], type=tile, metavar="BLOCK_N,BLOCK_K,WARPS",
+                    help="also these tiles, with PDL (powers of two, e.g. 1,4096,4)")
     ap.add_argument("--out")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -150,7 +165,8 @@ def main() -> None:
                 err = (gemv(x, ws[0]).double() - ref).abs().max().item()
                 assert err <= 0.01 * ref.abs().max().item(), f"{model} {layer} pdl={on}: error {err}"
             floor = n * k * 2 / HBM_BYTES_S * 1e6
-            cells = "; ".join(f"{name} {t:.2f} ({floor / t:.0%})" for name, t in variants(x, ws, args.sweep))
+            timed = variants(x, ws, args.sweep, args.tiles)
+            cells = "; ".join(f"{name} {t:.2f} ({floor / t:.0%})" for name, t in timed)
             line = f"{model} tp={tp} {layer} {n}x{k} floor {floor:.2f} us: {cells}"
             lines.append(line)
             print(line, flush=True)
