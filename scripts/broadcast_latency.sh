@@ -23,10 +23,10 @@ case ${PAYLOADS:-all} in
         controls=ring,shm,pipe,queue,gloo; repeat=3; messages=500; limit=330 ;;
   *) echo "error: PAYLOADS must be all or step, got ${PAYLOADS}" >&2; exit 2 ;;
 esac
-CSV=${CSV:-broadcast.csv}
-check_overrides workload=broadcast ${payload_args[@]+"${payload_args[@]}"} "$@"
+CSV=${CSV:-broadcast.csv} TPS=${TPS:-2,4,8} CONTROLS=${CONTROLS:-$controls}
+check_overrides workload=broadcast control=${CONTROLS%%,*} tp=${TPS%%,*} ${payload_args[@]+"${payload_args[@]}"} "$@"
 { nproc; python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
-timeout --foreground ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=${CONTROLS:-$controls} tp=${TPS:-2,4,8} \
+timeout --foreground ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=$CONTROLS tp=$TPS \
   repeat=${REPEAT:-$repeat} workload.messages=${MESSAGES:-$messages} workload.warmup=50 \
   workload.max_bytes_per_payload=268435456 progress=false results_dir="$OUT" results_file="$CSV" \
   ${payload_args[@]+"${payload_args[@]}"} "$@" > "$OUT/broadcast.log" 2>&1

@@ -18,9 +18,10 @@ export TPCP_GIT_COMMIT=${TPCP_GIT_COMMIT:-$(cat .commit 2>/dev/null)}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # A step that a signal stopped exits 128 + its number (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP) and bash goes on (it
 # waited for the step): ERR (set -E: in functions and subshells too) ends the script there with that code;
-# INT/TERM between steps ends it directly.
+# INT/TERM between steps ends it directly. The trap keeps its code in a name of its own: it runs after every failed
+# command (a grep finding nothing too), and a script's own `rc` would be overwritten.
 set -E
-trap 'rc=$?; case $rc in 129|130|143) [ $BASH_SUBSHELL -eq 0 ] && echo "error: interrupted" >&2; exit $rc;; esac' ERR
+trap '_err_rc=$?; case $_err_rc in 129|130|143) [ $BASH_SUBSHELL -eq 0 ] && echo "error: interrupted" >&2; exit $_err_rc;; esac' ERR
 trap '[ $BASH_SUBSHELL -eq 0 ] && echo "error: interrupted" >&2; exit 130' INT TERM
 require_gpus() {  # N: unless this machine has N CUDA GPUs, one line on stderr and exit 2, before any step
   local n

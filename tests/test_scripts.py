@@ -158,3 +158,16 @@ def test_in_tree_runs_a_command_on_that_trees_code_and_commit(tmp_path):
     there, here = res.stdout.split("\n")[:2]
     assert there == f"{base / 'engine'} {'b' * 40}"
     assert here.startswith(str(ROOT / "engine"))
+
+
+@pytest.mark.slow
+def test_broadcast_latency_runs_its_documented_step_sweep_on_cpu(tmp_path):
+    """Session 47's docs audit: the script checked one job at the default tp=1, which workload=broadcast refuses, so
+    every documented command exited 2. Its CPU sweep (RING.md's), made small, now runs through to its tables."""
+    env = {"OUT": str(tmp_path), "PAYLOADS": "step", "CONTROLS": "shm", "TPS": "2", "REPEAT": "1", "MESSAGES": "60"}
+    res = subprocess.run(["bash", "scripts/broadcast_latency.sh"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                           f"{os.environ.get('PATH', '')}"})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = (tmp_path / "broadcast.csv").read_text().splitlines()
+    assert len(rows) == 3 and "| decode-256 |" in (tmp_path / "table.md").read_text()  # header, 2 payloads
