@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -48,6 +49,7 @@ def has_key(node, key: str) -> bool:
     return OmegaConf.select(node, key, default=_NONE) is not _NONE
 
 
+@functools.lru_cache(maxsize=64)  # per compose (one a command): every job of a sweep asks the same
 def options_having(group: str, key: str, compose) -> list[str]:
     """The options of ``group`` whose composition has ``key`` (dotted, below the group)."""
     return [o for o in group_options(group) if has_key(compose([f"{group}={o}"])[group], key)]
