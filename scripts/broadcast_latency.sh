@@ -14,6 +14,7 @@
 #   PAYLOADS=step bash scripts/broadcast_latency.sh
 #   PAYLOADS=step CONTROLS=ring,shm,zmq,hybrid TPS=2,4 LIMIT=200 bash scripts/broadcast_latency.sh
 # Other knobs: TPS (2,4,8), LIMIT (seconds for the sweep; 590 for all, 330 for step), CSV (broadcast.csv).
+# Bad input: one line on stderr and exit 2, with no row written.
 # Rows: $OUT/$CSV; log: $OUT/broadcast.log; tables: $OUT/table.md; encoding costs: $OUT/step_encoding_cost.txt.
 set -uo pipefail
 source scripts/device_env.sh
@@ -23,15 +24,22 @@ case ${PAYLOADS:-all} in
         controls=ring,shm,pipe,queue,gloo; repeat=3; messages=500; limit=330 ;;
   *) echo "error: PAYLOADS must be all or step, got ${PAYLOADS}" >&2; exit 2 ;;
 esac
-CSV=${CSV:-broadcast.csv} TPS=${TPS:-2,4,8} CONTROLS=${CONTROLS:-$controls}
+CSV=${CSV:-broadcast.csv} TPS=${TPS:-2,4,8} CONTROLS=${CONTROLS:-$controls} LIMIT=${LIMIT:-$limit}
+[[ $LIMIT =~ ^[1-9][0-9]*$ ]] || { echo "error: LIMIT must be a whole number of seconds, got ${LIMIT}" >&2; exit 2; }
+# One job of the first values, in a line; the sweep checks all of its jobs before the first (a refusal: below).
 check_overrides workload=broadcast control=${CONTROLS%%,*} tp=${TPS%%,*} ${payload_args[@]+"${payload_args[@]}"} "$@"
-{ nproc; python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
-timeout --foreground ${LIMIT:-$limit} python3 -m harness -m workload=broadcast control=$CONTROLS tp=$TPS \
+timeout --foreground $LIMIT python3 -m harness -m workload=broadcast control=$CONTROLS tp=$TPS \
   repeat=${REPEAT:-$repeat} workload.messages=${MESSAGES:-$messages} workload.warmup=50 \
   workload.max_bytes_per_payload=268435456 progress=false results_dir="$OUT" results_file="$CSV" \
   ${payload_args[@]+"${payload_args[@]}"} "$@" > "$OUT/broadcast.log" 2>&1
 rc=$?
+if [ $rc -eq 2 ]; then  # bad input in a later value of the sweep: refused before its first job, nothing ran
+  { grep -m1 "^error: " "$OUT/broadcast.log" || echo "error: the harness refused the sweep"; } >&2
+  rm -f "$OUT/broadcast.log"
+  exit 2
+fi
 echo "broadcast: exit $rc after $SECONDS s"
+{ nproc; python3 -c "import torch; print('torch', torch.__version__)"; } 2>&1 | tee "$OUT/host.txt"
 grep -iE "error|Traceback" "$OUT/broadcast.log" | head -5
 rm -f "$OUT"/*.lock
 [ -s "$OUT/$CSV" ] || { echo "error: no rows in $OUT/$CSV (see $OUT/broadcast.log)" >&2; exit $(( rc ? rc : 1 )); }

@@ -75,6 +75,10 @@ BAD_INPUT = [  # (environment, argv): session 42's new-user trial found each of 
     ({"NODES": "x"}, ["bash", "scripts/sim_nodes.sh", "-m", "harness"]),
     ({}, ["bash", "scripts/sim_nodes.sh", "-m", "harness", "tp=abc"]),
     ({}, ["bash", "scripts/broadcast_latency.sh", "--bogus"]), ({}, ["bash", "scripts/serve_host.sh", "tp=abc"]),
+    # session 47's trial: a bad later value of a list, or REPEAT, ran the sweep's steps and said so only on stdout
+    ({"PAYLOADS": "step", "CONTROLS": "shm,bogus", "TPS": "2"}, ["bash", "scripts/broadcast_latency.sh"]),
+    ({"PAYLOADS": "step", "TPS": "2", "REPEAT": "x"}, ["bash", "scripts/broadcast_latency.sh"]),
+    ({"LIMIT": "abc"}, ["bash", "scripts/broadcast_latency.sh"]),
     ({}, [sys.executable, "scripts/broadcast_table.py"]), ({}, [sys.executable, "scripts/broadcast_table.py", "x.csv"]),
     ({}, [sys.executable, "scripts/ring_cpu_cost.py", "abc"]),
     ({}, [sys.executable, "scripts/step_encoding_cost.py", "--nope"]), ({}, [sys.executable, "scripts/gpu_only.py"]),
