@@ -147,56 +147,61 @@ def test_idle_ring_reader_costs_under_5_percent_of_a_core():
 def test_ring_poller_sleeps_instead_of_yielding_once_a_yield_comes_back_late(monkeypatch):
     """Late sched_yields in a row (another task had the core) on a host whose runnable tasks fill its cores
     switch the yield phase to short sleeps for RECHECK_S; prompt yields (an idle core) never do, nor late ones
-    on a host with idle cores (a thread of the same process held the GIL)."""
+    on a host with idle cores (a thread of the same process held the GIL). The clock is fake: a prompt yield
+    takes 1 us, a late one 4x CONTENDED_YIELD_S, whatever the machine running the test is doing."""
+    from types import SimpleNamespace
+
     from backends import ring
 
     contended = {"on": True}
     monkeypatch.setattr(ring, "host_contended", lambda: contended["on"])
     calls = {"yield": 0, "sleep": 0}
     late = {"on": False}
+    clock = {"now": 100.0}
+
+    def fake_monotonic():  # each reading 0.1 us after the last
+        clock["now"] += 1e-7
+        return clock["now"]
 
     def fake_yield():
         calls["yield"] += 1
-        if late["on"] == "always" or (late["on"] == "alternate" and calls["yield"] % 2):
-            time.sleep(ring.CONTENDED_YIELD_S * 4)
+        is_late = late["on"] == "always" or (late["on"] == "alternate" and calls["yield"] % 2)
+        clock["now"] += ring.CONTENDED_YIELD_S * 4 if is_late else 1e-6
 
     def fake_sleep(s):
-        if s == ring.CONTENDED_SLEEP_S:
-            calls["sleep"] += 1
+        calls["sleep"] += s == ring.CONTENDED_SLEEP_S
+        clock["now"] += s
 
     def wait_once(poller):
         polls = {"n": 0}
 
         def ready():
             polls["n"] += 1
-            return polls["n"] > 64 * 20  # 20 rounds of 64 polls, each followed by a yield or a sleep
+            return polls["n"] > 64 * 19 + 1  # a first look, then 19 rounds of 64 polls ending in a yield or a sleep
 
+        calls.update({"yield": 0, "sleep": 0})
         poller.wait(ready, lambda: None, None, "test")
 
     monkeypatch.setattr(ring.os, "sched_yield", fake_yield)
+    monkeypatch.setattr(ring, "time", SimpleNamespace(monotonic=fake_monotonic, sleep=fake_sleep))
     poller = ring.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
     wait_once(poller)
-    assert calls["yield"] >= 19 and calls["sleep"] == 0  # prompt yields: yielding goes on
+    assert calls == {"yield": 19, "sleep": 0}  # prompt yields: yielding goes on
 
     late["on"] = "alternate"
-    calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
-    assert calls["yield"] >= 19 and poller.contended_until == 0.0  # a stray late yield is no verdict
+    assert calls == {"yield": 19, "sleep": 0} and poller.contended_until == 0.0  # a stray late yield is no verdict
 
     late["on"] = "always"
-    real_sleep = time.sleep
-    monkeypatch.setattr(ring.time, "sleep", lambda s: (fake_sleep(s), real_sleep(s)))
     contended["on"] = False  # idle cores: late yields are this process's own threads, yielding goes on
-    calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
-    assert calls["yield"] >= 19 and calls["sleep"] == 0 and poller.contended_until == 0.0
+    assert calls == {"yield": 19, "sleep": 0} and poller.contended_until == 0.0
 
     contended["on"] = True
     poller = ring.Poller(spin_us=0, idle_ms=10_000, sleep_us=2000)
-    calls.update({"yield": 0, "sleep": 0})
     wait_once(poller)
-    assert calls["yield"] == ring.LATE_YIELDS and calls["sleep"] >= 16  # late yields, then short sleeps
-    assert poller.contended_until > time.monotonic()
+    assert calls == {"yield": ring.LATE_YIELDS, "sleep": 19 - ring.LATE_YIELDS}  # late yields, then short sleeps
+    assert clock["now"] < poller.contended_until < clock["now"] + ring.RECHECK_S
 
 
 def test_host_contended_reads_runnable_tasks_against_usable_cores(monkeypatch, tmp_path):
