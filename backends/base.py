@@ -148,6 +148,10 @@ class ControlPlane(ABC):
     def wait_ready(self) -> None:
         """Block until the workers have joined a plane that connects; ControlPlaneError after ``startup_timeout_s``."""
 
+    def unlink(self) -> None:
+        """Remove the names the workers found this plane by (segments, semaphores) once none will open it again;
+        what is open keeps working. From then on a SIGKILL of rank 0 leaves none behind."""
+
     def close(self) -> None:
         """Release what the driver owns. Idempotent."""
 

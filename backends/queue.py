@@ -7,7 +7,7 @@ import multiprocessing as mp
 import queue as queue_mod
 
 from .base import POLL_S, ControlPlane, PeerGone, WorkerEndpoint
-from .segments import register_semaphores, release_segment
+from .segments import register_semaphores, release_segment, unlink_name
 
 
 class QueueControlPlane(ControlPlane):
@@ -26,6 +26,9 @@ class QueueControlPlane(ControlPlane):
         self.liveness_check()  # put() never blocks, so this is where a dead worker is noticed
         for q in self.queues:
             q.put(payload)
+
+    def unlink(self) -> None:
+        unlink_name(self.registry)
 
     def close(self) -> None:
         for q in self.queues:

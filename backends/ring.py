@@ -34,7 +34,7 @@ from functools import partial
 from common import check_int, is_number
 
 from .base import HOST, POLL_S, ControlPlane, ControlPlaneError, WorkerEndpoint
-from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, release_segment
+from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, release_segment, unlink_name
 
 HEADER = struct.Struct("<QQQQI")
 SEQ = struct.Struct("<Q")
@@ -187,6 +187,10 @@ class RingControlPlane(ControlPlane):
     def _send_bytes(self, payload: bytes) -> None:
         if self.writer is not None:
             self.writer.write(payload, self.liveness_check, self.timeout_s)
+
+    def unlink(self) -> None:
+        if self.writer is not None:
+            unlink_name(self.writer.shm)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -2,8 +2,9 @@
 stale), and registry segments ``tpcp_<pid>_sems<random>`` listing the named semaphores a plane creates.
 
 All are kept out of multiprocessing's resource tracker, which outlives a SIGKILLed rank 0 and calls what it holds
-"leaked" whoever removes it. The creator unlinks at release (or exit), the workers on its host a dead rank 0's
-(:func:`remove_segments_of`), the next run those of a run that died whole (:func:`remove_stale_segments`).
+"leaked" whoever removes it. The creator unlinks once nobody will open them again (:func:`unlink_name`), at
+release, or at exit; the workers on its host a dead rank 0's (:func:`remove_segments_of`); the next run those of a
+run that died whole (:func:`remove_stale_segments`).
 """
 
 from __future__ import annotations
@@ -118,10 +119,17 @@ def create_segment(size: int) -> shared_memory.SharedMemory:
     return shm
 
 
+def unlink_name(shm: shared_memory.SharedMemory | None) -> None:
+    """Unlink ``shm`` (a registry: and the semaphores it lists) and keep it mapped: whoever opened it goes on, nobody
+    can open it any more. The creator's job, once."""
+    if shm is not None:  # through its finalizer (which then never runs again), else by name
+        _OWNED.pop(shm.name, partial(_unlink, shm._name))()
+
+
 def release_segment(shm: shared_memory.SharedMemory | None, unlink: bool) -> None:
     """Close ``shm`` (and unlink it: the creator's job); returns None for ``self.shm = release_segment(...)``."""
     if shm is not None:
         shm.close()
-        if unlink:  # through its finalizer (which then never runs again), else by name
-            _OWNED.pop(shm.name, partial(_unlink, shm._name))()
+        if unlink:
+            unlink_name(shm)
     return None

@@ -15,7 +15,7 @@ import struct
 from common import check_int
 
 from .base import ControlPlane, WorkerEndpoint, wait_until
-from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, register_semaphores, release_segment
+from .segments import MAX_SEGMENT_BYTES, create_segment, open_segment, register_semaphores, release_segment, unlink_name
 
 HEADER = struct.Struct("<QQQ")
 DATA_OFFSET = 64
@@ -55,6 +55,10 @@ class ShmControlPlane(ControlPlane):
             HEADER.pack_into(buf, 0, total, offset, n)
             for ready in self.ready:
                 ready.release()
+
+    def unlink(self) -> None:
+        unlink_name(self.shm)
+        unlink_name(self.registry)
 
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)

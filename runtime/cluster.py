@@ -106,9 +106,9 @@ class Cluster:
         return {"send": send.as_dict(), "recv": recv, "silent_s": self.group.lifelines.take_silences()}
 
     def close(self, grace_s: float = 5.0, exit_wait_s: float = 5.0) -> None:
-        """The exit message (a send waits at most ``exit_wait_s``), ``teardown()``, then (whatever it raised) up to
-        ``grace_s`` for the workers to end (those left are terminated, then killed); free the plane's segments and
-        sockets."""
+        """The exit message (a send waits at most ``exit_wait_s``) and the plane's names unlinked, ``teardown()``, then
+        (whatever it raised) up to ``grace_s`` for the workers to end (those left are terminated, then killed); free
+        the plane's segments and sockets."""
         try:
             if self.control is not None:
                 self.group.kill_stalled()
@@ -118,6 +118,8 @@ class Cluster:
                 except KeyboardInterrupt:  # a stop signal here, or a worker's interruption met again: said already
                     if not self.group.interrupted:
                         raise
+                finally:  # the workers are leaving: a rank 0 killed while it waits for them leaves no segment
+                    self.control.unlink()
             if self.teardown is not None:
                 with contextlib.suppress(Exception):
                     self.teardown()

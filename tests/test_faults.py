@@ -384,6 +384,38 @@ def test_stale_segment_of_a_dead_run_is_removed():
                 os.unlink(p)
 
 
+RANK0_KILLED_AFTER_ITS_WORKERS = """
+import os, signal, sys
+from harness.broadcast import BroadcastGroup
+group = BroadcastGroup(sys.argv[1], 2, {}, timeout_s=30.0, startup_timeout_s=60.0)
+registry = getattr(group.control, "registry", None)
+listed = open(f"/dev/shm/{registry.name}").read().strip("\\0").split() if registry else []
+print(os.getpid(), *listed, flush=True)
+
+def die():  # the exit message is sent: wait for the worker to leave, then die as a SIGKILL in close() would
+    group.group.procs[1].join(20)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+group.teardown = die
+group.close()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("control", ["shm", "queue", "ring"])
+def test_a_rank0_killed_after_its_workers_left_leaves_no_segment(control):
+    """Session 47's trial: rank 0 SIGKILLed in the last moment of its shutdown, its workers gone, left its segments
+    and semaphores to the next run. It now unlinks them as soon as the exit message is sent."""
+    proc = subprocess.run([sys.executable, "-c", RANK0_KILLED_AFTER_ITS_WORKERS, control], cwd=ROOT,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    pid, *listed = proc.stdout.split()
+    semaphores = ["sem." + name.lstrip("/") for name in listed]
+    assert (control != "ring") == bool(semaphores)  # shm and queue list theirs
+    left = [name for name in os.listdir("/dev/shm") if name.startswith(f"tpcp_{pid}_") or name in semaphores]
+    assert left == []
+
+
 @pytest.mark.timeout(180)
 def test_a_broadcast_run_whose_worker_dies_prints_its_failed_row(tmp_path, model_cache):
     # a new-user trial: the failed row was written but not printed (no [failed] block, no "row appended")
