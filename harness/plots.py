@@ -164,7 +164,7 @@ def draw_exposed(ax, rows: pd.DataFrame, colours: dict) -> None:
     low, high = rows.low_us.min(), rows.high_us.max()
     span = max(high, 0) - min(low, 0) or 1.0
     ax.set_ylim(min(low, 0) - 0.1 * span, max(high, 0) + 0.3 * span)  # room for the % above the bars
-    ax.set_ylabel("exposed (us)", fontsize=7)
+    ax.set_ylabel("exposed cost (us)", fontsize=7)
 
 
 def legends(planes: list, colours: dict, verdicts: pd.Series) -> list[list]:
@@ -193,8 +193,8 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     handles = legends(planes, colours, table.verdict)
     ncols = min(COLUMNS, len(groups))
     col_w = max(4.2, 7.5 / ncols)  # one panel: wide enough for the legend
-    note = ("each plane's median minus control=ideal's, error bar [plane min - ideal max, plane max - ideal "
-            "min] over repeats, % of ideal's")
+    note = ("exposed control-plane cost: each plane's median minus control=ideal's (no transport), error bar "
+            "[plane min - ideal max, plane max - ideal min] over repeats, % of ideal's")
     header, top = header_inches(col_w * ncols, df, shared, note, handles)
     apart = "\nideal's batches differ: no floor (the table's note)"
     titles = [panel_title(label, rows) + apart * bool(ideal_apart(rows).any())
