@@ -67,8 +67,20 @@ def test_a_stop_mid_step_does_not_wait_for_workers_to_read_the_exit_message(cont
     with pytest.raises(RuntimeError, match="KeyboardInterrupt and the ranks may be out of step: shut this LLM down"):
         llm.generate([[4, 5]], SamplingParams(temperature=0, max_tokens=2))
     assert time.monotonic() - start < 1.0
+    exit_s, send_exit = [], llm.cluster.control.send_exit
+
+    def timed_send_exit():
+        t0 = time.monotonic()
+        try:
+            return send_exit()
+        finally:
+            exit_s.append(time.monotonic() - t0)
+
+    llm.cluster.control.send_exit = timed_send_exit
     llm.shutdown()
-    assert time.monotonic() - start < 4.0 and not worker.is_alive()  # 5 s and more before
+    # The exit message waited 5 s before (the whole stop took ~6 s); now 0.5 s at most. It is timed alone: the rest
+    # of the shutdown is the worker's own exit, which a loaded 2-core machine stretched to 11-13 s (< 4 s failed).
+    assert exit_s and exit_s[0] < 2.5 and not worker.is_alive()
 
 
 @pytest.mark.timeout(120)
@@ -108,14 +120,33 @@ def test_sigusr1_to_a_worker_prints_its_stacks_and_the_run_goes_on(tiny_untied, 
     assert "most recent call first" in capfd.readouterr().err
 
 
+LONG_RUNS: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_long_run_left():
+    """A test that failed or timed out before its long run ended does not leave it running: on a loaded 2-core
+    machine one (repeat=50) ran on for 19 minutes beside the next tests, which then timed out too."""
+    yield
+    while LONG_RUNS:
+        proc = LONG_RUNS.pop()
+        if proc.poll() is None:
+            proc.kill()  # its workers follow, unlinking its segments (test_sigkilled_rank0_leaves_nothing_...)
+            proc.communicate(timeout=60)
+            deadline = time.monotonic() + 10
+            while segments_of(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+
 def start_long_run(tmp_path, cache, *extra):
     """The harness on a long job, started with SIGINT ignored as a shell starts a background job (Python
     keeps that): the run must stop on SIGINT all the same."""
     env = {**os.environ, "TPCP_CACHE": cache}
-    return subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50", "progress=false",
-                             f"results_dir={tmp_path}", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    LONG_RUNS.append(subprocess.Popen([sys.executable, "-m", "harness", "tp=2", "workload=bench", "repeat=50",
+                                       "progress=false", f"results_dir={tmp_path}", *extra], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)))
+    return LONG_RUNS[-1]
 
 
 def wait_for_workers(proc) -> list[int]:
@@ -321,16 +352,24 @@ def test_a_stalled_worker_is_named_and_shutdown_stays_bounded(tiny_untied, tiny_
         threading.Timer(0.5, os.kill, (proc.pid, signal.SIGSTOP)).start()
     if when == "resumed":
         threading.Timer(0.5 + 3.8, os.kill, (proc.pid, signal.SIGCONT)).start()
+    sent = []  # what shutdown sends the victim, in order
+
+    def spy(name, send):
+        return lambda: (sent.append(name), send())[1]
+
+    proc.kill, proc.terminate = spy("kill", proc.kill), spy("terminate", proc.terminate)
     try:
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=f"rank {victim} failed: stalled: no sign of life"):
             llm.generate([[1, 2, 3]] * 2, LONG)
         assert time.monotonic() - t0 < 3 + 8  # timeout_s plus a few seconds
     finally:
-        t1 = time.monotonic()
         llm.shutdown()
-        assert time.monotonic() - t1 < 5
         os.kill(proc.pid, signal.SIGCONT) if proc.is_alive() else None
+    # Killed at once, not waited for: before, the join's 5 s grace ran out on it (then terminate, then kill), ~7 s
+    # more. Not timed as a whole (< 5 s): a loaded 2-core machine took 7-11 s to let the healthy workers exit.
+    # Resumed, it is a healthy worker by then, as slow to exit as the others.
+    assert when == "resumed" or sent[:1] == ["kill"], sent
     assert not proc.is_alive()
 
 

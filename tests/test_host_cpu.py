@@ -26,9 +26,14 @@ def test_the_time_outside_the_run_s_tree_is_the_others():
     others'; inside it, it is not. The difference is this process's CPU time, whatever else the host runs."""
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        outside, inside = OtherCpu(roots={sleeper.pid}), OtherCpu(roots={os.getpid()})
-        with outside, inside:
-            mine = spin(1.2)
+        for _ in range(3):  # a host too busy to give this process 0.2 of a core shows nothing: try again, then skip
+            outside, inside = OtherCpu(roots={sleeper.pid}), OtherCpu(roots={os.getpid()})
+            with outside, inside:
+                mine = spin(1.2)
+            if mine > 0.2:
+                break
+        else:  # a loaded 2-core CI machine gave it 0.02 of a core
+            pytest.skip(f"this process got {mine:.2f} of a core over 1.2 s, 3 times: the host is too busy to tell")
     finally:
         sleeper.kill()
         sleeper.wait()
