@@ -88,6 +88,9 @@ class IdealControlPlane(_WrapsInner, ControlPlane):
     def wait_ready(self) -> None:
         self.inner.wait_ready()
 
+    def unlink(self) -> None:
+        self.inner.unlink()
+
     def start_recording(self) -> None:
         """Record every message sent until :meth:`stop_recording` (they still travel); ends any replay."""
         self._recording, self._expected, self._sizes = [], None, []
