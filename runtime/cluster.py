@@ -9,7 +9,7 @@ from backends import ControlContext, ControlPlaneError, get_control_plane, plane
 from common import ConfigError, first_line
 
 from .launch import Launch, wait_get
-from .worker import REPORT, agreement
+from .worker import OPENED, REPORT, agreement
 from .worker_group import WorkerGroup
 
 
@@ -105,6 +105,13 @@ class Cluster:
         recv = self.group.collect_stats()
         return {"send": send.as_dict(), "recv": recv, "silent_s": self.group.lifelines.take_silences()}
 
+    def _all_opened(self) -> bool:
+        """Whether every worker has announced OPENED (False when the store cannot tell)."""
+        keys = [f"{OPENED}/{r}" for r in self.group.workers]
+        with contextlib.suppress(Exception):
+            return not keys or self.group.store.check(keys)
+        return False
+
     def close(self, grace_s: float = 5.0, exit_wait_s: float = 5.0) -> None:
         """The exit message (a send waits at most ``exit_wait_s``) and the plane's names unlinked, ``teardown()``, then
         (whatever it raised) up to ``grace_s`` for the workers to end (those left are terminated, then killed); free
@@ -119,7 +126,8 @@ class Cluster:
                     if not self.group.interrupted:
                         raise
                 finally:  # the workers are leaving: a rank 0 killed while it waits for them leaves no segment
-                    self.control.unlink()
+                    if self._all_opened():  # else one still opening by name would fail
+                        self.control.unlink()
             if self.teardown is not None:
                 with contextlib.suppress(Exception):
                     self.teardown()

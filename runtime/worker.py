@@ -29,6 +29,7 @@ from .lifeline import Lifeline, watch_parent
 REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
 REFUSED = 2  # exit code of a worker told by rank 0 that the run will not start (bad input)
 INTERRUPTED = 130  # exit code of a worker stopped by a signal (torchrun's ranks take Ctrl-C and SIGTERM)
+OPENED = "opened"  # start-up stage: the worker holds its end of the plane (rank 0 may unlink the plane's names)
 
 
 @dataclass
@@ -92,6 +93,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
         endpoint.liveness_check = driver_alive
         store.set(f"opening/{rank}", "1")  # a start-up stage: rank 0's notes name who has not got here
         endpoint.open(store)
+        store.set(f"{OPENED}/{rank}", "1")
         try:
             code = body(Joined(rank, store, endpoint, lifeline, node_of), *body_args)
         finally:

@@ -71,3 +71,10 @@ def joins_then_dies(joined, world_size: int, timeout_s: float) -> None:
     joined.store.set(f"barrier-joining/{joined.rank}", "1")
     time.sleep(1.0)  # rank 0 is in the rendezvous by then
     os._exit(3)
+
+
+def runs_commands(joined) -> int:
+    """A body that only takes rank 0's commands (each a no-op) until the exit message."""
+    from runtime.worker import command_loop
+
+    return command_loop(joined.endpoint, joined.lifeline, lambda method, args: None)

@@ -456,6 +456,21 @@ def test_a_rank0_killed_after_its_workers_left_leaves_no_segment(control, option
     assert left == []
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("control", ["shm", "queue"])
+def test_a_close_before_the_workers_opened_their_ends_keeps_the_names_until_they_have(control, capfd):
+    """Session 48's CI: a Ctrl-C while the workers imported unlinked the names at once, and a worker that then
+    rebuilt its semaphores from them printed a FileNotFoundError traceback. They go early only once all opened."""
+    from control_plane_worker import runs_commands
+
+    from runtime.cluster import Cluster
+
+    cluster = Cluster(2, 30.0, 60.0, None, control, {})
+    cluster.start(runs_commands)
+    cluster.close(grace_s=60)  # the exit message goes out before the worker has imported torch
+    assert "Traceback" not in capfd.readouterr().err and cluster.group.procs[1].exitcode == 0
+
+
 @pytest.mark.timeout(180)
 def test_a_broadcast_run_whose_worker_dies_prints_its_failed_row(tmp_path, model_cache):
     # a new-user trial: the failed row was written but not printed (no [failed] block, no "row appended")
