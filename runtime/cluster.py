@@ -107,9 +107,8 @@ class Cluster:
 
     def _all_opened(self) -> bool:
         """Whether every worker has announced OPENED (False when the store cannot tell)."""
-        keys = [f"{OPENED}/{r}" for r in self.group.workers]
         with contextlib.suppress(Exception):
-            return not keys or self.group.store.check(keys)
+            return not self.group.late(OPENED)
         return False
 
     def close(self, grace_s: float = 5.0, exit_wait_s: float = 5.0) -> None:

@@ -213,12 +213,16 @@ class WorkerGroup:
                 return stalled
             time.sleep(POLL_S)
 
+    def late(self, stage: str) -> list[int]:
+        """The workers that have not announced start-up ``stage`` in the store yet."""
+        return [r for r in self.workers if not self.store.check([f"{stage}/{r}"])]
+
     def wait_for(self, stage: str, missing=None) -> None:
         """Block until every worker has announced ``stage`` in the store (or ``missing()``, the ranks not there
         yet, is empty), checking liveness and saying every PROGRESS_S who is late. Raises WorkerError: a worker
         died or failed first, or its process stayed stopped for ``timeout_s``; TimeoutError: not within
         ``startup_timeout_s``."""
-        missing = missing or (lambda: [r for r in self.workers if not self.store.check([f"{stage}/{r}"])])
+        missing = missing or (lambda: self.late(stage))
         start = said = last = time.monotonic()
         stopped_since: dict[int, float] = {}
         self.lifelines.quiet = True  # the notes below name the stage too
