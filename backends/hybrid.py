@@ -11,6 +11,7 @@ from common import check_int
 
 from .base import NETWORK, ControlPlane, WorkerEndpoint
 from .ring import RingControlPlane, RingEndpoint, RingWriter
+from .segments import unlink_name
 from .zmq import ZmqControlPlane, ZmqEndpoint
 
 KEY = "control/hybrid/node{}"  # store key of node k's ring segment name (set by its leader)
@@ -63,23 +64,28 @@ class HybridControlPlane(RingControlPlane, ZmqControlPlane):
 
 class LeaderEndpoint(ZmqEndpoint):
     """Another node's leader: rank 0's messages come in over zmq (from ``host:port``) and go on into a ring of its
-    node for its ``num_readers`` followers, whose segment name it sets in the run's store under ``key``."""
+    node for its ``num_readers`` followers, whose segment name it sets in the run's store under ``key``. Once every
+    follower has read the first message, it unlinks that name: a SIGKILL of the leader then leaves none on its node.
+    """
 
     def __init__(self, rank: int, host: str, port: int, key: str, ring_args: tuple, num_readers: int, timeout_s: float):
         super().__init__(rank, host, port)
         self.key, self.ring_args, self.num_readers, self.timeout_s = key, ring_args, num_readers, timeout_s
-        self.writer = None
+        self.writer, self.named = None, False
 
     def open(self, store=None) -> None:
         super().open()
         if self.num_readers:
-            self.writer = RingWriter(self.num_readers, *self.ring_args)
+            self.writer, self.named = RingWriter(self.num_readers, *self.ring_args), True
             store.set(self.key, self.writer.name)
 
     def _recv_bytes(self) -> bytes:
         payload = super()._recv_bytes()
         if self.writer is not None:
             self.writer.write(payload, self.liveness_check, self.timeout_s)
+            if self.named and self.writer.read_by_all(1):  # every follower holds the ring: a SIGKILL leaves no name
+                unlink_name(self.writer.shm)
+                self.named = False
         return payload
 
     def close(self) -> None:

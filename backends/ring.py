@@ -139,6 +139,10 @@ class RingWriter:
             SEQ.pack_into(buf, base, seq)  # the written marker, last
             self.next_seq += 1
 
+    def read_by_all(self, seq: int) -> bool:
+        """Whether every reader has consumed chunk ``seq`` (so each holds the segment open)."""
+        return self._slot_free(((seq - 1) % self.nslots) * self.slot_bytes, seq)
+
     def close(self) -> None:
         self.shm = release_segment(self.shm, unlink=True)
 

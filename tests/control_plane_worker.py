@@ -47,7 +47,8 @@ def stop_echo_workers(procs, cp) -> None:
     cp.close()
 
 
-def echo_worker(endpoint, results) -> None:
+def echo_worker(endpoint, results, store_port: int | None = None) -> None:
+    """``store_port``: the driver's TCPStore, for a plane whose ends are found through the run's store."""
     parent = mp.parent_process()
 
     def alive():
@@ -55,7 +56,12 @@ def echo_worker(endpoint, results) -> None:
             raise PeerGone("driver gone")
 
     endpoint.liveness_check = alive
-    endpoint.open()
+    if store_port is None:
+        endpoint.open()
+    else:
+        from torch.distributed import TCPStore
+
+        endpoint.open(TCPStore("127.0.0.1", store_port, is_master=False))
     try:
         received, errors = check_messages(endpoint)
     finally:

@@ -277,3 +277,43 @@ def test_a_reader_that_would_sleep_past_the_timeout_is_refused(plane):
     with pytest.raises(ValueError, match=f"{plane} option sleep_us=2e\\+06 must be below the timeout, 1 s"):
         get_control_plane(plane)(2, timeout_s=1.0, sleep_us=2e6)
     get_control_plane(plane).check_timing(1.0, sleep_us=999_999.0)  # just below: taken
+
+
+@pytest.mark.slow
+def test_a_hybrid_node_leader_unlinks_its_ring_once_its_followers_hold_it():
+    """Session 48's note: a node leader kept its ring's name until it closed, so a leader SIGKILLed on another node
+    left the segment there until that node's next run. Ranks 1-2 play a second node (``node_of``): the leader's
+    ring is named while the follower may still be opening it, and gone once the follower has read a message; the
+    messages after that still arrive intact."""
+    from torch.distributed import TCPStore
+
+    from backends import ControlContext
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    cp = get_control_plane("hybrid")(3, timeout_s=30, context=ControlContext(store=store, node_of=(0, 1, 1)))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=echo_worker, args=(cp.endpoint(r), results, store.port), daemon=True) for r in (1, 2)]
+    for p in procs:
+        p.start()
+    cp.workers_started()
+    try:
+        leader = procs[0].pid
+        named = lambda: any(n.startswith(f"tpcp_{leader}_") for n in os.listdir("/dev/shm"))  # noqa: E731
+        deadline = time.monotonic() + 60
+        while not named():
+            assert time.monotonic() < deadline, "the leader never made its ring"
+            time.sleep(0.02)
+        for i in range(50):
+            payload = os.urandom(100 + i)
+            cp.send("check", i, payload, hashlib.sha256(payload).hexdigest())
+            time.sleep(0.05)  # a step apart: the leader looks when the next message comes
+            if not named():
+                break
+        assert not named(), "the leader's ring is still named after 50 messages 50 ms apart"
+        cp.send_exit()
+        reports = sorted(results.get(timeout=60) for _ in procs)
+    finally:
+        stop_echo_workers(procs, cp)
+    assert [(rank, errors) for rank, _, errors in reports] == [(1, []), (2, [])]
+    assert reports[0][1] == reports[1][1] == i + 1
