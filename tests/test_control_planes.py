@@ -298,8 +298,9 @@ def test_a_hybrid_node_leader_unlinks_its_ring_once_its_followers_hold_it():
         p.start()
     cp.workers_started()
     try:
-        leader = procs[0].pid
-        named = lambda: any(n.startswith(f"tpcp_{leader}_") for n in os.listdir("/dev/shm"))  # noqa: E731
+        def named() -> bool:  # the leader's ring, by its pid
+            return any(n.startswith(f"tpcp_{procs[0].pid}_") for n in os.listdir("/dev/shm"))
+
         deadline = time.monotonic() + 60
         while not named():
             assert time.monotonic() < deadline, "the leader never made its ring"
