@@ -160,12 +160,14 @@ class RingControlPlane(ControlPlane):
         for key, value in (("nslots", nslots), ("slot_bytes", slot_bytes)):
             check_int(f"{owner} option", key, value, 1)
         if slot_bytes <= data_offset(num_readers):
-            raise ValueError(f"{owner} needs nslots >= 1 and slot_bytes > {data_offset(num_readers)}")
+            raise ValueError(f"{owner} option slot_bytes must be > {data_offset(num_readers)} (a slot's header for "
+                             f"{num_readers} reader(s)), got {slot_bytes}")
         if nslots * slot_bytes > MAX_SEGMENT_BYTES:
             raise ValueError(f"{owner}: a ring of {nslots} x {slot_bytes} bytes exceeds {MAX_SEGMENT_BYTES >> 20} MiB")
         for key, value in (("spin_us", spin_us), ("idle_ms", idle_ms), ("sleep_us", sleep_us)):
             if not is_number(value) or value < 0:
-                raise ValueError(f"{owner} option {key} must be a number >= 0, got {value!r}")
+                raise ValueError(f"{owner} option {key} must be a number >= 0, got "
+                                 f"{format(value, 'g') if is_number(value) else repr(value)}")
 
     @classmethod
     def check_timing(cls, timeout_s: float, sleep_us=2000.0, **options) -> None:

@@ -174,10 +174,11 @@ class WorkerGroup:
             rank = max(stalled, key=stalled.get)
             raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "
                                     f"holding the GIL) (node {self.node_name(rank)})")
-        silent = self._silent_deaths(dead) if self.errors else []
         # a stop signal to a worker breaks its partners' collectives (their errors); torchrun's agent sends SIGTERM
-        # to a node's ranks after one failed there, so that one's error comes first
-        stopped = [r for r, sig in self.interrupted.items() if not (self.errors and sig == "SIGTERM")]
+        # to a node's ranks after one failed or died there, so that one's error or death comes first
+        torchrun_stop = bool(self.interrupted) and set(self.interrupted.values()) == {"SIGTERM"}
+        silent = self._silent_deaths(dead) if self.errors or torchrun_stop else []
+        stopped = [r for r, sig in self.interrupted.items() if not ((self.errors or silent) and sig == "SIGTERM")]
         if stopped and not silent:
             rank = min(stopped)
             raise KeyboardInterrupt(f"{self.interrupted[rank]} on rank {rank}, node {self.node_name(rank)}")
@@ -191,13 +192,13 @@ class WorkerGroup:
 
     def _silent_deaths(self, dead: dict[int, str]) -> list[int]:
         """Ranks in ``dead`` killed by a signal, without a report (updates ``dead``): the errors of the ranks whose
-        collectives they broke ("Connection reset by peer") can arrive first, within ~0.5 s of their death (or of
-        an interrupted rank's report, which ends the wait)."""
+        collectives they broke ("Connection reset by peer"), or torchrun's SIGTERM to their node's other ranks, can
+        arrive first, within ~0.5 s of their death (an operator's stop signal, reported, ends the wait)."""
         deadline = time.monotonic() + 0.5
         while True:
-            silent = [r for r in dead if r not in self.errors
+            silent = [r for r in dead if r not in self.errors and r not in self.interrupted
                       and (r not in self.procs or (self.procs[r].exitcode or 0) < 0)]  # torchrun: its lifeline closed
-            if silent or self.interrupted or time.monotonic() >= deadline:
+            if silent or set(self.interrupted.values()) - {"SIGTERM"} or time.monotonic() >= deadline:
                 return silent
             time.sleep(POLL_S)
             self._drain()

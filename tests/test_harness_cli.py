@@ -96,7 +96,10 @@ BAD_INPUT = [
     (["-m", "workload.num_seqs=2,0"], "workload.num_seqs must be an integer >= 1, got 0"),  # before job 0 runs
     # session-5 break test: plane option values were refused only once the job had started its engine, and
     # hybrid's hwm not at all
-    (["control=ring", "tp=2", "control.options.spin_us=-1"], "ring option spin_us must be a number >= 0"),
+    (["control=ring", "tp=2", "control.options.spin_us=-1"], "ring option spin_us must be a number >= 0, got -1"),
+    # session 49's trial: the value was echoed as -1.0, and a small slot_bytes's not at all
+    (["control=hybrid", "tp=2", "control.options.slot_bytes=64"],
+     "hybrid option slot_bytes must be > 128 (a slot's header for 1 reader(s)), got 64"),
     (["control=hybrid", "tp=2", "control.options.hwm=abc"], "hybrid option hwm must be an integer >= 1"),
     (["-m", "control=ring,hybrid", "control.options.sleep_us=nan"], "ring option sleep_us must be a number"),
     (["control=zmq", "control.options.hwm=-5"], "zmq option hwm must be an integer >= 1, got -5"),

@@ -151,22 +151,25 @@ def wait_until(cond, timeout_s: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("victim", [1, 0])
-def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(victim, tmp_path, model_cache):
-    """Rank 1 (node 1) killed: rank 0 reports it, naming rank and node, within 5 s and writes a failed row.
+@pytest.mark.parametrize("nproc,victim", [(1, 1), (1, 0), (2, 3)])
+def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(nproc, victim, tmp_path, model_cache):
+    """A worker on node 1 killed: rank 0 reports it, naming rank and node, within 5 s and writes a failed row.
+    Rank 3 (node 1's second rank): node 1's torchrun then sends rank 2 SIGTERM, and rank 0 said "error:
+    interrupted (SIGTERM on rank 2, ...)" and exited 143 (session 49's trial); the dead rank is to blame.
     Rank 0 killed: rank 1, blocked in its loop on the other node, exits within 5 s. Either way no process of
     the run is left."""
     marker = f"results_dir={tmp_path}"
-    proc = sim_nodes(tmp_path, 2, 1, "-m", "harness", "control=zmq", "tp=2", "workload=bench", "repeat=100",
-                     "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
+    proc = sim_nodes(tmp_path, 2, nproc, "-m", "harness", "control=zmq", f"tp={2 * nproc}", "workload=bench",
+                     "repeat=100", "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
     try:
         assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
         pids = rank_pids(victim, marker)
         assert len(pids) == 1, pids
         os.kill(pids[0], 9)
         killed = time.monotonic()
-        if victim == 1:
-            assert wait_until(lambda: "worker rank 1 failed" in node_log(tmp_path, 0), 5.0), node_log(tmp_path, 0)
+        if victim:
+            assert wait_until(lambda: f"worker rank {victim} failed" in node_log(tmp_path, 0), 5.0), \
+                node_log(tmp_path, 0)
             assert "(node sim-node1)" in node_log(tmp_path, 0)
         else:
             assert wait_until(lambda: not rank_pids(1, marker), 5.0), "rank 1 outlived rank 0 by 5 s"
@@ -175,10 +178,11 @@ def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(victim, tmp_path
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-    assert wait_until(lambda: not rank_pids(0, marker) and not rank_pids(1, marker), 10.0)
-    if victim == 1:
+    assert wait_until(lambda: not any(rank_pids(r, marker) for r in range(2 * nproc)), 10.0)
+    if victim:
         rows = (tmp_path / "runs.csv").read_text().splitlines()
-        assert any(",failed," in r and "rank 1" in r for r in rows)
+        assert ",failed," in rows[-1] and f"rank {victim}" in rows[-1], rows[-1]
+        assert "error: interrupted" not in node_log(tmp_path, 0) and proc.returncode == 1, node_log(tmp_path, 0)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
