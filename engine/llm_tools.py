@@ -50,9 +50,9 @@ class LLMTools:
         self.config.async_scheduling = on
 
     def describe(self) -> dict:
-        """``dtype``, ``all_reduce``, ``gemm``, ``cpu_threads`` and ``WorkerGroup.describe``'s entries."""
+        """``dtype``, ``all_reduce``, ``gemm``, ``cpu_threads`` and ``Cluster.describe``'s entries."""
         return {"dtype": self.config.dtype, "all_reduce": self.runner.all_reduce, "gemm": self.runner.gemm,
-                "cpu_threads": self.runner.cpu_threads, **self.cluster.group.describe()}
+                "cpu_threads": self.runner.cpu_threads, **self.cluster.describe()}
 
     def inject_fault(self, rank: int, message: str) -> None:
         """A fault drill: rank ``rank`` raises ``RuntimeError(message)`` at once; the next step reports it

@@ -116,7 +116,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return failed(results, row0, 0, e, cfg.repeat)
-    row0.update(group.group.describe())
+    row0.update(group.describe())
     r, path = 0, None
     try:
         for r in range(cfg.repeat):

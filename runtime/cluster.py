@@ -111,6 +111,17 @@ class Cluster:
             return not self.group.late(OPENED)
         return False
 
+    def describe(self) -> dict:
+        """``launcher``, ``nodes``, and the one-way latencies' ``clock_sync`` and ``clock_uncertainty_us``."""
+        g = self.group
+        where = {"launcher": g.launch.launcher, "nodes": g.context.num_nodes}
+        if not g.workers:  # tp=1: no one-way latency to put on a clock
+            return where
+        if g.launch.launcher == "spawn" or g.context.num_nodes == 1:
+            return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
+        uncertainty_us = max(g.lifelines.offsets[r][1] for r in g.workers if g.context.node_of[r]) / 1e3
+        return {**where, "clock_sync": "ping-pong min-RTT/2", "clock_uncertainty_us": uncertainty_us}
+
     def close(self, grace_s: float = 5.0, exit_wait_s: float = 5.0) -> None:
         """The exit message (a send waits at most ``exit_wait_s``) and the plane's names unlinked, ``teardown()``, then
         (whatever it raised) up to ``grace_s`` for the workers to end (those left are terminated, then killed); free

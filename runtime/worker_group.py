@@ -51,7 +51,8 @@ class WorkerGroup:
         self.world_size, self.timeout_s, self.startup_timeout_s = world_size, timeout_s, startup_timeout_s
         self.launch = launch or Launch(world_size=world_size)
         self.errors: dict[int, str] = {}
-        self.interrupted: dict[int, str] = {}  # (torchrun) rank -> the stop signal that ended it
+        self.interrupted: dict[int, str] = {}  # (torchrun) rank -> the stop signal that ended it, in arrival order
+        self.after_failure: set[int] = set()  # ranks SIGTERMed once a rank of their node had failed: torchrun's doing
         self.worker_stats: dict[int, dict] = {}
         self.procs: dict[int, mp.Process] = {}
         self.store = self.lifelines = None
@@ -106,16 +107,6 @@ class WorkerGroup:
         control.liveness_check = self.check
         control.wait_ready()
 
-    def describe(self) -> dict:
-        """``launcher``, ``nodes``, and the one-way latencies' ``clock_sync`` and ``clock_uncertainty_us``."""
-        where = {"launcher": self.launch.launcher, "nodes": self.context.num_nodes}
-        if not self.workers:  # tp=1: no one-way latency to put on a clock
-            return where
-        if self.launch.launcher == "spawn" or self.context.num_nodes == 1:
-            return {**where, "clock_sync": "same host clock", "clock_uncertainty_us": 0.0}
-        uncertainty_us = max(self.lifelines.offsets[r][1] for r in self.workers if self.context.node_of[r]) / 1e3
-        return {**where, "clock_sync": "ping-pong min-RTT/2", "clock_uncertainty_us": uncertainty_us}
-
     def _drain(self, wait_s: float = 0.0) -> None:
         """Take the workers' reports; wait up to ``wait_s`` for one when there are none (0: never wait, as every
         liveness check does: it is on the send path of some planes)."""
@@ -127,6 +118,8 @@ class WorkerGroup:
             except queue.Empty:
                 return
             {"error": self.errors, "interrupted": self.interrupted}.get(kind, self.worker_stats)[rank] = payload
+            if kind == "interrupted" and payload == "SIGTERM" and self._same_node(rank, self.errors):
+                self.after_failure.add(rank)
             if kind != "stats":
                 return
 
@@ -175,25 +168,28 @@ class WorkerGroup:
             raise WorkerError(rank, f"stalled: no sign of life for {stalled[rank]:.1f} s (stopped, or stuck "
                                     f"holding the GIL) (node {self.node_name(rank)})")
         # a stop signal to a worker breaks its partners' collectives (their errors); torchrun's agent sends SIGTERM
-        # to a node's ranks after one failed or died there, so that one's error or death comes first
-        torchrun_stop = bool(self.interrupted) and set(self.interrupted.values()) == {"SIGTERM"}
-        silent = self._silent_deaths(dead) if self.errors or torchrun_stop else []
-        stopped = [r for r, sig in self.interrupted.items() if not ((self.errors or silent) and sig == "SIGTERM")]
+        # to a node's ranks after one failed or died there: that one's error or death is the cause
+        silent = self._silent_deaths(dead) if self.errors or set(self.interrupted.values()) == {"SIGTERM"} else []
+        stopped = [r for r, sig in self.interrupted.items()
+                   if sig != "SIGTERM" or not (r in self.after_failure or self._same_node(r, silent))]
         if stopped and not silent:
-            rank = min(stopped)
+            rank = stopped[0]  # the first to report: the others' stops may follow from it
             raise KeyboardInterrupt(f"{self.interrupted[rank]} on rank {rank}, node {self.node_name(rank)}")
         if self.errors and not silent:
-            rank = min(self.errors)
+            rank = next(iter(self.errors))  # the first to report: a failed rank's exit breaks its partners' collectives
             raise WorkerError(rank, f"(on {self.node_name(rank)})\n" + self.errors[rank])
         if dead:
             rank = min(silent or dead)
             where = "" if dead[rank] == NO_MAIN_GUARD else f" (node {self.node_name(rank)})"  # it never connected
             raise WorkerError(rank, dead[rank] + where)
 
+    def _same_node(self, rank: int, ranks) -> bool:
+        """Whether one of ``ranks`` other than ``rank`` runs on ``rank``'s node."""
+        return any(r != rank and self.node_name(r) == self.node_name(rank) for r in ranks)
+
     def _silent_deaths(self, dead: dict[int, str]) -> list[int]:
-        """Ranks in ``dead`` killed by a signal, without a report (updates ``dead``): the errors of the ranks whose
-        collectives they broke ("Connection reset by peer"), or torchrun's SIGTERM to their node's other ranks, can
-        arrive first, within ~0.5 s of their death (an operator's stop signal, reported, ends the wait)."""
+        """Ranks in ``dead`` killed by a signal, without a report (updates ``dead``): their partners' broken
+        collectives' errors, or torchrun's SIGTERM to their node, can come first, within ~0.5 s of their death."""
         deadline = time.monotonic() + 0.5
         while True:
             silent = [r for r in dead if r not in self.errors and r not in self.interrupted
@@ -271,9 +267,8 @@ class WorkerGroup:
         return stats
 
     def kill_stalled(self) -> None:
-        """Kill the spawned workers silent on their lifelines or stopped (one stopped before it connected): a
-        stopped process ends only when killed, and cannot take an exit message (a plane whose send waits for every
-        worker, as gloo's, would wait its timeout); SIGTERM would wait on it in vain."""
+        """Kill the spawned workers silent on their lifelines or stopped (one stopped before it connected): only a
+        kill ends a stopped process, which takes no exit message (gloo's send would wait its timeout)."""
         stalled = self.lifelines.stalled() if self.lifelines is not None else {}
         for rank, p in self.procs.items():
             if p.is_alive() and (rank in stalled or is_stopped(p)):

@@ -673,7 +673,7 @@ def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
                                       recent_stalls=lambda within_s: {}, connected=lambda: {1, 2, 3})
         g.procs = {1: Proc(None), 2: Proc(None), 3: Proc(-9, dies_after_s)}
         g.errors, g.worker_stats, g.timeout_s, g.launch = {}, {}, 5.0, SimpleNamespace(launcher="spawn")
-        g.interrupted = {}
+        g.interrupted, g.after_failure = {}, set()
         return g
 
     for dies_after_s in (0.0, 0.2):
@@ -683,6 +683,40 @@ def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
     lone.procs[3] = Proc(None)  # no rank died: the reporter's own error is the failure
     with pytest.raises(WorkerError, match=r"rank 2 failed: \(on .*\)\nRuntimeError: .*Connection reset by peer"):
         lone.check()
+
+
+@pytest.mark.parametrize("reports,dead,blamed", [
+    # rank 3 SIGKILLed: node 1's torchrun then stops rank 2 (session 49's trial said "interrupted (SIGTERM on rank 2")
+    ([("interrupted", 2, "SIGTERM"), ("error", 1, "Connection closed by peer")], {3}, "worker rank 3 failed: its"),
+    # rank 3 raised: its partners' collectives break after, and its torchrun stops rank 2
+    ([("error", 3, "ValueError: x"), ("interrupted", 2, "SIGTERM"), ("error", 1, "Connection closed by peer")], set(),
+     "worker rank 3 failed: \\(on n1\\)\nValueError: x"),
+    # an operator's SIGTERM to rank 3 (session 50's trial blamed rank 1's broken collective), or to node 1's torchrun
+    ([("interrupted", 3, "SIGTERM"), ("error", 2, "Connection closed by peer"), ("error", 1, "Connection closed"),
+      ("interrupted", 2, "SIGTERM")], set(), "SIGTERM on rank 3, node n1"),
+    ([("interrupted", 2, "SIGTERM"), ("interrupted", 3, "SIGTERM"), ("error", 1, "Connection closed")], set(),
+     "SIGTERM on rank 2, node n1"),
+])
+def test_torchruns_stop_of_a_nodes_ranks_is_blamed_on_the_rank_that_failed_there(reports, dead, blamed):
+    """Under torchrun, a rank that fails or dies makes its node's agent SIGTERM the node's other ranks. The failure
+    is to blame, not that SIGTERM, nor the errors of ranks elsewhere whose collectives broke; an operator's SIGTERM
+    with no failure before it on its node is an interruption (tp=4, ranks 0-1 on node n0, 2-3 on n1)."""
+    import queue
+    from types import SimpleNamespace
+
+    from engine import WorkerError
+    from runtime.worker_group import WorkerGroup
+
+    g = object.__new__(WorkerGroup)
+    g.lifelines = SimpleNamespace(reports=queue.Queue(), finished={}, hosts={0: "n0", 1: "n0", 2: "n1", 3: "n1"},
+                                  dead={r: "its process is gone (lifeline closed)" for r in dead}, stalled=dict,
+                                  recent_stalls=lambda within_s: {}, connected=lambda: {1, 2, 3})
+    g.procs, g.errors, g.worker_stats, g.timeout_s = {}, {}, {}, 5.0
+    g.interrupted, g.after_failure, g.launch = {}, set(), SimpleNamespace(launcher="torchrun")
+    for report in reports:
+        g.lifelines.reports.put(report)
+    with pytest.raises(KeyboardInterrupt if "SIGTERM on" in blamed else WorkerError, match=blamed):
+        g.check()
 
 
 def test_a_kept_engine_that_lost_a_worker_between_jobs_is_not_reused(monkeypatch, capsys):
@@ -867,8 +901,8 @@ def test_rank_0_stopped_mid_run_is_named_not_a_healthy_worker(tmp_path, model_ca
 @pytest.mark.parametrize("signal_name, errors", [("SIGINT", True), ("SIGTERM", False), ("SIGTERM", True)])
 def test_a_worker_stopped_by_a_signal_is_an_interruption_unless_a_failure_explains_it(signal_name, errors):
     """Under torchrun a worker takes Ctrl-C itself (session 31: rank 0 blamed it, with its KeyboardInterrupt's
-    traceback). Its partners' broken collectives do not hide it; an error does where the signal is SIGTERM, which
-    torchrun's agent sends to a node's ranks after one of them failed."""
+    traceback). Its partners' broken collectives do not hide it; an error on its node before it does where the signal
+    is SIGTERM, which torchrun's agent sends to a node's ranks after one of them failed."""
     import queue
     from types import SimpleNamespace
 
@@ -880,12 +914,12 @@ def test_a_worker_stopped_by_a_signal_is_an_interruption_unless_a_failure_explai
     if errors:
         reports.put(("error", 2, "RuntimeError: [gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer"))
     reports.put(("interrupted", 1, signal_name))
-    g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={1: 130}, hosts={1: "node-b", 2: "node-c"},
+    g.lifelines = SimpleNamespace(reports=reports, dead={}, finished={1: 130}, hosts={1: "node-b", 2: "node-b"},
                                   stalled=dict, recent_stalls=lambda within_s: {}, connected=lambda: {2})
     g.procs, g.errors, g.interrupted, g.worker_stats, g.timeout_s = {}, {}, {}, {}, 5.0
-    g.launch = SimpleNamespace(launcher="torchrun")
+    g.launch, g.after_failure = SimpleNamespace(launcher="torchrun"), set()
     if errors and signal_name == "SIGTERM":
-        with pytest.raises(WorkerError, match=r"worker rank 2 failed: \(on node-c\)\nRuntimeError"):
+        with pytest.raises(WorkerError, match=r"worker rank 2 failed: \(on node-b\)\nRuntimeError"):
             g.check()
     else:
         with pytest.raises(KeyboardInterrupt, match=f"^{signal_name} on rank 1, node node-b$"):
