@@ -391,7 +391,8 @@ def test_a_worker_stopped_for_less_than_the_timeout_is_noted_while_silent_and_re
         silent = llm.collect_control_stats()["silent_s"]
         assert set(silent) == {1} and 3.0 < silent[1] < 10, silent
         assert llm.collect_control_stats()["silent_s"] == {}  # taken: the next run starts afresh
-    assert re.search(r"note: rank 1 has been silent for [23] s \(stopped", capfd.readouterr().err)
+    # the first note comes after STALL_S (2 s), later on a loaded machine; the stop lasts 3.5 s
+    assert re.search(r"note: rank 1 has been silent for [2-4] s \(stopped", capfd.readouterr().err)
 
 
 def test_one_engine_per_process_and_no_use_after_shutdown(tiny_untied):
