@@ -210,10 +210,9 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     if version > SCHEMA_VERSION:
         print(f"warning: {path}: schema_version {version:g} is newer than this harness's ({SCHEMA_VERSION}): "
               f"columns it does not know are left out", file=sys.stderr)
-    lacking = list(dict.fromkeys(c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns))
+    lacking = [c for c in NUMERIC + SERVE_NUMERIC if c not in df.columns]
     if version >= SCHEMA_VERSION and lacking:  # its schema has them
-        more = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
-        print(f"warning: {path}: no column{'s' * (len(lacking) > 1)} {', '.join(lacking[:4])}{more} (its schema has "
+        print(f"warning: {path}: no column{'s' * (len(lacking) > 1)} {_some(lacking, 4)} (its schema has "
               f"{'them' if len(lacking) > 1 else 'one'}): read as empty", file=sys.stderr)
     df = df.reindex(columns=[*df.columns, *(c for c in COLUMNS if c not in df.columns)])
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
