@@ -25,12 +25,6 @@ LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"
                ("tpot_ms_p99", "TPOT p99 (ms)")]
 
 
-def tp_handles(tps: list) -> list:
-    """A legend entry per tp of ``tps`` (sorted) with its line style; none for a single tp."""
-    return [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-            for i, tp in enumerate(tps) if len(tps) > 1]
-
-
 def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
     values = np.asarray(values, dtype=float)
@@ -168,4 +162,6 @@ def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
                for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
-    return handles + tp_handles(tps) + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]
+    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
+              for i, tp in enumerate(tps) if len(tps) > 1]  # a tp's line style; none for a single tp
+    return handles + styles + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]
