@@ -122,8 +122,8 @@ def header_inches(width: float, df: pd.DataFrame, shared: str, note: str, legend
     return text, 0.2 + 0.17 * lines + 0.23 * rows
 
 
-def save_figure(fig, text: str, legends: list[list], out: str):
-    """Put ``text`` and the ``legends`` (lists of handles) atop ``fig``, write it to ``out``, close and return it."""
+def save_figure(fig, text: str, legends: list[list], out: str) -> None:
+    """Put ``text`` and the ``legends`` (lists of handles) atop ``fig``, write it to ``out`` and close it."""
     import matplotlib.pyplot as plt
 
     width, height = fig.get_size_inches()
@@ -143,7 +143,6 @@ def save_figure(fig, text: str, legends: list[list], out: str):
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
     plt.close(fig)
-    return fig
 
 
 def label_text(label: str, reps, width: float) -> str:
@@ -193,8 +192,8 @@ def side_path(out: str, suffix: str) -> str:
 def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, panels: list, legend, draw, out: str,
                   col_w: float, panel_h: float = 2.2, blank_label: str = ""):
     """Write to ``out`` a row of ``panels`` ((metric, title)) per configuration of the ``rest`` keys, each drawn by
-    ``draw(ax, rows, metric, colours, tps)`` against ``x_key``, under ``legend(planes, tps, colours)``; returns the
-    figure. ``blank_label``: a row's label where it has no word and none is shared."""
+    ``draw(ax, rows, metric, colours, tps)`` against ``x_key``, under ``legend(planes, tps, colours)``.
+    ``blank_label``: a row's label where it has no word and none is shared."""
     groups = config_groups(df, rest)
     shared, labels = config_labels(rest, [cfg for cfg, _ in groups])
     (planes, colours), tps = plane_colours(df.control), sorted(df.tp.unique())
@@ -214,7 +213,7 @@ def curves_figure(df: pd.DataFrame, rest: list[str], x_key: str, xlabel: str, pa
             ax.set_xlabel(xlabel, fontsize=7)
             ax.set_title(ax.get_title() or title, fontsize=8)  # draw() may title a panel per section
         row_label(row[0], text)
-    return save_figure(fig, header, [handles], out)
+    save_figure(fig, header, [handles], out)
 
 
 def check_plot_path(path: str) -> None:

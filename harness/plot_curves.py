@@ -83,15 +83,15 @@ def legend(planes: list, _tps: list, colours: dict, kinds: list) -> list:
 
 
 def plot_broadcast(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the broadcast figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
+    """Write the broadcast figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``."""
     df = df.assign(payload_bytes=pd.to_numeric(df.payload_bytes, errors="coerce"))
     df["overrides"] = [" ".join(w for w in str(o).split() if not PAYLOAD_LIST.match(w)) or "-" for o in df.overrides]
     rest = [k for k in keys if k not in ("control", "tp", "payload") and df[k].nunique(dropna=False) > 1]
     kinds = sorted({str(p).split("-")[0] for p in df.payload})
     if df.tp.nunique() > 1:  # a row of panels per tp: 5 planes x 3 tps x 3 kinds of line in one panel: unreadable
         rest.append("tp")
-    return curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds),
-                         draw_panel, out, col_w=4.6, panel_h=2.8)
+    curves_figure(df, rest, "payload", "message size (payload_bytes)", PANELS, partial(legend, kinds=kinds), draw_panel,
+                  out, col_w=4.6, panel_h=2.8)
 
 
 def load_points(rows: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -146,12 +146,12 @@ def _replays(tp) -> bool:
 
 
 def plot_load(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
+    """Write the latency-vs-load figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``."""
     rest = [k for k in keys if k not in ("control", "tp", "request_rate")]
     inf = np.isinf(pd.to_numeric(df.request_rate, errors="coerce")).any()
-    return curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [("rate", "")],
-                         partial(load_legend, rate_inf=bool(inf)), draw_load_panel, out, col_w=3.3,
-                         blank_label="workload=serve")
+    curves_figure(df, rest, "request_rate", "achieved rate (req/s)", LOAD_PANELS + [("rate", "")],
+                  partial(load_legend, rate_inf=bool(inf)), draw_load_panel, out, col_w=3.3,
+                  blank_label="workload=serve")
 
 
 def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:

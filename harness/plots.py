@@ -106,7 +106,7 @@ def ticks(bars: list) -> tuple[list[str], int, float]:
 
 
 def plot(df: pd.DataFrame, keys: list[str], out: str):
-    """Write the raw-metric figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``; returns it."""
+    """Write the raw-metric figure of the ok rows ``df`` (key cells filled) by ``keys`` to ``out``."""
     shared, rows = bar_rows(df, [k for k in keys if k != "control"])
     rows = [(label, bars, key, [p for p in PANELS if any(b[2][p[0]].notna().any() for b in bars)])
             for label, bars, key in rows]
@@ -131,7 +131,7 @@ def plot(df: pd.DataFrame, keys: list[str], out: str):
         if key:  # under the tick labels, the key of the numbered bars
             row_axes[0].annotate(key, xy=(0, 0), xycoords="axes fraction", xytext=(0, -72 * tick),
                                  textcoords="offset points", fontsize=7, va="top", annotation_clip=False)
-    return save_figure(fig, header, [handles], out)
+    save_figure(fig, header, [handles], out)
 
 
 def panel_title(label: str, rows: pd.DataFrame) -> str:
@@ -185,7 +185,7 @@ def legends(planes: list, colours: dict, verdicts: pd.Series) -> list[list]:
 
 
 def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFrame):
-    """Write the figure of ``table`` (not empty: the ``exposed_cost`` of the ok rows ``df``) to ``out``; returns it."""
+    """Write the figure of ``table`` (not empty: the ``exposed_cost`` of the ok rows ``df``) to ``out``."""
     others = list(table.columns[:list(table.columns).index("control")])
     groups = config_groups(table, others, sort=False)
     shared, labels = config_labels(others, [cfg for cfg, _ in groups])
@@ -205,4 +205,4 @@ def plot_exposed(df: pd.DataFrame, keys: list[str], out: str, table: pd.DataFram
     for ax, (_, rows), title in zip([a for row in axes for a in row], groups, titles):
         draw_exposed(ax, rows, colours)
         ax.set_title(title, fontsize=7.5)
-    return save_figure(fig, header, handles, out)
+    save_figure(fig, header, handles, out)
