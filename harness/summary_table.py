@@ -60,11 +60,10 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
         cols = [f"{m}_median" for m in metrics if m not in SIGNED]
         base = out.loc[out.control == baseline, others + cols]
         ref = out[others].merge(base, on=others, how="left") if others else base.iloc[[0] * len(out)]
-        with np.errstate(divide="ignore", invalid="ignore"):  # a zero baseline (ideal's one-way): no ratio
-            value = out[cols].to_numpy(dtype=float) / ref[cols].to_numpy(dtype=float)
+        value = out[cols].astype(float) / ref[cols].to_numpy(dtype=float)  # a zero baseline (ideal's one-way): inf
         if others:  # the baseline alone in its configuration: no 1.00x to itself
-            value[out.groupby(others, dropna=False).control.transform("size").eq(1).to_numpy()] = np.nan
-        out[[f"{c[:-7]}_vs_{baseline}" for c in cols]] = np.where(np.isfinite(value), value, np.nan)
+            value.loc[out.groupby(others, dropna=False).control.transform("size").eq(1).to_numpy()] = np.nan
+        out[[f"{c[:-7]}_vs_{baseline}" for c in cols]] = value.replace([np.inf, -np.inf], np.nan).to_numpy()
     return out
 
 
