@@ -78,10 +78,8 @@ def draw_bars(ax, bars: list, p50: str, p99: str | None, colours: dict) -> None:
     top = [rows[p99].median() if p99 else np.nan for _, _, rows in bars]
     x = np.arange(len(bars))
     ax.bar(x, med, color=[colours[plane] for _, plane, _ in bars], width=0.7)
-    for xi, m, t in zip(x, med, top):
-        if not np.isnan(t):
-            ax.plot([xi, xi], [m, t], color="black", linewidth=1)
-            ax.plot([xi - 0.15, xi + 0.15], [t, t], color="black", linewidth=1)
+    ax.vlines(x, med, top, color="black", linewidth=1, capstyle="projecting")  # a NaN p99: no whisker
+    ax.hlines(top, x - 0.15, x + 0.15, color="black", linewidth=1, capstyle="projecting")
     names, rotation, _ = ticks(bars)
     ax.set_xticks(x, names, rotation=rotation, fontsize=7)
     bar_axes(ax, len(bars))
