@@ -52,9 +52,7 @@ def bar_rows(df: pd.DataFrame, rest: list[str]) -> tuple[str, list[tuple[str, li
         else:
             workload = cfg[rest.index("workload")] if "workload" in rest else ""
             single.setdefault(workload, []).append((cfg, part))
-    for pool in single.values():
-        for i in range(0, len(pool), POOL):
-            rows.append(pooled_row(rest, pool[i:i + POOL], shared))
+    rows += [pooled_row(rest, pool[i:i + POOL], shared) for pool in single.values() for i in range(0, len(pool), POOL)]
     return shared, rows
 
 
