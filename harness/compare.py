@@ -26,6 +26,7 @@ HIGHER_IS_BETTER = ["output_tok_s", "total_tok_s", "req_s", "goodput_req_s"]
 LOWER_IS_BETTER = ["ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p50", "itl_ms_p99",
                    "e2el_ms_p50", "e2el_ms_p99", "decode_step_ms_p50", "ctrl_oneway_us_p50", "ctrl_oneway_us_p99",
                    "ctrl_bytes_mean", "ctrl_calls"]
+COMPARABLE = HIGHER_IS_BETTER + LOWER_IS_BETTER
 MIN_REPEATS = 3
 MIDDLE_HALF_FROM = 5  # repeats: from here a side's spread is its 25th-75th percentile, not [min, max]
 DETERMINISTIC = {"ctrl_bytes_mean", "ctrl_calls"}  # the same in every repeat: no spread to warn about
@@ -103,11 +104,10 @@ def parse_metrics(given: list[str] | None) -> list[str] | None:
     metrics = list(dict.fromkeys(m.strip() for arg in given for m in arg.split(",") if m.strip()))  # once each
     if not metrics:
         raise InputError("--metrics: give at least one metric name")
-    if bad := [m for m in metrics if m not in HIGHER_IS_BETTER + LOWER_IS_BETTER]:
-        if near := difflib.get_close_matches(bad[0], HIGHER_IS_BETTER + LOWER_IS_BETTER, n=1, cutoff=0.6):
+    if bad := [m for m in metrics if m not in COMPARABLE]:
+        if near := difflib.get_close_matches(bad[0], COMPARABLE, n=1, cutoff=0.6):
             raise InputError(f"--metrics: {bad[0]} is not comparable (did you mean {near[0]}?)")
-        raise InputError(f"--metrics: {bad[0]} is not comparable; choose from "
-                         f"{', '.join(HIGHER_IS_BETTER + LOWER_IS_BETTER)}")
+        raise InputError(f"--metrics: {bad[0]} is not comparable; choose from {', '.join(COMPARABLE)}")
     return metrics
 
 
@@ -175,12 +175,12 @@ def _no_value(keys, common, metrics, asked, shown, med) -> list[str]:
     return lines + [f"NO VALUE in OLD: {m} (asked with --metrics)" for m in asked or [] if m not in metrics]
 
 
-def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool = False,
-            metrics: list[str] | None = None, damaged: dict[str, list[str]] | None = None) -> int:
+def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: float, allow_missing: bool,
+            metrics: list[str] | None, damaged: dict[str, list[str]]) -> int:
     """Print every change beyond the gate and every missing or failed configuration of ``old`` and ``new`` (key
     cells filled); returns the exit code (1: the gate fails). ``metrics``: only these (default: all OLD has);
     ``damaged``: {"OLD" or "NEW": the lines lost from its file (``load_results.load``)}."""
-    asked, metrics = metrics, [m for m in (metrics or HIGHER_IS_BETTER + LOWER_IS_BETTER) if old[m].notna().any()]
+    asked, metrics = metrics, [m for m in (metrics or COMPARABLE) if old[m].notna().any()]
     ok_old, ok_new = old[old.status == "ok"], new[new.status == "ok"]
     cfg_old, cfg_new, good_old, good_new = (set(map(tuple, d[keys].values)) for d in (old, new, ok_old, ok_new))
     every = cfg_old | cfg_new
@@ -191,7 +191,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], threshold: fl
     if every and set(keys) - shown:
         print(textwrap.fill(f"every configuration: {_label(keys, next(iter(every)), set(keys) - shown)}", 110,
                             subsequent_indent="  "))
-    counts = {"file(s) with lines lost": [f"DAMAGED {side}: {line}" for side, lines in (damaged or {}).items()
+    counts = {"file(s) with lines lost": [f"DAMAGED {side}: {line}" for side, lines in damaged.items()
                                           for line in lines],
               "configuration(s) missing or failed": _missing_or_failed(old, new, keys, shown)}
     common = sorted(good_old & good_new, key=str)
