@@ -113,12 +113,11 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     if metric == "rate":  # per section: goodput where its rows set an SLO, else the completed rate
         metric = "goodput_req_s" if rows.goodput_req_s.notna().any() else "req_s"
         ax.set_title("goodput (req/s)" if metric == "goodput_req_s" else "completed (req/s)")
-    xs, ys = [], []
+    xs, ys, rate = [], [], metric in ("goodput_req_s", "req_s")
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
         style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
-        faint = control == "ideal" and _replays(tp) and (metric.startswith("ttft") or metric in ("goodput_req_s",
-                                                                                                  "req_s"))
+        faint = control == "ideal" and _replays(tp) and (metric.startswith("ttft") or rate)
         for inf, part in pts.groupby("inf"):  # unbounded at rate inf: on y = x in the completed panel, by construction
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
@@ -127,7 +126,6 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
                         elinewidth=0.8, capsize=2, alpha=0.35 if faint else 1.0)
         xs += [*pts.x_min, *pts.x_max]
         ys += [*pts.y_min, *pts.y_max]
-    rate = metric in ("goodput_req_s", "req_s")
     if rate and xs:  # the rate sent: what a plane keeping up completes
         both = np.asarray(xs + ys, dtype=float)
         lo, hi = np.nanmin(both[both > 0], initial=np.nanmax(both)), np.nanmax(both)  # 0 has no place on a log x
