@@ -146,19 +146,18 @@ def _changes(where: str, cfg, metrics: list[str], old: tuple, new: tuple, thresh
 def _missing_or_failed(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], shown: set[str]) -> list[str]:
     """A line per configuration missing from NEW, with no ok row on a side, or with failed repeats in NEW (failures
     of NEW fail the gate: 2 of 3 repeats failed once passed as "nothing missing or failed")."""
-    sides = {"OLD": old, "NEW": new}
-    runs = {side: Counter(map(tuple, d[keys].values)) for side, d in sides.items()}
-    oks = {side: Counter(map(tuple, d[d.status == "ok"][keys].values)) for side, d in sides.items()}
+    runs_old, runs_new, oks_old, oks_new = (Counter(map(tuple, d[keys].values))
+                                            for d in (old, new, old[old.status == "ok"], new[new.status == "ok"]))
     lines = []
-    for cfg in sorted(runs["OLD"] | runs["NEW"], key=str):
-        where, n_new, ok_new = _label(keys, cfg, shown), runs["NEW"][cfg], oks["NEW"][cfg]
-        if runs["OLD"][cfg] and not n_new:
+    for cfg in sorted(runs_old | runs_new, key=str):
+        where, n_new, ok_new = _label(keys, cfg, shown), runs_new[cfg], oks_new[cfg]
+        if runs_old[cfg] and not n_new:
             lines.append(f"MISSING in NEW: {where}")
         elif not ok_new:
             lines.append(f"FAILED  in NEW (no ok row): {where}")
         elif ok_new < n_new:
             lines.append(f"FAILED  in NEW ({n_new - ok_new} of {n_new} repeats): {where}")
-        if runs["OLD"][cfg] and not oks["OLD"][cfg]:
+        if runs_old[cfg] and not oks_old[cfg]:
             lines.append(f"FAILED  in OLD (no ok row): {where}")
     return lines
 
