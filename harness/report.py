@@ -143,11 +143,6 @@ def trace_lines(traces: list[str], profile_steps, steps: int) -> list[str]:
             + [f"trace       {path}{note}" for path, note in zip(traces[1:], where[1:])])
 
 
-def copy_bandwidth(gpu_name: str | None) -> float | None:
-    """``COPY_BANDWIDTH`` (bytes/s) of the GPU NVML names ``gpu_name``, or None where none was measured."""
-    return next((bw for word, bw in COPY_BANDWIDTH.items() if word in (gpu_name or "")), None)
-
-
 def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes_per_elt: int, tp: int,
                  bandwidth: float) -> dict:
     """The physical floor of a decode-heavy workload (the method of results/h200/NOTES.md, "The two floors"). Each
@@ -176,7 +171,8 @@ def decode_floor(prompt_lens: list[int], output_lens: list[int], hf: dict, bytes
 def floor_lines(row: dict, work: Workload, llm) -> list[str]:
     """The measured throughput and TPOT next to the physical floor (``decode_floor``) at the GPU's bandwidth, for
     ``print_summary``'s ``floor``."""
-    if (bandwidth := copy_bandwidth(row.get("gpu_name"))) is None:
+    bandwidth = next((bw for word, bw in COPY_BANDWIDTH.items() if word in (row.get("gpu_name") or "")), None)
+    if bandwidth is None:
         return [f"  floor       none: no copy bandwidth measured for {row.get('gpu_name') or 'this GPU'} "
                 "(harness/report.py's COPY_BANDWIDTH)"]
     f = decode_floor(work.prompt_lens, [p.max_tokens for p in work.params], llm.config.hf_config,
