@@ -96,17 +96,14 @@ def crowded(others, cores, threads):
     return (others >= CROWDED_CORES) & (others + threads > cores)
 
 
-def run_threads(row: dict) -> int:
-    """The threads a run keeps busy: ``cpu_threads`` per rank on CPU (recorded for engine=hf too), one per GPU rank."""
-    return (row.get("tp") or 1) * ((row.get("cpu_threads") if row.get("device") == "cpu" else None) or 1)
-
-
 def shared_note(row: dict) -> str | None:
-    """For the printout: how much other processes took of a run that shared the CPUs (``crowded``), or None."""
-    if row.get("cpu_others_cores") is None or not crowded(row["cpu_others_cores"], row["cpu_cores"], run_threads(row)):
+    """For the printout: how much other processes took of a run that shared the CPUs (``crowded``), or None. The
+    run's own threads: ``cpu_threads`` per rank on CPU (recorded for engine=hf too), one per GPU rank."""
+    threads = (row.get("tp") or 1) * ((row.get("cpu_threads") if row.get("device") == "cpu" else None) or 1)
+    if row.get("cpu_others_cores") is None or not crowded(row["cpu_others_cores"], row["cpu_cores"], threads):
         return None
     return (f"other processes kept {row['cpu_others_cores']:.2f} of the {row['cpu_cores']} CPU cores busy, beside the "
-            f"run's own {run_threads(row)} threads: its timings are noisy")
+            f"run's own {threads} threads: its timings are noisy")
 
 
 def busy_note(df, side: str = "") -> str | None:
