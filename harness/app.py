@@ -73,8 +73,8 @@ def timed_run(llm: LLM, work: Workload, sampler: NvmlSampler, progress: bool, st
     traces = llm.finish_profile() if trace else []
     if step_log:
         write_step_log(step_log, steps, stats)
-    row.update({**metrics.step_metrics(steps), **metrics.control_metrics(stats, steps), **sampler.summary()})
-    row.update({**metrics.energy_per_token(row["gpu_energy_j"], row["output_tokens"]), "cpu_others_cores": others.cores,
+    row.update({**metrics.step_metrics(steps), **metrics.control_metrics(stats, steps),
+                **sampler.summary(row["output_tokens"]), "cpu_others_cores": others.cores,
                 "preemptions": row.get("preemptions", llm.scheduler.num_preemptions),
                 "prefix_cache_hit_tokens": llm.block_manager.num_cache_hit_tokens,
                 "kv_blocks": llm.num_kvcache_blocks, "kvcache_block_size": llm.config.kvcache_block_size})
@@ -126,8 +126,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     metrics_row, traces, silent = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
     stalls = "; ".join(f"{'rank 0 (this process) made no progress' if r == 0 else f'rank {r} was silent'} for "
                        f"{s:.1f} s in this run (stopped, or stuck holding the GIL)" for r, s in sorted(silent.items()))
-    row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row,
-           "gpu_name": sampler.gpu_name}
+    row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row}
     written = results.add(row)
     files = [f"requests    {requests} (one JSON line per request, in the order they finished)"] if requests else []
     if trace:
@@ -249,10 +248,8 @@ def run_hf_job(cfg: DictConfig) -> int:
         for repeat in range(cfg.repeat):
             with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler, OtherCpu() as others:
                 metrics_row, generated = run_hf(cfg, path, work, device, dtype)
-            nvml = sampler.summary()
-            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, **nvml, "gpu_name": sampler.gpu_name,
-                   "cpu_others_cores": others.cores,
-                   **metrics.energy_per_token(nvml["gpu_energy_j"], metrics_row["output_tokens"])}
+            row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, "cpu_others_cores": others.cores,
+                   **sampler.summary(metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
                   f"({generated - row['output_tokens']} padding waste, not counted)")
             print_summary(row, results.add(row), run_file=results.run_file)

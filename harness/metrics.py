@@ -169,7 +169,7 @@ def match_handles(cuda_indices: list[int], nvml, address=pci_address) -> tuple[l
 
 class NvmlSampler:
     """Samples CUDA devices ``indices`` every ``interval_s`` seconds between ``start()`` and ``stop()`` through
-    ``nvml`` (default nvidia-ml-py); ``summary()``: the ``gpu_*`` and ``nvml`` columns (docs/REFERENCE.md)."""
+    ``nvml`` (default nvidia-ml-py); ``summary()``: its columns (docs/REFERENCE.md)."""
 
     def __init__(self, indices: list[int], interval_s: float = 0.1, nvml=None):
         self.indices, self.interval_s, self.nvml = list(indices), interval_s, nvml or pynvml
@@ -246,12 +246,13 @@ class NvmlSampler:
                 self.nvml.nvmlShutdown()
             self.handles = []
 
-    def summary(self) -> dict:
+    def summary(self, output_tokens: int | None = None) -> dict:
+        """The ``gpu_*`` columns, ``j_per_output_token`` (of ``output_tokens``) and ``nvml``."""
         util = np.asarray(self.util, dtype=np.float64)
         by_gpu = ";".join(f"{v:.1f}" for v in util.mean(axis=0)) if util.size else None
         return {"gpu_util_pct_mean": float(util.mean()) if util.size else None,
                 "gpu_util_pct_max": float(util.max()) if util.size else None, "gpu_util_pct_by_gpu": by_gpu,
                 "gpu_mem_used_mib_max": float(max(self.mem_mib)) if self.mem_mib else None,
-                "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None,
-                "gpu_energy_j": self.energy_j,
+                "gpu_power_w_mean": float(np.mean(self.power_w)) if self.power_w else None, "gpu_name": self.gpu_name,
+                "gpu_energy_j": self.energy_j, **energy_per_token(self.energy_j, output_tokens),
                 "nvml": f"{self.how}; {self.energy_problem}" if self.energy_problem else self.how}
