@@ -124,7 +124,7 @@ def control_metrics(stats: dict, steps) -> dict:
     send, recv = stats.get("send") or {}, stats.get("recv") or {}
     decode_idx = [i for i, s in enumerate(steps) if not s.is_prefill]
     decode_s = sum(steps[i].duration_s for i in decode_idx)
-    worst_ns = slowest_worker(recv, "ns", len(steps)) if recv else np.zeros(len(steps))  # no worker: 0 latency
+    worst_ns = slowest_worker(recv, "ns", len(steps))
     sampled = decode_s > 0 and worst_ns is not None  # decode steps, every worker sampled at each step
     pct = 100.0 * float(worst_ns[decode_idx].sum()) / 1e9 / decode_s if sampled else None
     out = {**message_metrics(send, recv), "ctrl_oneway_over_step_pct": pct, **launch_lag(recv, steps)}
