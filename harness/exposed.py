@@ -30,10 +30,8 @@ def why_no_exposed_cost(ok: pd.DataFrame) -> str:
 
 
 def exposed_cost(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
-    ``keys`` but control, ``metric``, ``ideal_ms``, ``plane_ms``, ``exposed_us``, ``exposed_pct``, ``low_us``,
-    ``high_us``, ``repeats`` (plane/ideal), ``verdict``, ``send_late_us``, serve: ``ideal_sent_req_s`` and
-    ``plane_sent_req_s`` (the achieved rates' medians), ``ideal_batch`` and ``plane_batch`` (``mean_batch``)."""
+    """A row per (configuration with ideal rows, other plane, metric) of the ok rows ``df`` (key cells filled): the
+    ``keys`` but control, then the columns below (``*_sent_req_s``: the achieved rates' medians)."""
     others = [k for k in keys if k != "control"]
     out = []
     df = df[pd.to_numeric(df.tp, errors="coerce") != 1]  # rank 0 alone: no plane sends, none has a cost
