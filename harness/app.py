@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from engine import LLM, ConfigError, EngineConfig, SamplingParams, WorkerError, serve_worker
-from engine.config import resolve_device, resolve_dtype, torch_dtype
+from engine.config import resolve_device, torch_dtype
 from runtime.launch import Launch
 from runtime.worker import serve
 
@@ -237,7 +237,6 @@ def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) 
 def run_hf_job(cfg: DictConfig) -> int:
     """``engine=hf``: transformers' ``generate`` on one device; exit code 0, 1 (a failed row), 2 (bad input), 130."""
     device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, device)
     threads = torch.get_num_threads() if device == "cpu" else None  # transformers' generate: torch's own count
     row0 = {**base_row(cfg, device), "control": None, "cpu_threads": threads}
     results, work, repeat = None, None, 0
@@ -247,7 +246,7 @@ def run_hf_job(cfg: DictConfig) -> int:
         row0["model"], row0["model_hash"] = model_label(cfg, path)
         for repeat in range(cfg.repeat):
             with NvmlSampler([0] if device == "cuda" else [], cfg.nvml_interval_s) as sampler, OtherCpu() as others:
-                metrics_row, generated = run_hf(cfg, path, work, device, dtype)
+                metrics_row, generated = run_hf(cfg, path, work, device, row0["dtype"])
             row = {**row0, "repeat": repeat, "status": "ok", **metrics_row, "cpu_others_cores": others.cores,
                    **sampler.summary(metrics_row["output_tokens"])}
             print(f"  transformers generated {generated} tokens for {row['output_tokens']} requested "
