@@ -124,7 +124,7 @@ def print_summary(row: dict, path: str, step_log: str | None = None, files: list
         if row.get("ctrl_calls") is not None or row.get("tp") == 1 and row.get("decode_steps") is not None:
             print("\n".join(control_lines(row)))
         print("\n".join(gpu_lines(row) + list(floor)))
-    if step_log and row["status"] != "failed":
+    if step_log:
         print(f"  steps       per-step timings in {step_log} (python -m harness.step_log {step_log})")
     print(f"  row appended to {path}")
     if run_file:
@@ -189,10 +189,10 @@ def floor_lines(row: dict, work: Workload, llm) -> list[str]:
             f"{row['output_tok_s']:.0f} tok/s{share}, TPOT p50 {row['tpot_ms_p50']:.3f} ms"]
 
 
-def print_broadcast(row: dict, messages: int | None = None) -> None:
+def print_broadcast(row: dict, messages: int) -> None:
     """Print one broadcast row: plane, payload, one-way and send p50/p99 (us), messages (why fewer than asked)."""
     us, n = partial(_fmt, row), row["ctrl_calls"]
-    why = ", fewer: max_bytes_per_payload caps them" if messages is not None and n < messages else ""
+    why = ", fewer: max_bytes_per_payload caps them" if n < messages else ""
     print(f"{row['control']:>6} tp={row['tp']} {row['payload']:>18} {row['payload_bytes']:>10} B  one-way us p50 "
           f"{us('ctrl_oneway_us_p50'):>9} p99 {us('ctrl_oneway_us_p99'):>9} | send us p50 "
           f"{us('ctrl_send_us_p50'):>9} p99 {us('ctrl_send_us_p99'):>9}  ({n} msgs{why})")
