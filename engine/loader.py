@@ -45,15 +45,14 @@ def check_checkpoint(path: str, hf: dict) -> None:
     for file in checkpoint_files(path):
         try:
             with safe_open(file, framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-                    if name in where:
-                        raise ConfigError(f"checkpoint {path}: tensor {name} is in two files, "
-                                          f"{os.path.basename(where[name])} and {os.path.basename(file)}")
-                    found[name], where[name] = tuple(f.get_slice(name).get_shape()), file
-        except ConfigError:
-            raise
+                shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
         except Exception as e:  # safetensors raises its own error types for damaged headers
             raise ConfigError(f"cannot read {file}: {e}") from None
+        if (name := next((n for n in shapes if n in where), None)) is not None:
+            raise ConfigError(f"checkpoint {path}: tensor {name} is in two files, "
+                              f"{os.path.basename(where[name])} and {os.path.basename(file)}")
+        found.update(shapes)
+        where.update(dict.fromkeys(shapes, file))
     expected = expected_tensors(hf)
     for name, shape in expected.items():
         if name not in found:
