@@ -70,16 +70,12 @@ class WorkerGroup:
                 host = self.launch.master_addr
                 self.store.set("driver", f"{socket.gethostname()} {os.getpid()}")  # whose segments a worker unlinks
                 self.store.set("lifeline", f"{host}:{self.lifelines.port}")
-                self._wait_connected()
+                self.wait_for("lifeline", lambda: sorted(set(self.workers) - self.lifelines.connected()))
                 node_of = probe_nodes(self.store, 0, world_size, startup_timeout_s, self.check)
             self.context = ControlContext(self.store, host, tuple(node_of), self.launch.launcher, startup_timeout_s)
         except BaseException:
             self.join(0)
             raise
-
-    def _wait_connected(self) -> None:
-        """(torchrun) Wait for every worker's lifeline (``wait_for``'s notes and errors, stage 'lifeline')."""
-        self.wait_for("lifeline", lambda: sorted(set(self.workers) - self.lifelines.connected()))
 
     def node_name(self, rank: int) -> str:
         """The host ``rank`` said it runs on (a spawned worker's: this host, even before it said so)."""
