@@ -23,8 +23,7 @@ def fault_drill(config, rank: int, target: int, message: str) -> None:
 def serve_worker(config) -> int:
     """Under torchrun, on every rank but 0: serve the engine rank 0 builds with an equal ``EngineConfig`` until
     it shuts down; returns the exit code (0; 1: a failure reported to rank 0; 2: rank 0 refused the config; 130:
-    stopped by a signal).
-    Raises ValueError: this process was not started by torchrun, or it is rank 0."""
+    stopped by a signal). Raises ValueError: this process was not started by torchrun, or it is rank 0."""
     launch = config.launch
     if launch is None or launch.rank == 0:
         raise ValueError("serve_worker() is for ranks 1..tp-1 started by torchrun; rank 0 builds the LLM")
