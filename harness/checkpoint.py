@@ -25,11 +25,6 @@ def cache_dir() -> str:
     return user_path(os.environ.get("TPCP_CACHE") or "~/.cache/tp-controlplane-bench/models")
 
 
-def _is_built(path: str) -> bool:
-    """Whether preset directory ``path`` holds a whole checkpoint (``materialize`` moves it in at once)."""
-    return os.path.isfile(os.path.join(path, "config.json"))
-
-
 def materialize(name: str, config: dict, seed: int = 0, root: str | None = None, check=None) -> str:
     """The directory of preset ``name`` (``Qwen3Config`` keyword arguments ``config``, weights drawn with ``seed``;
     bfloat16 on the GPU where there is one), built on first use under a file lock. ``check(config)``: its problem
@@ -42,13 +37,14 @@ def materialize(name: str, config: dict, seed: int = 0, root: str | None = None,
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
     root = root or cache_dir()
     path = os.path.join(root, f"{name}-{key}")
-    if _is_built(path):  # read without the lock: a read-only cache has no .lock to take
+    built = os.path.join(path, "config.json")  # a whole checkpoint: it is moved in at once, below
+    if os.path.isfile(built):  # read without the lock: a read-only cache has no .lock to take
         return path
     if check is not None and (problem := check(config)):
         raise ConfigError(problem)
     os.makedirs(root, exist_ok=True)
     with FileLock(path + ".lock", timeout=600):
-        if _is_built(path):
+        if os.path.isfile(built):
             return path
         from transformers import Qwen3Config, Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
