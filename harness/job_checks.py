@@ -11,13 +11,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from backends import ControlContext, get_control_plane, scope_fits
 from engine import ConfigError, EngineConfig
-from engine.config import batch_tokens_problem, placement_problem, read_hf_config, resolve_device
+from engine.config import batch_tokens_problem, placement_problem, resolve_device
 from runtime.cluster import make_control_plane
 from runtime.launch import Launch
 
 from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
-from .model_checks import check_model
+from .model_checks import check_model, model_shape
 from .workloads import check_workload, effective_workload, given_workload, idle_gap_problem, request_shape
 
 
@@ -118,12 +118,6 @@ def picked_model(model: DictConfig, device: str) -> DictConfig:
     name = "qwen3-0.6b" if resolve_device(device) == "cuda" else "qwen3-tiny"
     chosen = OmegaConf.load(os.path.join(CONF_DIR, "model", f"{name}.yaml"))
     return OmegaConf.merge(chosen, {"path": model.get("path"), "preset": model.get("preset") or {}})
-
-
-def model_shape(model: dict) -> dict:
-    """The shape of ``model`` (``picked_model``'s, as a dict): its checkpoint's config.json, else its preset."""
-    path = model.get("path")
-    return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model["preset"]
 
 
 def _check_requests(cfg: DictConfig, job: list[str], model: dict, builds_engine: bool) -> str | None:

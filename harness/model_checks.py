@@ -55,7 +55,7 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
     path = os.path.abspath(os.path.expanduser(str(model["path"]))) if model.get("path") else None
     label = path or f"model={model['name']}"
     try:
-        shape = read_hf_config(path) if path else model.get("preset") or {}
+        shape = model_shape(model)
     except ConfigError as e:
         return str(e)
     if not path and (problem := check_preset(shape, fields=preset_given)):  # an edited conf/model/*.yaml too
@@ -68,6 +68,12 @@ def check_model(model: dict, tp: int | None, device: str, preset_given: bool) ->
         if problem := problem_of(ConfigError, check_checkpoint, path, shape):  # its safetensors headers
             return problem
     return memory_problem(shape, label, device, building=not path)
+
+
+def model_shape(model: dict) -> dict:
+    """The shape of ``model`` (``picked_model``'s, as a dict): its checkpoint's config.json, else its preset."""
+    path = model.get("path")
+    return read_hf_config(os.path.abspath(os.path.expanduser(str(path)))) if path else model.get("preset") or {}
 
 
 def parameter_count(shape: dict) -> int:
