@@ -182,7 +182,12 @@ class EngineConfig:
             raise ConfigError(f"unknown control plane {self.control!r}; "
                               f"available: {', '.join(available_control_planes())}")
         self._check_launcher()
-        self._check_device_and_dtype()
+        self.device = resolve_device(self.device)
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if problem := placement_problem(self.device, self.tensor_parallel_size, self.launch):
+            raise ConfigError(problem)
+        self._check_kernels_and_dtype()
         if problem := batch_tokens_problem(self.max_num_batched_tokens, self.max_model_len, self.hf_config):
             raise ConfigError(problem)
         self.max_model_len = min(self.max_model_len, self.hf_config["max_position_embeddings"])
@@ -253,14 +258,6 @@ class EngineConfig:
         if self.launcher == "torchrun" and env is None:
             raise ConfigError("launcher=torchrun but this process was not started by torchrun "
                               "(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are not all set)")
-
-    def _check_device_and_dtype(self) -> None:
-        self.device = resolve_device(self.device)
-        if self.device not in ("cpu", "cuda"):
-            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if problem := placement_problem(self.device, self.tensor_parallel_size, self.launch):
-            raise ConfigError(problem)
-        self._check_kernels_and_dtype()
 
     def _check_kernels_and_dtype(self) -> None:
         """``all_reduce``, ``gemm`` and ``dtype`` (resolved) for ``device`` (resolved)."""
