@@ -287,10 +287,8 @@ class EngineConfig:
         Raises ConfigError: an unknown name, or the first setting the engine would refuse."""
         cls.refuse_unknown(settings)
         cfg = object.__new__(cls)
-        for f in fields(cls):
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            default = "" if default is MISSING else default  # model: checked when the job runs
-            setattr(cfg, f.name, settings.get(f.name, default))
+        vars(cfg).update({f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                          for f in fields(cls)} | {"model": ""} | settings)  # model: checked when the job runs
         cfg._check_values()
         cfg.device = resolve_device(cfg.device)
         cfg._check_kernels_and_dtype()
