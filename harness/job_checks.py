@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from backends import ControlContext, get_control_plane, scope_fits
 from engine import ConfigError, EngineConfig
-from engine.config import batch_tokens_problem, placement_problem, resolve_device
+from engine.config import CUDA_DTYPES, batch_tokens_problem, placement_problem, resolve_device
 from runtime.cluster import make_control_plane
 from runtime.launch import Launch
 
@@ -19,6 +19,8 @@ from .conf_paths import CONF_DIR, group_options, results_problem
 from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
 from .model_checks import check_model, model_shape
 from .workloads import check_workload, effective_workload, given_workload, idle_gap_problem, request_shape
+
+BROADCAST_READS = ("llm.timeout_s", "llm.startup_timeout_s")  # workload=broadcast's only llm settings
 
 
 def _given(job: list[str]) -> list[str]:
@@ -85,6 +87,14 @@ def _check_llm(cfg: DictConfig, given: list[str]) -> str | None:
     for settings in checks:
         if problem := problem_of(ConfigError, EngineConfig.check_settings, device=cfg.device, **settings):
             return cli_message(problem, set(names) & set(settings))
+    return None
+
+
+def _check_hf_dtype(cfg: DictConfig) -> str | None:
+    """``engine=hf``'s dtype (transformers loads a checkpoint in any of the engine's CUDA dtypes, on either device);
+    None for a job that builds no model."""
+    if cfg.engine == "hf" and cfg.dtype != "auto" and cfg.dtype not in CUDA_DTYPES:
+        return f"dtype {cfg.dtype!r} is not one engine=hf takes; use auto, {', '.join(sorted(CUDA_DTYPES))}"
     return None
 
 
@@ -216,7 +226,8 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
     if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg, job, compose) or next(filter(None, values), None)
                    or _check_where(cfg, builds_engine) or _check_workload(cfg, job, compose)
-                   or _unknown_workload_keys(job, compose) or (_check_llm(cfg, given) if builds_engine else None)):
+                   or _unknown_workload_keys(job, compose) or (_check_llm(cfg, given) if builds_engine
+                                                               else _check_hf_dtype(cfg))):
         return problem
     model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
     return (check_model(model, tp, cfg.device, preset_given) or _check_control(cfg, compose)
@@ -239,6 +250,10 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     if engine_keys and cfg.engine == "hf":
         notes.append(f"note: engine=hf runs transformers' generate in one process, with no control plane: nothing "
                      f"reads {', '.join(engine_keys)}")
+    if cfg.workload.get("kind") == "broadcast" and (modelless := [k for k in keys if k == "dtype" or k.split(".")[0] ==
+                                                      "model" or k.startswith("llm.") and k not in BROADCAST_READS]):
+        notes.append(f"note: workload=broadcast times the control plane with no model: nothing reads "
+                     f"{', '.join(modelless)}")
     if cpu and not cfg.workload.get("scale_on_cpu"):
         notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
                      f"{', '.join(cpu)}")

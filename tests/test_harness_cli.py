@@ -112,6 +112,9 @@ BAD_INPUT = [
     # session-6 break test: a negative hf_batch_size wrote an ok row of 0 tokens; a results_file with a path
     # wrote outside results_dir (or waited out a file lock under /proc); the others were not checked at all
     (["engine=hf", "tp=1", "hf_batch_size=-3"], "hf_batch_size must be an integer >= 1, got '-3'"),
+    # session 51's new-user trial: engine=hf took any dtype, then failed its run (exit 1) on torch.nope
+    (["engine=hf", "dtype=nope"], "dtype 'nope' is not one engine=hf takes; use auto, bfloat16, float16, float32"),
+    (["-m", "engine=hf", "dtype=float32,int8"], "dtype 'int8' is not one engine=hf takes"),
     (["results_file=/etc/x.csv"], "results_file must be a file name inside results_dir"),
     (["results_file=."], "results_file must be a file name inside results_dir"),
     (["nvml_interval_s=0"], "nvml_interval_s must be a number > 0"),
@@ -932,6 +935,9 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
     (["-m", "workload=latency,serve", "save_requests=true"], "note: workload=latency has no per-request file"),
     (["engine=hf", "step_log=true"], "note: engine=hf runs no engine steps to log: nothing reads step_log"),
     (["workload=broadcast", "tp=2", "step_log=true"], "note: workload=broadcast runs no engine steps to log"),
+    # session 51's new-user trial: dtype=nope on the broadcast workload passed without a word
+    (["workload=broadcast", "tp=2", "dtype=nope", "llm.max_num_seqs=4", "llm.timeout_s=30"],
+     "note: workload=broadcast times the control plane with no model: nothing reads dtype, llm.max_num_seqs"),
     (["workload=serve", "save_requests=true", "step_log=true"], None),
     (["workload=smoke", "save_requests=false"], None),
     # session 22's new-user trial: accepted silently, and its rows did not pool with others (overrides)

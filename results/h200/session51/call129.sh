@@ -17,10 +17,10 @@ echo "presets at $SECONDS s"
 h() { timeout --foreground -k 10 "$1" python3 -m harness "${@:2}" tp=1 device=cuda progress=false results_dir=/tmp/c129 \
   results_file=call129.csv 2>&1 | grep -v "it/s]" | tail -4; cp /tmp/c129/call129*.csv "$OUT"/; echo "at $SECONDS s"; }
 h 260 -m model=qwen3-0.6b,qwen3-8b workload=latency repeat=3
-h 150 -m model=qwen3-0.6b workload=bench repeat=2
-h 150 model=qwen3-8b workload=bench
 timeout --foreground 60 python3 scripts/bench_decode_kernel.py --shape 8b-tp1,0.6b --batch 1 --contexts 4096 --pdl \
   --default-only --splits auto 2>&1 | grep -v Warn | tee "$OUT/kernel_4k.txt"
+h 150 -m model=qwen3-0.6b workload=bench repeat=2
+h 150 model=qwen3-8b workload=bench
 python3 - "$OUT/call129.csv" <<'PY'
 import sys
 import pandas as pd
