@@ -250,10 +250,10 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
     if engine_keys and cfg.engine == "hf":
         notes.append(f"note: engine=hf runs transformers' generate in one process, with no control plane: nothing "
                      f"reads {', '.join(engine_keys)}")
-    if cfg.workload.get("kind") == "broadcast" and (modelless := [k for k in keys if k == "dtype" or k.split(".")[0] ==
-                                                      "model" or k.startswith("llm.") and k not in BROADCAST_READS]):
+    unread = [k for k in keys if k == "dtype" or k.split(".")[0] in ("model", "llm") and k not in BROADCAST_READS]
+    if cfg.workload.get("kind") == "broadcast" and unread:
         notes.append(f"note: workload=broadcast times the control plane with no model: nothing reads "
-                     f"{', '.join(modelless)}")
+                     f"{', '.join(unread)}")
     if cpu and not cfg.workload.get("scale_on_cpu"):
         notes.append(f"note: workload={cfg.workload.name} does not scale on CPU (scale_on_cpu=false): nothing reads "
                      f"{', '.join(cpu)}")
