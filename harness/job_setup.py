@@ -188,9 +188,8 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
     if results is not None:  # the rank that reports
         results.config.update(device=device, dtype=resolve_dtype(cfg.dtype, device))  # auto resolved
         results.config["workload"] = ran = effective_workload(w, device)  # what ran: the CPU scale-down applied
-        if scaled := [f"{k} {w.get(k)} -> {v}" for k, v in ran.items() if k != "cpu" and v != w.get(k)]:
-            print(textwrap.fill(f"workload={w['name']} on CPU: its cpu: block applies ({', '.join(scaled)}); a key "
-                                f"set on the command line wins", 120, subsequent_indent="  "))
+        if scaled := {k: (w.get(k), v) for k, v in ran.items() if k != "cpu" and v != w.get(k)}:
+            print(scale_down_note(w["name"], scaled))
         results.config["model"] = {"name": model_name(cfg, path), "path": path}  # and a preset's values
         if not cfg.model.get("path"):
             results.config["model"]["preset"] = OmegaConf.to_container(cfg.model.preset)
@@ -198,6 +197,14 @@ def prepare(cfg: DictConfig, device: str, results: Results | None) -> tuple[str,
             print(line)
         warn_shared_cores(cfg, device)
     return path, work
+
+
+def scale_down_note(name: str, scaled: dict) -> str:
+    """The note that a workload's ``cpu:`` block applies, ``scaled``: {key: (given, ran)}, wrapped at 120 columns
+    between its items, never inside one ("min_output_len 100 -> 16" stays on one line)."""
+    items = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in scaled.items()).replace(" ", "\u00a0").replace(",\u00a0", ", ")
+    return textwrap.fill(f"workload={name} on CPU: its cpu: block applies ({items}); a key set on the command line "
+                         "wins", 120, subsequent_indent="  ").replace("\u00a0", " ")
 
 
 def damaged_preset(message: str, cfg: DictConfig, path: str | None) -> str:

@@ -216,6 +216,18 @@ def test_the_cpu_scale_down_is_said_and_a_key_set_on_the_command_line_wins(tmp_p
     assert pd.read_csv(tmp_path / "runs.csv").input_tokens.tolist() == [240]
 
 
+def test_the_cpu_scale_down_note_wraps_between_its_items_never_inside_one():
+    """A session's note: the bench's note wrapped inside "min_output_len 100 -> 16"."""
+    from harness.job_setup import scale_down_note
+
+    scaled = {"num_seqs": (256, 16), "min_input_len": (100, 16), "max_input_len": (1024, 128),
+              "min_output_len": (100, 16), "max_output_len": (1024, 64)}
+    lines = scale_down_note("bench", scaled).splitlines()
+    assert len(lines) == 2 and all(len(line) <= 120 for line in lines)
+    assert all(any(f"{k} {a} -> {b}" in line for line in lines) for k, (a, b) in scaled.items())
+    assert lines[0].startswith("workload=bench on CPU: its cpu: block applies (num_seqs 256 -> 16,")
+
+
 def test_a_run_a_worker_stalled_in_is_written_stalled_and_left_out_of_the_medians(tmp_path, monkeypatch, capsys):
     """A worker silent for seconds mid-run (SIGSTOP, the GIL held) once left an ok row: --compare and the repeats'
     medians took its inflated latencies in. Its row is ``stalled`` now, numbers kept, the silence its ``error``."""
