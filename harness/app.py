@@ -198,9 +198,10 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
 
 
 def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) -> tuple[dict, int]:
-    """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included):
-    left-padded batches of ``hf_batch_size`` run to their largest ``max_tokens``; only each request's own tokens
-    count as output. TTFT, TPOT and ITL stay empty; E2EL is the batch's end."""
+    """(the metric columns of one timed pass after an untimed warm-up, the tokens generated, padding included): the
+    workload's ``iterations`` passes over its requests, in left-padded batches of ``hf_batch_size`` run to their largest
+    ``max_tokens``; only each request's own tokens count as output. TTFT, TPOT and ITL stay empty; E2EL is its batch's
+    end from its pass's start (the pass submits every request at once, as the engine's generate call)."""
     from transformers import Qwen3ForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -223,14 +224,18 @@ def run_hf(cfg: DictConfig, path: str, work: Workload, device: str, dtype: str) 
     generate([work.prompts[0][:32]], 8, 0.0)  # warm-up
     start = time.perf_counter()
     e2el, generated = [], 0
-    for i in tqdm(range(0, len(work.prompts), batch_size), desc="hf generate", disable=not show_progress(cfg.progress)):
+    batches = [i for _ in range(work.iterations) for i in range(0, len(work.prompts), batch_size)]
+    for i in tqdm(batches, desc="hf generate", disable=not show_progress(cfg.progress)):
+        if i == 0:  # an iteration submits the whole batch at once, as the engine's generate call does
+            submitted = time.perf_counter()
         prompts, params = work.prompts[i:i + batch_size], work.params[i:i + batch_size]
         max_new = max(p.max_tokens for p in params)
         generate(prompts, max_new, params[0].temperature)
-        e2el += [(time.perf_counter() - start) * 1e3] * len(prompts)
+        e2el += [(time.perf_counter() - submitted) * 1e3] * len(prompts)
         generated += max_new * len(prompts)
-    duration = time.perf_counter() - start
-    row = metrics.throughput(len(work.prompts), sum(work.prompt_lens), sum(p.max_tokens for p in work.params), duration)
+    duration, n = time.perf_counter() - start, work.iterations
+    row = metrics.throughput(n * len(work.prompts), n * sum(work.prompt_lens),
+                             n * sum(p.max_tokens for p in work.params), duration)
     return {**row, **metrics.summarize(e2el, "e2el_ms")}, generated
 
 

@@ -310,6 +310,21 @@ def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
         assert f"trace       {path}" in res.stdout
 
 
+def test_engine_hf_runs_every_iteration_of_the_workload(tmp_path, model_cache, monkeypatch):
+    """Session 52's trial: engine=hf ran workload=latency's batch once whatever ``iterations`` said, so its row
+    counted 1 request and 16 tokens where the engine's, under the same overrides, counted 2 and 32."""
+    from harness import app
+    from harness.preflight import hydra_compose
+
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose(["engine=hf", "model=qwen3-tiny", "tp=1", "device=cpu", "workload=latency", "progress=false",
+                       "workload.cpu.iterations=2", "workload.output_len=16", f"results_dir={tmp_path}"])
+    assert app.run_hf_job(cfg) == 0
+    row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
+    assert (row.num_requests, row.input_tokens, row.output_tokens) == (2, 64, 32)
+
+
 def test_every_hf_repeat_samples_the_same_gpus(tmp_path, model_cache, monkeypatch):
     """engine=hf with repeat=2: the second repeat's sampler got the first one's summary (a dict) as its GPU
     list, so its row read NVML for the summary's keys, not for the run's GPUs (a helper's review)."""
