@@ -59,7 +59,7 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
                                       group.context.num_nodes)
             self.profiler = make_profiler(cfg, 0)  # None unless profile != none
             if self.profiler is not None:
-                self.runner = ProfiledRunner(self.runner, self.profiler, end_mark=False)
+                self.runner = ProfiledRunner(self.runner, self.profiler, worker=False)
             log.info("ready in %.1f s: %d KV blocks per rank, all-reduce %s", time.perf_counter() - t0,
                      self.runner.num_kvcache_blocks, self.runner.all_reduce)
         except BaseException as e:
@@ -105,6 +105,8 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         if self.profiler is None:  # profile=none: this test is all profiling costs a call
             self.cluster.send(method, *args)
         else:
+            if method == "run":
+                self.profiler.before_step()  # the step's window holds its send
             with self.profiler.range("send"):
                 self.cluster.send(method, *args)
         try:

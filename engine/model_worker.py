@@ -40,7 +40,7 @@ def model_worker(joined: Joined, config, local_rank: int | None) -> int:
                          num_nodes=len(set(joined.node_of)))
     profiler = make_profiler(config, rank)
     if profiler is not None:
-        endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, end_mark=True)
+        endpoint, runner = ProfiledEndpoint(endpoint, profiler), ProfiledRunner(runner, profiler, worker=True)
     launched = array("q")  # launch_ns
 
     def handle(method: str, args: tuple) -> None:

@@ -58,7 +58,8 @@ class StepProfiler:
         self.prefix, self.path, self.step, self.prof = prefix, trace_path(prefix, self.rank), 0, None
 
     def before_step(self) -> None:
-        """Before step ``self.step``'s ``run()``: start recording at the window's first, mark each later one
+        """At step ``self.step``'s start (rank 0: before its send; a worker: before its recv), so that its window
+        holds its send and receive: start recording at the window's first, mark each later one
         (``ProfilerStep#<step>``), stop after the last."""
         if self.path is not None and self.step == self.first:
             self._start()
@@ -121,11 +122,12 @@ def make_profiler(config, rank: int) -> StepProfiler | None:
 
 
 class ProfiledRunner:
-    """A ``ModelRunner`` whose ``run()`` steps ``profiler`` counts and records (a ``step launch`` range, then a
-    ``step end`` mark with ``end_mark``)."""
+    """A ``ModelRunner`` whose ``run()`` steps ``profiler`` counts and records (a ``step launch`` range). On a
+    ``worker`` each run ends with a ``step end`` mark and opens the next step's window, before its recv; rank 0's
+    ``LLM.call`` opens it before the send."""
 
-    def __init__(self, runner, profiler: StepProfiler, end_mark: bool):
-        self._runner, self._profiler, self._end_mark = runner, profiler, end_mark
+    def __init__(self, runner, profiler: StepProfiler, worker: bool):
+        self._runner, self._profiler, self._worker = runner, profiler, worker
 
     def __getattr__(self, name: str):
         return getattr(self._runner, name)
@@ -134,12 +136,13 @@ class ProfiledRunner:
         import torch
 
         profiler = self._profiler
-        profiler.before_step()
         with profiler.range("step launch"):
             tokens = self._runner.run(step)
-        if self._end_mark and profiler.cuda:
-            torch.cuda.nvtx.mark("step end")  # an instant
         profiler.step += 1
+        if self._worker:
+            if profiler.cuda:
+                torch.cuda.nvtx.mark("step end")  # an instant
+            profiler.before_step()
         return tokens
 
 
@@ -161,5 +164,6 @@ class ProfiledEndpoint:
                 return method, args
             if args[0] == "arm":
                 self._profiler.arm(args[1])
+                self._profiler.before_step()  # step 0's window opens before its recv
             else:
                 self._profiler.finish()

@@ -179,9 +179,13 @@ def profiled_pass(tmp_path, window, steps: int, rank: int = 0):
     """Arm a profiler with ``window``, run ``steps`` steps through ProfiledRunner, finish: (trace or None,
     the runner)."""
     profiler = StepProfiler(window, rank, "cpu")
-    runner = ProfiledRunner(CountingRunner(), profiler, end_mark=rank > 0)
+    runner = ProfiledRunner(CountingRunner(), profiler, worker=rank > 0)
     profiler.arm(str(tmp_path / "traces" / "run"))
+    if rank > 0:
+        profiler.before_step()  # as ProfiledEndpoint after "arm"
     for _ in range(steps):
+        if rank == 0:
+            profiler.before_step()  # as LLM.call before the send
         runner.run(b"")
     return profiler.finish(), runner
 
@@ -210,7 +214,7 @@ def test_a_window_past_the_end_writes_no_trace_and_none_means_every_step(tmp_pat
 
 def test_an_unarmed_profiler_records_nothing(tmp_path):
     profiler = StepProfiler((0, 1), 0, "cpu")
-    runner = ProfiledRunner(CountingRunner(), profiler, end_mark=False)
+    runner = ProfiledRunner(CountingRunner(), profiler, worker=False)
     runner.run(b"")
     assert profiler.prof is None and not profiler.recording and profiler.finish() is None
 
@@ -232,7 +236,7 @@ def test_a_worker_carries_out_profile_messages_and_its_loop_never_sees_them(tmp_
     endpoint = ProfiledEndpoint(ScriptedEndpoint([(PROFILE, ("arm", prefix)), ("run", (b"",)),
                                                   (PROFILE, ("finish",)), ("exit", ())]), profiler)
     assert endpoint.recv() == ("run", (b"",)) and profiler.path == trace_path(prefix, 1)
-    ProfiledRunner(CountingRunner(), profiler, end_mark=True).run(b"")
+    ProfiledRunner(CountingRunner(), profiler, worker=True).run(b"")
     assert endpoint.recv() == ("exit", ())
     assert os.path.isfile(trace_path(prefix, 1)) and profiler.path is None
     endpoint.take_recv_stats()  # every other attribute is the endpoint's
@@ -302,12 +306,21 @@ def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
     assert len(df) == 1 and row.status == "ok" and "profile=torch profile_steps=1-3" in row.overrides
     assert row.ctrl_calls == row.prefill_steps + row.decode_steps  # the profiling messages are not counted
     assert pd.isna(row.gpu_energy_j) and pd.isna(row.j_per_output_token) and pd.isna(row.driver_version)
-    for rank in (0, 1):
+    for rank, opener in ((0, "send"), (1, "recv")):
         path = tmp_path / "traces" / f"{row.run_id}_rank{rank}.json"
         with open(path) as f:
             events = json.load(f)["traceEvents"]
         assert {"ProfilerStep#1", "ProfilerStep#3", "step launch"} <= {e.get("name") for e in events}
         assert f"trace       {path}" in res.stdout
+        # session 52's trial: each window opened at run(), so the send or recv in it was the next step's
+        assert first_range_of_each_step(events) == {f"ProfilerStep#{k}": opener for k in (1, 2, 3)}
+
+
+def first_range_of_each_step(events: list[dict]) -> dict[str, str]:
+    """The first of the send, recv and step launch ranges inside each ``ProfilerStep#k`` of a Chrome trace."""
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    ranges = sorted((e for e in events if e.get("name") in ("send", "recv", "step launch")), key=lambda e: e["ts"])
+    return {s["name"]: next(r["name"] for r in ranges if s["ts"] <= r["ts"] < s["ts"] + s["dur"]) for s in steps}
 
 
 def test_engine_hf_runs_every_iteration_of_the_workload(tmp_path, model_cache, monkeypatch):
