@@ -167,9 +167,9 @@ class LLM(LLMTools, contextlib.AbstractContextManager):
         s), ``num_preemptions``. Raises DataPlaneError / WorkerError / TimeoutError; ControlPlaneError: a send timed
         out (``control=ideal``'s replay: ScheduleMismatch, this step is not the recording's); KeyboardInterrupt: a
         worker stopped by a signal; RuntimeError: a scheduler bug, or an earlier step that raised (a caught Ctrl-C
-        included): the engine is then unusable until shut down."""
-        if self._broken:
-            raise RuntimeError(self._broken)
+        included): the engine is then unusable until shut down; the LLM was shut down."""
+        if self._broken or self._closed:
+            raise RuntimeError(self._broken or "step() on an LLM that was shut down")
         try:
             self._admit()
             finished = self._step()

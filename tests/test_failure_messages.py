@@ -390,7 +390,7 @@ def test_a_shut_down_engine_frees_its_weights_and_kv_cache_while_it_is_still_ref
     the engine before, shut down but still referenced, held its ~125 GB KV cache (call 63)."""
     import weakref
 
-    from engine import LLM
+    from engine import LLM, SamplingParams
 
     llm = LLM(tiny_untied, device="cpu")
     model = llm.runner.model
@@ -398,6 +398,11 @@ def test_a_shut_down_engine_frees_its_weights_and_kv_cache_while_it_is_still_ref
     del model
     llm.shutdown()
     assert [r() for r in held] == [None, None]
+    # session 52's trial: step() after shutdown returned [] where generate() and add_request() raise
+    for call in (llm.step, lambda: llm.generate([[1, 2]], SamplingParams(max_tokens=1)),
+                 lambda: llm.add_request([1, 2], SamplingParams(max_tokens=1))):
+        with pytest.raises(RuntimeError, match="shut down"):
+            call()
 
 
 @pytest.mark.slow
