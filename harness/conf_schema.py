@@ -8,7 +8,7 @@ import inspect
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, Container, OmegaConf
 
 from backends import available, get_control_plane
 from common import is_int, is_number
@@ -197,6 +197,22 @@ VALUE_CHECKS = {"tp": _INT_AT_LEAST_1, "repeat": _INT_AT_LEAST_1, "hf_batch_size
                 "profile": lambda key, v: profile_problem(v),
                 "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 
+
+
+def beyond_int64(cfg, keys: list[str]) -> str | None:
+    """An integer at ``keys`` of the composed ``cfg`` (or inside them) above a signed int64: no results column holds
+    it (``harness.analyze`` failed on ``workload.max_concurrency=99999999999999999999``'s row), nor does torch or C.
+    A negative one is left to each key's own least value."""
+    given = [(key, OmegaConf.select(cfg, key, default=None)) for key in keys]
+    stack = [(key, OmegaConf.to_container(v) if isinstance(v, Container) else v) for key, v in given]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, (dict, list)):
+            stack += [(f"{path}.{k}" if isinstance(v, dict) else f"{path}[{k}]", x)
+                      for k, x in (v.items() if isinstance(v, dict) else enumerate(v))]
+        elif is_int(v) and v > 2**63 - 1:
+            return f"{path}={v} is beyond 2^63 - 1, the largest integer a results column holds"
+    return None
 
 # Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml; a plane's and a
 # workload kind's under a name, not in a group, so that --help lists no group a user could not pick

@@ -16,7 +16,7 @@ from runtime.cluster import make_control_plane
 from runtime.launch import Launch
 
 from .conf_paths import CONF_DIR, group_options, results_problem
-from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, problem_of
+from .conf_schema import LLM_DEFAULTS, VALUE_CHECKS, HarnessConfig, beyond_int64, problem_of
 from .model_checks import check_model, model_shape
 from .workloads import check_workload, effective_workload, given_workload, idle_gap_problem, request_shape
 
@@ -225,7 +225,7 @@ def check_job(cfg: DictConfig, job: list[str], compose) -> str | None:
     tp = cfg.tp if builds_engine else None
     preset_given = any(a.lstrip("+~").startswith("model.preset.") for a in job)
     if problem := (_strict_bools(cfg, job) or _unknown_keys(cfg, job, compose) or next(filter(None, values), None)
-                   or _check_where(cfg, builds_engine) or _check_workload(cfg, job, compose)
+                   or beyond_int64(cfg, given) or _check_where(cfg, builds_engine) or _check_workload(cfg, job, compose)
                    or _unknown_workload_keys(job, compose) or (_check_llm(cfg, given) if builds_engine
                                                                else _check_hf_dtype(cfg))):
         return problem

@@ -115,6 +115,11 @@ BAD_INPUT = [
     # session 51's new-user trial: engine=hf took any dtype, then failed its run (exit 1) on torch.nope
     (["engine=hf", "dtype=nope"], "dtype 'nope' is not one engine=hf takes; use auto, bfloat16, float16, float32"),
     (["-m", "engine=hf", "dtype=float32,int8"], "dtype 'int8' is not one engine=hf takes"),
+    # session 52's new-user trial: the row was written, then harness.analyze failed on it (no int64 holds it)
+    (["workload=serve", "workload.max_concurrency=99999999999999999999"],
+     "workload.max_concurrency=99999999999999999999 is beyond 2^63 - 1, the largest integer a results column holds"),
+    (["-m", "workload=latency", "workload.iterations=2,99999999999999999999"], "workload.iterations=999999999"),
+    (["control=ring", "control.options.nslots=99999999999999999999"], "control.options.nslots=99999999999999999999 is"),
     (["results_file=/etc/x.csv"], "results_file must be a file name inside results_dir"),
     (["results_file=."], "results_file must be a file name inside results_dir"),
     (["nvml_interval_s=0"], "nvml_interval_s must be a number > 0"),
