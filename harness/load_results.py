@@ -27,6 +27,7 @@ ABSURD = 1e12  # no measured value comes near, in any unit (a cell of 1e300 prin
 # a time, rate, size or count: a negative cell was edited or damaged (a launch lag and a one-way latency measured
 # across nodes' clocks can be negative)
 CANNOT_BE_NEGATIVE = [c for c in NUMERIC if not c.startswith(("ctrl_launch_lag", "ctrl_oneway"))]
+COUNTS = ["nodes", "max_concurrency"]  # settings shown as integers (1, not 1.0)
 SERVE_NUMERIC = ["request_rate", "burstiness", "max_concurrency", "achieved_rate_req_s", "goodput_req_s",
                  "peak_output_tok_s", "peak_concurrent_requests"]
 # a serve setting has its own column: out of ``overrides``, so rate 16 by default or typed is one configuration
@@ -126,6 +127,7 @@ def _read_one(path: str) -> pd.DataFrame:
                          dtype=dict.fromkeys(TEXT, str))
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise InputError(f"{path}: not a readable CSV ({first_line(e)})") from None
+    df = df.mask(df.eq(""))  # pandas keeps "" in a column it read as text for an integer past int64 (not na_values)
     if df.empty and (rows := [r for r in records[1:] if r != records[0]]):  # an edited header: not "a header only"
         widths = sorted({len(r) for r in rows})
         raise InputError(f"{path}: none of its {len(rows)} row(s) has the header's {len(records[0])} cells (they have "
@@ -218,19 +220,21 @@ def _normalize(df: pd.DataFrame, path: str) -> pd.DataFrame:
     numbers = df[NUMERIC].apply(pd.to_numeric, errors="coerce")
     numbers = numbers.mask(numbers.abs() >= ABSURD)  # inf too
     negative = numbers[CANNOT_BE_NEGATIVE] < 0
-    odd_tp = ((numbers.tp >= 0) & ((numbers.tp < 1) | (numbers.tp % 1 != 0))).to_frame()  # tp=0, tp=2.5
-    for cells, what in ((numbers.isna() & df[NUMERIC].notna(), "non-numeric, NaN, infinite or absurd (beyond ±1e12) "
-                                                                "cell(s) in column {}"),
+    counts = df[COUNTS].apply(pd.to_numeric, errors="coerce")  # integers in the tables: a damaged cell failed them
+    counts = counts.mask(counts.abs() >= ABSURD)
+    odd = pd.concat([(numbers.tp >= 0) & ((numbers.tp < 1) | (numbers.tp % 1 != 0)),  # tp=0, tp=2.5
+                     counts.notna() & ((counts < 1) | (counts % 1 != 0))], axis=1)
+    unread = pd.concat([numbers.isna() & df[NUMERIC].notna(), counts.isna() & df[COUNTS].notna()], axis=1)
+    for cells, what in ((unread, "non-numeric, NaN, infinite or absurd (beyond ±1e12) cell(s) in column {}"),
                         (negative, "negative cell(s) in column {} (it cannot be negative)"),
-                        (odd_tp, "cell(s) in column {} that are not a whole number >= 1")):
+                        (odd, "cell(s) in column {} that are not a whole number >= 1")):
         for col, bad in cells.sum()[cells.any()].items():  # the columns with such cells
             print(f"warning: {path}: ignored {bad} {what.format(col)}", file=sys.stderr)
     numbers[CANNOT_BE_NEGATIVE] = numbers[CANNOT_BE_NEGATIVE].mask(negative)
-    numbers["tp"] = numbers.tp.mask(odd_tp.tp)
-    df[NUMERIC] = numbers
+    numbers["tp"] = numbers.tp.mask(odd.tp)
+    df[NUMERIC], df[COUNTS] = numbers, counts.mask(odd[COUNTS]).astype("Int64")
     oneway = ["ctrl_oneway_us_p50", "ctrl_oneway_us_p99", "ctrl_oneway_over_step_pct"]  # ideal has no transport:
     df[oneway] = df[oneway].mask(df.control.eq("ideal").to_numpy()[:, None] & df[oneway].eq(0))  # empty, not 0 (older)
-    df["nodes"] = pd.to_numeric(df["nodes"], errors="coerce").astype("Int64")  # 1, not 1.0, in the tables
     df["overrides"] = df["overrides"].map(normalize_overrides)
     return df
 

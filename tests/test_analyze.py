@@ -464,6 +464,26 @@ def test_negative_cells_are_ignored_where_a_value_cannot_be_negative(sweep, tmp_
     assert pd.isna(rows.output_tok_s[0]) and pd.isna(rows.tpot_ms_p50[1]) and rows.ctrl_launch_lag_us_mean[2] == -3.0
 
 
+def test_damaged_nodes_and_max_concurrency_cells_are_ignored_not_fatal(sweep, tmp_path, capsys):
+    """Session 52's trial: a max_concurrency of 99999999999999999999 (the harness took it then) or a nodes of 2.5
+    failed the whole analysis and --compare with pandas' "cannot safely cast non-equivalent float64 to int64"."""
+    bad = tmp_path / "counts.csv"
+    df = pd.read_csv(sweep, dtype={"max_concurrency": object, "nodes": object})
+    df.loc[0, "max_concurrency"], df.loc[1, "max_concurrency"], df.loc[2, "max_concurrency"] = \
+        "99999999999999999999", "1.5", "8"
+    df.loc[0, "nodes"], df.loc[1, "nodes"] = "2.5", "abc"
+    df.to_csv(bad, index=False)
+    assert main([str(bad)]) == 0 and main(["--compare", str(bad), str(bad)]) == 0
+    err = capsys.readouterr().err
+    assert "ignored 1 non-numeric, NaN, infinite or absurd (beyond ±1e12) cell(s) in column max_concurrency" in err
+    assert "ignored 1 cell(s) in column max_concurrency that are not a whole number >= 1" in err
+    assert "in column nodes that are not a whole number" in err and "beyond ±1e12) cell(s) in column nodes" in err
+    from harness.load_results import load
+
+    rows = load([str(bad)])
+    assert rows.max_concurrency.isna()[:2].all() and rows.max_concurrency[2] == 8 and rows.nodes.isna()[:2].all()
+
+
 def test_overrides_spelled_differently_are_one_configuration(sweep, tmp_path, capsys):
     """``++key=v`` and ``key=v`` (how the key got in), ``True`` from a sweep and ``true`` typed: one
     configuration, not two (committed files hold both spellings of the same runs)."""
