@@ -225,7 +225,7 @@ def check_plot_path(path: str) -> None:
             top = os.path.dirname(top)
         raise InputError(f"--plot: directory {directory} does not exist" if os.path.isdir(top)
                          else f"--plot: {top} is not a directory")
-    if not path.lower().endswith((".png", ".pdf", ".svg")):
+    if os.path.splitext(path)[1].lower() not in (".png", ".pdf", ".svg"):  # ".png" alone is a name, no format
         raise InputError(f"--plot: give a .png, .pdf or .svg file name, got {path!r}")
     if os.path.isdir(path):
         raise InputError(f"--plot: {path} is a directory; give a file name")

@@ -169,6 +169,7 @@ def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
     (["--group", "tp", "tp"], "--group: tp given twice"),
     # a new-user trial: an empty value was taken for no option (exit 0, no figure, not a word)
     (["--plot", ""], "--plot: give a .png, .pdf or .svg file name, got ''"),
+    (["--plot", ".png"], "--plot: give a .png, .pdf or .svg file name, got '.png'"),  # session 52: a traceback
     (["--baseline", ""], "--baseline '': no such control in the rows (they have gloo, hybrid, ideal,"),
 ])
 def test_a_typo_in_an_option_is_refused_with_what_there_is(tmp_path, capsys, argv, says):
