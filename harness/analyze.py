@@ -119,9 +119,11 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             continue
         if i:
             print()
+        whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
         if same := same_words(rows):
-            whose = "every row" if len(parts) == 1 else f"every row of this table ({len(rows)} of {len(df)})"
             print(f"{whose}: " + ", ".join(same))
+        if rows.overrides.nunique(dropna=False) == 1 and isinstance(rows.overrides.iloc[0], str):  # no section says
+            print(textwrap.fill(f"{whose}: overrides {rows.overrides.iloc[0]}", 110, subsequent_indent="  "))
         if group and (pooled := [k for k in CONFIG_KEYS if k not in group and rows[k].nunique(dropna=False) > 1]):
             print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
         print_table(kind, filled, k, base, fmt)

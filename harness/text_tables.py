@@ -63,11 +63,12 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
     ``keep``; the first of ``drop`` left out first, by default the last column) whose lines fit in WIDTH bytes
     ("±" counts 2): (the lines, the columns left out, the overrides every row has where there are several
     sections)."""
-    overrides = table.overrides if "overrides" in section_keys else []
+    groups = config_groups(table, section_keys, sort=False) if len(table) else []
+    overrides = table.overrides if "overrides" in section_keys and len(groups) > 1 else []  # one: its label says all
     items = [set(v.split()) if isinstance(v, str) and v != "-" else set() for v in overrides]
     common = set.intersection(*items) if items else set()  # every row's overrides: said above, not in the sections
     parts = [(section_label(dict(zip(section_keys, values)), common), rows)
-             for values, rows in config_groups(table, section_keys, sort=False)] if len(table) else [("", table)]
+             for values, rows in groups] if groups else [("", table)]
 
     def render(shown: list) -> list[str]:  # each label wrapped, a blank line between sections
         out = []
@@ -84,7 +85,7 @@ def fitting_sections(table: pd.DataFrame, section_keys: list[str], row, columns:
         gone = drop[:len(columns) - n]
         lines = render([c for c in columns if c not in gone])
         if n <= keep or all(len(line.encode()) <= WIDTH for line in lines):
-            return lines, [c for c in columns if c in gone], common if len(parts) > 1 else set()
+            return lines, [c for c in columns if c in gone], common
 
 
 def section_label(values: dict, common: set[str] = frozenset()) -> str:

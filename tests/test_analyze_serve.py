@@ -284,6 +284,22 @@ def test_the_overrides_every_row_shares_are_said_above_the_serve_table(tmp_path,
     assert "every row: overrides llm.max_num_seqs=8" in serve and "-- overrides: only every row's" in serve
 
 
+def test_a_table_of_one_section_names_its_overrides(tmp_path, capsys):
+    """Session 52's trial: a section alone was labelled "overrides: only every row's", and no line said them."""
+    rows = serve_rows()
+    for r in rows:
+        r["overrides"] += " llm.max_num_seqs=8"
+    assert main([write(rows, tmp_path / "runs.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "every row: overrides workload.request_rate" not in out and "every row: overrides " in out
+    assert out.count("llm.max_num_seqs=8") == 1
+    extra = [{**r, "overrides": r["overrides"] + " llm.async_scheduling=true"}
+             for r in rows if r["control"] == "shm"]  # two sections in the serve table, one in the exposed (no ideal)
+    assert main([write(rows + extra, tmp_path / "runs.csv")]) == 0
+    exposed = (out := capsys.readouterr().out)[out.index("exposed"):]
+    assert "only every row's" not in exposed and "-- overrides: llm.max_num_seqs=8" in exposed
+
+
 def test_the_gate_leaves_timing_dependent_serve_metrics_and_ideals_ttft_unjudged_unless_asked(tmp_path, capsys):
     # a new-user trial: a serve sweep failed the gate on ctrl_calls (more steps: requests came apart) and on
     # ideal's TTFT, which follows its recording's admissions
