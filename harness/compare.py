@@ -86,7 +86,9 @@ def parse_threshold(text: str) -> float:
     """"10%" or "0.1" -> 0.1. Raises InputError unless it is a percentage >= 0 or a fraction in [0, 1)."""
     percent = text.endswith("%")
     try:
-        value = float(text[:-1] if percent else text)
+        value = float(text[:-1] if percent else text) + 0.0  # + 0.0: "-0" is 0, not "beyond -0%"
+        if "_" in text:  # float() takes "1_0" as 10
+            raise ValueError
     except ValueError:
         raise InputError(f"--threshold must be a percentage like 10% or a fraction like 0.1, got {text!r}") from None
     if not np.isfinite(value) or value < 0:

@@ -288,10 +288,18 @@ def test_missing_file_is_a_clear_error(capsys):
     assert "no such file" in capsys.readouterr().err
 
 
+def test_a_threshold_of_minus_zero_is_zero():
+    """Session 52's trial: --threshold -0 printed "beyond -0%"."""
+    from harness.compare import parse_threshold
+
+    assert [str(parse_threshold(t)) for t in ("-0", "-0%", "0")] == ["0.0", "0.0", "0.0"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--threshold", "abc"], "--threshold must be"),
     (["--threshold", "nan"], "finite"),
     (["--threshold", "-5%"], "--threshold must be a finite number >= 0, got '-5%'"),  # argparse: "expected one"
+    (["--threshold", "1_0%"], "--threshold must be a percentage like 10% or a fraction like 0.1, got '1_0%'"),
     (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
     (["--plot", "/tmp/x.txt"], ".png"),
 ])
