@@ -317,9 +317,11 @@ def test_profile_torch_writes_a_chrome_trace_per_rank(tmp_path, model_cache):
 
 
 def first_range_of_each_step(events: list[dict]) -> dict[str, str]:
-    """The first of the send, recv and step launch ranges inside each ``ProfilerStep#k`` of a Chrome trace."""
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
-    ranges = sorted((e for e in events if e.get("name") in ("send", "recv", "step launch")), key=lambda e: e["ts"])
+    """The first of the send, recv and step launch ranges inside each ``ProfilerStep#k`` of a Chrome trace (the
+    host's: on CUDA each label has a copy on the GPU's timeline too)."""
+    host = [e for e in events if e.get("cat") == "user_annotation"]
+    steps = [e for e in host if str(e.get("name", "")).startswith("ProfilerStep#")]
+    ranges = sorted((e for e in host if e.get("name") in ("send", "recv", "step launch")), key=lambda e: e["ts"])
     return {s["name"]: next(r["name"] for r in ranges if s["ts"] <= r["ts"] < s["ts"] + s["dur"]) for s in steps}
 
 
