@@ -198,7 +198,6 @@ VALUE_CHECKS = {"tp": _INT_AT_LEAST_1, "repeat": _INT_AT_LEAST_1, "hf_batch_size
                 "profile_steps": lambda key, v: problem_of(ConfigError, parse_window, v)}
 
 
-
 def beyond_int64(cfg, keys: list[str]) -> str | None:
     """An integer at ``keys`` of the composed ``cfg`` (or inside them) above a signed int64: no results column holds
     it (``harness.analyze`` failed on ``workload.max_concurrency=99999999999999999999``'s row), nor does torch or C.
@@ -213,6 +212,7 @@ def beyond_int64(cfg, keys: list[str]) -> str | None:
         elif is_int(v) and v > 2**63 - 1:
             return f"{path}={v} is beyond 2^63 - 1, the largest integer a results column holds"
     return None
+
 
 # Hydra's ConfigStore gets the schemas on import, before Hydra composes conf/config.yaml; a plane's and a
 # workload kind's under a name, not in a group, so that --help lists no group a user could not pick
