@@ -24,7 +24,7 @@ from .host_cpu import OtherCpu
 from .job_checks import cli_message
 from .job_setup import base_row, check_results_dir, engine_settings, failed, model_label, prepare, resolve_model
 from .metrics import NvmlSampler
-from .report import SWEEP_ROWS, floor_lines, print_summary, show_progress, trace_lines
+from .report import SWEEP_ROWS, floor_lines, print_summary, show_progress, stall_error, trace_lines
 from .results_csv import new_run_id, open_run_file
 from .signals import as_interrupt, from_torchrun_agent
 from .step_log import write_step_log
@@ -124,8 +124,7 @@ def run_repeat(cfg: DictConfig, llm: LLM, work: Workload, results, row0: dict, g
     requests = os.path.join(directory, "requests", f"{run_id}.jsonl") if saves else None
     trace = os.path.join(directory, "traces", run_id) if cfg.profile != "none" else None
     metrics_row, traces, silent = timed_run(llm, work, sampler, show_progress(cfg.progress), steps, requests, trace)
-    stalls = "; ".join(f"{'rank 0 (this process) made no progress' if r == 0 else f'rank {r} was silent'} for "
-                       f"{s:.1f} s in this run (stopped, or stuck holding the GIL)" for r, s in sorted(silent.items()))
+    stalls = stall_error(silent)
     row = {**row0, "status": "stalled" if stalls else "ok", "error": stalls or None, **metrics_row}
     written = results.add(row)
     files = [f"requests    {requests} (one JSON line per request, in the order they finished)"] if requests else []

@@ -23,7 +23,7 @@ from runtime.worker import command_loop
 from .host_cpu import OtherCpu
 from .job_setup import base_row, check_results_dir, failed
 from .metrics import message_metrics
-from .report import SWEEP_ROWS, print_broadcast, show_progress
+from .report import SWEEP_ROWS, print_broadcast, show_progress, stall_error
 from .signals import as_interrupt
 
 JOINING = "barrier-joining"  # store stage: a worker is about to join the gloo barrier group
@@ -83,7 +83,8 @@ class BroadcastGroup(Cluster):
 
 
 def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
-    """Yields per payload of workload ``w``: ``payload``, ``payload_bytes`` and the latency columns."""
+    """Yields per payload of workload ``w``: ``payload``, ``payload_bytes``, the latency columns, and ``status``
+    ``stalled`` with its ``error`` where a rank was silent in the timed messages (else ``ok``, None)."""
     bs = w["kvcache_block_size"]
     payloads = [(f"decode-{b}", step_message(b, w["decode_context"], False, bs)) for b in w["decode_batches"]]
     payloads += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
@@ -99,8 +100,9 @@ def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
             count = int(min(w["messages"], max(w["min_messages"], fits)))
             group.run(message, count, w["gap_us"] / 1e6)
         stats = group.collect_stats()
-        yield {"payload": name, "payload_bytes": nbytes, **message_metrics(stats["send"], stats["recv"]),
-               "cpu_others_cores": others.cores}
+        stalls = stall_error(stats["silent_s"])  # its one-way latencies hold the silence: no measurement
+        yield {"payload": name, "payload_bytes": nbytes, "status": "stalled" if stalls else "ok", "error": stalls,
+               **message_metrics(stats["send"], stats["recv"]), "cpu_others_cores": others.cores}
 
 
 def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
@@ -117,17 +119,20 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
             return 2
         return failed(results, row0, 0, e, cfg.repeat)
     row0.update(group.describe())
-    r, path = 0, None
+    r, path, stalled = 0, None, False
     try:
         for r in range(cfg.repeat):
             for result in run_broadcast(w, group, show_progress(cfg.progress)):
-                row = {**row0, "repeat": r, "status": "ok", **result}
+                row = {**row0, "repeat": r, **result}
                 path = results.add(row)
                 print_broadcast(row, w["messages"])
-                SWEEP_ROWS.append(row)
+                if row["error"]:
+                    print(f"error: repeat {r} {row['payload']} stalled: {row['error']}", file=sys.stderr)
+                stalled |= bool(row["error"])
+                SWEEP_ROWS.extend([row] * (not row["error"]))
         if path:
             print(f"rows appended to {path}")
-        return 1 if results.problem else 0
+        return 1 if results.problem or stalled else 0
     except BaseException as e:
         return failed(results, row0, r, e, cfg.repeat)
     finally:

@@ -189,6 +189,12 @@ def floor_lines(row: dict, work: Workload, llm) -> list[str]:
             f"{row['output_tok_s']:.0f} tok/s{share}, TPOT p50 {row['tpot_ms_p50']:.3f} ms"]
 
 
+def stall_error(silent: dict[int, float]) -> str | None:
+    """A stalled run's ``error`` from ``{rank: longest silence (s)}`` (a cluster's ``silent_s``), None if none."""
+    return "; ".join(f"{'rank 0 (this process) made no progress' if r == 0 else f'rank {r} was silent'} for {s:.1f} s "
+                     "in this run (stopped, or stuck holding the GIL)" for r, s in sorted(silent.items())) or None
+
+
 def print_broadcast(row: dict, messages: int) -> None:
     """Print one broadcast row: plane, payload, one-way and send p50/p99 (us), messages (why fewer than asked)."""
     us, n = partial(_fmt, row), row["ctrl_calls"]

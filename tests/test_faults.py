@@ -525,6 +525,28 @@ def test_a_sweep_with_a_bad_job_stops_before_any_job_starts(tmp_path, tiny_untie
 
 
 @pytest.mark.timeout(120)
+def test_a_broadcast_payload_a_worker_stalled_in_is_stalled(monkeypatch):
+    """Session 52's trial: a worker SIGSTOPped for 20 s mid-broadcast left ok rows (one 20 s sample among 2000 moved
+    no percentile) and exit 0; an engine run's row is ``stalled`` (test_results_trust)."""
+    from harness import broadcast
+
+    w = {"kvcache_block_size": 256, "decode_batches": [], "decode_context": 1, "prefill_batches": [],
+         "raw_bytes": [64, 128], "gap_us": 100_000, "warmup": 1, "max_bytes_per_payload": 1 << 20, "messages": 30,
+         "min_messages": 30}
+    group = broadcast.BroadcastGroup("shm", 2, {}, timeout_s=20)
+    try:
+        pid = group.group.procs[1].pid
+        threading.Timer(1.0, os.kill, (pid, signal.SIGSTOP)).start()  # in the first payload's 3 s of messages
+        threading.Timer(4.5, os.kill, (pid, signal.SIGCONT)).start()
+        first, second = broadcast.run_broadcast(w, group, progress=False)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        group.close()
+    assert first["status"] == "stalled" and re.match(r"rank 1 was silent for \d+\.\d s in this run", first["error"])
+    assert (second["status"], second["error"]) == ("ok", None)
+
+
+@pytest.mark.timeout(120)
 def test_a_broadcast_worker_dead_in_the_rendezvous_is_named(monkeypatch):
     """The flaky-test review: a worker that died after it said it was joining left rank 0 in gloo's rendezvous
     for timeout_s, which then raised gloo's own error and named no rank."""
