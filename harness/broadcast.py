@@ -126,10 +126,11 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
                 row = {**row0, "repeat": r, **result}
                 path = results.add(row)
                 print_broadcast(row, w["messages"])
-                if row["error"]:
+                if row["error"]:  # its numbers stay out of the sweep's summary
                     print(f"error: repeat {r} {row['payload']} stalled: {row['error']}", file=sys.stderr)
-                stalled |= bool(row["error"])
-                SWEEP_ROWS.extend([row] * (not row["error"]))
+                    stalled = True
+                else:
+                    SWEEP_ROWS.append(row)
         if path:
             print(f"rows appended to {path}")
         return 1 if results.problem or stalled else 0
