@@ -415,7 +415,8 @@ def test_the_byte_cap_of_a_broadcast_payload_holds_for_its_warm_up_too():
             self.sent.append(count)
 
         def collect_stats(self):
-            return {"send": {"nbytes": [1 << 20], "ns": [1000]}, "recv": {1: {"nbytes": [1 << 20], "ns": [5000]}}}
+            return {"send": {"nbytes": [1 << 20], "ns": [1000]}, "recv": {1: {"nbytes": [1 << 20], "ns": [5000]}},
+                    "silent_s": {}}
 
     w = dict(kvcache_block_size=256, decode_batches=[], decode_context=16, prefill_batches=[], raw_bytes=[1 << 20],
              warmup=50, messages=2000, min_messages=30, max_bytes_per_payload=8 << 20, gap_us=0)
