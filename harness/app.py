@@ -4,7 +4,6 @@ transformers' model), run the workload ``repeat`` times, append one CSV row per 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from dataclasses import replace
@@ -184,10 +183,8 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
                 llm.check_workers(wait_s=1.0)  # up to 1 s
             except WorkerError as dead:
                 e = dead
-            except KeyboardInterrupt as stopped:  # a worker a stop signal ended first: named, unless our node's
-                # agent passed us the same one (a worker elsewhere: its agent's, and ours the echo of a broken rank)
-                ours = str(stopped).startswith(f"{e} on rank") and str(stopped).endswith(f"node {socket.gethostname()}")
-                e = e if ours else stopped
+            except KeyboardInterrupt as stopped:  # a worker a stop signal ended first: named, unless it was ours too
+                e = e if str(stopped).startswith(f"{e} on rank") else stopped
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
             print(f"error: {job_setup.damaged_preset(cli_message(str(e), cfg.llm.keys()), cfg, path)}", file=sys.stderr)
             return 2
