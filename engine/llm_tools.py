@@ -38,10 +38,11 @@ class LLMTools:
         recording (a message that differs raises it at its own ``step``)."""
         self.control.finish_replay()
 
-    def check_workers(self, wait_s: float = 0.0) -> None:
+    def check_workers(self, wait_s: float = 0.0, stopped_with: str | None = None) -> None:
         """Raise ``WorkerError`` naming a worker that died, failed or stalled (its traceback awaited ``wait_s``), or
-        ``KeyboardInterrupt`` naming one a stop signal ended (torchrun's ranks take them)."""
-        self.cluster.check(wait_s=wait_s)
+        ``KeyboardInterrupt`` naming one a stop signal ended (torchrun's ranks take them), unless that signal is
+        ``stopped_with``, the one torchrun's agent sent this rank, and went to every rank (``WorkerGroup.check``)."""
+        self.cluster.check(wait_s=wait_s, stopped_with=stopped_with)
 
     def set_async_scheduling(self, on: bool) -> None:
         """Switch async scheduling for the coming passes. Raises ConfigError: ``on`` is not a bool."""

@@ -180,11 +180,9 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         e = as_interrupt(e)
         if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?
             try:
-                llm.check_workers(wait_s=1.0)  # up to 1 s
-            except WorkerError as dead:
-                e = dead
-            except KeyboardInterrupt as stopped:  # a worker a stop signal ended first: named, unless it was ours too
-                e = e if str(stopped).startswith(f"{e} on rank") else stopped
+                llm.check_workers(wait_s=1.0, stopped_with=str(e))  # up to 1 s
+            except (WorkerError, KeyboardInterrupt) as cause:  # a worker that failed, or a stop signal ended first
+                e = cause
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
             print(f"error: {job_setup.damaged_preset(cli_message(str(e), cfg.llm.keys()), cfg, path)}", file=sys.stderr)
             return 2

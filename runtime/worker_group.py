@@ -78,9 +78,10 @@ class WorkerGroup:
             raise
 
     def node_name(self, rank: int) -> str:
-        """The host ``rank`` said it runs on (a spawned worker's: this host, even before it said so)."""
+        """The host ``rank`` said it runs on (rank 0's, a spawned worker's: this host, even before it said so)."""
         host = self.lifelines.hosts.get(rank) if self.lifelines else None
-        return host or (socket.gethostname() if self.launch.launcher == "spawn" else "unknown: it never connected")
+        here = rank == 0 or self.launch.launcher == "spawn"
+        return host or (socket.gethostname() if here else "unknown: it never connected")
 
     def start(self, control: ControlPlane, body, body_args: tuple = ()) -> None:
         """Spawn the workers with their control-plane ends, or (torchrun) publish each under ``endpoint/<rank>``;
@@ -138,10 +139,12 @@ class WorkerGroup:
                 return f"process exited with code {code} ({signal.Signals(-code).name})"
         return f"process exited with code {code}"
 
-    def check(self, wait_s: float = 0.0) -> None:
+    def check(self, wait_s: float = 0.0, stopped_with: str | None = None) -> None:
         """Raise :class:`WorkerError` if a worker reported an error, is gone or (after a failure) stalled, or
         ``KeyboardInterrupt`` if one was stopped by a signal (torchrun's ranks handle it).
-        ``wait_s``: how long to wait for a traceback from a worker alive or exited on its own (s)."""
+        ``wait_s``: how long to wait for a traceback from a worker alive or exited on its own (s).
+        ``stopped_with``: the signal torchrun's agent sent rank 0. A worker stopped by the same one is not named
+        when no rank on rank 0's node failed first: the signal went to every rank, and the stop is rank 0's own."""
         self._drain()
         dead = self._dead()
         if not self.errors:
@@ -170,6 +173,8 @@ class WorkerGroup:
                    if sig != "SIGTERM" or not (r in self.after_failure or self._same_node(r, silent))]
         if stopped and not silent:
             rank = stopped[0]  # the first to report: the others' stops may follow from it
+            if self.interrupted[rank] == stopped_with and not self._failed_beside_rank0(wait_s):
+                return
             raise KeyboardInterrupt(f"{self.interrupted[rank]} on rank {rank}, node {self.node_name(rank)}")
         if self.errors and not silent:
             rank = next(iter(self.errors))  # the first to report: a failed rank's exit breaks its partners' collectives
@@ -178,6 +183,20 @@ class WorkerGroup:
             rank = min(silent or dead)
             where = "" if dead[rank] == NO_MAIN_GUARD else f" (node {self.node_name(rank)})"  # it never connected
             raise WorkerError(rank, dead[rank] + where)
+
+    def _failed_beside_rank0(self, wait_s: float) -> bool:
+        """Whether a worker on rank 0's node failed or died other than by a stop signal (then torchrun's agent
+        stopped rank 0 for it), waiting up to ``wait_s`` for each of them to report or end."""
+        beside = [r for r in self.workers if self.node_name(r) == self.node_name(0)]
+        deadline = time.monotonic() + wait_s
+        while True:
+            dead = self._dead()
+            if any(r in self.errors or (r in dead and r not in self.interrupted) for r in beside):
+                return True
+            if all(r in self.interrupted for r in beside) or time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+            self._drain()
 
     def _same_node(self, rank: int, ranks) -> bool:
         """Whether one of ``ranks`` other than ``rank`` runs on ``rank``'s node."""

@@ -719,6 +719,18 @@ def test_a_killed_rank_is_blamed_not_the_rank_whose_collective_it_broke():
       ("interrupted", 2, "SIGTERM")], set(), "SIGTERM on rank 3, node n1"),
     ([("interrupted", 2, "SIGTERM"), ("interrupted", 3, "SIGTERM"), ("error", 1, "Connection closed")], set(),
      "SIGTERM on rank 2, node n1"),
+    # rank 0 had its agent's SIGTERM, sent for rank 1's broken collective: still rank 3's (CI, session 52)
+    ([("interrupted", 3, "SIGTERM"), ("error", 1, "Connection closed"), ("interrupted", 2, "SIGTERM")], {1},
+     "SIGTERM on rank 3, node n1 + SIGTERM"),
+    # ... also when rank 1's report comes while rank 0 waits
+    ([("interrupted", 3, "SIGTERM"), ("late-error", 1, "Connection closed")], set(),
+     "SIGTERM on rank 3, node n1 + SIGTERM"),
+    # a SIGTERM to every rank (each node's torchrun): rank 0's own, no worker named
+    ([("interrupted", 3, "SIGTERM"), ("interrupted", 2, "SIGTERM"), ("interrupted", 1, "SIGTERM")], set(),
+     "nothing + SIGTERM"),
+    # ... even when rank 1's report comes late
+    ([("interrupted", 3, "SIGTERM"), ("interrupted", 2, "SIGTERM"), ("late-interrupted", 1, "SIGTERM")], set(),
+     "nothing + SIGTERM"),
 ])
 def test_torchruns_stop_of_a_nodes_ranks_is_blamed_on_the_rank_that_failed_there(reports, dead, blamed):
     """Under torchrun, a rank that fails or dies makes its node's agent SIGTERM the node's other ranks. The failure
@@ -736,10 +748,20 @@ def test_torchruns_stop_of_a_nodes_ranks_is_blamed_on_the_rank_that_failed_there
                                   recent_stalls=lambda within_s: {}, connected=lambda: {1, 2, 3})
     g.procs, g.errors, g.worker_stats, g.timeout_s = {}, {}, {}, 5.0
     g.interrupted, g.after_failure, g.launch = {}, set(), SimpleNamespace(launcher="torchrun")
-    for report in reports:
-        g.lifelines.reports.put(report)
+    g.workers = [1, 2, 3]
+    for kind, rank, payload in reports:
+        if kind.startswith("late-"):  # put while check waits
+            threading.Timer(0.3, g.lifelines.reports.put, [(kind[5:], rank, payload)]).start()
+        else:
+            g.lifelines.reports.put((kind, rank, payload))
+    blamed, _, stopped_with = blamed.partition(" + ")
+    if blamed == "nothing":
+        start = time.monotonic()
+        g.check(wait_s=1.0, stopped_with=stopped_with)
+        assert time.monotonic() - start < 0.9  # every rank beside rank 0 reported: no need to wait longer
+        return
     with pytest.raises(KeyboardInterrupt if "SIGTERM on" in blamed else WorkerError, match=blamed):
-        g.check()
+        g.check(wait_s=1.0 if stopped_with else 0.0, stopped_with=stopped_with or None)
 
 
 def test_a_kept_engine_that_lost_a_worker_between_jobs_is_not_reused(monkeypatch, capsys):

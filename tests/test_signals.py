@@ -409,7 +409,8 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
 
 @pytest.mark.parametrize("worker, error, code", [
     (KeyboardInterrupt("SIGINT on rank 1, node b"), "interrupted (SIGINT on rank 1, node b)", 130),
-    (KeyboardInterrupt("SIGTERM on rank 1, node b"), "interrupted (SIGTERM)", 130),  # everyone's: the agent's
+    # not everyone's (the group's call, given the signal: test_faults), say after rank 1 on rank 0's node failed
+    (KeyboardInterrupt("SIGTERM on rank 3, node b"), "interrupted (SIGTERM on rank 3, node b)", 130),
     (None, "interrupted (SIGTERM)", 130),
     ("died", "WorkerError: tensor-parallel worker rank 1 failed: died", 1)])
 def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, installed, tmp_path, model_cache,
@@ -423,7 +424,8 @@ def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, ins
     from harness import app
     from harness.preflight import hydra_compose
 
-    def check_workers(self, wait_s=0.0):
+    def check_workers(self, wait_s=0.0, stopped_with=None):
+        assert stopped_with == "SIGTERM"  # the signal rank 0 took, for the group to tell everyone's from an echo
         if worker is not None:
             raise worker if isinstance(worker, BaseException) else WorkerError(1, worker)
 
