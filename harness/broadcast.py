@@ -82,14 +82,17 @@ class BroadcastGroup(Cluster):
                 time.sleep(gap_s)
 
 
-def run_broadcast(w: dict, group: BroadcastGroup, progress: bool):
+def run_broadcast(w: dict, group: BroadcastGroup, progress: bool, at: dict | None = None):
     """Yields per payload of workload ``w``: ``payload``, ``payload_bytes``, the latency columns, and ``status``
-    ``stalled`` with its ``error`` where a rank was silent in the timed messages (else ``ok``, None)."""
+    ``stalled`` with its ``error`` where a rank was silent in the timed messages (else ``ok``, None). ``at["payload"]``
+    names the payload in flight, for a failure's row."""
+    at = {} if at is None else at
     bs = w["kvcache_block_size"]
     payloads = [(f"decode-{b}", step_message(b, w["decode_context"], False, bs)) for b in w["decode_batches"]]
     payloads += [(f"prefill-{n}x{t}", step_message(n, t, True, bs)) for n, t in w["prefill_batches"]]
     payloads += [(f"raw-{n}B", ("noop", os.urandom(n))) for n in w["raw_bytes"]]
     for name, message in tqdm(payloads, desc=f"broadcast {group.control.name} tp={group.tp}", disable=not progress):
+        at["payload"] = name
         with OtherCpu() as others:  # the warm-up too: a timed run alone may be shorter than its window
             group.run(message, 1, w["gap_us"] / 1e6)  # the first warm-up message gives the size
             nbytes = group.collect_stats()["send"]["nbytes"][0]
@@ -122,7 +125,7 @@ def run_broadcast_job(cfg: DictConfig, launch: Launch | None) -> int:
     r, path, stalled = 0, None, False
     try:
         for r in range(cfg.repeat):
-            for result in run_broadcast(w, group, show_progress(cfg.progress)):
+            for result in run_broadcast(w, group, show_progress(cfg.progress), row0):
                 row = {**row0, "repeat": r, **result}
                 path = results.add(row)
                 print_broadcast(row, w["messages"])

@@ -425,6 +425,46 @@ def test_the_byte_cap_of_a_broadcast_payload_holds_for_its_warm_up_too():
     assert group.sent == [1, 7, 30]  # the size, the rest of an 8 MiB warm-up, min_messages timed
 
 
+def test_a_failed_broadcast_row_names_the_payload_in_flight(tmp_path, monkeypatch, capsys):
+    """Session 52's note: a worker that died mid-broadcast left a failed row with an empty ``payload``."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from engine import WorkerError
+    from harness import broadcast
+    from harness.preflight import hydra_compose
+
+    class Group:  # the first payload's messages go out; a worker dies in the second's
+        control, tp = SimpleNamespace(name="shm"), 2
+
+        def __init__(self, *args):
+            self.runs = 0
+
+        def run(self, message, count, gap_s):
+            self.runs += 1
+            if message[0] == "noop":
+                raise WorkerError(1, "process exited with code -9 (SIGKILL)")
+
+        def collect_stats(self):
+            return {"send": {"nbytes": [64], "ns": [1000]}, "recv": {1: {"nbytes": [64], "ns": [5000]}},
+                    "silent_s": {}}
+
+        describe = dict
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(broadcast, "BroadcastGroup", Group)
+    with hydra_compose() as compose:
+        cfg = compose(["workload=broadcast", "tp=2", "progress=false", "workload.decode_batches=[1]",
+                       "workload.prefill_batches=[]", "workload.raw_bytes=[64]", f"results_dir={tmp_path}"])
+    assert broadcast.run_broadcast_job(cfg, None) == 1
+    rows = pd.read_csv(tmp_path / "runs.csv")
+    assert rows[["payload", "status"]].values.tolist() == [["decode-1", "ok"], ["raw-64B", "failed"]]
+    assert "rank 1 failed" in rows.error.iloc[1]
+
+
 @pytest.mark.parametrize("sweep", [(), ("-m",)])
 def test_broadcast_refuses_ideal_which_has_no_transport_before_any_job(tmp_path, model_cache, sweep):
     """In a sweep too: shm's job never starts (the walkthrough saw it run 52 s, then exit 2)."""
