@@ -14,7 +14,7 @@ import time
 import warnings
 from datetime import timedelta
 
-from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, PeerGone, WorkerEndpoint
+from .base import NETWORK, POLL_S, ControlPlane, ControlPlaneError, WorkerEndpoint
 
 # torch is imported inside the methods: the harness reads the constructor for its config schema without it.
 WORKER_WAIT = timedelta(days=7)  # an idle engine may send nothing for a long time; driver death still ends it
@@ -129,8 +129,8 @@ class GlooEndpoint(WorkerEndpoint):
                 return b""
             data = torch.empty(n, dtype=torch.uint8)
             self.pg.broadcast(data, 0).wait()
-        except RuntimeError as e:
-            raise PeerGone(f"rank {self.rank}: gloo control group broken (driver gone?): {e}") from None
+        except RuntimeError as e:  # any rank's end breaks the group: not PeerGone, which says rank 0 is gone
+            raise ControlPlaneError(f"rank {self.rank}: gloo control group broken: {e}") from None
         return data.numpy().tobytes()
 
     def close(self) -> None:

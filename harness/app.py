@@ -26,7 +26,7 @@ from .job_setup import base_row, check_results_dir, engine_settings, failed, mod
 from .metrics import NvmlSampler
 from .report import SWEEP_ROWS, floor_lines, print_summary, show_progress, stall_error, trace_lines
 from .results_csv import new_run_id, open_run_file
-from .signals import as_interrupt, from_torchrun_agent
+from .signals import as_interrupt, from_torchrun_agent, worker_stopped
 from .step_log import write_step_log
 from .workloads import Workload, serve_columns, serve_pass
 
@@ -181,8 +181,10 @@ def run_engine_job(cfg: DictConfig, launch: Launch | None) -> int:
         if from_torchrun_agent() and llm is not None:  # stopped by torchrun's agent: because a rank died?
             try:
                 llm.check_workers(wait_s=1.0, stopped_with=str(e))  # up to 1 s
-            except (WorkerError, KeyboardInterrupt) as cause:  # a worker that failed, or a stop signal ended first
-                e = cause
+            except WorkerError as dead:
+                e = dead
+            except KeyboardInterrupt as stopped:  # a worker a stop signal ended first: its signal, not the echo
+                e = worker_stopped(stopped)
         if isinstance(e, (ConfigError, ValueError, TypeError)) and llm is None:  # bad input: no row
             print(f"error: {job_setup.damaged_preset(cli_message(str(e), cfg.llm.keys()), cfg, path)}", file=sys.stderr)
             return 2

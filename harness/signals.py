@@ -84,9 +84,9 @@ def stopping() -> bool:
 
 
 def interrupted_line() -> str:
-    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the first signal (a worker's
-    under torchrun: ``SIGTERM on rank 1, node n1``)."""
-    first = (_RECEIVED or _REMOTE)[:1]
+    """The one line an interrupted run prints: ``error: interrupted (SIGINT)``, naming the signal as
+    :func:`interrupted_code` picks it (a worker's under torchrun: ``SIGTERM on rank 1, node n1``)."""
+    first = (_REMOTE or _RECEIVED)[:1]
     return f"error: interrupted ({first[0]})" if first else "error: interrupted"
 
 
@@ -139,6 +139,13 @@ def as_interrupt(e: BaseException) -> BaseException:
     return KeyboardInterrupt(_RECEIVED[0])
 
 
+def worker_stopped(e: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``e``, a worker's interruption found after this rank's own stop signal (its agent's echo, under torchrun),
+    which the exit code and the interrupted line then name."""
+    _REMOTE.append(str(e.args[0]) if e.args else "SIGINT")
+    return e
+
+
 def from_torchrun_agent() -> bool:
     """Whether the first stop signal was a SIGTERM under torchrun (its agent's, sent when a rank dies)."""
     return bool(_RECEIVED) and _RECEIVED[0] == "SIGTERM" and "TORCHELASTIC_RUN_ID" in os.environ
@@ -156,9 +163,9 @@ def exit_interrupted() -> None:
 
 
 def interrupted_code() -> int:
-    """128 + the first stop signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP), a worker's when this process had
-    none (torchrun: another node's); 130 when neither is known."""
-    name = (_RECEIVED or [r.split()[0] for r in _REMOTE] or ["SIGINT"])[0]
+    """128 + the number of the stop signal that ended a worker (torchrun; this process's own, if any, was then its
+    agent's echo), else of this process's first (130 SIGINT, 143 SIGTERM, 129 SIGHUP); 130 when neither is known."""
+    name = ([r.split()[0] for r in _REMOTE] or _RECEIVED or ["SIGINT"])[0]
     return 128 + (signal.Signals[name].value if name in signal.Signals.__members__ else signal.SIGINT.value)
 
 

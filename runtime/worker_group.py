@@ -105,29 +105,31 @@ class WorkerGroup:
         control.wait_ready()
 
     def _drain(self, wait_s: float = 0.0) -> None:
-        """Take the workers' reports; wait up to ``wait_s`` for one when there are none (0: never wait, as every
-        liveness check does: it is on the send path of some planes)."""
-        deadline = time.monotonic() + wait_s
+        """Take every report the workers have sent; wait up to ``wait_s`` for one when there are none (0: never wait,
+        as every liveness check does: it is on the send path of some planes). All of them: a rank's goodbye, which
+        makes it dead, comes after its report, which another rank's can precede in the queue."""
+        deadline, got = time.monotonic() + wait_s, False
         while True:
             left = deadline - time.monotonic()
             try:
-                kind, rank, payload = self.lifelines.reports.get(block=left > 0, timeout=max(left, 0))
+                kind, rank, payload = self.lifelines.reports.get(block=not got and left > 0, timeout=max(left, 0))
             except queue.Empty:
                 return
             {"error": self.errors, "interrupted": self.interrupted}.get(kind, self.worker_stats)[rank] = payload
             if kind == "interrupted" and payload == "SIGTERM" and self._same_node(rank, self.errors):
                 self.after_failure.add(rank)
-            if kind != "stats":
-                return
+            got |= kind != "stats"
 
     def _dead(self) -> dict[int, str]:
-        """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline) or an interruption."""
+        """Workers gone without a normal end (exit code 0 after a goodbye on the lifeline) or an interruption; their
+        reports taken (a rank's report precedes its goodbye: one taken first could look silent, session 53)."""
         for rank in self.lifelines.dead.keys() & self.procs.keys():  # its lifeline closed as it died: the exit
             self.procs[rank].join(0.5)  # code, which names a signal, comes a moment later
         gone = {r: self._exit_reason(r, p.exitcode) for r, p in self.procs.items()
                 if not p.is_alive() and not (self.lifelines.finished.get(r) == 0 and p.exitcode == 0)}
         ended = {r: f"it ended with exit code {code}" for r, code in self.lifelines.finished.items()
                  if code not in (0, INTERRUPTED)}  # an interrupted rank's report says more
+        self._drain()
         return {**ended, **self.lifelines.dead, **gone}  # the process's own exit code, then the lifeline's word
 
     def _exit_reason(self, rank: int, code: int | None) -> str:
@@ -151,7 +153,7 @@ class WorkerGroup:
             own_exit = [r for r, p in self.procs.items() if not p.is_alive() and (p.exitcode or 0) > 0]
             if own_exit or (dead and not self.procs):  # its traceback may be in flight
                 self._drain(max(wait_s, 0.5))
-            elif wait_s and not dead:  # the caller saw a failure: a live worker may be about to report
+            elif wait_s and not dead and not self.interrupted:  # the caller saw a failure: a worker may report it
                 self._drain(wait_s)
                 dead = self._dead()
         recent = self.lifelines.recent_stalls(self.timeout_s + STALL_S) if self.errors or wait_s else {}
@@ -208,6 +210,7 @@ class WorkerGroup:
         deadline = time.monotonic() + 0.5
         while True:
             silent = [r for r in dead if r not in self.errors and r not in self.interrupted
+                      and r not in self.lifelines.finished  # its goodbye: it ended on its own, its report cut short
                       and (r not in self.procs or (self.procs[r].exitcode or 0) < 0)]  # torchrun: its lifeline closed
             if silent or set(self.interrupted.values()) - {"SIGTERM"} or time.monotonic() >= deadline:
                 return silent

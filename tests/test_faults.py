@@ -660,7 +660,7 @@ def test_a_closed_lifeline_waits_a_moment_for_the_exit_code_that_names_the_signa
 
     lifelines = SimpleNamespace(dead={1: "its process is gone (lifeline closed)"}, finished={},
                                 connected=lambda: {1})
-    group = SimpleNamespace(lifelines=lifelines, procs={1: Dying()})
+    group = SimpleNamespace(lifelines=lifelines, procs={1: Dying()}, _drain=lambda: None)
     group._exit_reason = lambda rank, code: WorkerGroup._exit_reason(group, rank, code)
     assert WorkerGroup._dead(group) == {1: "process exited with code -9 (SIGKILL)"}
 
@@ -762,6 +762,35 @@ def test_torchruns_stop_of_a_nodes_ranks_is_blamed_on_the_rank_that_failed_there
         return
     with pytest.raises(KeyboardInterrupt if "SIGTERM on" in blamed else WorkerError, match=blamed):
         g.check(wait_s=1.0 if stopped_with else 0.0, stopped_with=stopped_with or None)
+
+
+@pytest.mark.parametrize("report", [True, False])
+def test_a_rank_that_said_goodbye_is_not_a_silent_death(report):
+    """Session 53's trial (gloo, two ranks a node, a stop signal to rank 3): rank 2 read as silent, and was blamed
+    ("it ended with exit code 1"). Its error and goodbye came between check()'s drain and its look at the goodbyes,
+    or the agent's SIGTERM cut its report short: it ended on its own all the same (a goodbye), not killed."""
+    import queue
+    from types import SimpleNamespace
+
+    from runtime.worker_group import WorkerGroup
+
+    g = object.__new__(WorkerGroup)
+
+    class Goodbyes(dict):  # the lifeline thread: rank 2's report, then its goodbye, as check() reads the goodbyes
+        def items(self):
+            if 2 not in self:
+                if report:
+                    g.lifelines.reports.put(("error", 2, "RuntimeError: Connection closed by peer"))
+                self[2] = 1
+            return super().items()
+
+    g.lifelines = SimpleNamespace(reports=queue.Queue(), finished=Goodbyes(), hosts={1: "n0", 2: "n1", 3: "n1"},
+                                  dead={}, stalled=dict, recent_stalls=lambda within_s: {}, connected=lambda: {1, 2, 3})
+    g.procs, g.worker_stats, g.timeout_s, g.workers = {}, {}, 5.0, [1, 2, 3]
+    g.errors, g.interrupted = {1: "ControlPlaneError: rank 1: gloo control group broken"}, {3: "SIGINT"}
+    g.after_failure, g.launch = set(), SimpleNamespace(launcher="torchrun")
+    with pytest.raises(KeyboardInterrupt, match="SIGINT on rank 3, node n1"):
+        g.check()
 
 
 def test_a_kept_engine_that_lost_a_worker_between_jobs_is_not_reused(monkeypatch, capsys):

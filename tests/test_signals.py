@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -59,7 +60,9 @@ def test_the_agents_sigterm_after_a_workers_interruption_is_its_echo(installed):
     assert signals.as_interrupt(e) is e
     os.kill(os.getpid(), signal.SIGTERM)  # raised in the handler, it would come out of the sleep
     time.sleep(0.1)
-    assert signals._RECEIVED == ["SIGTERM"] and signals.interrupted_code() == 143
+    # the worker's signal names the exit (130), as where no echo came (session 53: 143 for a SIGINT on rank 3)
+    assert signals._RECEIVED == ["SIGTERM"] and signals.interrupted_code() == 130
+    assert signals.interrupted_line() == "error: interrupted (SIGINT on rank 1, node b)"
 
 
 def test_an_error_without_a_signal_stays_itself(installed):
@@ -442,6 +445,9 @@ def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, ins
                        f"results_dir={tmp_path}"])
     assert app.run_engine_job(cfg, None) == code
     assert pd.read_csv(tmp_path / "runs.csv").error.tolist() == [error]
+    # the process's exit code: the stopped worker's signal, not the agent's SIGTERM (session 53: 143 for a SIGINT)
+    said = re.match(r"interrupted \((SIG[A-Z]+)", error)
+    assert signals.interrupted_code() == (128 + signal.Signals[said[1]] if said else 143)
 
 
 def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path, model_cache, monkeypatch, capsys):
