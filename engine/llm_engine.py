@@ -10,8 +10,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from runtime.blame import WorkerError
 from runtime.cluster import Cluster
-from runtime.worker_group import WorkerError
 
 from .config import ConfigError, EngineConfig
 from .llm_tools import LLMTools
