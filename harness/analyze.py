@@ -215,7 +215,9 @@ def run_compare(args: argparse.Namespace) -> int:
         sides = [load([path]) for path in args.compare]
     print(read.getvalue(), end="", file=sys.stderr)
     damaged = {side: df.attrs["damaged"] for side, df in zip(("OLD", "NEW"), sides)}
-    old, new = [file_failed_rows(prepare_serve(df), CONFIG_KEYS) for df in sides]
+    sides = [prepare_serve(df) for df in sides]
+    both = pd.concat(sides, ignore_index=True)  # a run that failed at start-up in NEW files with OLD's rows too
+    old, new = [file_failed_rows(df, CONFIG_KEYS, both) for df in sides]
     keys, one_sided = comparable_keys(old, new)
     if one_sided:
         print(f"note: rows not matched on {', '.join(one_sided)}: one file's schema predates the column, and the "

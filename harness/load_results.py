@@ -260,14 +260,15 @@ def prepare_serve(df: pd.DataFrame) -> pd.DataFrame:
 ENGINE_SAID = ["launcher", "nodes", "cpu_threads", "all_reduce", "gemm"]  # a row has them once its engine started
 
 
-def file_failed_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def file_failed_rows(df: pd.DataFrame, keys: list[str], reference: pd.DataFrame | None = None) -> pd.DataFrame:
     """``df`` where a failed row without ENGINE_SAID (its run failed while the engine started) takes them from
-    the rows with them (ok, or failed later) that match it on every other of the configuration ``keys``, if those
-    agree: filed with them."""
-    other = [k for k in keys if k not in ENGINE_SAID]
-    said_rows, text = df[df[ENGINE_SAID].notna().any(axis=1)], df[other].astype(object).fillna("-").astype(str)
+    the rows with them (ok, or failed later) in ``reference`` (default ``df``; ``--compare``: both files) that match
+    it on every other of the configuration ``keys``, if those agree: filed with them."""
+    other, ref = [k for k in keys if k not in ENGINE_SAID], df if reference is None else reference
+    said_rows = ref[ref[ENGINE_SAID].notna().any(axis=1)]
+    said_text, text = (d[other].astype(object).fillna("-").astype(str) for d in (said_rows, df))
     for i in df.index[(df.status != "ok") & df[ENGINE_SAID].isna().all(axis=1)]:
-        match = (text.loc[said_rows.index] == text.loc[i]).all(axis=1)
+        match = (said_text == text.loc[i]).all(axis=1)
         said = said_rows.loc[match, ENGINE_SAID].drop_duplicates()
         if len(said) == 1:
             df.loc[i, ENGINE_SAID] = said.iloc[0].to_numpy()

@@ -432,6 +432,19 @@ def test_a_run_that_failed_while_its_engine_started_is_filed_with_its_configurat
     assert "| 2 (+1 failed) |" in out and "0 (+1 failed)" not in out, out
 
 
+def test_compare_files_a_run_that_failed_at_start_with_the_other_files_configuration(tmp_path, capsys):
+    """Session 53's new-user trial: NEW held one run stopped while its engine started (no launcher, nodes,
+    cpu_threads, all_reduce, gemm); --compare said FAILED, MISSING and NEW only for one plane, 2 configurations."""
+    said = {"launcher": "spawn", "nodes": 1, "cpu_threads": 1, "all_reduce": "gloo", "gemm": "torch"}
+    ok = [{**r, **said} for r in sweep_rows(planes=("pipe",), tps=(2,), repeats=2)]
+    failed = {**ok[0], "status": "failed", "error": "interrupted (SIGINT)", **dict.fromkeys(
+        [*said, "output_tok_s", "tpot_ms_p50"])}
+    assert main(["--compare", write(ok, tmp_path / "old.csv"), write([failed], tmp_path / "new.csv")]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "MISSING" not in out and "NEW only" not in out, out
+    assert "1 configuration(s) missing or failed" in out, out
+
+
 def test_files_joined_with_cat_are_their_rows_with_one_note_for_the_repeated_header(tmp_path, capsys):
     """Session 27's break test: ``cat a.csv b.csv > both.csv`` read b's header as a row, with ~40 warnings of
     cells that are not numbers. Its header is no row: one note, every row of both files read."""
