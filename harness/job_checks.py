@@ -261,12 +261,16 @@ def job_notes(cfg: DictConfig, job: list[str]) -> list[str]:
         notes.append(f"note: workload.burstiness={cfg.workload.burstiness:g} shapes the gaps between arrivals; at "
                      f"request_rate=inf there are none (every request at t=0)")
     notes += given_twice(job)
-    if "workload.max_token_id" in keys:
+    capped = "llm.max_model_len" in keys and cfg.engine == "tp" and cfg.workload.get("kind") != "broadcast"
+    if "workload.max_token_id" in keys or capped:
         model = OmegaConf.to_container(picked_model(cfg.model, cfg.device))
-        top, vocab = cfg.workload.max_token_id, model_shape(model)["vocab_size"]
-        if top >= vocab:
+        shape, top, longest = model_shape(model), cfg.workload.get("max_token_id", 0), cfg.llm.max_model_len
+        if "workload.max_token_id" in keys and top >= shape["vocab_size"]:
             notes.append(f"note: workload.max_token_id={top} is past the vocabulary of model={model['name']} "
-                         f"({vocab} ids): token ids go up to {vocab - 1}")
+                         f"({shape['vocab_size']} ids): token ids go up to {shape['vocab_size'] - 1}")
+        if capped and longest > (limit := shape["max_position_embeddings"]):  # nano-vllm caps it too
+            notes.append(f"note: llm.max_model_len={longest} is past the {limit} positions of model={model['name']}: "
+                         f"the engine uses {limit}")
     return notes
 
 

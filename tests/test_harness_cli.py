@@ -972,6 +972,12 @@ def test_llm_settings_under_engine_hf_pass_with_a_note(capsys):
             "go up to 16383") in capsys.readouterr().err
     assert check_command(["model=qwen3-tiny", "workload=smoke", "workload.max_token_id=100"])[0] is None
     assert "max_token_id" not in capsys.readouterr().err
+    # session 53's new-user trial: the engine capped it at the model's positions, silently (the row says 99999999)
+    assert check_command(["model=qwen3-tiny", "workload=smoke", "llm.max_model_len=99999999"])[0] is None
+    assert ("note: llm.max_model_len=99999999 is past the 4096 positions of model=qwen3-tiny: the engine uses 4096"
+            in capsys.readouterr().err)
+    assert check_command(["model=qwen3-tiny", "workload=smoke", "llm.max_model_len=4096"])[0] is None
+    assert "max_model_len" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, note", [
