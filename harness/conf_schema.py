@@ -160,8 +160,13 @@ def problem_of(error: type[Exception], check, *args, **kwargs) -> str | None:
 
 
 def _must_be(needs: str, ok):
-    """A check of ``VALUE_CHECKS``: None when ``ok(value)``, else "<key> must be <needs>, got '<value>'"."""
-    return lambda key, v: None if ok(v) else f"{key} must be {needs}, got {'' if v is None else str(v)!r}"
+    """A check of ``VALUE_CHECKS``: None when ``ok(value)``, else "<key> must be <needs>, got '<value>'" (a float
+    as short as written: '0', not '0.0')."""
+    def check(key: str, v) -> str | None:
+        whole = isinstance(v, float) and v.is_integer() and abs(v) < 1e16
+        return None if ok(v) else f"{key} must be {needs}, got {'' if v is None else str(int(v) if whole else v)!r}"
+
+    return check
 
 
 def _choice(*allowed: str):

@@ -112,6 +112,7 @@ BAD_INPUT = [
     # session-6 break test: a negative hf_batch_size wrote an ok row of 0 tokens; a results_file with a path
     # wrote outside results_dir (or waited out a file lock under /proc); the others were not checked at all
     (["engine=hf", "tp=1", "hf_batch_size=-3"], "hf_batch_size must be an integer >= 1, got '-3'"),
+    (["nvml_interval_s=0"], "nvml_interval_s must be a number > 0, got '0'"),  # session 53's trial: got '0.0'
     # session 51's new-user trial: engine=hf took any dtype, then failed its run (exit 1) on torch.nope
     (["engine=hf", "dtype=nope"], "dtype 'nope' is not one engine=hf takes; use auto, bfloat16, float16, float32"),
     (["-m", "engine=hf", "dtype=float32,int8"], "dtype 'int8' is not one engine=hf takes"),
