@@ -82,8 +82,7 @@ class Blame:
         ``wait_s``: how long to wait for a traceback from a worker alive or exited on its own (s).
         ``stopped_with``: the signal torchrun's agent sent rank 0. A worker stopped by the same one is not named
         when no rank on rank 0's node failed first: the signal went to every rank, and the stop is rank 0's own."""
-        self._drain()
-        dead = self._dead()
+        dead = self._dead()  # the reports too
         if not self.errors:
             own_exit = [r for r, p in self.procs.items() if not p.is_alive() and (p.exitcode or 0) > 0]
             if own_exit or (dead and not self.procs):  # its traceback may be in flight
@@ -133,7 +132,6 @@ class Blame:
             if all(r in self.interrupted for r in beside) or time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_S)
-            self._drain()
 
     def _same_node(self, rank: int, ranks) -> bool:
         """Whether one of ``ranks`` other than ``rank`` runs on ``rank``'s node."""
@@ -150,7 +148,6 @@ class Blame:
             if silent or set(self.interrupted.values()) - {"SIGTERM"} or time.monotonic() >= deadline:
                 return silent
             time.sleep(POLL_S)
-            self._drain()
             dead.update(self._dead())
 
     def _stalled(self, dead: dict, settle: bool) -> dict[int, float]:
