@@ -23,18 +23,14 @@ if __name__ == "__main__":
     install()  # the signal handlers first: Ctrl-C, SIGTERM, SIGHUP end even the imports below (exit 130, 143, 129)
     outlive_stdout_reader()  # before Hydra's log handler takes sys.stdout
     # `kill -USR1 <pid>`: every thread's stack to stderr, and go on, from here on (torchrun's ranks too; spawned
-    # workers inherit it ignored: runtime/worker_group.py); ignored, never fatal, once exit unregisters faulthandler
+    # workers take it once started: runtime/launch.py); ignored, never fatal, once exit unregisters faulthandler
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-try:
-    import hydra
-    from omegaconf import DictConfig
+import hydra  # a stop signal from here until the first job exits at once, in one line (signals.AT_ONCE)
+from omegaconf import DictConfig
 
-    from . import preflight
-    from .conf_paths import CONF_DIR, task_overrides
-except KeyboardInterrupt:
-    print(interrupted_line(), file=sys.stderr)
-    exit_interrupted()
+from . import preflight
+from .conf_paths import CONF_DIR, task_overrides
 
 EXIT_CODES: list[int] = []
 FAILED_JOBS: list[str] = []  # a sweep's jobs that did not exit 0, for its summary
@@ -80,13 +76,7 @@ def stopped_after_the_jobs() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        problem, sys.argv[1:] = preflight.check_command(sys.argv[1:])
-    except KeyboardInterrupt:  # while the checks import Hydra and torch
-        problem = "interrupted"
-    if problem and isinstance(as_interrupt(ValueError(problem)), KeyboardInterrupt):  # or what a signal broke
-        print(interrupted_line(), file=sys.stderr)
-        exit_interrupted()
+    problem, sys.argv[1:] = preflight.check_command(sys.argv[1:])
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)

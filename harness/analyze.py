@@ -32,7 +32,7 @@ from .host_cpu import busy_note
 from .load_results import NUMERIC, InputError, file_failed_rows, is_serve, load, prepare_serve
 from .plot_common import check_plot_path, same_words, side_path
 from .schema import ADDED_IN, COLUMNS
-from .signals import exit_interrupted, install, interrupted_line, outlive_stdout_reader, stdout_lost, stopping
+from .signals import AT_ONCE, exit_interrupted, install, interrupted_line, outlive_stdout_reader, stdout_lost, stopping
 from .summary_table import csv_rows, default_baseline, print_table
 
 # the serve keys before overrides, so that the rows of a rate sweep sort by rate (4, 16, inf), not as text
@@ -282,6 +282,7 @@ if __name__ == "__main__":
     outlive_stdout_reader()  # `--compare ... | head`: the gate's exit code and the figures, as without the pipe
     code = None
     with contextlib.suppress(KeyboardInterrupt):  # the stop is said below, as when a library swallowed it
+        AT_ONCE.clear()  # set by install: from here a stop signal stops in order (said below)
         code = main()
     if stopping():
         print(interrupted_line(), file=sys.stderr)

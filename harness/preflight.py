@@ -26,7 +26,6 @@ from .command_line import check_options, engine_defaults, overrides_of, parse
 from .conf_paths import CONF_DIR, GROUPS, cannot_write, group_options
 from .conf_schema import VALUE_CHECKS, problem_of  # the import registers the schema before Hydra composes
 from .job_checks import check_job, cli_message, given_twice, has_key, job_notes, no_option, options_having, reuse_note
-from .signals import AT_ONCE
 
 
 @contextlib.contextmanager
@@ -203,9 +202,7 @@ def _check_job(job: list[str], compose, notes: list[str]) -> str | None:
 
 
 def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
-    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it). From here until the
-    first job starts, a stop signal ends the process at once, in one line (``signals.AT_ONCE``): nothing has started."""
-    AT_ONCE.set()
+    """(the first problem of the command as one line, or None; ``argv`` as Hydra must get it)."""
     try:
         overrides, package = overrides_of(argv)
         argv, notes = engine_defaults(argv, overrides)
@@ -240,4 +237,4 @@ def check_command(argv: list[str]) -> tuple[str | None, list[str]]:
         for note in dict.fromkeys(notes):
             print(note, file=sys.stderr)
         argv = for_hydra(argv, compose)
-    return None, argv  # AT_ONCE stays set through Hydra's composition: the first job clears it
+    return None, argv  # signals.AT_ONCE (install's) stays set through Hydra's composition: the first job clears it

@@ -6,15 +6,14 @@ store comes from the ``env://`` rendezvous, a run's keys under a namespace of th
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import json
 import multiprocessing as mp
 import os
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import resource_tracker
 
 import torch.distributed as dist
 from torch.distributed import PrefixStore, Store
@@ -112,23 +111,20 @@ def is_stopped(p: mp.Process | None) -> bool:
     return False
 
 
-def start_ignoring_signals(p: mp.Process) -> None:
-    """``p.start()`` with the child ignoring SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (until ``worker.serve``
-    registers its stack dump) from its first instruction: an inherited SIG_IGN survives spawn, a blocked mask does
-    not. SIGINT is blocked meanwhile: one that comes now stays pending for rank 0's own handler. Rank 0's own
-    SIGUSR1 stack dump (faulthandler) is off for the moment of the start."""
-    main = threading.current_thread() is threading.main_thread()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    dumps = main and faulthandler.unregister(signal.SIGUSR1)  # restores its previous handler
-    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGUSR1)} if main else {}
+SHIELDED = {signal.SIGINT, signal.SIGUSR1}  # blocked in a spawned worker until ``worker.serve`` takes them
+
+
+def start_shielded(p: mp.Process) -> None:
+    """``p.start()`` with SIGINT (rank 0 handles a Ctrl-C) and SIGUSR1 (``worker.serve`` registers its stack dump)
+    blocked in the child from its first instruction: a blocked mask survives spawn, so one that comes while it
+    imports waits for ``serve``, which ignores SIGINT and dumps on SIGUSR1. Rank 0 keeps its handlers: a stop signal
+    now goes to another of its threads or waits for this one (with them ignored here, session 54's CI lost it: the
+    run went on)."""
+    resource_tracker.ensure_running()  # its first start unblocks SIGINT in this thread
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)
     try:
         p.start()
     finally:
-        for s, handler in handlers.items():
-            if handler is not None:  # None: a handler set outside Python, which Python cannot put back
-                signal.signal(s, handler)
-        if dumps:
-            faulthandler.register(signal.SIGUSR1, all_threads=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 

@@ -23,7 +23,7 @@ from backends import EXIT, PeerGone, WorkerEndpoint
 from backends.segments import exited, remove_segments_of
 from common import ConfigError
 
-from .launch import Launch, probe_nodes, torchrun_store, wait_get
+from .launch import SHIELDED, Launch, probe_nodes, torchrun_store, wait_get
 from .lifeline import Lifeline, watch_parent
 
 REPORT = "report_control_stats"  # rank 0 asks every worker for its control-plane samples
@@ -60,6 +60,7 @@ def serve(launch: Launch, body, body_args: tuple, startup_timeout_s: float, endp
     if spawned:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it stops the workers
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: stacks to stderr, and go on
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SHIELDED)  # blocked since the spawn (launch.start_shielded)
         _resume_on_parent_death()
         watch_parent(on_death=_remove_dead_drivers_segments)
     rank, timeout_s, lifeline, code = launch.rank, startup_timeout_s, None, 1

@@ -18,7 +18,7 @@ from backends.base import POLL_S, wait_until
 from backends.segments import remove_stale_segments
 
 from .blame import RERAN_MAIN, Blame, WorkerError
-from .launch import Launch, is_stopped, probe_nodes, start_ignoring_signals, torchrun_store
+from .launch import Launch, is_stopped, probe_nodes, start_shielded, torchrun_store
 from .lifeline import STALL_S, LifelineServer
 from .worker import serve
 
@@ -72,7 +72,7 @@ class WorkerGroup(Blame):
                 p = mp.get_context("spawn").Process(target=serve, name=f"tp-worker-{rank}", daemon=True, args=(
                     Launch(rank=rank, world_size=self.world_size), body, body_args, self.startup_timeout_s, end,
                     (self.store.port, self.lifelines.port)))
-                start_ignoring_signals(p)
+                start_shielded(p)
                 self.procs[rank] = p
                 continue
             if self.context.node_of[rank] != 0:

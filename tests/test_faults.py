@@ -161,10 +161,10 @@ def wait_for_workers(proc) -> list[int]:
     return spawned_workers(proc.pid)
 
 
-def finish(proc, timeout: float) -> None:
-    """Wait for ``proc`` to exit; past ``timeout`` fail with the stacks of its threads (SIGUSR1: faulthandler)."""
+def finish(proc, timeout: float) -> str:
+    """Wait for ``proc`` to exit (its stderr); past ``timeout`` fail with the stacks of its threads (SIGUSR1)."""
     try:
-        proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)[1]
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)
         time.sleep(2)
@@ -247,7 +247,7 @@ def test_a_stop_signal_at_any_moment_of_start_up_exits_130_without_a_traceback(t
         wait_until(lambda: catches_sigint(proc.pid), 30, "the harness's SIGINT handler")
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        err = finish(proc, 30)
         assert proc.returncode == 130 and "Traceback" not in err, f"SIGINT after {delay} s: {err[-3000:]}"
         assert not segments_of(proc.pid)
 
@@ -588,7 +588,7 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(control,
     (session 29's break test): its join waited max(timeout_s, startup_timeout_s), 64.7 s, and named no rank."""
     from runtime import worker_group
 
-    started = worker_group.start_ignoring_signals
+    started = worker_group.start_shielded
 
     stopped = []
 
@@ -597,7 +597,7 @@ def test_a_worker_stalled_during_spawn_is_reported_while_start_up_waits(control,
         os.kill(p.pid, signal.SIGSTOP)  # inside its imports: it never connects
         stopped.append(p)
 
-    monkeypatch.setattr(worker_group, "start_ignoring_signals", start_then_stop)
+    monkeypatch.setattr(worker_group, "start_shielded", start_then_stop)
     monkeypatch.setattr(worker_group, "PROGRESS_S", 0.5)
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, WorkerError)) as failure:
@@ -618,13 +618,13 @@ def test_a_worker_stopped_during_spawn_fails_as_a_stall_after_timeout_s(tiny_unt
     though rank 0 saw its process stopped; mid-run the same stall fails after timeout_s."""
     from runtime import worker_group
 
-    started = worker_group.start_ignoring_signals
+    started = worker_group.start_shielded
 
     def start_then_stop(p):
         started(p)
         os.kill(p.pid, signal.SIGSTOP)
 
-    monkeypatch.setattr(worker_group, "start_ignoring_signals", start_then_stop)
+    monkeypatch.setattr(worker_group, "start_shielded", start_then_stop)
     t0 = time.monotonic()
     with pytest.raises(WorkerError, match=r"worker rank 1 failed: stalled: its process is stopped, for \d"):
         LLM(tiny_untied, tensor_parallel_size=2, control="shm", timeout_s=2, **OPTS)
