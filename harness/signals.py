@@ -131,8 +131,12 @@ def as_interrupt(e: BaseException) -> BaseException:
     """``e``, or a ``KeyboardInterrupt`` naming the first signal when one arrived before ``e`` was handled. Not
     a worker's failure under torchrun (:func:`from_torchrun_agent`): there the SIGTERM came because of it."""
     if not _RECEIVED:
-        if isinstance(e, KeyboardInterrupt):  # a worker's (torchrun): the signal its agent sends next stops nothing
+        # a worker's interruption or failure (torchrun): the SIGTERM its agent sends next stops nothing (after a
+        # failure it gave a second line, `error: interrupted (SIGTERM)`, and exit 143 for 1: session 53)
+        torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+        if isinstance(e, KeyboardInterrupt) or (torchrun and type(e).__name__ == "WorkerError"):
             _ECHO.set()
+        if isinstance(e, KeyboardInterrupt):
             _REMOTE.append(str(e.args[0]) if e.args else "SIGINT")  # "SIGTERM on rank 1, node n1": 143 here too
         return e
     _HANDLED.set()

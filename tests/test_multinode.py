@@ -151,25 +151,28 @@ def wait_until(cond, timeout_s: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("nproc,victim", [(1, 1), (1, 0), (2, 3)])
-def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(nproc, victim, tmp_path, model_cache):
+@pytest.mark.parametrize("nproc,victim,sig", [(1, 1, 9), (1, 0, 9), (2, 3, 9), (2, 3, signal.SIGSTOP)])
+def test_a_killed_rank_is_noticed_within_5s_and_nothing_is_left(nproc, victim, sig, tmp_path, model_cache):
     """A worker on node 1 killed: rank 0 reports it, naming rank and node, within 5 s and writes a failed row.
     Rank 3 (node 1's second rank): node 1's torchrun then sends rank 2 SIGTERM, and rank 0 said "error:
     interrupted (SIGTERM on rank 2, ...)" and exited 143 (session 49's trial); the dead rank is to blame.
+    Stopped, it is named as stalled after llm.timeout_s; rank 0's agent then SIGTERMed rank 0 in its shutdown
+    (rank 1's collective broke), which said "error: interrupted (SIGTERM)" too and exited 143 (session 53).
     Rank 0 killed: rank 1, blocked in its loop on the other node, exits within 5 s. Either way no process of
     the run is left."""
     marker = f"results_dir={tmp_path}"
     proc = sim_nodes(tmp_path, 2, nproc, "-m", "harness", "control=zmq", f"tp={2 * nproc}", "workload=bench",
-                     "repeat=100", "progress=false", marker, wait=False, extra_env={"TPCP_CACHE": model_cache})
+                     "repeat=100", "progress=false", *(["llm.timeout_s=5"] if sig != 9 else []), marker,
+                     wait=False, extra_env={"TPCP_CACHE": model_cache})
     try:
         assert wait_until(lambda: "[ok]" in node_log(tmp_path, 0), 240), node_log(tmp_path, 0)[-2000:]
         pids = rank_pids(victim, marker)
         assert len(pids) == 1, pids
-        os.kill(pids[0], 9)
+        os.kill(pids[0], sig)
         killed = time.monotonic()
         if victim:
-            assert wait_until(lambda: f"worker rank {victim} failed" in node_log(tmp_path, 0), 5.0), \
-                node_log(tmp_path, 0)
+            assert wait_until(lambda: f"worker rank {victim} failed" in node_log(tmp_path, 0),
+                              5.0 if sig == 9 else 15.0), node_log(tmp_path, 0)
             assert "(node sim-node1)" in node_log(tmp_path, 0)
         else:
             assert wait_until(lambda: not rank_pids(1, marker), 5.0), "rank 1 outlived rank 0 by 5 s"

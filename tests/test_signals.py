@@ -514,6 +514,42 @@ def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, ins
     assert signals.interrupted_code() == (128 + signal.Signals[said[1]] if said else 143)
 
 
+def test_torchruns_sigterm_after_a_workers_failure_is_its_echo(installed, tmp_path, model_cache, monkeypatch, capsys):
+    """Session 53's trial: under torchrun a stalled rank was named and the row said so; rank 0 killed it while it
+    shut down, and the SIGTERM that its agent then sent gave a second line, ``error: interrupted (SIGTERM)``, and
+    exit 143 for a run that failed (1)."""
+    import pandas as pd
+
+    from engine import WorkerError
+    from harness import app, engine_cache
+    from harness.preflight import hydra_compose
+
+    failed = []
+
+    def stalled(*args, **kwargs):
+        failed.append(True)
+        raise WorkerError(1, "stalled: silent on its lifeline for 5.0 s")
+
+    def release(release=engine_cache.release):  # the stalled rank is killed: its agent stops this rank too
+        release()
+        if failed:
+            signals._interrupt(signal.SIGTERM, None)
+
+    monkeypatch.setattr(app, "run_repeat", stalled)
+    monkeypatch.setattr(engine_cache, "release", release)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
+                       f"results_dir={tmp_path}"])
+    try:
+        assert app.run_engine_job(cfg, None) == 1
+    except KeyboardInterrupt:
+        pytest.fail("the agent's SIGTERM interrupted rank 0's shutdown")
+    assert "interrupted" not in capsys.readouterr().err
+    assert "rank 1 failed: stalled" in pd.read_csv(tmp_path / "runs.csv").error.iloc[0]
+
+
 def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path, model_cache, monkeypatch, capsys):
     """The new-user trial (session 31): Ctrl-C while a finished run waited for the results lock wrote its ok row to a
     fallback file, then a failed row "interrupted" for the same run, under another run_id, to a second one."""
