@@ -10,6 +10,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -60,11 +61,27 @@ _runs_in_process = 0  # engines started in this process: every rank of a sweep c
 
 
 def torchrun_store(launch: Launch, timeout_s: float) -> Store:
-    """The env:// rendezvous store, under a namespace of this run and of this engine (one per job of a sweep)."""
+    """The env:// rendezvous store, under a namespace of this run and of this engine (one per job of a sweep).
+    Raises TimeoutError: (rank > 0) the store took no connection within ``timeout_s``."""
     global _runs_in_process
     _runs_in_process += 1
-    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    left = timeout_s if launch.rank == 0 else _reach_store(launch.master_addr, timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=left)))
     return PrefixStore(f"tpcp/{launch.run_id}/{_runs_in_process}", store)
+
+
+def _reach_store(addr: str, timeout_s: float) -> float:
+    """Seconds left of ``timeout_s`` once MASTER_PORT on ``addr`` takes connections. Torch's own client retries
+    once, so with rank 0's node gone a rank waited twice ``llm.startup_timeout_s`` and printed a C++ trace per try
+    (session 53). Raises TimeoutError."""
+    port, deadline = int(os.environ["MASTER_PORT"]), time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection((addr, port), timeout=1.0):
+            return max(deadline - time.monotonic(), 1.0)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the run's store at {addr}:{port} took no connection for {timeout_s:g} s (is rank "
+                               f"0's node running, with the same --master-addr and --master-port?)")
+        time.sleep(0.5)
 
 
 def probe_nodes(store: Store, rank: int, world_size: int, timeout_s: float, check=lambda: None) -> list[int]:

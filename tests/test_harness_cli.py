@@ -686,6 +686,22 @@ def test_torchruns_variables_half_set_are_refused_not_ignored(env, message, monk
     assert (problem or "").startswith(message or "") and (problem is None) == (message is None), problem
 
 
+def test_a_rank_whose_store_never_comes_up_gives_up_once_its_timeout_is_over(monkeypatch):
+    """Session 53's trial: rank 0 killed at start-up under torchrun, a rank on another node waited about twice
+    llm.startup_timeout_s (torch's client tries twice), printing a C++ trace for each try; now one timeout, one line."""
+    import socket
+
+    from runtime.launch import Launch, torchrun_store
+
+    with socket.socket() as bound:  # bound, not listening: a connection is refused, as where the store has gone
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        for var, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": 1, "WORLD_SIZE": 2}.items():
+            monkeypatch.setenv(var, str(value))
+        with pytest.raises(TimeoutError, match=f"store at 127.0.0.1:{port} took no connection for 1.5 s"):
+            torchrun_store(Launch("torchrun", rank=1, world_size=2, master_addr="127.0.0.1"), 1.5)
+
+
 def test_a_results_dir_under_home_holds_hydras_output_too(tmp_path):
     """A new user's trial: results_dir='~/x' put the rows under $HOME/x and Hydra's output in ./~/x/hydra."""
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": ROOT}
