@@ -474,6 +474,16 @@ def test_a_stop_while_the_job_prepares_leaves_its_failed_row(engine, tmp_path, m
     assert row.status == "failed" and "interrupt" in row.error.lower()
 
 
+def _tiny_smoke(tmp_path, model_cache, monkeypatch):
+    """The configuration of a one-process smoke run of the tiny preset, its rows under ``tmp_path``."""
+    from harness.preflight import hydra_compose
+
+    monkeypatch.setenv("TPCP_CACHE", model_cache)
+    with hydra_compose() as compose:
+        return compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
+                        f"results_dir={tmp_path}"])
+
+
 @pytest.mark.parametrize("worker, error, code", [
     (KeyboardInterrupt("SIGINT on rank 1, node b"), "interrupted (SIGINT on rank 1, node b)", 130),
     # not everyone's (the group's call, given the signal: test_faults), say after rank 1 on rank 0's node failed
@@ -489,7 +499,6 @@ def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, ins
 
     from engine import LLM, WorkerError
     from harness import app
-    from harness.preflight import hydra_compose
 
     def check_workers(self, wait_s=0.0, stopped_with=None):
         assert stopped_with == "SIGTERM"  # the signal rank 0 took, for the group to tell everyone's from an echo
@@ -503,10 +512,7 @@ def test_torchruns_sigterm_writes_the_row_that_says_why(worker, error, code, ins
     monkeypatch.setattr(app, "run_repeat", stopped)
     monkeypatch.setattr(LLM, "check_workers", check_workers)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
-    monkeypatch.setenv("TPCP_CACHE", model_cache)
-    with hydra_compose() as compose:
-        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
-                       f"results_dir={tmp_path}"])
+    cfg = _tiny_smoke(tmp_path, model_cache, monkeypatch)
     assert app.run_engine_job(cfg, None) == code
     assert pd.read_csv(tmp_path / "runs.csv").error.tolist() == [error]
     # the process's exit code: the stopped worker's signal, not the agent's SIGTERM (session 53: 143 for a SIGINT)
@@ -522,7 +528,6 @@ def test_torchruns_sigterm_after_a_workers_failure_is_its_echo(installed, tmp_pa
 
     from engine import WorkerError
     from harness import app, engine_cache
-    from harness.preflight import hydra_compose
 
     failed = []
 
@@ -538,10 +543,7 @@ def test_torchruns_sigterm_after_a_workers_failure_is_its_echo(installed, tmp_pa
     monkeypatch.setattr(app, "run_repeat", stalled)
     monkeypatch.setattr(engine_cache, "release", release)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
-    monkeypatch.setenv("TPCP_CACHE", model_cache)
-    with hydra_compose() as compose:
-        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
-                       f"results_dir={tmp_path}"])
+    cfg = _tiny_smoke(tmp_path, model_cache, monkeypatch)
     try:
         assert app.run_engine_job(cfg, None) == 1
     except KeyboardInterrupt:
@@ -556,16 +558,12 @@ def test_a_stop_while_a_finished_run_waits_for_the_lock_writes_one_row(tmp_path,
     import pandas as pd
 
     from harness import app, results_csv
-    from harness.preflight import hydra_compose
 
     def stopped(*args, **kwargs):  # the lock is held elsewhere: Ctrl-C while waiting for it
         raise KeyboardInterrupt("SIGINT")
 
     monkeypatch.setattr(results_csv, "append_row", stopped)
-    monkeypatch.setenv("TPCP_CACHE", model_cache)
-    with hydra_compose() as compose:
-        cfg = compose(["model=qwen3-tiny", "tp=1", "device=cpu", "workload=smoke", "progress=false",
-                       f"results_dir={tmp_path}"])
+    cfg = _tiny_smoke(tmp_path, model_cache, monkeypatch)
     assert app.run_engine_job(cfg, None) == 130
     (kept,) = [f for f in os.listdir(tmp_path) if f.startswith("runs.unwritten-")]
     assert pd.read_csv(tmp_path / kept).status.tolist() == ["ok"]
