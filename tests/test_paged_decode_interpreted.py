@@ -18,10 +18,10 @@ from engine.layers.fusion import qk_norm_rotary
 from engine.layers.paged_decode import paged_decode_attention
 
 torch.manual_seed(0)
-Hkv, D, bs = 2, 128, 16
-cases = [([1, 40, 100], 1, False, False, 2), ([1, 40, 100], 3, True, True, 2), ([130], 4, None, True, 2),
-         ([70, 3], 2, None, False, 2), ([50, 20], 2, None, True, 16)]
-for lens, splits, preload, qk, group in cases:  # group 16: the new k needs a 17th row of the query tile
+Hkv, group, D, bs = 2, 2, 128, 16
+cases = [([1, 40, 100], 1, False, False), ([1, 40, 100], 3, True, True), ([130], 4, None, True),
+         ([70, 3], 2, None, False)]  # (contexts, splits, preload, q/k norm in the kernel)
+for lens, splits, preload, qk in cases:
     B = len(lens)
     nblocks = [-(-n // bs) for n in lens]
     kc = torch.randn(sum(nblocks) + 1, bs, Hkv, D)
@@ -47,7 +47,7 @@ for lens, splits, preload, qk, group in cases:  # group 16: the new k needs a 17
         ref = F.scaled_dot_product_attention(q[b:b + 1].double().unsqueeze(2), k, v, scale=D ** -0.5,
                                              enable_gqa=True)[0, :, 0]
         err = float((out[b].double() - ref).abs().max())
-        assert err < 1e-4, (lens, splits, preload, qk, group, b, err)
+        assert err < 1e-4, (lens, splits, preload, qk, b, err)
 print("ok")
 """
 

@@ -1,11 +1,10 @@
 """Decode attention over the paged KV cache: a Triton kernel, one program per (sequence, KV head, split), holding the
 ``Hq / Hkv`` query heads of its KV head (padded to 16 rows for ``tl.dot``) and walking its share of the block table
-``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022, algorithm 1). Split 0 takes the
-new token's K/V from registers last and stores them into the cache; its k rides in a padding row of the query tile,
-so one load and one norm serve both. Split-KV (flash-decoding, Dao et al. 2023): ``num_splits`` runs per context
-(``decode_splits``), merged by a second kernel. With ``qk_norm`` it also applies Qwen3's per-head RMSNorm and RoPE to
-q and the new k, rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum round once. CUDA only;
-``TRITON_INTERPRET=1`` runs it on the CPU."""
+``BLOCK_N`` tokens at a time with FlashAttention's online softmax (Dao et al. 2022, algorithm 1). Split 0 takes the new
+token's K/V from registers last and stores them into the cache. Split-KV (flash-decoding, Dao et al. 2023):
+``num_splits`` runs per context (``decode_splits``), merged by a second kernel. With ``qk_norm`` it also applies Qwen3's
+per-head RMSNorm and RoPE to q and the new k, rounding as ``fusion.qk_norm_rotary`` except that RoPE's products and sum
+round once. CUDA only; ``TRITON_INTERPRET=1`` runs it on the CPU."""
 
 from __future__ import annotations
 
@@ -17,54 +16,44 @@ from . import decode_splits, pdl
 
 
 @triton.jit
-def _rope_tables(qw_ptr, kw_ptr, cos_ptr, sin_ptr, dims, dtype, HEAD_DIM: tl.constexpr):
-    """The q and k norm weights ``[D]`` at dims and at their RoPE partners, and cos/sin ``[D]`` rounded to
-    ``dtype``, all float32: (qw, qw_rot, kw, kw_rot, cos, sin). None depends on the kernel before."""
-    rot = (dims + HEAD_DIM // 2) % HEAD_DIM
-    return (tl.load(qw_ptr + dims).to(tl.float32), tl.load(qw_ptr + rot).to(tl.float32),
-            tl.load(kw_ptr + dims).to(tl.float32), tl.load(kw_ptr + rot).to(tl.float32),
-            tl.load(cos_ptr + dims).to(dtype).to(tl.float32), tl.load(sin_ptr + dims).to(dtype).to(tl.float32))
-
-
-@triton.jit
-def _norm_rope(x, xr, w, w_rot, cos, sin, dims, eps, HEAD_DIM: tl.constexpr):
-    """Rows x ``[R, D]`` RMS-normalised, scaled by w ``[R, D]``, rotated by RoPE at cos/sin ``[D]`` with xr (the
-    rows with their halves swapped, scaled by w_rot), each rounded to x's dtype: float32 ``[R, D]``."""
+def _norm_rope(x_ptr, row_offs, row_ok, dims, w_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM: tl.constexpr):
+    """Rows of x (``[R, D]``, row r at ``x_ptr + row_offs[r]``, 0 where not ``row_ok``) RMS-normalised, scaled
+    by w ``[D]``, rotated by RoPE at cos/sin ``[D]``, each rounded to x's dtype: float32 ``[R, D]``."""
+    half = HEAD_DIM // 2
+    rot = (dims + half) % HEAD_DIM
+    x = tl.load(x_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
+    xr = tl.load(x_ptr + row_offs[:, None] + rot[None, :], mask=row_ok[:, None], other=0.0).to(tl.float32)
     dt = x.dtype
     x = x.to(tl.float32)
-    xr = xr.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
-    x = (w * (x * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
-    xr = (w_rot * (xr * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
-    sign = tl.where(dims < HEAD_DIM // 2, -1.0, 1.0)
+    x = (tl.load(w_ptr + dims).to(tl.float32)[None, :] * (x * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
+    xr = (tl.load(w_ptr + rot).to(tl.float32)[None, :] * (xr * rstd[:, None]).to(dt).to(tl.float32)).to(dt)
+    cos = tl.load(cos_ptr + dims).to(dt).to(tl.float32)
+    sin = tl.load(sin_ptr + dims).to(dt).to(tl.float32)
+    sign = tl.where(dims < half, -1.0, 1.0)
     return (x.to(tl.float32) * cos[None, :] + sign[None, :] * xr.to(tl.float32) * sin[None, :]).to(dt).to(tl.float32)
 
 
 @triton.jit
-def _rows(q_row, k_row, q_offs, cols, q_ok, is_k):
-    """q_row's rows at q_offs ``[R, 1]`` where q_ok, k_row where is_k, 0 elsewhere, at columns cols ``[D]``: two
-    loads of contiguous rows (one select of the pointers would lose their alignment, and the vector loads)."""
-    x = tl.load(q_row + q_offs + cols[None, :], mask=q_ok[:, None], other=0.0)
-    return tl.where(is_k[:, None], tl.load(k_row + 0 * q_offs + cols[None, :], mask=is_k[:, None], other=0.0), x)
+def _query(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, dtype, HEAD_DIM: tl.constexpr,
+           QK_NORM: tl.constexpr):
+    """The query rows ``[R, D]`` in ``dtype`` (as ``_norm_rope``'s), normalised and rotated with ``QK_NORM``."""
+    if QK_NORM:
+        return _norm_rope(q_ptr, row_offs, row_ok, dims, qw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM).to(dtype)
+    return tl.load(q_ptr + row_offs[:, None] + dims[None, :], mask=row_ok[:, None], other=0.0)
 
 
 @triton.jit
-def _query_and_key(q_row, k_row, q_heads, stride_qh, rope, dims, eps, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr):
-    """The query rows ``[GROUP_PAD, D]`` (heads q_heads of q_row) and the new token's k ``[D]`` (at k_row), with
-    Qwen3's norm and RoPE (``rope``: ``_rope_tables``) when ``QK_NORM``, in the pointers' dtype. k rides in row
-    GROUP of the tile, a padding row: one load and one norm for both. Rows past GROUP are padding, never stored."""
-    rows = tl.arange(0, GROUP_PAD)
-    is_k = rows == GROUP
-    q_offs = q_heads[:, None] * stride_qh
-    x = _rows(q_row, k_row, q_offs, dims, rows < GROUP, is_k)
+def _new_token(k_ptr, v_ptr, slot_ptr, kw_ptr, cos_ptr, sin_ptr, eps, dims, dtype, HEAD_DIM: tl.constexpr,
+               QK_NORM: tl.constexpr):
+    """The new token's k (normalised and rotated with ``QK_NORM``) and v ``[D]`` in ``dtype``, and its slot."""
     if QK_NORM:
-        xr = _rows(q_row, k_row, q_offs, (dims + HEAD_DIM // 2) % HEAD_DIM, rows < GROUP, is_k)
-        qw, qw_rot, kw, kw_rot, cos, sin = rope
-        w = tl.where(is_k[:, None], kw[None, :], qw[None, :])
-        w_rot = tl.where(is_k[:, None], kw_rot[None, :], qw_rot[None, :])
-        x = _norm_rope(x, xr, w, w_rot, cos, sin, dims, eps, HEAD_DIM).to(q_row.dtype.element_ty)
-    return x, tl.sum(tl.where(is_k[:, None], x, 0.0), axis=0).to(x.dtype)
+        one = tl.arange(0, 1)
+        k = tl.sum(_norm_rope(k_ptr, one * 0, one < 1, dims, kw_ptr, cos_ptr, sin_ptr, eps, HEAD_DIM),
+                   axis=0).to(dtype)  # [1, D] -> [D]
+    else:
+        k = tl.load(k_ptr + dims)
+    return k, tl.load(v_ptr + dims), tl.load(slot_ptr)
 
 
 @triton.jit
@@ -140,26 +129,25 @@ def _paged_decode_kernel(q_ptr, k_new_ptr, v_new_ptr, k_cache_ptr, v_cache_ptr, 
     k_cache = k_cache_ptr + kv_head * stride_ch
     v_cache = v_cache_ptr + kv_head * stride_ch
     table = block_tables_ptr + seq * stride_btb
+    # Before the wait (pdl.py): block tables and cached tokens predate the kernel before, so with PRELOAD (few
+    # programs, all started during the kernel before) the first tile loads while QKV still runs; q, k, v after.
+    k0, v0 = 0, 0
+    if PRELOAD:
+        k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     rows = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows < GROUP
     q_heads = kv_head * GROUP + rows
-    # Before the wait (pdl.py), while the kernel before runs: what predates it (the slot, the norms' weights, cos/sin)
-    # and, with PRELOAD (few programs, all started during the kernel before), the first tile. q, k, v after.
-    k0, v0 = 0, 0
-    if PRELOAD:
-        k0, v0 = _tile(k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, BLOCK_SIZE, BLOCK_N, HEAD_DIM)
-    slot = tl.load(slot_ptr + seq)
-    rope = 0
-    if QK_NORM:
-        rope = _rope_tables(qw_ptr, kw_ptr, cos_ptr + seq * stride_rope, sin_ptr + seq * stride_rope, dims,
-                            q_ptr.dtype.element_ty, HEAD_DIM)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    v_new = tl.load(v_new_ptr + seq * stride_vb + kv_head * stride_vh + dims)
-    q, k_new = _query_and_key(q_ptr + seq * stride_qb, k_new_ptr + seq * stride_kb + kv_head * stride_kh, q_heads,
-                              stride_qh, rope, dims, eps, GROUP, GROUP_PAD, HEAD_DIM, QK_NORM)
+    q = _query(q_ptr + seq * stride_qb, q_heads * stride_qh, row_ok, dims, qw_ptr, cos_ptr + seq * stride_rope,
+               sin_ptr + seq * stride_rope, eps, k_cache_ptr.dtype.element_ty, HEAD_DIM, QK_NORM)
+    # Loaded before the walk: one memory round trip fewer on a short context's critical path.
+    k_new, v_new, slot = _new_token(k_new_ptr + seq * stride_kb + kv_head * stride_kh, v_new_ptr + seq * stride_vb
+                                    + kv_head * stride_vh, slot_ptr + seq, kw_ptr, cos_ptr + seq * stride_rope,
+                                    sin_ptr + seq * stride_rope, eps, dims, k_cache_ptr.dtype.element_ty, HEAD_DIM,
+                                    QK_NORM)
     m, denom, acc = _walk(q, k0, v0, k_cache, v_cache, table, lo, hi, stride_cb, stride_ct, scale, GROUP_PAD,
                           HEAD_DIM, BLOCK_SIZE, BLOCK_N, PRELOAD)
     if split == 0:
@@ -233,7 +221,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
         order if order is not None else context_lens, out, part, lse, qw, kw, cos,
         sin, eps, scale, q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
         v_new.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group + 1)),
+        out.stride(0), out.stride(1), cos.stride(0), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_N=block_n, NUM_SPLITS=num_splits, QK_NORM=qk_norm is not None,
         ORDER=order is not None and not one_wave, PRELOAD=preload,
         PDL=pdl.ENABLED, launch_pdl=pdl.ENABLED, num_warps=num_warps, num_stages=num_stages)

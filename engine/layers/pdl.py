@@ -1,10 +1,9 @@
 """Programmatic dependent launch (PDL, compute capability >= 9.0) for the Triton decode kernels: a kernel's programs
-launch once every program of the one before has started, load the weights (which no kernel of the step writes;
-CUTLASS example 63's prefetch) and the step's inputs (block tables, slots, cos/sin: written before the chain's first
-kernel), then wait (``griddepcontrol.wait``) for its end. Rule for every kernel launched with ``launch_pdl=ENABLED``:
-each program calls ``gdc_wait`` before it reads an activation or writes anything, and none returns before it. The
-wait covers the whole previous kernel (which waited for its own), so a later non-PDL kernel sees every result as in a
-plain stream. Chosen once per process by the model runner (``set_pdl``): process-wide state."""
+launch once every program of the one before has started, load the weights (which no kernel of the step writes; CUTLASS
+example 63's prefetch), then wait (``griddepcontrol.wait``) for its end. Rule for every kernel launched with
+``launch_pdl=ENABLED``: each program calls ``gdc_wait`` before it reads an activation or writes anything, and none
+returns before it. The wait covers the whole previous kernel (which waited for its own), so a later non-PDL kernel sees
+every result as in a plain stream. Chosen once per process by the model runner (``set_pdl``): process-wide state."""
 
 from __future__ import annotations
 
