@@ -130,11 +130,13 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
         both = np.asarray(xs + ys, dtype=float)
         lo, hi = np.nanmin(both[both > 0], initial=np.nanmax(both)), np.nanmax(both)  # 0 has no place on a log x
         ax.plot([lo, hi], [lo, hi], color="grey", linestyle=":", linewidth=0.8)
-    log_if_spread(ax, "x", xs, 4)
-    if rate and np.nanmin(ys, initial=np.inf) > 0:  # a goodput of 0 (every request missed the SLO) is drawn
+    if rate and np.nanmin(ys, initial=np.inf) > 0:  # one scale on both axes, or y = x would not be its line
+        log_if_spread(ax, "x", xs + ys, 4)
         log_if_spread(ax, "y", xs + ys, 4)
     elif not rate:  # p50 and p99 of a metric on one kind of axis, from the values of both
+        log_if_spread(ax, "x", xs, 4)
         log_if_spread(ax, "y", rows[[f"{metric[:-4]}_p50", f"{metric[:-4]}_p99"]].to_numpy().ravel(), 10)
+    # else a goodput of 0 (every request missed the SLO): linear axes, where it is drawn
     ax.grid(alpha=0.12, which="minor")
 
 

@@ -212,8 +212,26 @@ def test_a_goodput_of_0_is_drawn_not_lost_on_a_log_axis(tmp_path, monkeypatch):
     df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
     plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
     goodput = figures[0].axes[-1]
-    assert goodput.get_title() == "goodput (req/s)" and goodput.get_yscale() == "linear"
+    assert goodput.get_title() == "goodput (req/s)" and goodput.get_yscale() == goodput.get_xscale() == "linear"
     assert 0.0 in [y for line in goodput.get_lines() for y in line.get_ydata()]
+
+
+def test_the_rate_panels_axes_share_one_scale_so_its_diagonal_is_y_equals_x(tmp_path, monkeypatch):
+    """A new user's trial: a goodput of 0.08 req/s at 2.6 sent gave a log y beside a linear x, and the straight
+    dotted line labelled y = x passed y = 0.45 at x = 1."""
+    import matplotlib.pyplot as plt
+
+    from harness.plot_curves import plot_load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rows = [{**r, "goodput_req_s": 0.08, "achieved_rate_req_s": 2.6} for r in serve_rows(rates=(4.0,), goodput=True)]
+    df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
+    goodput = figures[0].axes[-1]
+    assert goodput.get_xscale() == goodput.get_yscale() == "log"
+    diagonal = [line for line in goodput.get_lines() if line.get_linestyle() == ":"]
+    assert len(diagonal) == 1 and list(diagonal[0].get_xdata()) == list(diagonal[0].get_ydata())
 
 
 def test_rows_of_both_kinds_give_two_figures_and_one_line(tmp_path, capsys):
