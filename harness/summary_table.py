@@ -95,7 +95,7 @@ def full_cell(r: pd.Series, m: str, baseline: str | None) -> str:
     if count < r["repeats"]:  # some ok rows lack this metric: say of how many it is the median
         cell += f" (of {count})"
     value = r.get(f"{m}_vs_{baseline}", np.nan)
-    return cell + (f" ({value:.2f}x)" if baseline and pd.notna(value) else "")
+    return cell + (f" ({ratio(value)})" if baseline and pd.notna(value) else "")
 
 
 def compact_cell(r: pd.Series, m: str, baseline: str | None) -> str:

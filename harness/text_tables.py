@@ -35,7 +35,9 @@ def num4(value: float) -> str:
 
 
 def ratio(value: float) -> str:
-    """A ratio in at most 5 characters: 0.99x, 13.6x, 136x, 1360x."""
+    """A ratio in at most 6 characters: <0.01x, 0.99x, 13.6x, 136x, 1360x (never a positive ratio as 0.00x)."""
+    if 0 < value < 0.005:
+        return "<0.01x"
     return f"{value:.2f}x" if value < 9.995 else (f"{value:.3g}x" if value < 999.5 else f"{value:.0f}x")
 
 

@@ -162,6 +162,13 @@ def test_format_markdown_gives_every_metric_in_full_cells(tmp_path, capsys):
     assert not {"ttft_ms_p90", "ttft_ms_std"} & set(header)
 
 
+def test_a_ratio_under_a_hundredth_is_not_printed_as_zero():
+    """A new-user trial: ideal's queue p99 of 0.23 ms against shm's 49.9 printed "(0.00x)" in markdown."""
+    from harness.text_tables import ratio
+
+    assert [ratio(v) for v in (0.23 / 49.9, 0.005, 0.0, 0.99, 13.6)] == ["<0.01x", "0.01x", "0.00x", "0.99x", "13.6x"]
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--baseline", "shmm"], "--baseline shmm: no such control in the rows (they have gloo, hybrid, ideal,"),
     (["--group", "contrl"], "unknown --group column(s): contrl; configuration columns: engine, control, tp"),
