@@ -16,6 +16,7 @@ from matplotlib.lines import Line2D
 from .plot_common import curves_figure, short_plane
 
 TP_STYLES = ["-", "--", ":", "-."]
+TP_MARKERS = ["o", "s", "^", "v"]  # with the line style: a lone point still shows its tp
 PANELS = [("ctrl_oneway_us_p50", "one-way p50 (us)"), ("ctrl_oneway_us_p99", "one-way p99 (us)")]
 KINDS = {"decode": "o", "prefill": "^", "raw": "s"}  # payload name's first word: marker; others "D"
 # overrides that only pick the payloads (the x points), not another configuration
@@ -116,12 +117,12 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     xs, ys, rate = [], [], metric in ("goodput_req_s", "req_s")
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
-        style = TP_STYLES[tps.index(tp) % len(TP_STYLES)]
+        style, marker = TP_STYLES[tps.index(tp) % len(TP_STYLES)], TP_MARKERS[tps.index(tp) % len(TP_MARKERS)]
         faint = control == "ideal" and _replays(tp) and (metric.startswith("ttft") or rate)
         for inf, part in pts.groupby("inf"):  # unbounded at rate inf: on y = x in the completed panel, by construction
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
                         xerr=[part.x_median - part.x_min, part.x_max - part.x_median], color=colours[control],
-                        linestyle="none" if inf else style, marker="D" if inf else "o",
+                        linestyle="none" if inf else style, marker="D" if inf else marker,
                         markerfacecolor="white" if inf else colours[control], markersize=4, linewidth=1.2,
                         elinewidth=0.8, capsize=2, alpha=0.35 if faint else 1.0)
         xs += [*pts.x_min, *pts.x_max]
@@ -158,10 +159,10 @@ def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
     """The planes, the tps' line styles, rate inf where a point is drawn for it, y = x."""
     faint = " (TTFT, rates faint: no floor" + (")" if all(map(_replays, tps)) else " at tp > 1)")
     replayed = any(map(_replays, tps))
-    handles = [Line2D([], [], color=colours[c], marker="o", label=c + faint * (c == "ideal" and replayed))
-               for c in planes]
+    handles = [Line2D([], [], color=colours[c], marker="o" if len(tps) == 1 else None,
+                      label=c + faint * (c == "ideal" and replayed)) for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
-    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], label=f"tp={tp:g}")
-              for i, tp in enumerate(tps) if len(tps) > 1]  # a tp's line style; none for a single tp
+    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], marker=TP_MARKERS[i % 4],
+                     label=f"tp={tp:g}") for i, tp in enumerate(tps) if len(tps) > 1]  # none for a single tp
     return handles + styles + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]

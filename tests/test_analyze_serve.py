@@ -490,3 +490,21 @@ def test_markdown_says_which_of_ideals_cells_are_no_floor_and_n_is_repeats(tp, t
     assert (len(notes), "ttft_ms_p50" in "".join(notes)) == ((0, False) if tp == 1 else (1, True))
     assert main([path]) == 0
     assert "n = ok repeats (not requests)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_lone_point_shows_its_tp_by_its_marker(tmp_path, monkeypatch):
+    """A new user's trial: tp told apart by line style alone, so one tp=1 point read as an outlier of tp=2."""
+    import matplotlib.pyplot as plt
+
+    from harness.plot_curves import plot_load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rows = serve_rows(controls=("shm",), rates=(4.0,), tp=1) + serve_rows(controls=("shm",), rates=(2.0, 4.0))
+    df = prepare_serve(pd.DataFrame(rows).reindex(columns=COLUMNS))
+    plot_load(fill_keys(df, ["tp", "control"]), ["tp", "control"], str(tmp_path / "x.png"))
+    markers = {line.get_marker() for line in figures[0].axes[0].get_lines() if len(line.get_xdata())}
+    assert {"o", "s"} <= markers
+    legend = {t.get_text(): h.get_marker() for t, h in zip(figures[0].legends[0].get_texts(),
+                                                         figures[0].legends[0].legend_handles)}
+    assert legend["tp=1"] == "o" and legend["tp=2"] == "s"
