@@ -156,13 +156,14 @@ def plot_load(df: pd.DataFrame, keys: list[str], out: str):
 
 
 def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
-    """The planes, the tps' line styles, rate inf where a point is drawn for it, y = x."""
+    """The planes, the tps' line styles and markers, rate inf where a point is drawn for it, y = x."""
     faint = " (TTFT, rates faint: no floor" + (")" if all(map(_replays, tps)) else " at tp > 1)")
     replayed = any(map(_replays, tps))
     handles = [Line2D([], [], color=colours[c], marker="o" if len(tps) == 1 else None,
                       label=c + faint * (c == "ideal" and replayed)) for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
-    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)], marker=TP_MARKERS[i % 4],
-                     label=f"tp={tp:g}") for i, tp in enumerate(tps) if len(tps) > 1]  # none for a single tp
+    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)],
+                     marker=TP_MARKERS[i % len(TP_MARKERS)], label=f"tp={tp:g}")
+              for i, tp in enumerate(tps) if len(tps) > 1]  # none for a single tp
     return handles + styles + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]
