@@ -26,6 +26,11 @@ LOAD_PANELS = [("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p99", "TTFT p99 (ms)"
                ("tpot_ms_p99", "TPOT p99 (ms)")]
 
 
+def tp_look(i: int) -> tuple[str, str]:
+    """The line style and marker of the i-th tp of a figure."""
+    return TP_STYLES[i % len(TP_STYLES)], TP_MARKERS[i % len(TP_MARKERS)]
+
+
 def log_if_spread(ax, axis: str, values, ratio: float) -> None:
     """A log ``axis`` ("x" or "y") labelled 1, 2, 5, 10... when its positive ``values`` span ``ratio`` or more."""
     values = np.asarray(values, dtype=float)
@@ -117,7 +122,7 @@ def draw_load_panel(ax, rows: pd.DataFrame, metric: str, colours: dict, tps: lis
     xs, ys, rate = [], [], metric in ("goodput_req_s", "req_s")
     for (control, tp), line in rows.groupby(["control", "tp"]):
         pts = load_points(line, metric)
-        style, marker = TP_STYLES[tps.index(tp) % len(TP_STYLES)], TP_MARKERS[tps.index(tp) % len(TP_MARKERS)]
+        style, marker = tp_look(tps.index(tp))
         faint = control == "ideal" and _replays(tp) and (metric.startswith("ttft") or rate)
         for inf, part in pts.groupby("inf"):  # unbounded at rate inf: on y = x in the completed panel, by construction
             ax.errorbar(part.x_median, part.y_median, yerr=[part.y_median - part.y_min, part.y_max - part.y_median],
@@ -163,7 +168,6 @@ def load_legend(planes: list, tps: list, colours: dict, rate_inf: bool) -> list:
                       label=c + faint * (c == "ideal" and replayed)) for c in planes]
     diamond = [Line2D([], [], color="black", marker="D", markerfacecolor="white", linestyle="none",
                       label="rate inf (x: sent req/s, else completed)")] if rate_inf else []
-    styles = [Line2D([], [], color="black", linestyle=TP_STYLES[i % len(TP_STYLES)],
-                     marker=TP_MARKERS[i % len(TP_MARKERS)], label=f"tp={tp:g}")
+    styles = [Line2D([], [], color="black", linestyle=tp_look(i)[0], marker=tp_look(i)[1], label=f"tp={tp:g}")
               for i, tp in enumerate(tps) if len(tps) > 1]  # none for a single tp
     return handles + styles + diamond + [Line2D([], [], color="grey", linestyle=":", label="y = x")]
