@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import importlib.util
 import os
 import shutil
@@ -80,6 +81,9 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
             open(path, "a").close()  # appends nothing: the file is left as it was
         except OSError as e:
             return f"cannot append rows to {path}: {e.strerror or e}"
+        if not results_header(path):
+            return (f"results_file={results_file}: {path} is not a results CSV (its first line names no "
+                    "schema_version column); give another results_file, or move that file")
     for name, what in folders.items():
         folder = os.path.join(directory, name)
         if os.path.lexists(folder) and not os.path.isdir(folder):
@@ -87,3 +91,14 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
         if os.path.isdir(folder) and (reason := cannot_write(folder)):
             return f"cannot write {what} to {folder}: {reason}"
     return None
+
+
+def results_header(path: str) -> bool:
+    """Whether ``path`` is empty or starts with a results CSV's header (any schema version: it names
+    ``schema_version``); a file that cannot be read counts as one (its append fails with its own reason)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 16).decode("utf-8-sig", "replace")
+    except OSError:
+        return True
+    return not first or "schema_version" in next(csv.reader([first]), [])

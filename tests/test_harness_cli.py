@@ -932,6 +932,28 @@ def test_a_results_file_that_is_no_regular_file_is_refused(tmp_path):
     assert problem == f"results_file=runs.csv: {tmp_path / 'runs.csv'} is not a regular file"
 
 
+@pytest.mark.parametrize("content", [b"a,b\n1,2\n", b"\n", b"\x00\x01\x02", b"\xef\xbb\xbfcontrol,tp\nshm,2\n"])
+def test_a_results_file_that_is_no_results_csv_is_refused(tmp_path, content):
+    """Session 56's new-user trial: another tool's CSV (or a binary file) as results_file ran the whole job, and its
+    row went to a new runs.schema<N>-*.csv with a note that the file had "another schema's header"."""
+    from harness.preflight import check_command
+
+    (tmp_path / "runs.csv").write_bytes(content)
+    problem = check_command([f"results_dir={tmp_path}", "workload=smoke"])[0]
+    assert problem == (f"results_file=runs.csv: {tmp_path / 'runs.csv'} is not a results CSV (its first line names "
+                       "no schema_version column); give another results_file, or move that file")
+    assert (tmp_path / "runs.csv").read_bytes() == content
+
+
+@pytest.mark.parametrize("content", [b"", b"schema_version,control\n1,shm\n", b"\xef\xbb\xbfschema_version,x\r\n"])
+def test_an_empty_file_or_any_schemas_results_csv_is_taken(tmp_path, content):
+    """An empty file gets the header; an older schema's CSV (its rows go to a schema file beside it), a BOM, CRLF."""
+    from harness.preflight import check_command
+
+    (tmp_path / "runs.csv").write_bytes(content)
+    assert check_command([f"results_dir={tmp_path}", "workload=smoke"])[0] is None
+
+
 def test_a_glob_sweeps_the_options_it_matches_and_help_lists_only_groups_one_can_pick():
     from harness import preflight
 
