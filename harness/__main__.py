@@ -102,7 +102,7 @@ if __name__ == "__main__":
                 from .analyze import print_sweep_summary
                 from .report import SWEEP_ROWS
 
-                print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), interrupted=130 in EXIT_CODES)
+                print_sweep_summary(SWEEP_ROWS, len(EXIT_CODES), 130 in EXIT_CODES, len(FAILED_JOBS))
                 for line in FAILED_JOBS:
                     print(f"  not ok: {line}")
                 if 130 in EXIT_CODES:

@@ -133,11 +133,13 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
     return keys
 
 
-def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False) -> None:
-    """The end of a sweep or of one job's repeats (``interrupted``: at job ``jobs``): ``report`` of its ok rows."""
+def print_sweep_summary(rows: list[dict], jobs: int, interrupted: bool = False, not_ok: int = 0) -> None:
+    """The end of a sweep or of one job's repeats (``interrupted``: at job ``jobs``; ``not_ok``: jobs that did not
+    exit 0): ``report`` of its ok rows."""
     kind = "sweep" if jobs > 1 or interrupted else "repeats"
+    failed = f", {not_ok} job{'s' * (not_ok != 1)} not ok" if not_ok else ""
     print(f"\n== {kind}{' (interrupted)' if interrupted else ''}: {jobs} job{'s' * (jobs != 1)}, "
-          f"{len(rows)} ok row{'s' * (len(rows) != 1)} ==")
+          f"{len(rows)} ok row{'s' * (len(rows) != 1)}{failed} ==")
     if rows:
         df = pd.DataFrame(rows).reindex(columns=COLUMNS)
         df[NUMERIC] = df[NUMERIC].apply(pd.to_numeric, errors="coerce")

@@ -367,11 +367,15 @@ def test_the_gate_says_why_it_fails_or_passes(tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith("the gate passes")
 
 
-@pytest.mark.parametrize("rows, jobs, line", [([], 1, "== sweep (interrupted): 1 job, 0 ok rows =="),
-                                              ([{}], 2, "== sweep (interrupted): 2 jobs, 1 ok row ==")])
-def test_the_sweep_line_counts_in_the_singular_and_plural(rows, jobs, line, capsys, monkeypatch):
+@pytest.mark.parametrize("rows, jobs, not_ok, line", [
+    ([], 1, 0, "== sweep (interrupted): 1 job, 0 ok rows =="),
+    ([{}], 2, 0, "== sweep (interrupted): 2 jobs, 1 ok row =="),
+    # session 56's trial: a job stopped after its first repeat read "1 job, 1 ok row" over its own failed row
+    ([{}], 1, 1, "== sweep (interrupted): 1 job, 1 ok row, 1 job not ok =="),
+    ([], 3, 2, "== sweep (interrupted): 3 jobs, 0 ok rows, 2 jobs not ok ==")])
+def test_the_sweep_line_counts_in_the_singular_and_plural(rows, jobs, not_ok, line, capsys, monkeypatch):
     monkeypatch.setattr("harness.analyze.report", lambda *a, **k: None)  # the line alone, not the tables
-    print_sweep_summary(rows, jobs, interrupted=True)
+    print_sweep_summary(rows, jobs, interrupted=True, not_ok=not_ok)
     assert line in capsys.readouterr().out
 
 

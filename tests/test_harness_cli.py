@@ -371,7 +371,7 @@ def test_an_interrupted_sweep_still_sums_up_the_jobs_it_finished(tmp_path, model
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
-    assert "== sweep (interrupted): 2 jobs, 1 ok row ==" in out, out[-2000:]
+    assert "== sweep (interrupted): 2 jobs, 1 ok row, 1 job not ok ==" in out, out[-2000:]
     assert re.search(r"not ok: job 1 \(exit 130\): .*workload=bench", out), out[-2000:]  # which job it was
     assert "the sweep stopped at job 1 (its last job)" in out  # there were no jobs after it
     assert "Traceback" not in err
