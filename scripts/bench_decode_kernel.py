@@ -39,12 +39,11 @@ if __name__ == "__main__":
 import triton.testing  # noqa: E402
 
 from common import OneLineParser
-from engine.layers.decode_splits import num_splits  # noqa: E402
+from engine.layers.decode_splits import launch, num_splits  # noqa: E402
 from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
 
-DEFAULT_LAUNCH = tuple(inspect.signature(paged_decode_attention).parameters[p].default
-                       for p in ("block_n", "num_warps", "num_stages"))
+DEFAULT_STAGES = inspect.signature(paged_decode_attention).parameters["num_stages"].default
 SHAPES = {"0.6b": (16, 8), "0.6b-tp2": (8, 4), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
 D, BS = 128, 256
 
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
             extra["qk_norm"] = (w, w, 1e-6, *torch.randn(2, B, D, device="cuda", dtype=torch.bfloat16))
         nbytes = 2 * int(lens.sum()) * Hkv * D * 2
         if args.launch or args.default_only:
-            grid = [tuple(int(x) for x in args.launch.split(","))] if args.launch else [DEFAULT_LAUNCH]
+            grid = [tuple(int(x) for x in args.launch.split(","))] if args.launch else [(None, None, DEFAULT_STAGES)]
         elif args.quick:
             grid = itertools.product((32, 64), (2, 4), (2, 3))
         else:
@@ -125,6 +124,8 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
         splits_list = [num_splits(B, Hkv, int(lens.max()), BS, q.device) if x == "auto" else int(x)
                        for x in args.splits.split(",")]
         for (block_n, warps, stages), splits in itertools.product(list(grid), splits_list):
+            if block_n is None:  # the engine's launch for this batch and split count
+                block_n, warps = launch(B, splits, BS)
             try:
                 def step():
                     return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,

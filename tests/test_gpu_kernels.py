@@ -61,11 +61,22 @@ def test_embed_kernel_resolves_placeholders_and_masks_the_shard(hidden, shard):
 @pytest.mark.parametrize("with_norm", [False, True])
 @pytest.mark.parametrize("group", [2, 4])  # Qwen3-0.6B's and 8B's query heads per KV head (4: 4 warps when split)
 def test_split_decode_with_qk_norm_matches_the_unfused_path(dtype, num_splits, with_norm, group):
+    check_decode(dtype, [1, 2, 65, 700, 4100], num_splits, with_norm, group)
+
+
+@pytest.mark.parametrize("n", [1, 65, 100, 129, 300])  # 300: one split past its 128-token tile walks a second
+@pytest.mark.parametrize("group", [2, 4])
+def test_batch_1_one_split_takes_the_wide_tile(n, group):
+    """Batch 1, one split: ``decode_splits.launch``'s 128-token tile at 8 warps, loaded before the PDL wait."""
+    check_decode(torch.bfloat16, [n], 1, True, group)
+
+
+def check_decode(dtype, lens, num_splits, with_norm, group):
+    """paged_decode_attention (the engine's launch) against SDPA over the gathered context, the new K/V stored."""
     from engine.layers.attention import gather_context
     from engine.layers.fusion import RotaryEmbedding, qk_norm_rotary
     from engine.layers.paged_decode import paged_decode_attention
 
-    lens = [1, 2, 65, 700, 4100]
     q, k, v, kc, vc, slots, tables, ctx = paged_case(dtype, lens, group=group)
     D = q.shape[-1]
     cos, sin = RotaryEmbedding(D, 8192, 1e6).cuda()(ctx.long() - 1)

@@ -18,10 +18,10 @@ from engine.layers.fusion import qk_norm_rotary
 from engine.layers.paged_decode import paged_decode_attention
 
 torch.manual_seed(0)
-Hkv, group, D, bs = 2, 2, 128, 16
-cases = [([1, 40, 100], 1, False, False), ([1, 40, 100], 3, True, True), ([130], 4, None, True),
-         ([70, 3], 2, None, False)]  # (contexts, splits, preload, q/k norm in the kernel)
-for lens, splits, preload, qk in cases:
+Hkv, group, D = 2, 2, 128
+cases = [([1, 40, 100], 1, False, False, 16), ([1, 40, 100], 3, True, True, 16), ([130], 4, None, True, 16),
+         ([70, 3], 2, None, False, 16), ([100], 1, None, True, 256)]
+for lens, splits, preload, qk, bs in cases:  # bs 256: the engine's launch (batch 1, one split: a 128-token tile)
     B = len(lens)
     nblocks = [-(-n // bs) for n in lens]
     kc = torch.randn(sum(nblocks) + 1, bs, Hkv, D)
@@ -36,8 +36,8 @@ for lens, splits, preload, qk in cases:
     slots = tables[torch.arange(B), last // bs].long() * bs + last % bs
     q, k_new, v_new = torch.randn(B, Hkv * group, D), torch.randn(B, Hkv, D), torch.randn(B, Hkv, D)
     qk_norm = (1 + 0.1 * torch.randn(D), 1 + 0.1 * torch.randn(D), 1e-6, *torch.randn(2, B, D)) if qk else None
-    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, ctx, D ** -0.5, block_n=16,
-                                 num_splits=splits, qk_norm=qk_norm, preload=preload)
+    out = paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, ctx, D ** -0.5,
+                                 block_n=16 if bs == 16 else None, num_splits=splits, qk_norm=qk_norm, preload=preload)
     if qk:  # the kernel normalised and rotated q and the new k (stored so) first
         q, k_new = qk_norm_rotary(q, k_new, *qk_norm)
     stored_k, stored_v = kc.view(-1, Hkv, D)[slots], vc.view(-1, Hkv, D)[slots]

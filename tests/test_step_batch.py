@@ -172,19 +172,23 @@ def test_prefill_graph_inputs_agree_with_the_prefill_builder():
 
 def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
     """The split rule (H200, 132 SMs, 8 KV heads): counts in powers of two up to 4 programs per SM (one wave), at
-    most 64; the fewest that leave each program one 64-token tile (or one block, if smaller) of cached tokens."""
+    most 64; the fewest that leave each program one tile of cached tokens: 64 tokens (or one block, if smaller),
+    128 for one split at batch 1 (``launch``)."""
     import torch
 
-    from engine.layers.decode_splits import max_splits, num_splits, one_wave, split_counts
+    from engine.layers.decode_splits import launch, max_splits, num_splits, one_wave, split_counts
 
     cpu = torch.device("cpu")  # 132 SMs off CUDA
     assert [max_splits(b, 8, cpu) for b in (1, 2, 3, 4, 8, 16, 64, 80)] == [64, 33, 22, 16, 8, 4, 1, 1]
     assert all(one_wave(b * 8 * max_splits(b, 8, cpu), cpu) for b in range(1, 67))  # no program waits for a slot
     assert split_counts(1, 8, cpu) == [1, 2, 4, 8, 16, 32, 64]
     assert split_counts(2, 8, cpu) == [1, 2, 4, 8, 16, 32, 33] and split_counts(80, 8, cpu) == [1]
-    # contexts count the new token: 65 tokens are 64 cached, one tile; 96 (call 49's case) two
+    # contexts count the new token: at batch 1 one split takes one 128-token tile, more splits 64 tokens each
     assert [num_splits(1, 8, n, 256, cpu) for n in (1, 65, 66, 96, 129, 130, 513, 4097, 40000)] == \
-        [1, 1, 2, 2, 2, 4, 8, 64, 64]
+        [1, 1, 1, 1, 1, 4, 8, 64, 64]
+    assert [num_splits(2, 8, n, 256, cpu) for n in (65, 66, 129)] == [1, 2, 2]  # 64-token tiles past batch 1
+    assert launch(1, 1, 256) == (128, 8) and launch(1, 2, 256) == launch(2, 1, 256) == (64, 2)
+    assert launch(1, 1, 64) == (64, 2) and launch(1, 1, 16) == (16, 2)  # a tile never spans two blocks
     assert num_splits(1, 8, 96, 16, cpu) == 8  # 16-token blocks: 95 cached tokens are 6 tiles
     assert num_splits(2, 8, 4097, 256, cpu) == 33 and num_splits(128, 8, 40000, 256, cpu) == 1
     assert num_splits(4, 8, 4097, 256, cpu) == 16  # was 17: 544 programs, and the 17th split of each held no token

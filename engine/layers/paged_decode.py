@@ -191,8 +191,9 @@ def _merge_splits_kernel(part_ptr, lse_ptr, out_ptr, stride_ob, stride_oh, NUM_S
 
 def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
-                           context_lens: torch.Tensor, scale: float, block_n: int = 64, num_warps: int = 2,
-                           num_stages: int = 2, num_splits: int = 1, qk_norm: tuple | None = None,
+                           context_lens: torch.Tensor, scale: float, block_n: int | None = None,
+                           num_warps: int | None = None, num_stages: int = 2, num_splits: int = 1,
+                           qk_norm: tuple | None = None,
                            order: torch.Tensor | None = None, preload: bool | None = None) -> torch.Tensor:
     """One decode step of attention: q ``[B, Hq, D]``, k_new / v_new ``[B, Hkv, D]`` (last dim contiguous;
     written into the caches ``[num_blocks, block_size, Hkv, D]`` at slot_mapping ``[B]`` int64), block_tables
@@ -204,12 +205,13 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     they all start at once (``decode_splits.one_wave``). ``preload``: the first tile loaded before the PDL wait;
     default at batch 1 when all programs start at once: only the batch-1 GEMV before it lets them start early, and
     behind cuBLAS the early load only spills registers (call 101, results/h200/NOTES.md).
-    ``block_n`` (tokens per iteration, at most the block size), ``num_warps``, ``num_stages``: the H200's
-    fastest (results/h200/NOTES.md)."""
+    ``block_n`` (tokens per iteration, at most the block size), ``num_warps``: default ``decode_splits.launch``;
+    ``num_stages``: the H200's fastest (results/h200/NOTES.md)."""
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
-    block_n = min(block_n, block_size)
+    default_n, default_warps = decode_splits.launch(B, num_splits, block_size)
+    block_n, num_warps = min(block_n or default_n, block_size), num_warps or default_warps
     out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)  # at one split also part and lse (unused)
     part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device) if num_splits > 1 else out
