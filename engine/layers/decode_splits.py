@@ -41,8 +41,9 @@ def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[in
 def launch(batch: int, splits: int, block_size: int) -> tuple[int, int]:
     """The decode kernel's (tokens per tile, warps): ``WIDE_TILE`` for one split at batch 1 (every tile then loads
     before the PDL wait and no merge kernel follows), else ``TILE_TOKENS`` at 2 warps; never more than a block."""
-    tokens, warps = WIDE_TILE if batch == 1 and splits == 1 else (TILE_TOKENS, 2)
-    return min(tokens, block_size), warps if tokens <= block_size else 2
+    if batch == 1 and splits == 1 and WIDE_TILE[0] <= block_size:
+        return WIDE_TILE
+    return min(TILE_TOKENS, block_size), 2
 
 
 def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
