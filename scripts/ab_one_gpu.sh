@@ -4,16 +4,22 @@
 # name ".base/.commit" in the call's carry: the base tree's own .gitignore hides it) and then on this tree, rows
 # tagged base / new in $OUT/$CSV (default ab.csv), each with its tree's commit; then the
 # medians of the two side by side. Workload presets missing from BASE are copied into it from this tree.
-# VARIANT="TAG OVERRIDE..." runs this tree once more with those overrides, rows tagged TAG.
+# VARIANT="TAG OVERRIDE..." runs this tree once more with those overrides, rows tagged TAG. TREES="DIR:TAG ..."
+# (default ".base:base .:new") names the trees and their tags, in run order: a third, ".mid:mid", made as .base is
+# and carried likewise, measures two changes in one call.
 #   MODELS=qwen3-0.6b WORKLOADS=latency,latency-b8,latency-4k,bench REPEAT=3 bash scripts/ab_one_gpu.sh
 set -uo pipefail
 source scripts/device_env.sh
 require_gpus 1
-[ -d .base ] || { echo "error: ab_one_gpu.sh compares with a .base tree and there is none (see its header)" >&2; exit 2; }
-[ -s .base/.commit ] || { echo "error: .base/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
+TREES=${TREES:-.base:base .:new}
+for tree in $TREES; do
+  dir=${tree%%:*}; [ "$dir" = . ] && continue
+  [ -d "$dir" ] || { echo "error: ab_one_gpu.sh compares with a $dir tree and there is none (see its header)" >&2; exit 2; }
+  [ -s "$dir/.commit" ] || { echo "error: $dir/.commit is missing: carry it (see ab_one_gpu.sh's header)" >&2; exit 2; }
+  for f in conf/workload/*.yaml; do [ -e "$dir/$f" ] || cp "$f" "$dir/$f"; done
+done
 CSV=${CSV:-ab.csv}; MODELS=${MODELS:-qwen3-0.6b}; WORKLOADS=${WORKLOADS:-latency,latency-4k,bench}
 check_overrides device=cuda model=${MODELS%%,*} tp=1 workload=${WORKLOADS%%,*} "$@"
-for f in conf/workload/*.yaml; do [ -e ".base/$f" ] || cp "$f" ".base/$f"; done
 # The harness writes into $RUNS, new for each invocation (a run file per row, Hydra's folders, the full logs; a
 # warm machine keeps /tmp between calls): the device returns 8 files of $OUT, so $OUT gets only the CSVs, copied
 # after every job, and the logs' last lines in <name>_logs.txt.
@@ -30,8 +36,7 @@ run() {  # tree tag model: one multirun, its log in $RUNS/ab_<tag>_<model>.log
 }
 for model in ${MODELS//,/ }; do
   timeout --foreground -k 10 300 python3 -m harness.checkpoint $model > /dev/null 2>&1 || { echo "$model: preset failed"; continue; }
-  run .base base $model "$@"
-  run . new $model "$@"
+  for tree in $TREES; do run "${tree%%:*}" "${tree#*:}" $model "$@"; done
   if [ -n "${VARIANT:-}" ]; then read -r vtag vargs <<< "$VARIANT"; run . "$vtag" $model "$@" $vargs; fi
 done
 python3 - "$OUT" "${CSV%.csv}" <<'PY'
