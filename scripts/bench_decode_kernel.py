@@ -124,8 +124,8 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
         splits_list = [num_splits(B, Hkv, int(lens.max()), BS, q.device) if x == "auto" else int(x)
                        for x in args.splits.split(",")]
         for (tile, tile_warps, stages), splits in itertools.product(list(grid), splits_list):
-            # None: the engine's launch for this batch
-            block_n, warps = (tile, tile_warps) if tile is not None else launch(B, BS)
+            # None: the engine's launch for this batch and split count
+            block_n, warps = (tile, tile_warps) if tile is not None else launch(B, splits, BS)
             try:
                 def step():
                     return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,

@@ -183,12 +183,13 @@ def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
     assert all(one_wave(b * 8 * max_splits(b, 8, cpu), cpu) for b in range(1, 67))  # no program waits for a slot
     assert split_counts(1, 8, cpu) == [1, 2, 4, 8, 16, 32, 64]
     assert split_counts(2, 8, cpu) == [1, 2, 4, 8, 16, 32, 33] and split_counts(80, 8, cpu) == [1]
-    # contexts count the new token: at batch 1 each split takes 128-token tiles, past batch 1 64 tokens
-    assert [num_splits(1, 8, n, 256, cpu) for n in (1, 65, 66, 129, 130, 257, 258, 513, 4097, 8193, 40000)] == \
-        [1, 1, 1, 1, 2, 2, 4, 4, 32, 64, 64]
+    # contexts count the new token: at batch 1 up to 8 splits take 128-token tiles, more splits 64 tokens
+    assert [num_splits(1, 8, n, 256, cpu) for n in (1, 65, 66, 129, 130, 257, 258, 1025, 1026, 2049, 2050, 4097,
+                                                    40000)] == [1, 1, 1, 1, 2, 2, 4, 8, 32, 32, 64, 64, 64]
     assert [num_splits(2, 8, n, 256, cpu) for n in (65, 66, 129)] == [1, 2, 2]  # 64-token tiles past batch 1
-    assert launch(1, 256) == (128, 8) and launch(2, 256) == (64, 2)
-    assert launch(1, 64) == (64, 2) and launch(1, 16) == (16, 2)  # a tile never spans two blocks
+    assert launch(1, 1, 256) == launch(1, 8, 256) == (128, 8)
+    assert launch(1, 16, 256) == launch(2, 1, 256) == (64, 2)
+    assert launch(1, 1, 64) == (64, 2) and launch(1, 1, 16) == (16, 2)  # a tile never spans two blocks
     assert num_splits(1, 8, 96, 16, cpu) == 8  # 16-token blocks: 95 cached tokens are 6 tiles
     assert num_splits(2, 8, 4097, 256, cpu) == 33 and num_splits(128, 8, 40000, 256, cpu) == 1
     assert num_splits(4, 8, 4097, 256, cpu) == 16  # was 17: 544 programs, and the 17th split of each held no token
