@@ -68,7 +68,8 @@ class DecodeGraphs:
                                     for bs in self.buckets}, device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # (batch size, KV splits) -> graph
         self.pool = None
-        self.kv_heads, self.device = model.attention_layers()[0].num_kv_heads, device
+        attn = model.attention_layers()[0]
+        self.kv_heads, self.group, self.device = attn.num_kv_heads, attn.num_heads // attn.num_kv_heads, device
         for bs in reversed(self.buckets):  # largest first, so the smaller ones reuse its memory pool
             st = self.inputs.static(bs)
             for split in split_counts(bs, self.kv_heads, device):
@@ -100,7 +101,7 @@ class DecodeGraphs:
         """(batch bucket, split count) of the graph that a decode step of ``num_seqs`` sequences, the longest
         ``max_context`` tokens, replays."""
         bs = next(b for b in self.buckets if b >= num_seqs)
-        return bs, num_splits(bs, self.kv_heads, max_context, self.block_size, self.device)
+        return bs, num_splits(bs, self.kv_heads, self.group, max_context, self.block_size, self.device)
 
     def graph_for(self, num_seqs: int, max_context: int) -> torch.cuda.CUDAGraph:
         return self.graphs[self.key_for(num_seqs, max_context)]

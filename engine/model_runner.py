@@ -86,6 +86,7 @@ class ModelRunner:
         self.model = self._load_model()
         sync("loaded")
         self.kv_heads, self.head_dim = hf["num_key_value_heads"] // self.world_size, hf["head_dim"]
+        self.group = hf["num_attention_heads"] // hf["num_key_value_heads"]  # query heads per KV head
         self.num_layers, self.max_blocks = hf["num_hidden_layers"], math.ceil(config.max_model_len / self.block_size)
         if rank == 0:
             log.info("sizing the KV cache%s", " (a warm-up prefill measures the activations)" if
@@ -169,8 +170,8 @@ class ModelRunner:
         decode_cuda = not batch.is_prefill and self.device.type == "cuda"
         if decode_cuda:
             inputs = build_decode_inputs(batch, self.block_size, self.device)
-            inputs.attn.num_splits = num_splits(batch.num_seqs, self.kv_heads, inputs.attn.max_k_len, self.block_size,
-                                                self.device)
+            inputs.attn.num_splits = num_splits(batch.num_seqs, self.kv_heads, self.group, inputs.attn.max_k_len,
+                                                self.block_size, self.device)
         else:
             inputs = build_step_inputs(batch, self.block_size, self.device)
         if batch.token_ids.min() < 0:

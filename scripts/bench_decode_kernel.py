@@ -121,11 +121,11 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
             grid = itertools.product((32, 64), (2, 4), (2, 3))
         else:
             grid = itertools.product((32, 64, 128), (2, 4, 8), (2, 3, 4))
-        splits_list = [num_splits(B, Hkv, int(lens.max()), BS, q.device) if x == "auto" else int(x)
+        splits_list = [num_splits(B, Hkv, Hq // Hkv, int(lens.max()), BS, q.device) if x == "auto" else int(x)
                        for x in args.splits.split(",")]
         for (tile, tile_warps, stages), splits in itertools.product(list(grid), splits_list):
             # None: the engine's launch for this batch and split count
-            block_n, warps = (tile, tile_warps) if tile is not None else launch(B, splits, BS)
+            block_n, warps = (tile, tile_warps) if tile is not None else launch(B, splits, Hq // Hkv, BS)
             try:
                 def step():
                     return paged_decode_attention(q, k_new, v_new, kc, vc, slots, tables, lens, D ** -0.5,

@@ -20,8 +20,8 @@ from engine.layers.paged_decode import paged_decode_attention
 torch.manual_seed(0)
 Hkv, group, D = 2, 2, 128
 cases = [([1, 40, 100], 1, False, False, 16), ([1, 40, 100], 3, True, True, 16), ([130], 4, None, True, 16),
-         ([70, 3], 2, None, False, 16), ([100], 1, None, True, 256), ([300], 3, None, True, 256)]
-for lens, splits, preload, qk, bs in cases:  # bs 256: the engine's launch (batch 1: 128-token tiles)
+         ([70, 3], 2, None, False, 16), ([100], 1, None, True, 256)]
+for lens, splits, preload, qk, bs in cases:  # bs 256: the engine's launch (batch 1, one split: a 128-token tile)
     B = len(lens)
     nblocks = [-(-n // bs) for n in lens]
     kc = torch.randn(sum(nblocks) + 1, bs, Hkv, D)

@@ -173,7 +173,7 @@ def test_prefill_graph_inputs_agree_with_the_prefill_builder():
 def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
     """The split rule (H200, 132 SMs, 8 KV heads): counts in powers of two up to 4 programs per SM (one wave), at
     most 64; the fewest that leave each program one tile of cached tokens: 64 tokens (or one block, if smaller),
-    128 for one split at batch 1 (``launch``)."""
+    128 for one split at batch 1 and 2 query heads per KV head (``launch``)."""
     import torch
 
     from engine.layers.decode_splits import launch, max_splits, num_splits, one_wave, split_counts
@@ -183,13 +183,14 @@ def test_decode_splits_give_each_program_one_tile_up_to_the_cap():
     assert all(one_wave(b * 8 * max_splits(b, 8, cpu), cpu) for b in range(1, 67))  # no program waits for a slot
     assert split_counts(1, 8, cpu) == [1, 2, 4, 8, 16, 32, 64]
     assert split_counts(2, 8, cpu) == [1, 2, 4, 8, 16, 32, 33] and split_counts(80, 8, cpu) == [1]
-    # contexts count the new token: at batch 1 up to 8 splits take 128-token tiles, more splits 64 tokens
-    assert [num_splits(1, 8, n, 256, cpu) for n in (1, 65, 66, 129, 130, 257, 258, 1025, 1026, 2049, 2050, 4097,
-                                                    40000)] == [1, 1, 1, 1, 2, 2, 4, 8, 32, 32, 64, 64, 64]
-    assert [num_splits(2, 8, n, 256, cpu) for n in (65, 66, 129)] == [1, 2, 2]  # 64-token tiles past batch 1
-    assert launch(1, 1, 256) == launch(1, 8, 256) == (128, 8)
-    assert launch(1, 16, 256) == launch(2, 1, 256) == (64, 2)
-    assert launch(1, 1, 64) == (64, 2) and launch(1, 1, 16) == (16, 2)  # a tile never spans two blocks
-    assert num_splits(1, 8, 96, 16, cpu) == 8  # 16-token blocks: 95 cached tokens are 6 tiles
-    assert num_splits(2, 8, 4097, 256, cpu) == 33 and num_splits(128, 8, 40000, 256, cpu) == 1
-    assert num_splits(4, 8, 4097, 256, cpu) == 16  # was 17: 544 programs, and the 17th split of each held no token
+    # contexts count the new token: at batch 1 one split takes one 128-token tile (group 2), more splits 64 tokens
+    assert [num_splits(1, 8, 2, n, 256, cpu) for n in (1, 65, 66, 96, 129, 130, 513, 4097, 40000)] == \
+        [1, 1, 1, 1, 1, 4, 8, 64, 64]
+    assert [num_splits(1, 8, 4, n, 256, cpu) for n in (65, 66, 129)] == [1, 2, 2]  # the 8B's group: 64 tokens
+    assert [num_splits(2, 8, 2, n, 256, cpu) for n in (65, 66, 129)] == [1, 2, 2]  # 64-token tiles past batch 1
+    assert launch(1, 1, 2, 256) == (128, 8)
+    assert launch(1, 2, 2, 256) == launch(2, 1, 2, 256) == launch(1, 1, 4, 256) == (64, 2)
+    assert launch(1, 1, 2, 64) == (64, 2) and launch(1, 1, 2, 16) == (16, 2)  # a tile never spans two blocks
+    assert num_splits(1, 8, 2, 96, 16, cpu) == 8  # 16-token blocks: 95 cached tokens are 6 tiles
+    assert num_splits(2, 8, 2, 4097, 256, cpu) == 33 and num_splits(128, 8, 2, 40000, 256, cpu) == 1
+    assert num_splits(4, 8, 2, 4097, 256, cpu) == 16  # was 17: 544 programs, and the 17th split of each held no token

@@ -11,8 +11,8 @@ import torch
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 64
 TILE_TOKENS = 64  # tokens per iteration of the decode kernel (paged_decode_attention's block_n), or the block size
-WIDE_TILE = (128, 8)  # batch 1: (tokens, warps) of a tile; one split takes 66-128 cached tokens with no merge
-WIDE_MAX_SPLITS = 8  # the wide tile's most splits: 2-8 of it beat 4-16 of 64 tokens, 32 lost to 64 (call 136)
+WIDE_TILE = (128, 8)  # batch 1, one split, GQA group <= WIDE_MAX_GROUP: (tokens, warps) of a tile taking 66-128 tokens
+WIDE_MAX_GROUP = 2  # the wide tile gained 1.05% at Qwen3-0.6B's group (2) and lost 0.17% at the 8B's (4), call 137
 
 
 @functools.cache
@@ -39,17 +39,19 @@ def split_counts(batch: int, num_kv_heads: int, device: torch.device) -> list[in
     return [1] + [1 << i for i in range(1, cap.bit_length()) if 1 << i < cap] + ([cap] if cap > 1 else [])
 
 
-def launch(batch: int, splits: int, block_size: int) -> tuple[int, int]:
-    """The decode kernel's (tokens per tile, warps): ``WIDE_TILE`` at batch 1 up to ``WIDE_MAX_SPLITS`` (a program's
-    first tile holds 128 tokens and loads before the PDL wait; one split takes 66-128 cached tokens with no merge
-    kernel), else ``TILE_TOKENS`` at 2 warps; never more than a block."""
-    if batch == 1 and splits <= WIDE_MAX_SPLITS and WIDE_TILE[0] <= block_size:
+def launch(batch: int, splits: int, group: int, block_size: int) -> tuple[int, int]:
+    """The decode kernel's (tokens per tile, warps) for ``group`` query heads per KV head: ``WIDE_TILE`` for one
+    split at batch 1 and a group up to ``WIDE_MAX_GROUP`` (every tile then loads before the PDL wait and no merge
+    kernel follows), else ``TILE_TOKENS`` at 2 warps; never more than a block. More splits of the wide tile ran
+    faster alone at 160-1024 tokens but lost in the 8B's step, and alone at 4k-32k (calls 136-137)."""
+    if batch == 1 and splits == 1 and group <= WIDE_MAX_GROUP and WIDE_TILE[0] <= block_size:
         return WIDE_TILE
     return min(TILE_TOKENS, block_size), 2
 
 
-def num_splits(batch: int, num_kv_heads: int, max_context: int, block_size: int, device: torch.device) -> int:
+def num_splits(batch: int, num_kv_heads: int, group: int, max_context: int, block_size: int,
+               device: torch.device) -> int:
     """The split count for a longest context of ``max_context`` tokens (the new one included): the fewest of
     ``split_counts`` that give each program at most one tile (``launch``) of cached tokens, or the cap."""
     counts = split_counts(batch, num_kv_heads, device)
-    return next((c for c in counts if c * launch(batch, c, block_size)[0] >= max_context - 1), counts[-1])
+    return next((c for c in counts if c * launch(batch, c, group, block_size)[0] >= max_context - 1), counts[-1])

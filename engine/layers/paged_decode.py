@@ -210,7 +210,7 @@ def paged_decode_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Te
     B, Hq, D = q.shape
     block_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     group = Hq // Hkv
-    default_n, default_warps = decode_splits.launch(B, num_splits, block_size)
+    default_n, default_warps = decode_splits.launch(B, num_splits, group, block_size)
     block_n, num_warps = min(block_n or default_n, block_size), num_warps or default_warps
     out = torch.empty(B, Hq, D, dtype=q.dtype, device=q.device)  # at one split also part and lse (unused)
     part = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device) if num_splits > 1 else out
