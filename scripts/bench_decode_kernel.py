@@ -1,6 +1,7 @@
 """Time the Triton paged-decode kernel for several launch configurations, replayed in a CUDA graph as the
 engine's decode steps are (without one, a short launch times Python's launch cost: ~113 us for any split
-count at batch 1, call 35); prints achieved bandwidth next to the 4.3 TB/s copy rate. Bytes counted = K
+count at batch 1, call 35); prints achieved bandwidth next to the H200's 4.3 TB/s copy rate (on another GPU of
+``harness/report.py``'s ``COPY_BANDWIDTH``, next to its own too). Bytes counted = K
 and V of every context token, read once (the kernel's floor).
 
 Shapes (``--shape``): ``0.6b`` (Hq 16, Hkv 8: Qwen3-0.6B at tp=1), ``0.6b-tp2`` (Hq 8, Hkv 4),
@@ -42,6 +43,7 @@ from common import OneLineParser
 from engine.layers.decode_splits import launch, num_splits  # noqa: E402
 from engine.layers.paged_decode import paged_decode_attention  # noqa: E402
 from engine.layers.pdl import set_pdl  # noqa: E402
+from harness.report import COPY_BANDWIDTH  # noqa: E402
 
 DEFAULT_STAGES = inspect.signature(paged_decode_attention).parameters["num_stages"].default
 SHAPES = {"0.6b": (16, 8), "0.6b-tp2": (8, 4), "8b-tp1": (32, 8), "8b-tp2": (16, 4)}
@@ -140,7 +142,14 @@ def run(args: argparse.Namespace, shape: str, B: int, kinds: tuple) -> None:
                      + " pdl" * args.pdl + " qk-norm" * args.qk_norm + " no-preload" * args.no_preload)
             print(f"{shape} B {B}{order} ctx {str(kind):>5s} block_n {block_n:3d} warps {warps} stages {stages} "
                   f"splits {splits:2d}: "
-                  f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s)")
+                  f"{ms * 1e3:8.1f} us {tbs:7.2f} TB/s ({tbs / 4.3:.0%} of 4.3 TB/s{own_share(tbs)})")
+
+
+def own_share(tbs: float) -> str:
+    """``, 58% of this H100's 3.0``: the share of this GPU's copy rate where it is known and not the H200's."""
+    name = torch.cuda.get_device_name()
+    word, bw = next(((w, b / 1e12) for w, b in COPY_BANDWIDTH.items() if w in name), ("H200", 4.3))
+    return "" if word == "H200" else f", {tbs / bw:.0%} of this {word}'s {bw:g}"
 
 
 if __name__ == "__main__":
