@@ -63,8 +63,22 @@ def summary(df: pd.DataFrame, keys: list[str], baseline: str | None, metrics: li
         value = out[cols].astype(float) / ref[cols].to_numpy(dtype=float)  # a zero baseline (ideal's one-way): inf
         if others:  # the baseline alone in its configuration: no 1.00x to itself
             value.loc[out.groupby(others, dropna=False).control.transform("size").eq(1).to_numpy()] = np.nan
+        value.loc[at_tp_1(out).to_numpy()] = np.nan  # no plane sends: a ratio there is run-to-run spread
         out[[f"{c[:-7]}_vs_{baseline}" for c in cols]] = value.replace([np.inf, -np.inf], np.nan).to_numpy()
     return out
+
+
+def at_tp_1(table: pd.DataFrame) -> pd.Series:
+    """Which of ``table``'s rows are at tp=1 (none when tp is not one of its columns)."""
+    return pd.to_numeric(table.tp, errors="coerce").eq(1) if "tp" in table else pd.Series(False, index=table.index)
+
+
+TP_1 = "at tp=1 no plane sends: the planes differ by run-to-run spread alone"
+
+
+def ratios_note(table: pd.DataFrame, baseline: str) -> str:
+    """``ratios to control=ideal``, and why the tp=1 rows have none where the table has some."""
+    return f"ratios to control={baseline}" + (" (none at tp=1: no plane sends)" if at_tp_1(table).any() else "")
 
 
 def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bool:
@@ -74,6 +88,8 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
         return bool(baseline)
     if "control" not in keys:
         print(f"(no ratios to control={baseline}: control is not a grouping column)")
+    elif table.control.nunique() > 1 and at_tp_1(table).all():
+        print(f"(no ratios: {TP_1})")
     elif table.control.nunique() > 1:  # one plane alone: nothing to compare, nothing to say
         base = table[table.control == baseline]
         held = base[[c[:-len(f"_vs_{baseline}")] + "_median" for c in cols]].notna().any().any()
@@ -111,7 +127,7 @@ def print_full(table: pd.DataFrame, keys: list[str], baseline: str | None) -> No
     """``summary()``'s table as markdown, every key and metric: median [min-max] (ratio to ``baseline``)."""
     metrics = [c[:-7] for c in table.columns if c.endswith("_median")]
     rows = [{**key_cells(r, keys), **{m: full_cell(r, m, baseline) for m in metrics}} for _, r in table.iterrows()]
-    ratios = f" (ratios to control={baseline})" if has_ratios(table, keys, baseline) else ""
+    ratios = f" ({ratios_note(table, baseline)})" if has_ratios(table, keys, baseline) else ""
     print(f"median [min-max over ok repeats]{ratios}")
     print(pd.DataFrame(rows).to_markdown(index=False))
 
@@ -154,7 +170,7 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
 
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in ROW_KEYS], row, metrics)
     text = "median over ok repeats ±half their range in % of it; n = ok repeats" + (
-        f"; ratios to control={baseline} at the same configuration" if shown else "")
+        f"; {ratios_note(table, baseline)} at the same configuration" if shown else "")
     print("\n".join(header_lines(text, common, [h for _, h in left_out]) + lines))
     if any(((table[f"{m}_count"] < table.repeats) & table[f"{m}_median"].notna()).any() for m, _ in metrics):
         print("* the median of fewer rows than n: the other ok rows lack the metric")

@@ -272,7 +272,7 @@ def test_ideals_one_way_written_as_0_by_older_files_reads_as_empty(tmp_path, cap
 def test_configurations_of_one_plane_each_get_no_ratios_to_themselves(tmp_path, capsys):
     """Session 33's new-user trial: results/h200/ printed "ratios to control=shm" and then 1.00x in every cell of
     eleven tables whose configurations (tags) each held shm alone."""
-    rows = [{**r, "tag": f"v{i}"} for i, r in enumerate(sweep_rows(planes=("shm",), tps=(1,), repeats=1) * 3)]
+    rows = [{**r, "tag": f"v{i}"} for i, r in enumerate(sweep_rows(planes=("shm",), tps=(2,), repeats=1) * 3)]
     rows.append({**rows[0], "control": "ring", "tag": "other"})  # a second plane, never beside shm
     assert main([write(rows, tmp_path / "runs.csv")]) == 0
     out = capsys.readouterr().out
@@ -552,3 +552,21 @@ def test_a_run_that_failed_at_start_is_filed_with_its_configuration_s_failed_run
     main([write(rows, tmp_path / "runs.csv")])  # "error: no ok row: every run failed"
     out = capsys.readouterr().out
     assert "0 (+3 failed)" in out and "(+1 failed)" not in out and "(+2 failed)" not in out, out
+
+
+def test_tp_1_rows_get_no_ratios_their_planes_send_nothing(tmp_path, capsys):
+    """The new-user trial (session 56): a tp=1 sweep of ideal and shm printed shm at 0.49x of ideal's tok/s, the
+    spread of two runs of the same engine (at tp=1 no plane sends)."""
+    path = write(sweep_rows(tps=(1,)), tmp_path / "runs.csv")
+    assert main([path]) == 0
+    out = capsys.readouterr().out
+    assert "(no ratios: at tp=1 no plane sends: the planes differ by run-to-run spread alone)" in out
+    assert "1.00x" not in out and "ratios to" not in out
+    assert main([write(sweep_rows(tps=(1, 2)), tmp_path / "mixed.csv"), "--format", "csv"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    summary = df[df.table == "summary"]
+    assert summary.loc[summary.tp == 1, "tpot_ms_p50_vs_ideal"].isna().all()
+    assert summary.loc[summary.tp == 2, "tpot_ms_p50_vs_ideal"].notna().all()
+    assert main([str(tmp_path / "mixed.csv")]) == 0
+    assert "ratios to control=ideal (none at tp=1: no plane sends) at the same configuration" in \
+        " ".join(capsys.readouterr().out.split())
