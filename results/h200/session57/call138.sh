@@ -12,4 +12,7 @@ export RUNS=$(mktemp -d /tmp/ab138.XXXXXX) CSV=call138_ab.csv REPEAT=3 JOB_S=200
 MODELS=qwen3-0.6b WORKLOADS=latency bash scripts/ab_one_gpu.sh 2>&1 | tail -8 | tee "$OUT/ab.txt"
 [ $((${LIMIT:-590} - SECONDS)) -gt 130 ] && TREES=".:new" MODELS=qwen3-8b WORKLOADS=latency bash scripts/ab_one_gpu.sh \
   2>&1 | tail -10 | tee -a "$OUT/ab.txt"
+# The whole GPU suite has not run since the wide tile (session 56): float32 greedy at batch 1 takes it too.
+left=$((${LIMIT:-590} - SECONDS)); [ $left -gt 60 ] && (timeout --foreground $left python3 -m pytest -q tests/test_gpu.py \
+  tests/test_gpu_kernels.py 2>&1 | tail -6) | tee "$OUT/tests_gpu.txt"
 echo "all done at $SECONDS s"
