@@ -73,7 +73,9 @@ def results_problem(results_dir: str, results_file: str, folders: dict[str, str]
         return f"cannot write results to {directory}: {reason}"
     if (free := shutil.disk_usage(blocking).free) < 1 << 20:  # Hydra's files first: a traceback, no row
         return f"cannot write results to {directory}: its file system is full ({free} bytes free)"
-    if os.path.exists(path := os.path.join(directory, results_file)) and not os.path.isfile(path):  # a FIFO: a hang
+    if os.path.islink(path := os.path.join(directory, results_file)) and not os.path.exists(path):
+        return f"results_file={results_file}: {path} is a link to {os.readlink(path)}, which does not exist"
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO: a hang
         kind = "a directory" if os.path.isdir(path) else "not a regular file"
         return f"results_file={results_file}: {path} is {kind}"
     if os.path.isfile(path):  # read-only (or immutable): refused now, not once a sweep has run
@@ -101,4 +103,7 @@ def results_header(path: str) -> bool:
             first = f.readline(1 << 16).decode("utf-8-sig", "replace")
     except OSError:
         return True
-    return not first or "schema_version" in next(csv.reader([first]), [])
+    try:
+        return not first or "schema_version" in next(csv.reader([first]), [])
+    except csv.Error:  # a bare carriage return inside the line, for one: not a CSV at all
+        return False

@@ -932,7 +932,8 @@ def test_a_results_file_that_is_no_regular_file_is_refused(tmp_path):
     assert problem == f"results_file=runs.csv: {tmp_path / 'runs.csv'} is not a regular file"
 
 
-@pytest.mark.parametrize("content", [b"a,b\n1,2\n", b"\n", b"\x00\x01\x02", b"\xef\xbb\xbfcontrol,tp\nshm,2\n"])
+@pytest.mark.parametrize("content", [b"a,b\n1,2\n", b"\n", b"\x00\x01\x02", b"\xef\xbb\xbfcontrol,tp\nshm,2\n",
+                                     b"a,b\rc\n"])  # a bare CR: csv.Error, once printed raw ("error: Error: ...")
 def test_a_results_file_that_is_no_results_csv_is_refused(tmp_path, content):
     """Session 56's new-user trial: another tool's CSV (or a binary file) as results_file ran the whole job, and its
     row went to a new runs.schema<N>-*.csv with a note that the file had "another schema's header"."""
@@ -943,6 +944,16 @@ def test_a_results_file_that_is_no_results_csv_is_refused(tmp_path, content):
     assert problem == (f"results_file=runs.csv: {tmp_path / 'runs.csv'} is not a results CSV (its first line names "
                        "no schema_version column); give another results_file, or move that file")
     assert (tmp_path / "runs.csv").read_bytes() == content
+
+
+def test_a_results_file_linked_to_nothing_is_refused_before_the_job(tmp_path):
+    """Session 57's new-user trial: a dangling runs.csv link ran the whole job, then exit 1 (the row went aside)."""
+    from harness.preflight import check_command
+
+    (tmp_path / "runs.csv").symlink_to(tmp_path / "gone" / "x.csv")
+    problem = check_command([f"results_dir={tmp_path}", "workload=smoke"])[0]
+    assert problem == (f"results_file=runs.csv: {tmp_path / 'runs.csv'} is a link to {tmp_path / 'gone' / 'x.csv'}, "
+                       "which does not exist")
 
 
 @pytest.mark.parametrize("content", [b"", b"schema_version,control\n1,shm\n", b"\xef\xbb\xbfschema_version,x\r\n"])
