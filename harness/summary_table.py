@@ -73,12 +73,12 @@ def at_tp_1(table: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(table.tp, errors="coerce").eq(1) if "tp" in table else pd.Series(False, index=table.index)
 
 
-TP_1 = "at tp=1 no plane sends: the planes differ by run-to-run spread alone"
+TP_1 = "no plane sends there, so the planes differ only by run-to-run noise"
 
 
-def ratios_note(table: pd.DataFrame, baseline: str) -> str:
-    """``ratios to control=ideal``, and why the tp=1 rows have none where the table has some."""
-    return f"ratios to control={baseline}" + (" (none at tp=1: no plane sends)" if at_tp_1(table).any() else "")
+def ratios_note(table: pd.DataFrame, baseline: str, where: str = "") -> str:
+    """``ratios to control=ideal`` + ``where``, and why the tp=1 rows have none where the table has some."""
+    return f"ratios to control={baseline}{where}" + ", none at tp=1 (no plane sends there)" * bool(at_tp_1(table).any())
 
 
 def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bool:
@@ -88,16 +88,24 @@ def has_ratios(table: pd.DataFrame, keys: list[str], baseline: str | None) -> bo
         return bool(baseline)
     if "control" not in keys:
         print(f"(no ratios to control={baseline}: control is not a grouping column)")
-    elif table.control.nunique() > 1 and at_tp_1(table).all():
-        print(f"(no ratios: {TP_1})")
     elif table.control.nunique() > 1:  # one plane alone: nothing to compare, nothing to say
-        base = table[table.control == baseline]
-        held = base[[c[:-len(f"_vs_{baseline}")] + "_median" for c in cols]].notna().any().any()
-        print(f"(no ratios: every control={baseline} row failed)" if len(base) and not base.repeats.any() else
-              f"(no ratios: control={baseline} is not in the data)" if not len(base) else
-              f"(no ratios: control={baseline}'s rows hold no metric)" if not held else
-              f"(no ratios: no configuration has control={baseline} beside another plane)")
+        rest = table[~at_tp_1(table)]
+        if rest.control.nunique() < 2:
+            print(f"(no ratios at tp=1: {TP_1})")
+        else:
+            print(f"(no ratios: {why_none(rest, cols, baseline)}"
+                  + ("; none at tp=1 either, where no plane sends)" if len(rest) < len(table) else ")"))
     return False
+
+
+def why_none(table: pd.DataFrame, cols: list[str], baseline: str) -> str:
+    """Why ``table`` (of several planes) holds no ratio to ``baseline``."""
+    base = table[table.control == baseline]
+    held = base[[c[:-len(f"_vs_{baseline}")] + "_median" for c in cols]].notna().any().any()
+    return (f"every control={baseline} row failed" if len(base) and not base.repeats.any() else
+            f"control={baseline} is not in the data" if not len(base) else
+            f"control={baseline}'s rows hold no metric" if not held else
+            f"no configuration has control={baseline} beside another plane")
 
 
 def full_cell(r: pd.Series, m: str, baseline: str | None) -> str:
@@ -170,7 +178,7 @@ def print_compact(table: pd.DataFrame, keys: list[str], baseline: str | None) ->
 
     lines, left_out, common = fitting_sections(table, [k for k in keys if k not in ROW_KEYS], row, metrics)
     text = "median over ok repeats ±half their range in % of it; n = ok repeats" + (
-        f"; {ratios_note(table, baseline)} at the same configuration" if shown else "")
+        f"; {ratios_note(table, baseline, ' at the same configuration')}" if shown else "")
     print("\n".join(header_lines(text, common, [h for _, h in left_out]) + lines))
     if any(((table[f"{m}_count"] < table.repeats) & table[f"{m}_median"].notna()).any() for m, _ in metrics):
         print("* the median of fewer rows than n: the other ok rows lack the metric")

@@ -45,7 +45,7 @@ def test_table_and_plot(sweep, tmp_path, capsys):
     assert cells[:2] == ["tp", "control"] and "n" in cells and "output_tok_s" in cells
     shm_rows = [line for line in lines if re.match(r"\|\s+\d\s+\|\s+shm\s", line)]
     assert len(shm_rows) == 2 and "(1.00x)" in shm_rows[1]  # shm against itself at tp=2
-    assert "x)" not in shm_rows[0] and "(none at tp=1: no plane sends)" in " ".join(lines)  # tp=1: no ratios
+    assert "x)" not in shm_rows[0] and "none at tp=1 (no plane sends there)" in " ".join(lines)  # tp=1: no ratios
     lag = cells.index("ctrl_launch_lag_us_p50")  # shown, but never as a ratio: it can be negative
     tp2_shm = [c.strip() for c in shm_rows[1].strip("|").split("|")]
     assert tp2_shm[lag] == "-2.5 [-3 .. -2]"
@@ -399,7 +399,8 @@ def test_no_ratios_when_every_baseline_row_failed_says_so(sweep, tmp_path, capsy
     df.to_csv(path, index=False)
     assert main([str(path), "--baseline", "shm"]) == 0  # by default: a plane with ok rows
     out = capsys.readouterr().out
-    assert "(no ratios: every control=shm row failed)" in out and "ratio to control" not in out
+    assert "(no ratios: every control=shm row failed; none at tp=1 either, where no plane sends)" in out
+    assert "ratio to control" not in out
 
 
 def test_a_median_of_fewer_rows_than_the_repeats_says_of_how_many(sweep, tmp_path, capsys):

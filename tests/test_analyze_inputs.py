@@ -560,7 +560,7 @@ def test_tp_1_rows_get_no_ratios_their_planes_send_nothing(tmp_path, capsys):
     path = write(sweep_rows(tps=(1,)), tmp_path / "runs.csv")
     assert main([path]) == 0
     out = capsys.readouterr().out
-    assert "(no ratios: at tp=1 no plane sends: the planes differ by run-to-run spread alone)" in out
+    assert "(no ratios at tp=1: no plane sends there, so the planes differ only by run-to-run noise)" in out
     assert "1.00x" not in out and "ratios to" not in out
     assert main([write(sweep_rows(tps=(1, 2)), tmp_path / "mixed.csv"), "--format", "csv"]) == 0
     df = pd.read_csv(io.StringIO(capsys.readouterr().out))
@@ -568,5 +568,10 @@ def test_tp_1_rows_get_no_ratios_their_planes_send_nothing(tmp_path, capsys):
     assert summary.loc[summary.tp == 1, "tpot_ms_p50_vs_ideal"].isna().all()
     assert summary.loc[summary.tp == 2, "tpot_ms_p50_vs_ideal"].notna().all()
     assert main([str(tmp_path / "mixed.csv")]) == 0
-    assert "ratios to control=ideal (none at tp=1: no plane sends) at the same configuration" in \
+    assert "ratios to control=ideal at the same configuration, none at tp=1 (no plane sends there)" in \
         " ".join(capsys.readouterr().out.split())
+    failed = [{**r, "status": "failed"} if r["control"] == "ideal" and r["tp"] == 2 else r
+              for r in sweep_rows(tps=(1, 2))]  # the trial's case: tp=2's ideal failed, tp=1 has ideal beside others
+    assert main([write(failed, tmp_path / "failed.csv")]) == 0
+    assert "(no ratios: every control=ideal row failed; none at tp=1 either, where no plane sends)" in \
+        capsys.readouterr().out
