@@ -124,7 +124,8 @@ def report(df: pd.DataFrame, group: list[str] | None, baseline: str | None, fmt:
             print(f"{whose}: " + ", ".join(same))
         if rows.overrides.nunique(dropna=False) == 1 and isinstance(rows.overrides.iloc[0], str):  # no section says
             print(textwrap.fill(f"{whose}: overrides {rows.overrides.iloc[0]}", 110, subsequent_indent="  "))
-        if group and (pooled := [k for k in CONFIG_KEYS if k not in group and rows[k].nunique(dropna=False) > 1]):
+        if group and (pooled := [k for k in CONFIG_KEYS if k not in group  # within one group, not across them
+                                 and rows.groupby(group, dropna=False)[k].nunique(dropna=False).gt(1).any()]):
             print(f"note: --group {' '.join(group)} pools rows that differ in {', '.join(pooled)}")
         print_table(kind, filled, k, base, fmt)
         print_exposed(exposed, fmt)
@@ -251,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         if given := _given(args, ("--threshold", "--allow-missing", "--metrics")):
             raise InputError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --compare OLD NEW")
         args.format = args.format or "text"
-        args.group = args.group and [g for arg in args.group for g in arg.split(",") if g]  # as --metrics takes them
+        if args.group is not None:  # names apart by spaces or commas, as --metrics takes them
+            args.group = [g for arg in args.group for g in arg.split(",") if g]
+            if not args.group:
+                raise InputError("--group: give at least one configuration column")
         if bad := [g for g in args.group or () if g not in CONFIG_KEYS]:  # before the files are read and listed
             raise InputError(f"unknown --group column(s): {', '.join(bad)}; configuration columns: "
                              f"{', '.join(CONFIG_KEYS)}")

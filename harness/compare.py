@@ -151,16 +151,14 @@ def _missing_or_failed(old: pd.DataFrame, new: pd.DataFrame, keys: list[str], sh
     runs_old, runs_new, oks_old, oks_new = (Counter(map(tuple, d[keys].values))
                                             for d in (old, new, old[old.status == "ok"], new[new.status == "ok"]))
     lines = []
-    for cfg in sorted(runs_old | runs_new, key=str):
-        where, n_new, ok_new = _label(keys, cfg, shown), runs_new[cfg], oks_new[cfg]
-        if runs_old[cfg] and not n_new:
-            lines.append(f"MISSING in NEW: {where}")
-        elif not ok_new:
-            lines.append(f"FAILED  in NEW (no ok row): {where}")
-        elif ok_new < n_new:
-            lines.append(f"FAILED  in NEW ({n_new - ok_new} of {n_new} repeats): {where}")
+    for cfg in sorted(runs_old | runs_new, key=str):  # one line a configuration: the summary counts lines
+        n_new, ok_new = runs_new[cfg], oks_new[cfg]
+        said = (["MISSING in NEW"] if runs_old[cfg] and not n_new else ["FAILED  in NEW (no ok row)"] if not ok_new
+                else [f"FAILED  in NEW ({n_new - ok_new} of {n_new} repeats)"] if ok_new < n_new else [])
         if runs_old[cfg] and not oks_old[cfg]:
-            lines.append(f"FAILED  in OLD (no ok row): {where}")
+            said.append("failed in OLD (no ok row)" if said else "FAILED  in OLD (no ok row)")
+        if said:
+            lines.append(f"{', '.join(said)}: {_label(keys, cfg, shown)}")
     return lines
 
 

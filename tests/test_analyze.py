@@ -145,6 +145,12 @@ def test_compare_fails_on_a_configuration_missing_or_failed_in_new(sweep, tmp_pa
     assert main(["--compare", sweep, str(failed)]) == 1
     assert capsys.readouterr().out.count("FAILED  in NEW") == 2
     assert main(["--compare", sweep, str(missing), "--allow-missing"]) == 0
+    old_failed = tmp_path / "old_failed.csv"  # session 57's trial: one configuration, two lines, counted twice
+    broken.to_csv(old_failed, index=False)
+    assert main(["--compare", str(old_failed), str(missing)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("MISSING in NEW, failed in OLD (no ok row): ") == 2 and "FAILED  in OLD" not in out
+    assert "2 configuration(s) missing or failed" in out
 
 
 def test_compare_fails_on_failed_repeats_in_new_and_says_a_worse_median_inside_the_ranges(sweep, tmp_path, capsys):
@@ -562,8 +568,8 @@ def test_a_long_configuration_label_is_wrapped_inside_the_figure(sweep, tmp_path
 def test_a_group_that_pools_different_configurations_says_so(sweep, capsys):
     """Session 16's trial: ``--group tp`` pooled ideal, shm and ring over three workloads into one line, with no
     word of it."""
-    assert main([sweep, "--group", "tp"]) == 0
-    assert "note: --group tp pools rows that differ in control, all_reduce" in capsys.readouterr().out
+    assert main([sweep, "--group", "tp"]) == 0  # all_reduce follows tp (none at 1, gloo at 2): within a group, one
+    assert "note: --group tp pools rows that differ in control\n" in capsys.readouterr().out  # was ", all_reduce"
     assert main([sweep, "--group", "tp", "control", "all_reduce"]) == 0
     assert "pools rows" not in capsys.readouterr().out
 

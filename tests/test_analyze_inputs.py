@@ -174,6 +174,8 @@ def test_a_ratio_under_a_hundredth_is_not_printed_as_zero():
     (["--group", "contrl"], "unknown --group column(s): contrl; configuration columns: engine, control, tp"),
     (["--group", "output_tok_s"], "unknown --group column(s): output_tok_s; configuration columns: engine"),
     (["--group", "tp", "tp"], "--group: tp given twice"),
+    (["--group", ""], "--group: give at least one configuration column"),  # session 57's trial: taken as no --group
+    (["--group", ","], "--group: give at least one configuration column"),
     # a new-user trial: an empty value was taken for no option (exit 0, no figure, not a word)
     (["--plot", ""], "--plot: give a .png, .pdf or .svg file name, got ''"),
     (["--plot", ".png"], "--plot: give a .png, .pdf or .svg file name, got '.png'"),  # session 52: a traceback
